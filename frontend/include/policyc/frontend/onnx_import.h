@@ -1,0 +1,36 @@
+// The ONNX importer: reads a model (opsets 11-17 of the default domain) into a graph IR.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "policyc/ir/graph.h"
+
+namespace policyc::frontend {
+
+struct OnnxImportOptions {
+  // Name of the imported graph; empty: the ONNX graph name (sanitised), or the file stem when
+  // the model's graph has no name.
+  std::string graphName;
+};
+
+// Imports the model at `path`. Throws policyc::Error with a one-line message naming the file
+// and, for problems inside the graph, the ONNX node (name, op type, opset) when the file is
+// missing, unreadable, corrupt, or uses something policyc does not support.
+//
+// The result is verified and holds only inputs, params (initializers and folded constants
+// that some op still reads), ops and the output node: every all-constant ONNX node is
+// evaluated at import, shape arithmetic over the batch dimension is resolved into attributes,
+// and values keep their ONNX names. A symbolic (or missing, -1 or 0) first dimension of a
+// graph input becomes `batch`.
+std::unique_ptr<ir::Graph> importOnnxFile(const std::string& path, const OnnxImportOptions& options = {});
+
+// Same, from the serialized ModelProto in memory; `sourceName` is what messages call it (and
+// its stem names the graph when the model's graph has no name).
+std::unique_ptr<ir::Graph> importOnnxBytes(std::span<const std::byte> bytes, std::string_view sourceName,
+                                           const OnnxImportOptions& options = {});
+
+}  // namespace policyc::frontend

@@ -1,0 +1,136 @@
+// The policyc command line: dump a model's graph, run it, and (later) compile it.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "model_io.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/interpreter.h"
+#include "policyc/ir/text.h"
+
+namespace {
+
+using namespace policyc;
+
+// Exit codes: 0 success, 1 a check that ran and failed (later), 2 bad input or a compiler failure.
+constexpr int kExitBadInput = 2;
+
+struct DumpOptions {
+  std::string model;
+  std::string stage = "imported";
+  std::string output;
+};
+
+int runDump(const DumpOptions& o) {
+  auto graph = tools::loadModel(o.model);
+  if (!o.output.empty()) {
+    ir::writePir(*graph, o.output);
+    std::fprintf(stderr, "wrote %s\n", o.output.c_str());
+    return 0;
+  }
+  ir::PrintedGraph printed = ir::printGraph(*graph);
+  std::fwrite(printed.text.data(), 1, printed.text.size(), stdout);
+  if (!printed.sidecar.empty()) {
+    std::fprintf(stdout, "# weights marked @offset are not shown; `policyc dump %s -o FILE.pir` writes them to FILE.pir.bin\n",
+                 o.model.c_str());
+  }
+  return 0;
+}
+
+struct RunOptions {
+  std::string model;
+  std::string backend = "interp";
+  std::vector<std::string> inputs;
+  bool random = false;
+  int64_t batch = 1;
+  uint64_t seed = 0;
+  std::string outputDir;
+};
+
+int runRun(const RunOptions& o) {
+  auto graph = tools::loadModel(o.model);
+  std::vector<ir::Tensor> inputs;
+  if (o.random) {
+    if (!o.inputs.empty()) fail("give either --input or --random, not both");
+    if (o.batch < 0) fail("--batch must be >= 0, got {}", o.batch);
+    inputs = tools::randomInputs(*graph, o.batch, o.seed);
+  } else {
+    std::map<std::string, ir::Tensor> named;
+    for (const std::string& spec : o.inputs) {
+      size_t eq = spec.find('=');
+      if (eq == std::string::npos || eq == 0) fail("--input takes NAME=FILE.npy, got '{}'", spec);
+      std::string name = spec.substr(0, eq);
+      if (named.count(name)) fail("input '{}' is given twice", name);
+      named.emplace(name, tools::readTensor(spec.substr(eq + 1)));
+    }
+    inputs = tools::orderInputs(*graph, std::move(named));
+  }
+  std::vector<ir::Tensor> outputs = ir::interpret(*graph, inputs);
+  auto names = graph->outputs();
+  // Everything is computed before anything is written: an error leaves no partial output.
+  if (!o.outputDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.outputDir, ec);
+    if (ec) fail("cannot create output directory '{}': {}", o.outputDir, ec.message());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      tools::writeTensor((std::filesystem::path(o.outputDir) / (names[i].first + ".npy")).string(), outputs[i]);
+    }
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    fmt::print("{}: {}\n", names[i].first, tools::summarize(outputs[i]));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"policyc: an ahead-of-time compiler for small neural-network policies"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "policyc 0.1.0");
+
+  DumpOptions dump;
+  CLI::App* dumpCmd = app.add_subcommand("dump", "print a model's graph as .pir text");
+  dumpCmd->add_option("model", dump.model, "model file (.onnx or .pir)")->required();
+  dumpCmd->add_option("--stage", dump.stage, "which graph to print")->check(CLI::IsMember({"imported"}));
+  dumpCmd->add_option("-o,--output", dump.output, "write FILE.pir (and its weights to FILE.pir.bin) instead of printing");
+
+  RunOptions run;
+  CLI::App* runCmd = app.add_subcommand("run", "run a model on given or random inputs");
+  runCmd->add_option("model", run.model, "model file (.onnx or .pir)")->required();
+  runCmd->add_option("--backend", run.backend, "how to run it")->check(CLI::IsMember({"interp"}));
+  runCmd->add_option("--input", run.inputs, "NAME=FILE.npy, once per model input");
+  runCmd->add_flag("--random", run.random, "use random inputs (see --batch, --seed)");
+  runCmd->add_option("--batch", run.batch, "batch size for --random");
+  runCmd->add_option("--seed", run.seed, "random seed for --random");
+  runCmd->add_option("--output-dir", run.outputDir, "write NAME.npy for every output here");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitBadInput;
+  }
+
+  try {
+    if (*dumpCmd) return runDump(dump);
+    if (*runCmd) return runRun(run);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "policyc: error: {}\n", e.what());
+    return kExitBadInput;
+  }
+  return 0;
+}
