@@ -1,0 +1,42 @@
+# Shared by scripts/demo and scripts/test: install what is missing (Debian 12, as root) and build.
+# Sourced, not run.
+
+POLICYC_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Every Debian package the build and the test suite need (see docs/building.md).
+POLICYC_PACKAGES=(
+  g++ cmake ninja-build
+  llvm-19-dev llvm-19-tools libzstd-dev lld-19
+  libdnnl-dev ocl-icd-opencl-dev
+  libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
+  libonnx-dev libprotobuf-dev libonnx-testdata
+  python3-dev python3-numpy python3-onnx pybind11-dev
+)
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+ensure_packages() {
+  local missing=()
+  for p in "${POLICYC_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "installing ${#missing[@]} missing Debian packages: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# build_tree DIR [cmake options...]: configure once, then build everything with Ninja.
+build_tree() {
+  local dir="$1"
+  shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    log "configuring $dir"
+    cmake -S "$POLICYC_ROOT" -B "$dir" -G Ninja "$@" >/dev/null
+  fi
+  log "building $dir"
+  cmake --build "$dir" -- -j"$(nproc)"
+}
