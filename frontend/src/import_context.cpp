@@ -301,7 +301,7 @@ std::vector<ImportedValue> NodeContext::emit(ir::Op op, const std::vector<Import
     if (anyRuntime || batchFill || !movesShapeVectors(op)) fail("{}", describeKindProblem(*shapeVector));
     return emitShapeVector(op, inputs, attrs, names);
   }
-  const int numOutputs = static_cast<int>(names.size());
+  const int outputCount = static_cast<int>(names.size());
 
   // A batch fill stands in with size-1 batch dims. That is exact for elementwise ops, provided
   // broadcasting gives the same result shape as with the real batch dims.
@@ -310,14 +310,14 @@ std::vector<ImportedValue> NodeContext::emit(ir::Op op, const std::vector<Import
     if (info.fusion != ir::FusionKind::Elementwise || op == ir::Op::BatchNorm) fail("{}", describeKindProblem(*batchFill));
     std::vector<ir::TensorType> inputTypes;
     for (const ImportedValue& in : inputs) inputTypes.push_back(in.type());
-    realTypes = ir::inferOutputTypes(op, inputTypes, attrs, numOutputs);
+    realTypes = ir::inferOutputTypes(op, inputTypes, attrs, outputCount);
   }
 
   std::vector<ImportedValue> results;
   if (!anyRuntime) {
     std::vector<ir::Tensor> tensors;
     for (const ImportedValue& in : inputs) tensors.push_back(*in.tensor);
-    std::vector<ir::Tensor> outs = ir::evaluateOp(op, tensors, attrs, numOutputs);
+    std::vector<ir::Tensor> outs = ir::evaluateOp(op, tensors, attrs, outputCount);
     for (size_t i = 0; i < outs.size(); ++i) {
       ImportedValue r = ImportedValue::constant(std::move(outs[i]), names.at(i), provenance_);
       if (batchFill && !ir::isStaticShape(realTypes[i].shape)) {
@@ -332,7 +332,19 @@ std::vector<ImportedValue> NodeContext::emit(ir::Op op, const std::vector<Import
 
   std::vector<ir::Value*> operands;
   for (const ImportedValue& in : inputs) operands.push_back(state_.materialise(in, batchFill != nullptr));
-  ir::Node* node = graph().addOp(op, std::move(operands), std::move(attrs), std::move(names), {}, provenance_);
+  // Infer here rather than in addOp, whose message would name the IR node on top of ours.
+  std::vector<ir::TensorType> operandTypes;
+  for (const ir::Value* v : operands) operandTypes.push_back(v->type());
+  std::vector<ir::TensorType> outTypes;
+  try {
+    outTypes = ir::inferOutputTypes(op, operandTypes, attrs, outputCount);
+  } catch (const ImportError&) {
+    throw;
+  } catch (const Error& e) {
+    fail("{}", e.what());
+  }
+  ir::Node* node =
+      graph().addOp(op, std::move(operands), std::move(attrs), std::move(names), std::move(outTypes), provenance_);
   for (size_t i = 0; i < node->numOutputs(); ++i) {
     if (batchFill && node->output(i)->type() != realTypes.at(i)) fail("{}", describeKindProblem(*batchFill));
     results.push_back(ImportedValue::runtime(node->output(i)));
@@ -367,9 +379,9 @@ std::vector<ImportedValue> NodeContext::emitShapeVector(ir::Op op, const std::ve
       masks.emplace_back(in.tensor->dtype(), in.tensor->shape());
     }
   }
-  const int numOutputs = static_cast<int>(names.size());
-  std::vector<ir::Tensor> valueOuts = ir::evaluateOp(op, values, attrs, numOutputs);
-  std::vector<ir::Tensor> maskOuts = ir::evaluateOp(op, masks, attrs, numOutputs);
+  const int outputCount = static_cast<int>(names.size());
+  std::vector<ir::Tensor> valueOuts = ir::evaluateOp(op, values, attrs, outputCount);
+  std::vector<ir::Tensor> maskOuts = ir::evaluateOp(op, masks, attrs, outputCount);
   std::vector<ImportedValue> results;
   for (size_t i = 0; i < valueOuts.size(); ++i) {
     ImportedValue r = ImportedValue::constant(std::move(valueOuts[i]), names.at(i), provenance_);

@@ -76,9 +76,12 @@ std::vector<RefTensor> runKernel(Op op, const std::vector<const RefTensor*>& inp
 }
 
 // Checks the inputs against the signature and returns the value of `batch`.
-int64_t bindInputs(const std::vector<Value*>& signature, const std::vector<Tensor>& inputs) {
+int64_t bindInputs(const Graph& graph, const std::vector<Value*>& signature, const std::vector<Tensor>& inputs) {
   if (inputs.size() != signature.size()) {
-    fail("the graph takes {} input(s), got {}", signature.size(), inputs.size());
+    std::vector<std::string> names;
+    for (const Value* v : signature) names.push_back(v->name());
+    fail("graph '{}' takes {} input(s) ({}), got {}", graph.name(), signature.size(), fmt::join(names, ", "),
+         inputs.size());
   }
   std::optional<int64_t> batch;
   const Value* batchFrom = nullptr;
@@ -115,7 +118,7 @@ std::vector<Tensor> interpret(const Graph& graph, const std::vector<Tensor>& inp
   const Node* outputNode = graph.outputNode();
   if (!outputNode) fail("graph '{}' has no outputs", graph.name());
   std::vector<Value*> signature = graph.inputs();
-  int64_t batch = bindInputs(signature, inputs);
+  int64_t batch = bindInputs(graph, signature, inputs);
   const auto& nodes = graph.nodes();
 
   // Index of the last node reading each value; a value nobody reads dies where it is made.

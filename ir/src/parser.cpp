@@ -177,7 +177,7 @@ class Parser {
         expect(":");
         TensorType type = parseType();
         define(at, name);
-        graph_->addInput(name, type);
+        values_[name] = graph_->addInput(name, type);
         if (!is(")")) expect(",");
       }
     }

@@ -75,8 +75,7 @@ void forEachIndex(const std::vector<int64_t>& shape, Fn&& fn) {
 }
 
 // Window attribute lists (conv and pools), with their defaults filled in.
-std::vector<int64_t> spatialList(const RefCall& call, const char* name, size_t n, int64_t fallback,
-                                 size_t factor = 1) {
+std::vector<int64_t> spatialList(const RefCall& call, const char* name, size_t n, int64_t fallback, size_t factor = 1) {
   std::vector<int64_t> v = attrIntsOr(call.attrs, name, {});
   if (v.empty()) v.assign(n * factor, fallback);
   return v;
@@ -148,7 +147,7 @@ void refMatMul(const RefCall& call) {
   // the same with or without those unit dims.
   std::vector<int64_t> sa = a.shape;
   std::vector<int64_t> sb = b.shape;
-  if (sa.size() == 1) sa.insert(sa.begin(), 1);
+  if (sa.size() == 1) sa = {1, a.shape[0]};
   if (sb.size() == 1) sb.push_back(1);
   int64_t m = sa[sa.size() - 2];
   int64_t k = sa[sa.size() - 1];
@@ -581,9 +580,8 @@ void refTranspose(const RefCall& call) {
   std::vector<int64_t> inStrides = stridesOf(x.shape);
   std::vector<int64_t> permuted(perm.size());
   for (size_t k = 0; k < perm.size(); ++k) permuted[k] = inStrides[perm[k]];
-  forEachIndex(y.shape, [&](int64_t i, const std::vector<int64_t>& index) {
-    y.data[i] = x.data[dot(index, permuted)];
-  });
+  forEachIndex(y.shape,
+               [&](int64_t i, const std::vector<int64_t>& index) { y.data[i] = x.data[dot(index, permuted)]; });
 }
 
 void refConcat(const RefCall& call) {
@@ -653,7 +651,8 @@ void refGather(const RefCall& call) {
   const RefTensor& data = in(call, 0);
   const RefTensor& indices = in(call, 1);
   RefTensor& y = out(call);
-  size_t axis = static_cast<size_t>(normalizeAxis(attrInt(call.attrs, "axis"), static_cast<int64_t>(data.shape.size())));
+  size_t axis =
+      static_cast<size_t>(normalizeAxis(attrInt(call.attrs, "axis"), static_cast<int64_t>(data.shape.size())));
   int64_t outer = product(data.shape, 0, axis);
   int64_t n = data.shape[axis];
   int64_t inner = product(data.shape, axis + 1, data.shape.size());

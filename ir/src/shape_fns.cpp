@@ -79,6 +79,25 @@ Dim dimOfProduct(const OpCall& call, const DimProduct& p, const Shape& input) {
        shapeStr(input));
 }
 
+// Numpy broadcasting with the op's name in the error.
+Shape broadcast(const OpCall& call, const Shape& a, const Shape& b) {
+  try {
+    return broadcastShapes(a, b);
+  } catch (const Error& e) {
+    fail("{}: {}", opName(call), e.what());
+  }
+}
+
+// Whether `from` broadcasts to exactly `to` (unidirectional broadcasting, as ONNX calls it).
+bool broadcastsTo(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    Dim f = from[from.size() - 1 - i];
+    if (f != Dim(1) && f != to[to.size() - 1 - i]) return false;
+  }
+  return true;
+}
+
 std::vector<int64_t> normalizeAxes(const OpCall& call, const std::vector<int64_t>& axes, int64_t rank) {
   std::vector<int64_t> out;
   for (int64_t a : axes) {
@@ -90,8 +109,7 @@ std::vector<int64_t> normalizeAxes(const OpCall& call, const std::vector<int64_t
 }
 
 // Attribute lists of the windowed ops, defaulted and checked against the spatial rank.
-std::vector<int64_t> spatialList(const OpCall& call, const char* name, size_t n, int64_t fallback,
-                                 size_t factor = 1) {
+std::vector<int64_t> spatialList(const OpCall& call, const char* name, size_t n, int64_t fallback, size_t factor = 1) {
   std::vector<int64_t> v = attrIntsOr(call.attrs, name, {});
   if (v.empty()) return std::vector<int64_t>(n * factor, fallback);
   if (v.size() != n * factor) {
@@ -110,8 +128,8 @@ int64_t windowOutput(const OpCall& call, size_t axis, int64_t in, int64_t kernel
   int64_t extent = dilation * (kernel - 1) + 1;
   int64_t span = in + padBegin + padEnd - extent;
   if (span < 0) {
-    fail("{}: window of extent {} does not fit spatial axis {} of size {} with pads {}+{}", opName(call), extent,
-         axis, in, padBegin, padEnd);
+    fail("{}: window of extent {} does not fit spatial axis {} of size {} with pads {}+{}", opName(call), extent, axis,
+         in, padBegin, padEnd);
   }
   int64_t out = span / stride + 1;
   // ceil_mode: one more window when the last one would stop short of the padded end, unless
@@ -199,9 +217,7 @@ std::vector<TensorType> inferGemm(const OpCall& call) {
   if (call.inputs.size() == 3) {
     const TensorType& c = call.inputs[2];
     requireSameDType(call, a, c, "A", "C");
-    if (c.rank() > 2) fail("gemm: C must have rank at most 2, got {}", c.str());
-    Shape joined = broadcastShapes(c.shape, out.shape);
-    if (joined != out.shape) fail("gemm: C {} does not broadcast to the result {}", c.str(), out.str());
+    if (!broadcastsTo(c.shape, out.shape)) fail("gemm: C {} does not broadcast to the result {}", c.str(), out.str());
   }
   return {out};
 }
@@ -215,14 +231,14 @@ std::vector<TensorType> inferMatMul(const OpCall& call) {
   // 1-D operands: A gets a leading 1, B a trailing 1, both removed from the result.
   Shape sa = a.shape;
   Shape sb = b.shape;
-  if (a.rank() == 1) sa.insert(sa.begin(), Dim(1));
+  if (a.rank() == 1) sa = Shape{Dim(1), a.shape[0]};
   if (b.rank() == 1) sb.push_back(Dim(1));
   Dim ka = sa[sa.size() - 1];
   Dim kb = sb[sb.size() - 2];
   if (ka != kb) fail("matmul: inner dims differ: {} has K={}, {} has K={}", a.str(), ka.str(), b.str(), kb.str());
   Shape batchA(sa.begin(), sa.end() - 2);
   Shape batchB(sb.begin(), sb.end() - 2);
-  Shape out = broadcastShapes(batchA, batchB);
+  Shape out = broadcast(call, batchA, batchB);
   if (a.rank() != 1) out.push_back(sa[sa.size() - 2]);
   if (b.rank() != 1) out.push_back(sb[sb.size() - 1]);
   return {TensorType{a.dtype, out}};
@@ -276,7 +292,8 @@ std::vector<TensorType> inferConv(const OpCall& call) {
 std::vector<TensorType> inferPool(const OpCall& call) {
   const TensorType& x = call.inputs[0];
   requireFloat(call, x, "X");
-  if (x.rank() < 3) fail("{}: X must be (N, C, spatial...) with at least one spatial dim, got {}", opName(call), x.str());
+  if (x.rank() < 3)
+    fail("{}: X must be (N, C, spatial...) with at least one spatial dim, got {}", opName(call), x.str());
   size_t nsp = x.rank() - 2;
   const std::vector<int64_t>& kernel = attrInts(call.attrs, "kernel_shape");
   if (kernel.size() != nsp) {
@@ -297,7 +314,8 @@ std::vector<TensorType> inferPool(const OpCall& call) {
 std::vector<TensorType> inferGlobalPool(const OpCall& call) {
   const TensorType& x = call.inputs[0];
   requireFloat(call, x, "X");
-  if (x.rank() < 3) fail("{}: X must be (N, C, spatial...) with at least one spatial dim, got {}", opName(call), x.str());
+  if (x.rank() < 3)
+    fail("{}: X must be (N, C, spatial...) with at least one spatial dim, got {}", opName(call), x.str());
   Shape out{x.shape[0], x.shape[1]};
   out.resize(x.rank(), Dim(1));
   return {TensorType{x.dtype, out}};
@@ -329,7 +347,7 @@ std::vector<TensorType> inferLayerNorm(const OpCall& call) {
   for (size_t i = 1; i < call.inputs.size(); ++i) {
     const TensorType& p = call.inputs[i];
     requireSameDType(call, x, p, "X", kNames[i]);
-    if (p.rank() > normalized.size() || broadcastShapes(p.shape, normalized) != normalized) {
+    if (!broadcastsTo(p.shape, normalized)) {
       fail("layer_norm: {} {} does not broadcast to the normalized shape {}", kNames[i], p.str(), shapeStr(normalized));
     }
   }
@@ -343,7 +361,7 @@ std::vector<TensorType> inferBroadcast(const OpCall& call) {
   const TensorType& b = call.inputs[1];
   requireSameDType(call, a, b, "A", "B");
   requireNotBool(call, a);
-  return {TensorType{a.dtype, broadcastShapes(a.shape, b.shape)}};
+  return {TensorType{a.dtype, broadcast(call, a.shape, b.shape)}};
 }
 
 // Pow allows an exponent of another numeric dtype; the result has the base's dtype.
@@ -352,7 +370,7 @@ std::vector<TensorType> inferPow(const OpCall& call) {
   const TensorType& y = call.inputs[1];
   requireNotBool(call, x);
   requireNotBool(call, y);
-  return {TensorType{x.dtype, broadcastShapes(x.shape, y.shape)}};
+  return {TensorType{x.dtype, broadcast(call, x.shape, y.shape)}};
 }
 
 std::vector<TensorType> inferCompare(const OpCall& call) {
@@ -360,7 +378,7 @@ std::vector<TensorType> inferCompare(const OpCall& call) {
   const TensorType& b = call.inputs[1];
   requireSameDType(call, a, b, "A", "B");
   if (a.dtype == DType::Bool && call.op != Op::Equal) fail("{}: bool operands are not supported", opName(call));
-  return {TensorType{DType::Bool, broadcastShapes(a.shape, b.shape)}};
+  return {TensorType{DType::Bool, broadcast(call, a.shape, b.shape)}};
 }
 
 std::vector<TensorType> inferWhere(const OpCall& call) {
@@ -369,7 +387,7 @@ std::vector<TensorType> inferWhere(const OpCall& call) {
   const TensorType& y = call.inputs[2];
   if (cond.dtype != DType::Bool) fail("where: the condition must be bool, got {}", dtypeName(cond.dtype));
   requireSameDType(call, x, y, "X", "Y");
-  return {TensorType{x.dtype, broadcastShapes(cond.shape, broadcastShapes(x.shape, y.shape))}};
+  return {TensorType{x.dtype, broadcast(call, cond.shape, broadcast(call, x.shape, y.shape))}};
 }
 
 // ---- elementwise unary
@@ -461,7 +479,9 @@ std::vector<TensorType> inferReshape(const OpCall& call) {
   for (size_t i = 0; i < target.size(); ++i) {
     int64_t t = target[i];
     if (t == 0) {
-      if (i >= x.rank()) fail("reshape: shape {} copies dim {} (0) but the input {} has rank {}", fmt::join(target, ","), i, x.str(), x.rank());
+      if (i >= x.rank())
+        fail("reshape: shape {} copies dim {} (0) but the input {} has rank {}", fmt::join(target, ","), i, x.str(),
+             x.rank());
       out[i] = x.shape[i];
     } else if (t == -1) {
       if (inferred >= 0) fail("reshape: shape [{}] has more than one -1", fmt::join(target, ","));
@@ -511,7 +531,8 @@ std::vector<TensorType> inferTranspose(const OpCall& call) {
   std::vector<bool> seen(perm.size(), false);
   Shape out;
   for (int64_t p : perm) {
-    if (p < 0 || p >= rank || seen[p]) fail("transpose: perm [{}] is not a permutation of 0..{}", fmt::join(perm, ","), rank - 1);
+    if (p < 0 || p >= rank || seen[p])
+      fail("transpose: perm [{}] is not a permutation of 0..{}", fmt::join(perm, ","), rank - 1);
     seen[p] = true;
     out.push_back(x.shape[p]);
   }
@@ -531,7 +552,8 @@ std::vector<TensorType> inferConcat(const OpCall& call) {
     if (t.rank() != first.rank()) fail("concat: input {} {} has another rank than input 0 {}", i, t.str(), first.str());
     for (int64_t d = 0; d < rank; ++d) {
       if (d != axis && t.shape[d] != first.shape[d]) {
-        fail("concat: input {} {} differs from input 0 {} in dim {} (concat axis {})", i, t.str(), first.str(), d, axis);
+        fail("concat: input {} {} differs from input 0 {} in dim {} (concat axis {})", i, t.str(), first.str(), d,
+             axis);
       }
     }
     Dim d = t.shape[axis];
@@ -573,14 +595,16 @@ std::vector<TensorType> inferSplit(const OpCall& call) {
     if (last < 1 && size != 0) fail("split: dim {} of size {} does not split into {} parts", axis, size, n);
     for (int i = 0; i < n; ++i) parts.push_back(Dim(i + 1 < n ? chunk : last));
   } else {
-    if (static_cast<int>(split.size()) != n) fail("split: split [{}] has {} sizes for {} outputs", fmt::join(split, ","), split.size(), n);
+    if (static_cast<int>(split.size()) != n)
+      fail("split: split [{}] has {} sizes for {} outputs", fmt::join(split, ","), split.size(), n);
     int64_t sum = 0;
     for (int64_t s : split) {
       if (s < 0) fail("split: negative size in split [{}]", fmt::join(split, ","));
       sum += s;
       parts.push_back(Dim(s));
     }
-    if (sum != size) fail("split: sizes [{}] sum to {}, but dim {} of {} is {}", fmt::join(split, ","), sum, axis, x.str(), size);
+    if (sum != size)
+      fail("split: sizes [{}] sum to {}, but dim {} of {} is {}", fmt::join(split, ","), sum, axis, x.str(), size);
   }
   for (int i = 0; i < n; ++i) outs[i].shape[axis] = parts[i];
   return outs;

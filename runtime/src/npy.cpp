@@ -4,7 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
+#include <algorithm>
 #include <stdexcept>
 
 namespace policyc::runtime {
@@ -46,7 +46,11 @@ size_t npyDTypeSize(const std::string& dtype) {
 NpyArray readNpy(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) bad(path, "cannot open (no such file or not readable)");
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  f.seekg(0, std::ios::end);
+  std::string bytes(static_cast<size_t>(std::max<std::streamoff>(0, f.tellg())), '\0');
+  f.seekg(0);
+  f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!f) bad(path, "cannot read");
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) bad(path, "not a .npy file (bad magic)");
   auto major = static_cast<unsigned char>(bytes[6]);
   size_t headerLen = 0;

@@ -1,6 +1,7 @@
 // .npy reading and writing, including the malformed files users hand in.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -53,7 +54,7 @@ TEST_CASE("npy: 1-D, scalar and empty shapes", "[npy]") {
 
 TEST_CASE("npy: a header written by numpy is read", "[npy]") {
   std::string header = "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }";
-  header.append(64 - 10 - header.size() - 1, ' ');
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
   header += '\n';
   std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size()) + '\0' + header;
   int64_t values[2] = {-3, 1LL << 40};

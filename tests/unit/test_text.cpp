@@ -20,7 +20,7 @@ const char* kSmall = R"(graph tiny(%x: f32[batch,4], %"onnx::in:0": f32[batch,2]
   %a, %b = split(%x) {axis=1, split=[1,3]} : f32[batch,1], f32[batch,3]
   %c = concat(%a, %b, %"onnx::in:0") {axis=-1} : f32[batch,6]
   %r = reshape(%c) {shape=[0,-1]} : f32[batch,6]
-  %cl = clip(%r) {min=-1.0, max=inf} : f32[batch,6] loc("Clip_1", "Relu_2")
+  %cl = clip(%r) {min=-1.0} : f32[batch,6] loc("Clip_1", "Relu_2")
   return (y=%fc, "out:1"=%cl)
 }
 )";

@@ -13,7 +13,7 @@ namespace policyc::frontend {
 
 struct OnnxImportOptions {
   // Name of the imported graph; empty: the ONNX graph name (sanitised), or the file stem when
-  // the model's graph has no name.
+  // the model's graph has no name or an exporter's generic one ("torch_jit", "main_graph").
   std::string graphName;
 };
 

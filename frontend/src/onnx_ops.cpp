@@ -1,0 +1,658 @@
+// Per-operator conversion from ONNX (opsets 11-17) to the IR ops of ops.def: one small function
+// per ONNX op, found through one table. Constant inputs become attributes here.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <unordered_map>
+
+#include "import_context.h"
+#include "onnx_tensor.h"
+
+namespace policyc::frontend {
+namespace {
+
+using ir::AttrMap;
+using ir::Op;
+
+std::vector<ImportedValue> allInputs(NodeContext& ctx) {
+  std::vector<ImportedValue> ins;
+  for (size_t i = 0; i < ctx.numInputs(); ++i) ins.push_back(ctx.input(i));
+  return ins;
+}
+
+// One ONNX op onto one IR op, inputs as they are, no attributes.
+template <Op kOp>
+void convertDirect(NodeContext& ctx) {
+  ctx.setOutput(0, ctx.emit(kOp, allInputs(ctx), {}, ctx.outputName(0)));
+}
+
+// Copies float attribute `name` when the model gives it (the IR defaults equal ONNX's otherwise).
+void copyFloat(NodeContext& ctx, AttrMap& attrs, std::string_view name) {
+  if (auto v = ctx.attrFloat(name)) attrs[std::string(name)] = *v;
+}
+
+template <Op kOp>
+void convertAlpha(NodeContext& ctx) {
+  AttrMap attrs;
+  copyFloat(ctx, attrs, "alpha");
+  ctx.setOutput(0, ctx.emit(kOp, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+void convertSelu(NodeContext& ctx) {
+  AttrMap attrs;
+  copyFloat(ctx, attrs, "alpha");
+  copyFloat(ctx, attrs, "gamma");
+  ctx.setOutput(0, ctx.emit(Op::Selu, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+void convertHardSigmoid(NodeContext& ctx) {
+  AttrMap attrs;
+  copyFloat(ctx, attrs, "alpha");
+  copyFloat(ctx, attrs, "beta");
+  ctx.setOutput(0, ctx.emit(Op::HardSigmoid, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+// ---- linear algebra, convolution, pooling
+
+void convertGemm(NodeContext& ctx) {
+  AttrMap attrs;
+  copyFloat(ctx, attrs, "alpha");
+  copyFloat(ctx, attrs, "beta");
+  attrs["trans_a"] = ctx.attrInt("transA", 0);
+  attrs["trans_b"] = ctx.attrInt("transB", 0);
+  std::vector<ImportedValue> ins = {ctx.input(0), ctx.input(1)};
+  if (const ImportedValue* c = ctx.optionalInput(2)) ins.push_back(*c);
+  ctx.setOutput(0, ctx.emit(Op::Gemm, ins, std::move(attrs), ctx.outputName(0)));
+}
+
+// An optional per-spatial-dim list attribute (strides, dilations): all ones when absent.
+std::vector<int64_t> spatialAttr(NodeContext& ctx, std::string_view name, size_t spatial) {
+  std::optional<std::vector<int64_t>> v = ctx.attrInts(name);
+  if (!v) return std::vector<int64_t>(spatial, 1);
+  if (v->size() != spatial) ctx.fail("attribute {} has {} values for {} spatial dims", name, v->size(), spatial);
+  for (int64_t x : *v) {
+    if (x < 1) ctx.fail("attribute {} must be positive, got {}", name, x);
+  }
+  return *v;
+}
+
+// Explicit pads (begins, then ends) from `pads` and `auto_pad`; SAME_* needs static spatial dims.
+std::vector<int64_t> resolvePads(NodeContext& ctx, const ir::TensorType& x, const std::vector<int64_t>& kernel,
+                                 const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations) {
+  const size_t n = kernel.size();
+  std::string autoPad = ctx.attrString("auto_pad").value_or("NOTSET");
+  std::optional<std::vector<int64_t>> pads = ctx.attrInts("pads");
+  if (pads && pads->size() != 2 * n) ctx.fail("attribute pads has {} values, expected {}", pads->size(), 2 * n);
+  if (autoPad == "NOTSET") return pads.value_or(std::vector<int64_t>(2 * n, 0));
+  if (pads && std::any_of(pads->begin(), pads->end(), [](int64_t p) { return p != 0; })) {
+    ctx.fail("attribute pads cannot be combined with auto_pad={}", autoPad);
+  }
+  if (autoPad == "VALID") return std::vector<int64_t>(2 * n, 0);
+  if (autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER") {
+    ctx.fail("attribute auto_pad={} is not supported (NOTSET, VALID, SAME_UPPER or SAME_LOWER)", autoPad);
+  }
+  if (x.rank() != n + 2) ctx.fail("input {} has rank {}, expected {} for a {}-D kernel", x.str(), x.rank(), n + 2, n);
+  std::vector<int64_t> out(2 * n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    ir::Dim d = x.shape[2 + i];
+    if (d.isBatch()) ctx.fail("auto_pad={} needs static spatial dims, but the input is {}", autoPad, x.str());
+    // ONNX: the output has ceil(in / stride) elements; the padding that takes is split evenly,
+    // the odd element going at the end (SAME_UPPER) or at the beginning (SAME_LOWER).
+    int64_t in = d.value();
+    int64_t outSize = (in + strides[i] - 1) / strides[i];
+    int64_t total = std::max<int64_t>(0, (outSize - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in);
+    int64_t begin = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    out[i] = begin;
+    out[i + n] = total - begin;
+  }
+  return out;
+}
+
+void convertConv(NodeContext& ctx) {
+  const ImportedValue& x = ctx.input(0);
+  const ImportedValue& w = ctx.input(1);
+  ir::TensorType wt = w.type();
+  if (wt.rank() < 3) ctx.fail("weight '{}' is {}, expected rank 3 or more", w.name, wt.str());
+  const size_t spatial = wt.rank() - 2;
+  std::vector<int64_t> kernel;
+  for (size_t i = 0; i < spatial; ++i) {
+    if (wt.shape[2 + i].isBatch()) ctx.fail("weight '{}' is {}; its kernel dims must be static", w.name, wt.str());
+    kernel.push_back(wt.shape[2 + i].value());
+  }
+  if (auto given = ctx.attrInts("kernel_shape"); given && *given != kernel) {
+    ctx.fail("attribute kernel_shape={} does not match weight '{}' of type {}", ir::attrValueStr(*given), w.name,
+             wt.str());
+  }
+  std::vector<int64_t> strides = spatialAttr(ctx, "strides", spatial);
+  std::vector<int64_t> dilations = spatialAttr(ctx, "dilations", spatial);
+  AttrMap attrs;
+  attrs["kernel_shape"] = kernel;
+  attrs["strides"] = strides;
+  attrs["dilations"] = dilations;
+  attrs["pads"] = resolvePads(ctx, x.type(), kernel, strides, dilations);
+  attrs["group"] = ctx.attrInt("group", 1);
+  std::vector<ImportedValue> ins = {x, w};
+  if (const ImportedValue* b = ctx.optionalInput(2)) ins.push_back(*b);
+  ctx.setOutput(0, ctx.emit(Op::Conv, ins, std::move(attrs), ctx.outputName(0)));
+}
+
+std::vector<int64_t> requiredKernel(NodeContext& ctx) {
+  std::optional<std::vector<int64_t>> kernel = ctx.attrInts("kernel_shape");
+  if (!kernel || kernel->empty()) ctx.fail("attribute kernel_shape is required");
+  for (int64_t k : *kernel) {
+    if (k < 1) ctx.fail("attribute kernel_shape must be positive, got {}", ir::attrValueStr(*kernel));
+  }
+  return *kernel;
+}
+
+void convertMaxPool(NodeContext& ctx) {
+  ctx.requireUnusedOutputs(1, "policyc's max_pool does not compute the Indices output");
+  ctx.ignoreAttr("storage_order");  // only affects the Indices output
+  std::vector<int64_t> kernel = requiredKernel(ctx);
+  std::vector<int64_t> strides = spatialAttr(ctx, "strides", kernel.size());
+  std::vector<int64_t> dilations = spatialAttr(ctx, "dilations", kernel.size());
+  AttrMap attrs;
+  attrs["kernel_shape"] = kernel;
+  attrs["strides"] = strides;
+  attrs["dilations"] = dilations;
+  attrs["pads"] = resolvePads(ctx, ctx.inputType(0), kernel, strides, dilations);
+  attrs["ceil_mode"] = ctx.attrInt("ceil_mode", 0);
+  ctx.setOutput(0, ctx.emit(Op::MaxPool, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+void convertAveragePool(NodeContext& ctx) {
+  std::vector<int64_t> kernel = requiredKernel(ctx);
+  std::vector<int64_t> strides = spatialAttr(ctx, "strides", kernel.size());
+  AttrMap attrs;
+  attrs["kernel_shape"] = kernel;
+  attrs["strides"] = strides;
+  attrs["pads"] = resolvePads(ctx, ctx.inputType(0), kernel, strides, std::vector<int64_t>(kernel.size(), 1));
+  attrs["ceil_mode"] = ctx.attrInt("ceil_mode", 0);
+  attrs["count_include_pad"] = ctx.attrInt("count_include_pad", 0);
+  ctx.setOutput(0, ctx.emit(Op::AvgPool, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+// ---- normalisation
+
+void convertBatchNorm(NodeContext& ctx) {
+  if (ctx.attrInt("training_mode", 0) != 0) {
+    ctx.fail("training_mode=1 is not supported (policyc compiles inference; export the model in eval mode)");
+  }
+  ctx.requireUnusedOutputs(1, "running mean and variance outputs exist only in training mode");
+  ctx.ignoreAttr("momentum");  // only updates running statistics in training
+  AttrMap attrs;
+  copyFloat(ctx, attrs, "epsilon");
+  ctx.setOutput(0, ctx.emit(Op::BatchNorm, allInputs(ctx), std::move(attrs), ctx.outputName(0)));
+}
+
+void convertLayerNorm(NodeContext& ctx) {
+  ctx.requireUnusedOutputs(1, "policyc's layer_norm does not compute the Mean and InvStdDev outputs");
+  if (int64_t stash = ctx.attrInt("stash_type", 1); stash != 1) {
+    ctx.fail("attribute stash_type={} is not supported (only 1, float statistics)", stash);
+  }
+  AttrMap attrs;
+  attrs["axis"] = ctx.attrInt("axis", -1);
+  copyFloat(ctx, attrs, "epsilon");
+  std::vector<ImportedValue> ins = {ctx.input(0), ctx.input(1)};
+  if (const ImportedValue* b = ctx.optionalInput(2)) ins.push_back(*b);
+  ctx.setOutput(0, ctx.emit(Op::LayerNorm, ins, std::move(attrs), ctx.outputName(0)));
+}
+
+// ---- elementwise
+
+double scalarInput(NodeContext& ctx, size_t i, std::string_view role) {
+  const ir::Tensor& t = ctx.constantInput(i, role);
+  if (t.numel() != 1) ctx.fail("{} (input '{}') must hold one value, got {}", role, ctx.input(i).name, t.type().str());
+  return t.getAsDouble(0);
+}
+
+void convertClip(NodeContext& ctx) {
+  AttrMap attrs;
+  if (ctx.hasInput(1)) attrs["min"] = scalarInput(ctx, 1, "min");
+  if (ctx.hasInput(2)) attrs["max"] = scalarInput(ctx, 2, "max");
+  ctx.setOutput(0, ctx.emit(Op::Clip, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+// Variadic Min/Max: a left-to-right chain of binary ops (one input: a copy).
+template <Op kOp>
+void convertVariadic(NodeContext& ctx) {
+  std::vector<ImportedValue> ins = allInputs(ctx);
+  const std::string out = ctx.outputName(0);
+  if (ins.size() == 1) {
+    ctx.setOutput(0, ctx.emit(Op::Identity, ins, {}, out));
+    return;
+  }
+  ImportedValue acc = ins[0];
+  for (size_t i = 1; i < ins.size(); ++i) {
+    std::string name = i + 1 == ins.size() ? out : ctx.freshName(fmt::format("{}_{}", out, i));
+    acc = ctx.emit(kOp, {acc, ins[i]}, {}, name);
+  }
+  ctx.setOutput(0, acc);
+}
+
+void convertCast(NodeContext& ctx) {
+  std::optional<int64_t> to = ctx.attrInt("to");
+  if (!to) ctx.fail("attribute to is required");
+  std::optional<ir::DType> dtype = dtypeFromOnnx(static_cast<int32_t>(*to));
+  if (!dtype) ctx.fail("Cast to {} is not supported", onnxTypeName(static_cast<int32_t>(*to)));
+  AttrMap attrs;
+  attrs["to"] = std::string(ir::dtypeName(*dtype));
+  ctx.setOutput(0, ctx.emit(Op::Cast, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+// ---- reductions
+
+// Softmax and LogSoftmax. Before opset 13 they work on the input coerced to 2-D at `axis`
+// (default 1): every dim from `axis` on is one softmax row. That is a reshape to
+// [leading dims..., product of the rest], a softmax over the last axis, and a reshape back.
+template <Op kOp>
+void convertSoftmax(NodeContext& ctx) {
+  const bool coerce2d = ctx.opset() < 13;
+  int64_t axis = ctx.attrInt("axis", coerce2d ? 1 : -1);
+  const ImportedValue& x = ctx.input(0);
+  const std::string out = ctx.outputName(0);
+  ir::TensorType t = x.type();
+  const auto rank = static_cast<int64_t>(t.rank());
+  if (!coerce2d) {
+    ctx.setOutput(0, ctx.emit(kOp, {x}, {{"axis", axis}}, out));
+    return;
+  }
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1)) ctx.fail("axis {} is out of range for {}", axis, t.str());
+  if (axis < 0) axis += rank;
+  if (axis >= rank - 1) {
+    ctx.setOutput(0, ctx.emit(kOp, {x}, {{"axis", int64_t{-1}}}, out));
+    return;
+  }
+  int64_t rowSize = 1;
+  std::vector<int64_t> back;
+  for (int64_t i = 0; i < rank; ++i) {
+    ir::Dim d = t.shape[static_cast<size_t>(i)];
+    if (i < axis) {
+      back.push_back(0);  // copied from the 2-D tensor, which keeps the leading dims (and batch)
+      continue;
+    }
+    if (d.isBatch()) {
+      ctx.fail("axis {} of {} at opset {} takes softmax over the batch dim, which policyc does not support", axis,
+               t.str(), ctx.opset());
+    }
+    rowSize *= d.value();
+    back.push_back(d.value());
+  }
+  std::vector<int64_t> flat(static_cast<size_t>(axis), 0);
+  flat.push_back(rowSize);
+  ImportedValue rows = ctx.emit(Op::Reshape, {x}, {{"shape", flat}}, ctx.freshName(out + "_2d"));
+  ImportedValue sm = ctx.emit(kOp, {rows}, {{"axis", int64_t{-1}}}, ctx.freshName(out + "_rows"));
+  ctx.setOutput(0, ctx.emit(Op::Reshape, {sm}, {{"shape", back}}, out));
+}
+
+// ReduceMean/Sum/Max: axes as an attribute (before opset 13 for ReduceSum, through 17 for the
+// others) or as an input; noop_with_empty_axes=1 with no axes is a copy.
+template <Op kOp>
+void convertReduce(NodeContext& ctx) {
+  std::vector<int64_t> axes;
+  std::optional<std::vector<int64_t>> attrAxes = ctx.attrInts("axes");
+  if (attrAxes && ctx.hasInput(1)) ctx.fail("axes is given both as an attribute and as an input");
+  if (attrAxes) axes = *attrAxes;
+  if (ctx.hasInput(1)) axes = ctx.constantInts(1, "axes");
+  const int64_t keepdims = ctx.attrInt("keepdims", 1);
+  const std::string out = ctx.outputName(0);
+  if (axes.empty() && ctx.attrInt("noop_with_empty_axes", 0) != 0) {
+    ctx.setOutput(0, ctx.emit(Op::Identity, {ctx.input(0)}, {}, out));
+    return;
+  }
+  ctx.setOutput(0, ctx.emit(kOp, {ctx.input(0)}, {{"axes", axes}, {"keepdims", keepdims}}, out));
+}
+
+void convertArgMax(NodeContext& ctx) {
+  AttrMap attrs;
+  attrs["axis"] = ctx.attrInt("axis", 0);
+  attrs["keepdims"] = ctx.attrInt("keepdims", 1);
+  attrs["select_last_index"] = ctx.attrInt("select_last_index", 0);
+  ctx.setOutput(0, ctx.emit(Op::ArgMax, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+// ---- data movement
+
+void convertFlatten(NodeContext& ctx) {
+  ctx.setOutput(0, ctx.emit(Op::Flatten, {ctx.input(0)}, {{"axis", ctx.attrInt("axis", 1)}}, ctx.outputName(0)));
+}
+
+// Reshape's shape as IR attribute from a vector of dims some of which are the batch size: a
+// batch element becomes 0 (copy) where the input has its batch dim at the same axis, or -1 when
+// it is the only element left to infer and the static sizes on both sides agree.
+std::vector<int64_t> reshapeFromShapeVector(NodeContext& ctx, const ir::TensorType& in, const ImportedValue& sv) {
+  const ir::Tensor& values = *sv.tensor;
+  const ir::Tensor& mask = *sv.batchMask;
+  if (values.shape().size() != 1) ctx.fail("shape input '{}' must be 1-D, got rank {}", sv.name, values.shape().size());
+  std::vector<int64_t> shape = tensorInts(values);
+  std::vector<size_t> unresolved;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (mask.getAsInt(static_cast<int64_t>(i)) == 0) continue;
+    if (i < in.rank() && in.shape[i].isBatch()) {
+      shape[i] = 0;
+    } else {
+      unresolved.push_back(i);
+    }
+  }
+  if (unresolved.empty()) return shape;
+  auto cannot = [&](std::string_view why) {
+    ctx.fail("cannot reshape {} to a shape with the batch size at position {} ({})", in.str(), unresolved.front(), why);
+  };
+  if (unresolved.size() > 1) cannot("more than one such position does not line up with the input's batch dim");
+  if (std::find(shape.begin(), shape.end(), -1) != shape.end()) cannot("the shape also has a -1");
+  // The output keeps the input's batch dims that 0 elements copy; the one unresolved element
+  // is batch exactly when one input batch dim is left over and the static sizes match.
+  int64_t inStatic = 1, inBatch = 0, outStatic = 1, outBatch = 0;
+  for (ir::Dim d : in.shape) {
+    if (d.isBatch()) ++inBatch;
+    else inStatic *= d.value();
+  }
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i == unresolved.front()) continue;
+    if (shape[i] != 0) {
+      outStatic *= shape[i];
+    } else if (i >= in.rank()) {
+      cannot("a 0 copies a dim the input does not have");
+    } else if (in.shape[i].isBatch()) {
+      ++outBatch;
+    } else {
+      outStatic *= in.shape[i].value();
+    }
+  }
+  if (inBatch != outBatch + 1 || inStatic != outStatic) cannot("the remaining sizes do not leave exactly the batch size");
+  shape[unresolved.front()] = -1;
+  return shape;
+}
+
+void convertReshape(NodeContext& ctx) {
+  const ImportedValue& x = ctx.input(0);
+  const ImportedValue& shapeIn = ctx.input(1);
+  const bool allowZero = ctx.attrInt("allowzero", 0) != 0;
+  std::vector<int64_t> shape;
+  if (shapeIn.kind == ImportedValue::Kind::ShapeVector) {
+    shape = reshapeFromShapeVector(ctx, x.type(), shapeIn);
+  } else {
+    shape = ctx.constantInts(1, "shape");
+  }
+  if (allowZero && std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+    ctx.fail("allowzero=1 with a 0 in the shape {} is not supported", ir::attrValueStr(shape));
+  }
+  ctx.setOutput(0, ctx.emit(Op::Reshape, {x}, {{"shape", shape}}, ctx.outputName(0)));
+}
+
+void convertTranspose(NodeContext& ctx) {
+  AttrMap attrs;
+  if (auto perm = ctx.attrInts("perm")) attrs["perm"] = *perm;
+  ctx.setOutput(0, ctx.emit(Op::Transpose, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+void convertConcat(NodeContext& ctx) {
+  std::optional<int64_t> axis = ctx.attrInt("axis");
+  if (!axis) ctx.fail("attribute axis is required");
+  ctx.setOutput(0, ctx.emit(Op::Concat, allInputs(ctx), {{"axis", *axis}}, ctx.outputName(0)));
+}
+
+void convertSplit(NodeContext& ctx) {
+  AttrMap attrs;
+  attrs["axis"] = ctx.attrInt("axis", 0);
+  std::optional<std::vector<int64_t>> split = ctx.attrInts("split");
+  if (split && ctx.hasInput(1)) ctx.fail("split is given both as an attribute and as an input");
+  if (ctx.hasInput(1)) split = ctx.constantInts(1, "split");
+  if (split) attrs["split"] = *split;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < ctx.numOutputs(); ++i) names.push_back(ctx.outputName(i));
+  std::vector<ImportedValue> outs = ctx.emit(Op::Split, {ctx.input(0)}, std::move(attrs), names);
+  for (size_t i = 0; i < outs.size(); ++i) ctx.setOutput(i, std::move(outs[i]));
+}
+
+void convertSlice(NodeContext& ctx) {
+  AttrMap attrs;
+  attrs["starts"] = ctx.constantInts(1, "starts");
+  attrs["ends"] = ctx.constantInts(2, "ends");
+  if (ctx.hasInput(3)) attrs["axes"] = ctx.constantInts(3, "axes");
+  if (ctx.hasInput(4)) attrs["steps"] = ctx.constantInts(4, "steps");
+  ctx.setOutput(0, ctx.emit(Op::Slice, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+// Squeeze/Unsqueeze: axes an attribute before opset 13, an input from 13 on.
+std::optional<std::vector<int64_t>> axesAttrOrInput(NodeContext& ctx) {
+  std::optional<std::vector<int64_t>> axes = ctx.attrInts("axes");
+  if (axes && ctx.hasInput(1)) ctx.fail("axes is given both as an attribute and as an input");
+  if (ctx.hasInput(1)) axes = ctx.constantInts(1, "axes");
+  return axes;
+}
+
+void convertSqueeze(NodeContext& ctx) {
+  AttrMap attrs;
+  if (auto axes = axesAttrOrInput(ctx)) attrs["axes"] = *axes;
+  ctx.setOutput(0, ctx.emit(Op::Squeeze, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+void convertUnsqueeze(NodeContext& ctx) {
+  std::optional<std::vector<int64_t>> axes = axesAttrOrInput(ctx);
+  if (!axes) ctx.fail("axes are required ({} at opset {})", ctx.opset() < 13 ? "attribute" : "input 1", ctx.opset());
+  ctx.setOutput(0, ctx.emit(Op::Unsqueeze, {ctx.input(0)}, {{"axes", *axes}}, ctx.outputName(0)));
+}
+
+void convertGather(NodeContext& ctx) {
+  ctx.setOutput(0, ctx.emit(Op::Gather, {ctx.input(0), ctx.input(1)}, {{"axis", ctx.attrInt("axis", 0)}},
+                            ctx.outputName(0)));
+}
+
+void convertPad(NodeContext& ctx) {
+  std::string mode = ctx.attrString("mode").value_or("constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") {
+    ctx.fail("mode '{}' is not supported (constant, reflect or edge)", mode);
+  }
+  AttrMap attrs;
+  attrs["mode"] = mode;
+  attrs["pads"] = ctx.constantInts(1, "pads");
+  if (ctx.hasInput(2)) {
+    const ir::Tensor& value = ctx.constantInput(2, "constant_value");
+    if (value.numel() > 1) ctx.fail("constant_value (input '{}') must be a scalar, got {}", ctx.input(2).name, value.type().str());
+    if (value.numel() == 1) attrs["value"] = value.getAsDouble(0);
+  }
+  ctx.setOutput(0, ctx.emit(Op::Pad, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
+}
+
+void convertDropout(NodeContext& ctx) {
+  ctx.requireUnusedOutputs(1, "the mask output of Dropout exists only for training");
+  ctx.ignoreAttr("seed");   // randomness only in training mode
+  ctx.ignoreAttr("ratio");  // opset 11: the ratio attribute; inference ignores it
+  if (ctx.hasInput(2)) {
+    const ir::Tensor& training = ctx.constantInput(2, "training_mode");
+    if (training.numel() != 1 || training.getAsInt(0) != 0) {
+      ctx.fail("training_mode (input '{}') is true; policyc compiles inference only", ctx.input(2).name);
+    }
+  }
+  ctx.setOutput(0, ctx.emit(Op::Dropout, {ctx.input(0)}, {}, ctx.outputName(0)));
+}
+
+// ---- shapes and constants
+
+// Shape is a constant for static shapes and a shape vector (resolved by Reshape) with batch.
+void convertShape(NodeContext& ctx) {
+  ir::TensorType t = ctx.inputType(0);
+  const auto rank = static_cast<int64_t>(t.rank());
+  auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+  int64_t start = clampIndex(ctx.attrInt("start", 0));
+  int64_t end = clampIndex(ctx.attrInt("end", rank));
+  int64_t n = std::max<int64_t>(0, end - start);
+  ir::Tensor values(ir::DType::I64, {n});
+  ir::Tensor mask(ir::DType::I64, {n});
+  bool anyBatch = false;
+  for (int64_t i = 0; i < n; ++i) {
+    ir::Dim d = t.shape[static_cast<size_t>(start + i)];
+    values.data<int64_t>()[i] = d.isBatch() ? 1 : d.value();
+    mask.data<int64_t>()[i] = d.isBatch() ? 1 : 0;
+    anyBatch = anyBatch || d.isBatch();
+  }
+  ImportedValue r = ImportedValue::constant(std::move(values), ctx.outputName(0), ctx.provenance());
+  if (anyBatch) {
+    r.kind = ImportedValue::Kind::ShapeVector;
+    r.batchMask = std::make_shared<const ir::Tensor>(std::move(mask));
+  }
+  ctx.setOutput(0, std::move(r));
+}
+
+void convertConstant(NodeContext& ctx) {
+  for (std::string_view unsupported : {"sparse_value", "value_string", "value_strings"}) {
+    if (ctx.hasAttr(unsupported)) ctx.fail("attribute {} is not supported (numeric tensors only)", unsupported);
+  }
+  int given = 0;
+  for (std::string_view name : {"value", "value_float", "value_floats", "value_int", "value_ints"}) given += ctx.hasAttr(name);
+  if (given != 1) ctx.fail("needs exactly one value attribute, got {}", given);
+  std::optional<ir::Tensor> t;
+  if (auto v = ctx.attrTensor("value")) t = std::move(*v);
+  if (auto v = ctx.attrFloat("value_float")) t = ir::Tensor::fromVector(ir::DType::F32, {}, std::vector<float>{static_cast<float>(*v)});
+  if (auto v = ctx.attrFloats("value_floats")) {
+    std::vector<float> f(v->begin(), v->end());
+    t = ir::Tensor::fromVector(ir::DType::F32, {static_cast<int64_t>(f.size())}, f);
+  }
+  if (auto v = ctx.attrInt("value_int")) t = ir::Tensor::fromVector(ir::DType::I64, {}, std::vector<int64_t>{*v});
+  if (auto v = ctx.attrInts("value_ints")) t = ir::Tensor::fromVector(ir::DType::I64, {static_cast<int64_t>(v->size())}, *v);
+  ctx.setOutput(0, ImportedValue::constant(std::move(*t), ctx.outputName(0), ctx.provenance()));
+}
+
+// ConstantOfShape: a constant for a constant shape; for a shape with the batch size, a batch
+// fill (its stand-in has size-1 batch dims, which elementwise consumers broadcast identically).
+void convertConstantOfShape(NodeContext& ctx) {
+  ir::Tensor value = ctx.attrTensor("value").value_or(ir::Tensor(ir::DType::F32, {1}));
+  if (value.numel() != 1) ctx.fail("attribute value must hold one element, got {}", value.type().str());
+  const ImportedValue& shapeIn = ctx.input(0);
+  std::vector<int64_t> dims;
+  ir::Shape realShape;
+  if (shapeIn.kind == ImportedValue::Kind::ShapeVector) {
+    dims = tensorInts(*shapeIn.tensor);
+    for (size_t i = 0; i < dims.size(); ++i) {
+      bool batch = shapeIn.batchMask->getAsInt(static_cast<int64_t>(i)) != 0;
+      realShape.push_back(batch ? ir::Dim::batch() : ir::Dim(dims[i]));
+      if (batch) dims[i] = 1;
+    }
+  } else {
+    dims = ctx.constantInts(0, "shape");
+    realShape = ir::staticShape(dims);
+  }
+  int64_t numel = 1;
+  for (int64_t d : dims) {
+    if (d < 0) ctx.fail("shape {} has a negative dim", ir::attrValueStr(dims));
+    if (d > 0 && numel > kMaxImportElements / d) ctx.fail("shape {} is too large", ir::attrValueStr(dims));
+    numel *= d;
+  }
+  ir::Tensor out(value.dtype(), dims);
+  const size_t elem = ir::dtypeSize(value.dtype());
+  for (int64_t i = 0; i < numel; ++i) std::memcpy(out.bytes() + static_cast<size_t>(i) * elem, value.bytes(), elem);
+  ImportedValue r = ImportedValue::constant(std::move(out), ctx.outputName(0), ctx.provenance());
+  if (!ir::isStaticShape(realShape)) {
+    r.kind = ImportedValue::Kind::BatchFill;
+    r.fillShape = realShape;
+  }
+  ctx.setOutput(0, std::move(r));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table
+
+struct OpConverter {
+  int minInputs;
+  int maxInputs;   // -1: variadic
+  int maxOutputs;  // -1: variadic
+  int sinceOpset;  // first default-domain opset that defines the op (within 11-17)
+  void (*convert)(NodeContext&);
+};
+
+const std::unordered_map<std::string_view, OpConverter>& converters() {
+  static const std::unordered_map<std::string_view, OpConverter> table = {
+      // linear algebra, convolution, pooling
+      {"Gemm", {2, 3, 1, 11, convertGemm}},
+      {"MatMul", {2, 2, 1, 11, convertDirect<Op::MatMul>}},
+      {"Conv", {2, 3, 1, 11, convertConv}},
+      {"MaxPool", {1, 1, 2, 11, convertMaxPool}},
+      {"AveragePool", {1, 1, 1, 11, convertAveragePool}},
+      {"GlobalAveragePool", {1, 1, 1, 11, convertDirect<Op::GlobalAvgPool>}},
+      // normalisation
+      {"BatchNormalization", {5, 5, 5, 11, convertBatchNorm}},
+      {"LayerNormalization", {2, 3, 3, 17, convertLayerNorm}},
+      // elementwise binary (numpy broadcasting)
+      {"Add", {2, 2, 1, 11, convertDirect<Op::Add>}},
+      {"Sub", {2, 2, 1, 11, convertDirect<Op::Sub>}},
+      {"Mul", {2, 2, 1, 11, convertDirect<Op::Mul>}},
+      {"Div", {2, 2, 1, 11, convertDirect<Op::Div>}},
+      {"Pow", {2, 2, 1, 11, convertDirect<Op::Pow>}},
+      {"Equal", {2, 2, 1, 11, convertDirect<Op::Equal>}},
+      {"Less", {2, 2, 1, 11, convertDirect<Op::Less>}},
+      {"Greater", {2, 2, 1, 11, convertDirect<Op::Greater>}},
+      {"Where", {3, 3, 1, 11, convertDirect<Op::Where>}},
+      {"Min", {1, -1, 1, 11, convertVariadic<Op::Min>}},
+      {"Max", {1, -1, 1, 11, convertVariadic<Op::Max>}},
+      // elementwise unary
+      {"Neg", {1, 1, 1, 11, convertDirect<Op::Neg>}},
+      {"Abs", {1, 1, 1, 11, convertDirect<Op::Abs>}},
+      {"Sqrt", {1, 1, 1, 11, convertDirect<Op::Sqrt>}},
+      {"Exp", {1, 1, 1, 11, convertDirect<Op::Exp>}},
+      {"Log", {1, 1, 1, 11, convertDirect<Op::Log>}},
+      {"Erf", {1, 1, 1, 11, convertDirect<Op::Erf>}},
+      {"Relu", {1, 1, 1, 11, convertDirect<Op::Relu>}},
+      {"Sigmoid", {1, 1, 1, 11, convertDirect<Op::Sigmoid>}},
+      {"Tanh", {1, 1, 1, 11, convertDirect<Op::Tanh>}},
+      {"Softplus", {1, 1, 1, 11, convertDirect<Op::Softplus>}},
+      {"Not", {1, 1, 1, 11, convertDirect<Op::Not>}},
+      {"LeakyRelu", {1, 1, 1, 11, convertAlpha<Op::LeakyRelu>}},
+      {"Elu", {1, 1, 1, 11, convertAlpha<Op::Elu>}},
+      {"Selu", {1, 1, 1, 11, convertSelu}},
+      {"HardSigmoid", {1, 1, 1, 11, convertHardSigmoid}},
+      {"Clip", {1, 3, 1, 11, convertClip}},
+      {"Cast", {1, 1, 1, 11, convertCast}},
+      // reductions
+      {"Softmax", {1, 1, 1, 11, convertSoftmax<Op::Softmax>}},
+      {"LogSoftmax", {1, 1, 1, 11, convertSoftmax<Op::LogSoftmax>}},
+      {"ReduceMean", {1, 2, 1, 11, convertReduce<Op::ReduceMean>}},
+      {"ReduceSum", {1, 2, 1, 11, convertReduce<Op::ReduceSum>}},
+      {"ReduceMax", {1, 2, 1, 11, convertReduce<Op::ReduceMax>}},
+      {"ArgMax", {1, 1, 1, 11, convertArgMax}},
+      // data movement
+      {"Flatten", {1, 1, 1, 11, convertFlatten}},
+      {"Reshape", {2, 2, 1, 11, convertReshape}},
+      {"Transpose", {1, 1, 1, 11, convertTranspose}},
+      {"Concat", {1, -1, 1, 11, convertConcat}},
+      {"Split", {1, 2, -1, 11, convertSplit}},
+      {"Slice", {3, 5, 1, 11, convertSlice}},
+      {"Squeeze", {1, 2, 1, 11, convertSqueeze}},
+      {"Unsqueeze", {1, 2, 1, 11, convertUnsqueeze}},
+      {"Gather", {2, 2, 1, 11, convertGather}},
+      {"Pad", {2, 3, 1, 11, convertPad}},
+      {"Identity", {1, 1, 1, 11, convertDirect<Op::Identity>}},
+      {"Dropout", {1, 3, 2, 11, convertDropout}},
+      // shapes and constants
+      {"Shape", {1, 1, 1, 11, convertShape}},
+      {"Constant", {0, 0, 1, 11, convertConstant}},
+      {"ConstantOfShape", {1, 1, 1, 11, convertConstantOfShape}},
+  };
+  return table;
+}
+
+}  // namespace
+
+void convertNode(NodeContext& ctx) {
+  auto it = converters().find(ctx.opType());
+  if (it == converters().end() || ctx.opset() < it->second.sinceOpset) {
+    ctx.fail("unsupported operator '{}' (opset {})", ctx.opType(), ctx.opset());
+  }
+  const OpConverter& conv = it->second;
+  const auto numIn = static_cast<int>(ctx.numInputs());
+  if (numIn < conv.minInputs || (conv.maxInputs >= 0 && numIn > conv.maxInputs)) {
+    if (conv.maxInputs < 0) ctx.fail("{} takes at least {} inputs, got {}", ctx.opType(), conv.minInputs, numIn);
+    if (conv.minInputs == conv.maxInputs) ctx.fail("{} takes {} inputs, got {}", ctx.opType(), conv.minInputs, numIn);
+    ctx.fail("{} takes {} to {} inputs, got {}", ctx.opType(), conv.minInputs, conv.maxInputs, numIn);
+  }
+  const auto numOut = static_cast<int>(ctx.numOutputs());
+  if (numOut < 1 || (conv.maxOutputs >= 0 && numOut > conv.maxOutputs)) {
+    ctx.fail("{} has {} outputs, expected 1{}", ctx.opType(), numOut,
+             conv.maxOutputs == 1 ? "" : conv.maxOutputs < 0 ? " or more" : fmt::format(" to {}", conv.maxOutputs));
+  }
+  conv.convert(ctx);
+  ctx.checkAllAttributesUnderstood();
+}
+
+}  // namespace policyc::frontend

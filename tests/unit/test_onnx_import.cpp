@@ -1,0 +1,860 @@
+// Unit tests of the ONNX importer: small models built with the onnx protobuf API, bad files, and
+// (when present) the example models checked against their PyTorch reference outputs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <onnx/onnx_pb.h>
+
+#include "policyc/frontend/onnx_import.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/interpreter.h"
+
+namespace {
+
+using namespace policyc;
+using Catch::Matchers::Contains;
+
+constexpr int64_t kBatch = -1;  // marks a dim written as the symbolic "batch" in test models
+
+// Builds a small ModelProto; nodes are appended in order.
+class ModelBuilder {
+ public:
+  explicit ModelBuilder(int64_t opset = 13, const std::string& graphName = "test_graph") {
+    model_.set_ir_version(8);
+    model_.set_producer_name("policyc-tests");
+    onnx::OperatorSetIdProto* imp = model_.add_opset_import();
+    imp->set_domain("");
+    imp->set_version(opset);
+    graph()->set_name(graphName);
+  }
+
+  onnx::ModelProto& model() { return model_; }
+  onnx::GraphProto* graph() { return model_.mutable_graph(); }
+
+  void input(const std::string& name, std::vector<int64_t> dims, int elemType = onnx::TensorProto::FLOAT) {
+    onnx::ValueInfoProto* vi = graph()->add_input();
+    vi->set_name(name);
+    onnx::TypeProto::Tensor* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(elemType);
+    onnx::TensorShapeProto* shape = tt->mutable_shape();
+    for (int64_t d : dims) {
+      if (d == kBatch) shape->add_dim()->set_dim_param("batch");
+      else shape->add_dim()->set_dim_value(d);
+    }
+  }
+
+  void output(const std::string& name, int elemType = onnx::TensorProto::FLOAT) {
+    onnx::ValueInfoProto* vo = graph()->add_output();
+    vo->set_name(name);
+    vo->mutable_type()->mutable_tensor_type()->set_elem_type(elemType);
+  }
+
+  // A float initializer stored as raw_data (how PyTorch writes weights).
+  void initializer(const std::string& name, std::vector<int64_t> dims, const std::vector<float>& values) {
+    onnx::TensorProto* t = graph()->add_initializer();
+    fillFloat(*t, name, dims, values, /*raw=*/true);
+  }
+
+  // An int64 initializer stored in int64_data.
+  void initializerI64(const std::string& name, std::vector<int64_t> dims, const std::vector<int64_t>& values) {
+    onnx::TensorProto* t = graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int64_t v : values) t->add_int64_data(v);
+  }
+
+  onnx::NodeProto& node(const std::string& op, const std::vector<std::string>& inputs,
+                        const std::vector<std::string>& outputs, const std::string& name = "") {
+    onnx::NodeProto* n = graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(name.empty() ? op + "_" + std::to_string(graph()->node_size() - 1) : name);
+    for (const auto& i : inputs) n->add_input(i);
+    for (const auto& o : outputs) n->add_output(o);
+    return *n;
+  }
+
+  // A Constant node producing an int64 vector (how exporters write shape arithmetic).
+  void constI64(const std::string& out, const std::vector<int64_t>& values, bool scalar = false) {
+    onnx::NodeProto& n = node("Constant", {}, {out});
+    onnx::AttributeProto* a = n.add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    onnx::TensorProto* t = a->mutable_t();
+    t->set_data_type(onnx::TensorProto::INT64);
+    if (!scalar) t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t->add_int64_data(v);
+  }
+
+  std::string bytes() const { return model_.SerializeAsString(); }
+
+  std::unique_ptr<ir::Graph> import(const std::string& source = "test.onnx") const {
+    std::string b = bytes();
+    return frontend::importOnnxBytes(std::as_bytes(std::span<const char>(b.data(), b.size())), source);
+  }
+
+  static void fillFloat(onnx::TensorProto& t, const std::string& name, const std::vector<int64_t>& dims,
+                        const std::vector<float>& values, bool raw) {
+    t.set_name(name);
+    t.set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t.add_dims(d);
+    if (raw) {
+      t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+    } else {
+      for (float v : values) t.add_float_data(v);
+    }
+  }
+
+ private:
+  onnx::ModelProto model_;
+};
+
+void setInt(onnx::NodeProto& n, const std::string& name, int64_t v) {
+  onnx::AttributeProto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+void setInts(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
+  onnx::AttributeProto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+void setFloat(onnx::NodeProto& n, const std::string& name, float v) {
+  onnx::AttributeProto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+
+void setString(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+  onnx::AttributeProto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+
+std::vector<const ir::Node*> opNodes(const ir::Graph& g) {
+  std::vector<const ir::Node*> out;
+  for (const auto& n : g.nodes()) {
+    if (n->isOp()) out.push_back(n.get());
+  }
+  return out;
+}
+
+std::vector<std::string> opNames(const ir::Graph& g) {
+  std::vector<std::string> out;
+  for (const ir::Node* n : opNodes(g)) out.emplace_back(n->info().name);
+  return out;
+}
+
+size_t numParams(const ir::Graph& g) {
+  size_t count = 0;
+  for (const auto& n : g.nodes()) count += n->kind() == ir::NodeKind::Param;
+  return count;
+}
+
+std::string importError(const ModelBuilder& b, const std::string& source = "test.onnx") {
+  try {
+    b.import(source);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  FAIL("import succeeded but an error was expected");
+  return "";
+}
+
+std::filesystem::path tempPath(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("policyc_test_onnx_" + std::to_string(::getpid()) + "_" + name);
+}
+
+ir::Tensor f32(std::vector<int64_t> shape, std::vector<float> values) {
+  return ir::Tensor::fromVector(ir::DType::F32, std::move(shape), values);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs, batch dim, constants
+
+TEST_CASE("onnx import: dynamic batch input through Gemm", "[onnx]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 4});
+  b.initializer("W", {3, 4}, {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1});
+  onnx::TensorProto* bias = b.graph()->add_initializer();
+  ModelBuilder::fillFloat(*bias, "B", {3}, {0.5f, -1.0f, 2.0f}, /*raw=*/false);  // typed float_data
+  onnx::NodeProto& gemm = b.node("Gemm", {"x", "W", "B"}, {"y"}, "fc");
+  setInt(gemm, "transB", 1);
+  b.output("y");
+
+  auto g = b.import("dyn.onnx");
+  CHECK(g->name() == "test_graph");
+  REQUIRE(g->inputs().size() == 1);
+  CHECK(g->inputs()[0]->name() == "x");
+  CHECK(g->inputs()[0]->type().str() == "f32[batch,4]");
+  auto outs = g->outputs();
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].first == "y");
+  CHECK(outs[0].second->type().str() == "f32[batch,3]");
+  auto ops = opNodes(*g);
+  REQUIRE(ops.size() == 1);
+  CHECK(ops[0]->op() == ir::Op::Gemm);
+  CHECK(ops[0]->attrInt("trans_b") == 1);
+  CHECK(ops[0]->attrInt("trans_a") == 0);
+  CHECK(ops[0]->provenance() == std::vector<std::string>{"fc"});
+  CHECK(ops[0]->input(1)->name() == "W");
+  CHECK(ops[0]->input(2)->name() == "B");
+
+  auto result = ir::interpret(*g, {f32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8})});
+  REQUIRE(result.size() == 1);
+  std::vector<float> expect = {1.5f, 1.0f, 9.0f, 5.5f, 5.0f, 17.0f};
+  REQUIRE(result[0].numel() == 6);
+  for (int i = 0; i < 6; ++i) CHECK(result[0].data<float>()[i] == Approx(expect[i]));
+}
+
+TEST_CASE("onnx import: first dim written as 0, -1 or missing is the batch", "[onnx]") {
+  for (int form = 0; form < 3; ++form) {
+    ModelBuilder b;
+    b.input("x", {1, 4});
+    auto* dim = b.graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0);
+    if (form == 0) dim->set_dim_value(0);
+    if (form == 1) dim->set_dim_value(-1);
+    if (form == 2) dim->clear_dim_value();
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    auto g = b.import();
+    CHECK(g->inputs()[0]->type().str() == "f32[batch,4]");
+  }
+}
+
+TEST_CASE("onnx import: symbolic dim other than the first is an error naming the input", "[onnx]") {
+  ModelBuilder b;
+  b.input("obs", {kBatch, 4});
+  b.graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_param(
+      "features");
+  b.node("Relu", {"obs"}, {"y"});
+  b.output("y");
+  std::string msg = importError(b);
+  CHECK_THAT(msg, Contains("obs") && Contains("features") && Contains("dim 1"));
+}
+
+TEST_CASE("onnx import: initializers and Constant nodes become params, constant chains fold", "[onnx]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 2});
+  b.initializer("w", {2}, {2.0f, 3.0f});
+  // c = Constant([1, 1]) + Constant(value_floats [0.5, 0.25]): folded at import into one param.
+  onnx::NodeProto& c1 = b.node("Constant", {}, {"c1"}, "const_a");
+  onnx::AttributeProto* a = c1.add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  ModelBuilder::fillFloat(*a->mutable_t(), "", {2}, {1.0f, 1.0f}, /*raw=*/true);
+  onnx::NodeProto& c2 = b.node("Constant", {}, {"c2"}, "const_b");
+  onnx::AttributeProto* fl = c2.add_attribute();
+  fl->set_name("value_floats");
+  fl->set_type(onnx::AttributeProto::FLOATS);
+  fl->add_floats(0.5f);
+  fl->add_floats(0.25f);
+  b.node("Add", {"c1", "c2"}, {"c"}, "fold_me");
+  b.node("Mul", {"x", "w"}, {"xw"});
+  b.node("Add", {"xw", "c"}, {"y"});
+  b.initializer("unused", {1}, {7.0f});
+  b.output("y");
+
+  auto g = b.import();
+  CHECK(opNames(*g) == std::vector<std::string>{"mul", "add"});
+  CHECK(numParams(*g) == 2);  // w and the folded c; "unused", c1 and c2 never reach the graph
+  const ir::Value* c = g->findValue("c");
+  REQUIRE(c);
+  REQUIRE(c->producer()->kind() == ir::NodeKind::Param);
+  CHECK(c->producer()->provenance() == std::vector<std::string>{"fold_me"});
+  const ir::Tensor& data = c->producer()->paramData();
+  CHECK(data.data<float>()[0] == 1.5f);
+  CHECK(data.data<float>()[1] == 1.25f);
+  CHECK(g->findValue("unused") == nullptr);
+  CHECK(g->findValue("c1") == nullptr);
+
+  auto result = ir::interpret(*g, {f32({1, 2}, {1, 1})});
+  CHECK(result[0].data<float>()[0] == 3.5f);
+  CHECK(result[0].data<float>()[1] == 4.25f);
+}
+
+TEST_CASE("onnx import: graph name from the model, else the file stem", "[onnx]") {
+  auto nameFor = [](const std::string& graphName, const std::string& source) {
+    ModelBuilder b(13, graphName);
+    b.input("x", {kBatch, 2});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    return b.import(source)->name();
+  };
+  CHECK(nameFor("policy-net v2", "a.onnx") == "policy_net_v2");
+  CHECK(nameFor("", "/models/3d nav.onnx") == "_3d_nav");
+  CHECK(nameFor("torch_jit", "examples/ppo_mlp.onnx") == "ppo_mlp");  // torch.onnx's fixed default
+}
+
+TEST_CASE("onnx import: value names are kept exactly, provenance is the node name", "[onnx]") {
+  ModelBuilder b;
+  b.input("obs", {kBatch, 3});
+  b.node("Relu", {"obs"}, {"/Relu_output_0"}, "/Relu");
+  onnx::NodeProto& unnamed = b.node("Neg", {"/Relu_output_0"}, {"out"});
+  unnamed.clear_name();
+  b.output("out");
+  auto g = b.import();
+  auto ops = opNodes(*g);
+  REQUIRE(ops.size() == 2);
+  CHECK(ops[0]->name() == "/Relu_output_0");
+  CHECK(ops[0]->provenance() == std::vector<std::string>{"/Relu"});
+  CHECK(ops[1]->provenance() == std::vector<std::string>{"out"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shape arithmetic over the batch dim
+
+// x.view(x.size(0), -1) as torch.onnx exports it.
+TEST_CASE("onnx import: Shape-Gather-Unsqueeze-Concat-Reshape becomes a reshape attribute", "[onnx]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 2, 3});
+  b.node("Shape", {"x"}, {"s"});
+  b.constI64("idx", {0}, /*scalar=*/true);
+  b.node("Gather", {"s", "idx"}, {"n"});
+  b.constI64("axes0", {0});
+  b.node("Unsqueeze", {"n", "axes0"}, {"n1"});
+  b.constI64("minus1", {-1});
+  setInt(b.node("Concat", {"n1", "minus1"}, {"shape"}), "axis", 0);
+  b.node("Reshape", {"x", "shape"}, {"y"}, "view");
+  b.output("y");
+
+  auto g = b.import();
+  auto ops = opNodes(*g);
+  REQUIRE(ops.size() == 1);
+  CHECK(ops[0]->op() == ir::Op::Reshape);
+  CHECK(ops[0]->attrInts("shape") == std::vector<int64_t>{0, -1});
+  CHECK(g->outputs()[0].second->type().str() == "f32[batch,6]");
+  CHECK(numParams(*g) == 0);
+}
+
+TEST_CASE("onnx import: Shape-Slice shape vectors and a batch element at another axis", "[onnx]") {
+  SECTION("Slice keeps the batch element at axis 0") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2, 3});
+    b.node("Shape", {"x"}, {"s"});
+    b.constI64("st", {0});
+    b.constI64("en", {1});
+    b.node("Slice", {"s", "st", "en"}, {"n1"});
+    b.constI64("rest", {3, 2});
+    setInt(b.node("Concat", {"n1", "rest"}, {"shape"}), "axis", 0);
+    b.node("Reshape", {"x", "shape"}, {"y"});
+    b.output("y");
+    auto g = b.import();
+    auto ops = opNodes(*g);
+    REQUIRE(ops.size() == 1);
+    CHECK(ops[0]->attrInts("shape") == std::vector<int64_t>{0, 3, 2});
+    CHECK(g->outputs()[0].second->type().str() == "f32[batch,3,2]");
+  }
+  SECTION("a batch element that does not line up becomes -1 when unambiguous") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2, 3});
+    setInts(b.node("Transpose", {"x"}, {"t"}), "perm", {1, 0, 2});  // [2,batch,3]
+    b.node("Shape", {"x"}, {"s"});
+    b.constI64("idx", {0});
+    b.node("Gather", {"s", "idx"}, {"n1"});  // 1-D [batch]
+    b.constI64("six", {6});
+    setInt(b.node("Concat", {"n1", "six"}, {"shape"}), "axis", 0);
+    b.node("Reshape", {"t", "shape"}, {"y"});
+    b.output("y");
+    auto g = b.import();
+    auto ops = opNodes(*g);
+    REQUIRE(ops.size() == 2);
+    CHECK(ops[1]->attrInts("shape") == std::vector<int64_t>{-1, 6});
+    CHECK(g->outputs()[0].second->type().str() == "f32[batch,6]");
+  }
+  SECTION("a static slice of the shape folds to a constant") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2, 3});
+    b.node("Shape", {"x"}, {"s"});
+    b.constI64("st", {1});
+    b.constI64("en", {2});
+    b.node("Slice", {"s", "st", "en"}, {"dims"});  // [2]
+    b.constI64("three", {3});
+    b.node("Mul", {"dims", "three"}, {"total"});  // constant arithmetic on dims: [6]
+    b.constI64("m1", {-1});
+    setInt(b.node("Concat", {"m1", "total"}, {"shape"}), "axis", 0);
+    b.node("Reshape", {"x", "shape"}, {"y"});
+    b.output("y");
+    auto g = b.import();
+    CHECK(opNames(*g) == std::vector<std::string>{"reshape"});
+    CHECK(opNodes(*g).at(0)->attrInts("shape") == std::vector<int64_t>{-1, 6});
+  }
+  SECTION("arithmetic on the batch size is a clear error") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2, 3});
+    b.node("Shape", {"x"}, {"s"});
+    b.constI64("two", {2});
+    b.node("Mul", {"s", "two"}, {"s2"}, "double_it");
+    b.node("Reshape", {"x", "s2"}, {"y"});
+    b.output("y");
+    std::string msg = importError(b);
+    CHECK_THAT(msg, Contains("double_it") && Contains("(Mul, opset 13") && Contains("batch size"));
+  }
+}
+
+TEST_CASE("onnx import: zeros_like over a batch-sized value feeds elementwise ops", "[onnx]") {
+  // torch.where(cond, torch.zeros_like(v), v) as torch.onnx exports it.
+  ModelBuilder b;
+  b.input("v", {kBatch, 3});
+  b.node("Shape", {"v"}, {"s"});
+  b.node("ConstantOfShape", {"s"}, {"zeros"});
+  b.initializer("lim", {1}, {0.0f});
+  b.node("Less", {"v", "lim"}, {"neg"});
+  b.node("Where", {"neg", "zeros", "v"}, {"y"});
+  b.output("y");
+  auto g = b.import();
+  CHECK(opNames(*g) == std::vector<std::string>{"less", "where"});
+  CHECK(g->outputs()[0].second->type().str() == "f32[batch,3]");
+  auto result = ir::interpret(*g, {f32({2, 3}, {-1, 2, -3, 4, -5, 6})});
+  std::vector<float> expect = {0, 2, 0, 4, 0, 6};
+  for (int i = 0; i < 6; ++i) CHECK(result[0].data<float>()[i] == expect[i]);
+
+  ModelBuilder bad;
+  bad.input("v", {kBatch, 3});
+  bad.node("Shape", {"v"}, {"s"});
+  bad.node("ConstantOfShape", {"s"}, {"zeros"});
+  bad.initializer("w", {3, 2}, {1, 2, 3, 4, 5, 6});
+  bad.node("MatMul", {"zeros", "w"}, {"y"}, "mm");
+  bad.output("y");
+  CHECK_THAT(importError(bad), Contains("'mm'") && Contains("ConstantOfShape"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operator forms
+
+TEST_CASE("onnx import: Conv auto_pad SAME_UPPER/SAME_LOWER resolve to explicit pads", "[onnx]") {
+  for (const char* mode : {"SAME_UPPER", "SAME_LOWER", "VALID"}) {
+    ModelBuilder b;
+    b.input("x", {kBatch, 1, 5, 5});
+    b.initializer("W", {2, 1, 2, 2}, std::vector<float>(8, 1.0f));
+    onnx::NodeProto& conv = b.node("Conv", {"x", "W"}, {"y"}, "Conv_3");
+    setString(conv, "auto_pad", mode);
+    b.output("y");
+    auto g = b.import();
+    auto ops = opNodes(*g);
+    REQUIRE(ops.size() == 1);
+    CHECK(ops[0]->attrInts("kernel_shape") == std::vector<int64_t>{2, 2});
+    std::string m = mode;
+    if (m == "SAME_UPPER") {
+      CHECK(ops[0]->attrInts("pads") == std::vector<int64_t>{0, 0, 1, 1});
+      CHECK(g->outputs()[0].second->type().str() == "f32[batch,2,5,5]");
+    } else if (m == "SAME_LOWER") {
+      CHECK(ops[0]->attrInts("pads") == std::vector<int64_t>{1, 1, 0, 0});
+      CHECK(g->outputs()[0].second->type().str() == "f32[batch,2,5,5]");
+    } else {
+      CHECK(ops[0]->attrInts("pads") == std::vector<int64_t>{0, 0, 0, 0});
+      CHECK(g->outputs()[0].second->type().str() == "f32[batch,2,4,4]");
+    }
+  }
+  SECTION("stride 2") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 1, 5, 5});
+    b.initializer("W", {1, 1, 3, 3}, std::vector<float>(9, 1.0f));
+    onnx::NodeProto& conv = b.node("Conv", {"x", "W"}, {"y"});
+    setString(conv, "auto_pad", "SAME_UPPER");
+    setInts(conv, "strides", {2, 2});
+    b.output("y");
+    auto g = b.import();
+    CHECK(opNodes(*g)[0]->attrInts("pads") == std::vector<int64_t>{1, 1, 1, 1});
+    CHECK(g->outputs()[0].second->type().str() == "f32[batch,1,3,3]");
+  }
+  SECTION("an unknown auto_pad value names the node") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 1, 5, 5});
+    b.initializer("W", {1, 1, 3, 3}, std::vector<float>(9, 1.0f));
+    setString(b.node("Conv", {"x", "W"}, {"y"}, "Conv_3"), "auto_pad", "WRAP");
+    b.output("y");
+    std::string msg = importError(b, "model.onnx");
+    CHECK_THAT(msg, Contains("model.onnx: node 'Conv_3' (Conv, opset 13") && Contains("auto_pad=WRAP"));
+  }
+}
+
+TEST_CASE("onnx import: MaxPool Indices output and BatchNormalization training are rejected when used", "[onnx]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 1, 4, 4});
+  onnx::NodeProto& pool = b.node("MaxPool", {"x"}, {"y", "idx"}, "pool");
+  setInts(pool, "kernel_shape", {2, 2});
+  setInt(pool, "storage_order", 0);
+  b.output("y");
+  auto g = b.import();  // Indices named but unused: fine
+  CHECK(opNames(*g) == std::vector<std::string>{"max_pool"});
+  b.output("idx", onnx::TensorProto::INT64);
+  CHECK_THAT(importError(b), Contains("'pool'") && Contains("Indices"));
+}
+
+TEST_CASE("onnx import: Squeeze and Split at opset 12 (attributes) and 13 (inputs)", "[onnx]") {
+  for (int64_t opset : {12, 13}) {
+    ModelBuilder b(opset);
+    b.input("x", {kBatch, 6, 1});
+    onnx::NodeProto* split = nullptr;
+    if (opset < 13) {
+      setInts(b.node("Squeeze", {"x"}, {"s"}), "axes", {2});
+      split = &b.node("Split", {"s"}, {"a", "b"});
+      setInts(*split, "split", {2, 4});
+    } else {
+      b.constI64("ax", {2});
+      b.constI64("parts", {2, 4});
+      b.node("Squeeze", {"x", "ax"}, {"s"});
+      split = &b.node("Split", {"s", "parts"}, {"a", "b"});
+    }
+    setInt(*split, "axis", 1);
+    b.output("a");
+    b.output("b");
+    auto g = b.import();
+    auto ops = opNodes(*g);
+    REQUIRE(ops.size() == 2);
+    CHECK(ops[0]->op() == ir::Op::Squeeze);
+    CHECK(ops[0]->attrInts("axes") == std::vector<int64_t>{2});
+    CHECK(ops[1]->op() == ir::Op::Split);
+    CHECK(ops[1]->attrInts("split") == std::vector<int64_t>{2, 4});
+    CHECK(ops[1]->attrInt("axis") == 1);
+    auto outs = g->outputs();
+    CHECK(outs[0].second->type().str() == "f32[batch,2]");
+    CHECK(outs[1].second->type().str() == "f32[batch,4]");
+  }
+}
+
+TEST_CASE("onnx import: Softmax at opset 11 coerces to 2-D, at opset 13 works per axis", "[onnx]") {
+  const std::vector<float> in = {1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 1};
+  SECTION("opset 11, axis 1 of a rank-3 input: softmax over the 6 trailing elements") {
+    ModelBuilder b(11);
+    b.input("x", {kBatch, 2, 3});
+    setInt(b.node("Softmax", {"x"}, {"y"}, "sm"), "axis", 1);
+    b.output("y");
+    auto g = b.import();
+    CHECK(opNames(*g) == std::vector<std::string>{"reshape", "softmax", "reshape"});
+    auto ops = opNodes(*g);
+    CHECK(ops[0]->attrInts("shape") == std::vector<int64_t>{0, 6});
+    CHECK(ops[2]->attrInts("shape") == std::vector<int64_t>{0, 2, 3});
+    CHECK(ops[2]->name() == "y");
+    CHECK(g->outputs()[0].second->type().str() == "f32[batch,2,3]");
+    auto out = ir::interpret(*g, {f32({2, 2, 3}, in)});
+    for (int row = 0; row < 2; ++row) {
+      double sum = 0;
+      for (int i = 0; i < 6; ++i) sum += std::exp(in[static_cast<size_t>(row * 6 + i)]);
+      for (int i = 0; i < 6; ++i) {
+        CHECK(out[0].data<float>()[row * 6 + i] == Approx(std::exp(in[static_cast<size_t>(row * 6 + i)]) / sum));
+      }
+    }
+  }
+  SECTION("opset 11, default axis on a rank-2 input is the last axis") {
+    ModelBuilder b(11);
+    b.input("x", {kBatch, 6});
+    b.node("LogSoftmax", {"x"}, {"y"});
+    b.output("y");
+    auto g = b.import();
+    CHECK(opNames(*g) == std::vector<std::string>{"log_softmax"});
+  }
+  SECTION("opset 13, axis 1 is per axis") {
+    ModelBuilder b(13);
+    b.input("x", {kBatch, 2, 3});
+    setInt(b.node("Softmax", {"x"}, {"y"}), "axis", 1);
+    b.output("y");
+    auto g = b.import();
+    REQUIRE(opNames(*g) == std::vector<std::string>{"softmax"});
+    CHECK(opNodes(*g)[0]->attrInt("axis") == 1);
+  }
+}
+
+TEST_CASE("onnx import: Clip bounds, Min/Max chains, Reduce axes forms, Cast", "[onnx]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 4});
+  b.initializer("lo", {}, {-1.0f});
+  b.node("Clip", {"x", "lo", ""}, {"c"});
+  b.initializer("k1", {1}, {0.5f});
+  b.initializer("k2", {1}, {0.25f});
+  b.node("Max", {"c", "k1", "k2"}, {"m"});
+  b.node("Min", {"m"}, {"m1"});
+  b.constI64("ax", {1});
+  setInt(b.node("ReduceSum", {"m1", "ax"}, {"r"}), "keepdims", 0);
+  setInt(b.node("Cast", {"r"}, {"ri"}), "to", onnx::TensorProto::INT32);
+  b.output("ri", onnx::TensorProto::INT32);
+  auto g = b.import();
+  CHECK(opNames(*g) == std::vector<std::string>{"clip", "max", "max", "identity", "reduce_sum", "cast"});
+  auto ops = opNodes(*g);
+  CHECK(ops[0]->attrFloat("min") == -1.0);
+  CHECK(std::isinf(ops[0]->attrFloat("max")));
+  CHECK(ops[4]->attrInts("axes") == std::vector<int64_t>{1});
+  CHECK(ops[4]->attrInt("keepdims") == 0);
+  CHECK(ops[5]->attrString("to") == "i32");
+  CHECK(g->outputs()[0].second->type().str() == "i32[batch]");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input
+
+TEST_CASE("onnx import: missing, truncated and garbage files", "[onnx][errors]") {
+  CHECK_THROWS_WITH(frontend::importOnnxFile("/nonexistent/dir/model.onnx"),
+                    Contains("/nonexistent/dir/model.onnx") && Contains("no such file"));
+
+  ModelBuilder b;
+  b.input("x", {kBatch, 64});
+  b.initializer("W", {64, 64}, std::vector<float>(64 * 64, 0.5f));
+  b.node("MatMul", {"x", "W"}, {"y"});
+  b.output("y");
+  std::string bytes = b.bytes();
+
+  auto truncated = tempPath("truncated.onnx");
+  {
+    std::ofstream out(truncated, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  }
+  CHECK_THROWS_AS(frontend::importOnnxFile(truncated.string()), Error);
+  CHECK_THROWS_WITH(frontend::importOnnxFile(truncated.string()), Contains(truncated.string()));
+  std::filesystem::remove(truncated);
+
+  // Every prefix of a valid model either imports or fails cleanly.
+  for (size_t cut = 0; cut < bytes.size(); cut += 97) {
+    std::string part = bytes.substr(0, cut);
+    try {
+      frontend::importOnnxBytes(std::as_bytes(std::span<const char>(part.data(), part.size())), "cut.onnx");
+    } catch (const Error&) {
+    }
+  }
+
+  std::string garbage;
+  for (int i = 0; i < 4096; ++i) garbage += static_cast<char>((i * 7919 + 13) % 251);
+  CHECK_THROWS_WITH(frontend::importOnnxBytes(std::as_bytes(std::span<const char>(garbage.data(), garbage.size())),
+                                              "garbage.onnx"),
+                    Contains("garbage.onnx"));
+  std::string text = "this is not an onnx model\n";
+  CHECK_THROWS_AS(
+      frontend::importOnnxBytes(std::as_bytes(std::span<const char>(text.data(), text.size())), "text.onnx"), Error);
+}
+
+TEST_CASE("onnx import: unsupported operator names node, op type and opset", "[onnx][errors]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 5, 4});
+  b.node("LSTM", {"x"}, {"y"}, "LSTM_7");
+  b.output("y");
+  std::string msg = importError(b, "model.onnx");
+  CHECK_THAT(msg, Contains("model.onnx: node 'LSTM_7'") && Contains("unsupported operator 'LSTM' (opset 13)"));
+}
+
+TEST_CASE("onnx import: an unknown attribute on a supported op is an error", "[onnx][errors]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 4});
+  setFloat(b.node("Relu", {"x"}, {"y"}, "act"), "slope", 0.1f);
+  b.output("y");
+  CHECK_THAT(importError(b), Contains("'act'") && Contains("(Relu, opset 13") && Contains("attribute 'slope'"));
+
+  ModelBuilder wrongType;
+  wrongType.input("x", {kBatch, 4});
+  setString(wrongType.node("Flatten", {"x"}, {"y"}, "fl"), "axis", "one");
+  wrongType.output("y");
+  CHECK_THAT(importError(wrongType), Contains("'fl'") && Contains("axis") && Contains("STRING"));
+}
+
+TEST_CASE("onnx import: opsets outside 11-17 and foreign domains are rejected", "[onnx][errors]") {
+  for (int64_t opset : {9, 18}) {
+    ModelBuilder b(opset);
+    b.input("x", {kBatch, 4});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    CHECK_THAT(importError(b), Contains(fmt::format("opset {}", opset)) && Contains("11 to 17"));
+  }
+  ModelBuilder b;
+  b.input("x", {kBatch, 4});
+  onnx::NodeProto& n = b.node("FusedGemm", {"x"}, {"y"}, "ms_op");
+  n.set_domain("com.microsoft");
+  b.output("y");
+  CHECK_THAT(importError(b), Contains("'ms_op'") && Contains("com.microsoft"));
+
+  ModelBuilder noDefault;
+  noDefault.model().mutable_opset_import(0)->set_domain("ai.onnx.ml");
+  noDefault.input("x", {kBatch, 4});
+  noDefault.node("Relu", {"x"}, {"y"});
+  noDefault.output("y");
+  CHECK_THAT(importError(noDefault), Contains("no opset of the default ONNX domain"));
+}
+
+TEST_CASE("onnx import: float16 initializer, bad raw_data size, external data", "[onnx][errors]") {
+  auto model = [](auto&& edit) {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2});
+    b.initializer("w", {2}, {1.0f, 2.0f});
+    edit(*b.graph()->mutable_initializer(0));
+    b.node("Mul", {"x", "w"}, {"y"});
+    b.output("y");
+    return importError(b);
+  };
+  CHECK_THAT(model([](onnx::TensorProto& t) {
+               t.set_data_type(onnx::TensorProto::FLOAT16);
+               t.set_raw_data(std::string(4, '\0'));
+             }),
+             Contains("initializer 'w'") && Contains("FLOAT16"));
+  CHECK_THAT(model([](onnx::TensorProto& t) { t.set_raw_data(std::string(5, '\0')); }),
+             Contains("initializer 'w'") && Contains("raw_data"));
+  CHECK_THAT(model([](onnx::TensorProto& t) {
+               t.clear_raw_data();
+               t.set_data_location(onnx::TensorProto::EXTERNAL);
+               auto* e = t.add_external_data();
+               e->set_key("location");
+               e->set_value("weights.bin");
+             }),
+             Contains("initializer 'w'") && Contains("external"));
+  CHECK_THAT(model([](onnx::TensorProto& t) {
+               t.clear_raw_data();
+               t.add_float_data(1.0f);
+             }),
+             Contains("initializer 'w'") && Contains("float_data"));
+}
+
+TEST_CASE("onnx import: undefined input names and outputs", "[onnx][errors]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 4});
+  b.node("Add", {"x", "ghost"}, {"y"}, "add0");
+  b.output("y");
+  CHECK_THAT(importError(b), Contains("'add0'") && Contains("'ghost'") && Contains("not defined"));
+
+  ModelBuilder c;
+  c.input("x", {kBatch, 4});
+  c.node("Relu", {"x"}, {"y"});
+  c.output("nowhere");
+  CHECK_THAT(importError(c), Contains("'nowhere'"));
+}
+
+TEST_CASE("onnx import: non-constant input where the IR needs an attribute", "[onnx][errors]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 4});
+  b.input("shape", {2}, onnx::TensorProto::INT64);
+  b.node("Reshape", {"x", "shape"}, {"y"}, "dyn_reshape");
+  b.output("y");
+  CHECK_THAT(importError(b), Contains("'dyn_reshape'") && Contains("constant"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Example models (examples/models, made by make_models.py), against PyTorch's outputs
+
+#ifdef POLICYC_SOURCE_DIR
+
+// A minimal .npy reader: little-endian f4/f8/i8/i4/u1/b1, C order.
+std::optional<ir::Tensor> readNpy(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  std::string data = buffer.str();
+  if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0) return std::nullopt;
+  size_t headerLen = 0, offset = 0;
+  if (data[6] == 1) {
+    headerLen = static_cast<unsigned char>(data[8]) | (static_cast<size_t>(static_cast<unsigned char>(data[9])) << 8);
+    offset = 10;
+  } else {
+    for (int i = 3; i >= 0; --i) headerLen = (headerLen << 8) | static_cast<unsigned char>(data[8 + static_cast<size_t>(i)]);
+    offset = 12;
+  }
+  std::string header = data.substr(offset, headerLen);
+  auto field = [&](const std::string& key) {
+    size_t k = header.find("'" + key + "'");
+    return k == std::string::npos ? std::string() : header.substr(header.find(':', k) + 1);
+  };
+  std::string descr = field("descr");
+  descr = descr.substr(descr.find('\'') + 1);
+  descr = descr.substr(0, descr.find('\''));
+  std::string shapeText = field("shape");
+  shapeText = shapeText.substr(shapeText.find('(') + 1);
+  shapeText = shapeText.substr(0, shapeText.find(')'));
+  std::vector<int64_t> shape;
+  for (size_t pos = 0; pos < shapeText.size();) {
+    size_t end = shapeText.find(',', pos);
+    std::string item = shapeText.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (item.find_first_of("0123456789") != std::string::npos) shape.push_back(std::stoll(item));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  static const std::map<std::string, ir::DType> kinds = {{"<f4", ir::DType::F32}, {"<f8", ir::DType::F64},
+                                                          {"<i8", ir::DType::I64}, {"<i4", ir::DType::I32},
+                                                          {"|u1", ir::DType::U8},  {"|i1", ir::DType::I8},
+                                                          {"|b1", ir::DType::Bool}};
+  auto kind = kinds.find(descr);
+  if (kind == kinds.end()) return std::nullopt;
+  const char* payload = data.data() + offset + headerLen;
+  size_t bytes = data.size() - offset - headerLen;
+  return ir::Tensor::fromBytes(kind->second, shape, payload, bytes);
+}
+
+TEST_CASE("onnx import: ppo_mlp signature", "[onnx][models]") {
+  std::filesystem::path path = std::filesystem::path(POLICYC_SOURCE_DIR) / "examples/models/ppo_mlp.onnx";
+  if (!std::filesystem::exists(path)) {
+    WARN("skipped: " << path << " does not exist (run examples/models/make_models.py)");
+    return;
+  }
+  auto g = frontend::importOnnxFile(path.string());
+  REQUIRE(g->inputs().size() == 1);
+  CHECK(g->inputs()[0]->name() == "obs");
+  CHECK(g->inputs()[0]->type().str() == "f32[batch,17]");
+  auto outs = g->outputs();
+  REQUIRE(outs.size() == 2);
+  CHECK(outs[0].first == "action_dist_inputs");
+  CHECK(outs[0].second->type().str() == "f32[batch,12]");
+  CHECK(outs[1].first == "vf");
+  CHECK(outs[1].second->type().str() == "f32[batch,1]");
+}
+
+TEST_CASE("onnx import: example models match the PyTorch reference outputs", "[onnx][models]") {
+  const std::filesystem::path root(POLICYC_SOURCE_DIR);
+  const std::vector<std::string> models = {"ppo_mlp", "atari_cnn", "impala_cnn", "sac_actor", "uint8_convbn",
+                                           "multi_input"};
+  for (const std::string& model : models) {
+    std::filesystem::path onnxPath = root / "examples/models" / (model + ".onnx");
+    if (!std::filesystem::exists(onnxPath)) {
+      WARN("skipped " << model << ": " << onnxPath << " does not exist");
+      continue;
+    }
+    INFO("model " << model);
+    auto g = frontend::importOnnxFile(onnxPath.string());
+    for (int batch : {1, 3}) {
+      INFO("batch " << batch);
+      std::map<std::string, ir::Tensor> inputs;
+      bool haveData = true;
+      for (ir::Value* v : g->inputs()) {
+        auto t = readNpy(root / "tests/data" / model / fmt::format("in_b{}_{}.npy", batch, v->name()));
+        if (!t) {
+          haveData = false;
+          break;
+        }
+        inputs.emplace(v->name(), std::move(*t));
+      }
+      if (!haveData) {
+        WARN("skipped " << model << " batch " << batch << ": no reference inputs");
+        continue;
+      }
+      std::map<std::string, ir::Tensor> outputs = ir::interpretNamed(*g, inputs);
+      for (const auto& [name, actual] : outputs) {
+        INFO("output " << name);
+        auto expected = readNpy(root / "tests/data" / model / fmt::format("out_b{}_{}.npy", batch, name));
+        REQUIRE(expected);
+        REQUIRE(actual.shape() == expected->shape());
+        REQUIRE(actual.dtype() == expected->dtype());
+        int bad = 0;
+        for (int64_t i = 0; i < actual.numel(); ++i) {
+          double a = actual.getAsDouble(i), e = expected->getAsDouble(i);
+          if (std::abs(a - e) > 1e-4 + 1e-4 * std::abs(e)) ++bad;
+        }
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+#endif  // POLICYC_SOURCE_DIR
+
+}  // namespace
