@@ -124,9 +124,10 @@ NodeContext::NodeContext(ImportState& state, const onnx::NodeProto& node) : stat
   }
   std::string shown = !node.name().empty() ? node.name() : !firstOutput.empty() ? firstOutput : "<unnamed>";
   provenance_ = {shown};
-  std::string outputPart = !node.name().empty() && !firstOutput.empty() ? fmt::format(", output '{}'", firstOutput) : "";
-  prefix_ = fmt::format("{}: node '{}' ({}, opset {}{}): ", state.source(), shown, node.op_type(), state.opset(),
-                        outputPart);
+  std::string outputPart =
+      !node.name().empty() && !firstOutput.empty() ? fmt::format(", output '{}'", firstOutput) : "";
+  prefix_ =
+      fmt::format("{}: node '{}' ({}, opset {}{}): ", state.source(), shown, node.op_type(), state.opset(), outputPart);
 }
 
 bool NodeContext::hasInput(size_t i) const { return i < numInputs() && !node_.input(static_cast<int>(i)).empty(); }
@@ -151,9 +152,10 @@ const ir::Tensor& NodeContext::constantInput(size_t i, std::string_view role) co
   switch (v.kind) {
     case ImportedValue::Kind::Constant: return *v.tensor;
     case ImportedValue::Kind::Runtime:
-      fail("{} (input '{}') must be a constant (an initializer, or computed from constants only), but it is "
-           "computed at run time",
-           role, v.name);
+      fail(
+          "{} (input '{}') must be a constant (an initializer, or computed from constants only), but it is "
+          "computed at run time",
+          role, v.name);
     case ImportedValue::Kind::ShapeVector:
     case ImportedValue::Kind::BatchFill:
       fail("{} (input '{}') must be a constant, but it depends on the batch size", role, v.name);
@@ -163,7 +165,8 @@ const ir::Tensor& NodeContext::constantInput(size_t i, std::string_view role) co
 
 std::vector<int64_t> NodeContext::constantInts(size_t i, std::string_view role) const {
   const ir::Tensor& t = constantInput(i, role);
-  if (ir::isFloat(t.dtype())) fail("{} (input '{}') must be an integer tensor, got {}", role, input(i).name, t.type().str());
+  if (ir::isFloat(t.dtype()))
+    fail("{} (input '{}') must be an integer tensor, got {}", role, input(i).name, t.type().str());
   if (t.shape().size() > 1) fail("{} (input '{}') must be a 1-D tensor, got {}", role, input(i).name, t.type().str());
   return tensorInts(t);
 }
@@ -267,13 +270,7 @@ std::optional<std::string> NodeContext::attrString(std::string_view name) {
 std::optional<ir::Tensor> NodeContext::attrTensor(std::string_view name) {
   const onnx::AttributeProto* a = useTyped(name, onnx::AttributeProto::TENSOR);
   if (!a) return std::nullopt;
-  try {
-    return decodeTensor(a->t(), fmt::format("attribute '{}'", name));
-  } catch (const ImportError&) {
-    throw;
-  } catch (const Error& e) {
-    fail("{}", e.what());
-  }
+  return decodeTensor(a->t(), fmt::format("attribute '{}'", name));  // the node loop adds the prefix
 }
 
 void NodeContext::checkAllAttributesUnderstood() const {
@@ -307,7 +304,8 @@ std::vector<ImportedValue> NodeContext::emit(ir::Op op, const std::vector<Import
   // broadcasting gives the same result shape as with the real batch dims.
   std::vector<ir::TensorType> realTypes;
   if (batchFill) {
-    if (info.fusion != ir::FusionKind::Elementwise || op == ir::Op::BatchNorm) fail("{}", describeKindProblem(*batchFill));
+    if (info.fusion != ir::FusionKind::Elementwise || op == ir::Op::BatchNorm)
+      fail("{}", describeKindProblem(*batchFill));
     std::vector<ir::TensorType> inputTypes;
     for (const ImportedValue& in : inputs) inputTypes.push_back(in.type());
     realTypes = ir::inferOutputTypes(op, inputTypes, attrs, outputCount);
@@ -358,9 +356,10 @@ std::vector<ImportedValue> NodeContext::emitShapeVector(ir::Op op, const std::ve
   if (op == ir::Op::Cast) {
     auto to = ir::parseDType(ir::attrString(attrs, "to"));
     if (to != ir::DType::I64 && to != ir::DType::I32) {
-      fail("Cast of value '{}', which holds dims that include the batch size, to {} is not supported (only to "
-           "int32 or int64)",
-           inputs.front().name, ir::attrString(attrs, "to"));
+      fail(
+          "Cast of value '{}', which holds dims that include the batch size, to {} is not supported (only to "
+          "int32 or int64)",
+          inputs.front().name, ir::attrString(attrs, "to"));
     }
   }
   // Evaluate twice: on the element values, and on a mask that is 1 for batch elements. Index

@@ -2,6 +2,8 @@
 // that operator converters use to read inputs and attributes and to emit IR.
 #pragma once
 
+#include <onnx/onnx_pb.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -10,8 +12,6 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
-
-#include <onnx/onnx_pb.h>
 
 #include "policyc/ir/error.h"
 #include "policyc/ir/graph.h"
@@ -35,14 +35,14 @@ struct ImportedValue {
     BatchFill,    // a tensor of one repeated value whose shape has the batch dim (ConstantOfShape)
   };
   Kind kind = Kind::Runtime;
-  ir::Value* value = nullptr;                  // Runtime
-  std::shared_ptr<const ir::Tensor> tensor;    // Constant: the data. ShapeVector: the static elements
-                                               // (batch entries hold 1). BatchFill: the data with every
-                                               // batch dim of size 1, which broadcasts the same way.
-  std::shared_ptr<const ir::Tensor> batchMask; // ShapeVector: 1 where the element is the batch size
-  ir::Shape fillShape;                         // BatchFill: the real shape
-  std::string name;                            // ONNX name; a materialised constant's param name
-  std::vector<std::string> provenance;         // for params made from it
+  ir::Value* value = nullptr;                   // Runtime
+  std::shared_ptr<const ir::Tensor> tensor;     // Constant: the data. ShapeVector: the static elements
+                                                // (batch entries hold 1). BatchFill: the data with every
+                                                // batch dim of size 1, which broadcasts the same way.
+  std::shared_ptr<const ir::Tensor> batchMask;  // ShapeVector: 1 where the element is the batch size
+  ir::Shape fillShape;                          // BatchFill: the real shape
+  std::string name;                             // ONNX name; a materialised constant's param name
+  std::vector<std::string> provenance;          // for params made from it
 
   static ImportedValue runtime(ir::Value* v) {
     ImportedValue r;
@@ -68,7 +68,8 @@ struct ImportedValue {
 // State of one import: the graph being built and every ONNX value seen so far.
 class ImportState {
  public:
-  ImportState(ir::Graph& graph, std::string source, int64_t opset) : graph_(graph), source_(std::move(source)), opset_(opset) {}
+  ImportState(ir::Graph& graph, std::string source, int64_t opset)
+      : graph_(graph), source_(std::move(source)), opset_(opset) {}
 
   ir::Graph& graph() { return graph_; }
   const std::string& source() const { return source_; }
@@ -129,8 +130,8 @@ class NodeContext {
   // ---- inputs (an empty name is an omitted optional input)
   size_t numInputs() const { return static_cast<size_t>(node_.input_size()); }
   bool hasInput(size_t i) const;
-  const ImportedValue& input(size_t i) const;            // Error if omitted
-  const ImportedValue* optionalInput(size_t i) const;    // nullptr if omitted
+  const ImportedValue& input(size_t i) const;          // Error if omitted
+  const ImportedValue* optionalInput(size_t i) const;  // nullptr if omitted
   ir::TensorType inputType(size_t i) const { return input(i).type(); }
   // A constant input read as attribute data; Error naming `role` if it is not a constant.
   const ir::Tensor& constantInput(size_t i, std::string_view role) const;
@@ -184,5 +185,7 @@ class NodeContext {
 
 // Converts one ONNX node (opset and domain already checked). Defined in onnx_ops.cpp.
 void convertNode(NodeContext& ctx);
+// Whether convertNode knows `opType` (at some opset).
+bool hasConverter(std::string_view opType);
 
 }  // namespace policyc::frontend

@@ -40,7 +40,8 @@ ir::TensorType inputType(const onnx::ValueInfoProto& vi, const std::string& sour
     fail("{}: graph input '{}' has element type {}, which policyc does not support", source, name,
          onnxTypeName(tt.elem_type()));
   }
-  if (!tt.has_shape()) fail("{}: graph input '{}' has no shape; policyc needs static shapes except the batch dim", source, name);
+  if (!tt.has_shape())
+    fail("{}: graph input '{}' has no shape; policyc needs static shapes except the batch dim", source, name);
   ir::TensorType type{*dtype, {}};
   for (int i = 0; i < tt.shape().dim_size(); ++i) {
     const onnx::TensorShapeProto::Dimension& d = tt.shape().dim(i);
@@ -48,7 +49,7 @@ ir::TensorType inputType(const onnx::ValueInfoProto& vi, const std::string& sour
     if (i == 0 && dynamic) {
       type.shape.push_back(ir::Dim::batch());
     } else if (dynamic) {
-      std::string what = d.has_dim_param() ? fmt::format("symbolic ('{}')", d.dim_param())
+      std::string what = d.has_dim_param()   ? fmt::format("symbolic ('{}')", d.dim_param())
                          : d.has_dim_value() ? fmt::format("{}", d.dim_value())
                                              : std::string("unknown");
       fail("{}: graph input '{}': dim {} is {}; only the first (batch) dim may be dynamic", source, name, i, what);
@@ -57,6 +58,17 @@ ir::TensorType inputType(const onnx::ValueInfoProto& vi, const std::string& sour
     }
   }
   return type;
+}
+
+std::vector<char> readFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail("{}: no such file", path);
+  if (!std::filesystem::is_regular_file(path, ec)) fail("{}: not a regular file", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open the file for reading", path);
+  std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail("{}: error while reading the file", path);
+  return data;
 }
 
 std::unique_ptr<ir::Graph> importModel(const onnx::ModelProto& model, const std::string& source,
@@ -71,9 +83,10 @@ std::unique_ptr<ir::Graph> importModel(const onnx::ModelProto& model, const std:
   }
   if (!opset) fail("{}: the model imports no opset of the default ONNX domain (not an ONNX model?)", source);
   if (*opset < kMinOpset || *opset > kMaxOpset) {
-    fail("{}: opset {} is not supported; policyc reads opsets {} to {} of the default ONNX domain (convert the "
-         "model with onnx.version_converter)",
-         source, *opset, kMinOpset, kMaxOpset);
+    fail(
+        "{}: opset {} is not supported; policyc reads opsets {} to {} of the default ONNX domain (convert the "
+        "model with onnx.version_converter)",
+        source, *opset, kMinOpset, kMaxOpset);
   }
   if (!model.has_graph()) fail("{}: the model has no graph", source);
   const onnx::GraphProto& g = model.graph();
@@ -179,7 +192,8 @@ std::unique_ptr<ir::Graph> importOnnxBytes(std::span<const std::byte> bytes, std
                                            const OnnxImportOptions& options) {
   std::string source(sourceName.empty() ? "<memory>" : sourceName);
   if (bytes.empty()) fail("{}: the model is empty", source);
-  if (bytes.size() > static_cast<size_t>(INT_MAX)) fail("{}: the model is larger than 2 GiB, which protobuf cannot read", source);
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    fail("{}: the model is larger than 2 GiB, which protobuf cannot read", source);
   try {
     onnx::ModelProto model;
     if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
@@ -196,14 +210,29 @@ std::unique_ptr<ir::Graph> importOnnxBytes(std::span<const std::byte> bytes, std
 }
 
 std::unique_ptr<ir::Graph> importOnnxFile(const std::string& path, const OnnxImportOptions& options) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) fail("{}: no such file", path);
-  if (!std::filesystem::is_regular_file(path, ec)) fail("{}: not a regular file", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the file for reading", path);
-  std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail("{}: error while reading the file", path);
+  std::vector<char> data = readFile(path);
   return importOnnxBytes(std::as_bytes(std::span<const char>(data)), path, options);
+}
+
+bool isSupportedOnnxOp(std::string_view domain, std::string_view opType) {
+  return (domain.empty() || domain == "ai.onnx") && hasConverter(opType);
+}
+
+bool isSupportedOnnxType(int32_t elemType) { return dtypeFromOnnx(elemType).has_value(); }
+
+ir::Tensor readOnnxTensorFile(const std::string& path) {
+  std::vector<char> data = readFile(path);
+  if (data.size() > static_cast<size_t>(INT_MAX)) fail("{}: the tensor is larger than 2 GiB", path);
+  onnx::TensorProto proto;
+  if (!proto.ParseFromArray(data.data(), static_cast<int>(data.size()))) {
+    fail("{}: not a serialized ONNX TensorProto (the protobuf does not parse)", path);
+  }
+  try {
+    return decodeTensor(proto,
+                        proto.name().empty() ? std::string("the tensor") : fmt::format("tensor '{}'", proto.name()));
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
 }
 
 }  // namespace policyc::frontend

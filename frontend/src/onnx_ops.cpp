@@ -2,8 +2,6 @@
 // per ONNX op, found through one table. Constant inputs become attributes here.
 #include <algorithm>
 #include <cstring>
-#include <functional>
-#include <numeric>
 #include <unordered_map>
 
 #include "import_context.h"
@@ -360,7 +358,8 @@ std::vector<int64_t> reshapeFromShapeVector(NodeContext& ctx, const ir::TensorTy
       outStatic *= in.shape[i].value();
     }
   }
-  if (inBatch != outBatch + 1 || inStatic != outStatic) cannot("the remaining sizes do not leave exactly the batch size");
+  if (inBatch != outBatch + 1 || inStatic != outStatic)
+    cannot("the remaining sizes do not leave exactly the batch size");
   shape[unresolved.front()] = -1;
   return shape;
 }
@@ -368,15 +367,21 @@ std::vector<int64_t> reshapeFromShapeVector(NodeContext& ctx, const ir::TensorTy
 void convertReshape(NodeContext& ctx) {
   const ImportedValue& x = ctx.input(0);
   const ImportedValue& shapeIn = ctx.input(1);
-  const bool allowZero = ctx.attrInt("allowzero", 0) != 0;
   std::vector<int64_t> shape;
+  bool literalZero = false;  // a 0 written in the model (not one standing for the batch size)
   if (shapeIn.kind == ImportedValue::Kind::ShapeVector) {
+    std::vector<int64_t> written = tensorInts(*shapeIn.tensor);
+    for (size_t i = 0; i < written.size(); ++i) {
+      literalZero = literalZero || (written[i] == 0 && shapeIn.batchMask->getAsInt(static_cast<int64_t>(i)) == 0);
+    }
     shape = reshapeFromShapeVector(ctx, x.type(), shapeIn);
   } else {
     shape = ctx.constantInts(1, "shape");
+    literalZero = std::find(shape.begin(), shape.end(), 0) != shape.end();
   }
-  if (allowZero && std::find(shape.begin(), shape.end(), 0) != shape.end()) {
-    ctx.fail("allowzero=1 with a 0 in the shape {} is not supported", ir::attrValueStr(shape));
+  // allowzero=1 makes a 0 an empty dim instead of a copy of the input dim; the IR only copies.
+  if (ctx.attrInt("allowzero", 0) != 0 && literalZero) {
+    ctx.fail("allowzero=1 with a 0 in the shape is not supported");
   }
   ctx.setOutput(0, ctx.emit(Op::Reshape, {x}, {{"shape", shape}}, ctx.outputName(0)));
 }
@@ -436,8 +441,8 @@ void convertUnsqueeze(NodeContext& ctx) {
 }
 
 void convertGather(NodeContext& ctx) {
-  ctx.setOutput(0, ctx.emit(Op::Gather, {ctx.input(0), ctx.input(1)}, {{"axis", ctx.attrInt("axis", 0)}},
-                            ctx.outputName(0)));
+  ctx.setOutput(
+      0, ctx.emit(Op::Gather, {ctx.input(0), ctx.input(1)}, {{"axis", ctx.attrInt("axis", 0)}}, ctx.outputName(0)));
 }
 
 void convertPad(NodeContext& ctx) {
@@ -450,7 +455,8 @@ void convertPad(NodeContext& ctx) {
   attrs["pads"] = ctx.constantInts(1, "pads");
   if (ctx.hasInput(2)) {
     const ir::Tensor& value = ctx.constantInput(2, "constant_value");
-    if (value.numel() > 1) ctx.fail("constant_value (input '{}') must be a scalar, got {}", ctx.input(2).name, value.type().str());
+    if (value.numel() > 1)
+      ctx.fail("constant_value (input '{}') must be a scalar, got {}", ctx.input(2).name, value.type().str());
     if (value.numel() == 1) attrs["value"] = value.getAsDouble(0);
   }
   ctx.setOutput(0, ctx.emit(Op::Pad, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
@@ -501,17 +507,20 @@ void convertConstant(NodeContext& ctx) {
     if (ctx.hasAttr(unsupported)) ctx.fail("attribute {} is not supported (numeric tensors only)", unsupported);
   }
   int given = 0;
-  for (std::string_view name : {"value", "value_float", "value_floats", "value_int", "value_ints"}) given += ctx.hasAttr(name);
+  for (std::string_view name : {"value", "value_float", "value_floats", "value_int", "value_ints"})
+    given += ctx.hasAttr(name);
   if (given != 1) ctx.fail("needs exactly one value attribute, got {}", given);
   std::optional<ir::Tensor> t;
   if (auto v = ctx.attrTensor("value")) t = std::move(*v);
-  if (auto v = ctx.attrFloat("value_float")) t = ir::Tensor::fromVector(ir::DType::F32, {}, std::vector<float>{static_cast<float>(*v)});
+  if (auto v = ctx.attrFloat("value_float"))
+    t = ir::Tensor::fromVector(ir::DType::F32, {}, std::vector<float>{static_cast<float>(*v)});
   if (auto v = ctx.attrFloats("value_floats")) {
     std::vector<float> f(v->begin(), v->end());
     t = ir::Tensor::fromVector(ir::DType::F32, {static_cast<int64_t>(f.size())}, f);
   }
   if (auto v = ctx.attrInt("value_int")) t = ir::Tensor::fromVector(ir::DType::I64, {}, std::vector<int64_t>{*v});
-  if (auto v = ctx.attrInts("value_ints")) t = ir::Tensor::fromVector(ir::DType::I64, {static_cast<int64_t>(v->size())}, *v);
+  if (auto v = ctx.attrInts("value_ints"))
+    t = ir::Tensor::fromVector(ir::DType::I64, {static_cast<int64_t>(v->size())}, *v);
   ctx.setOutput(0, ImportedValue::constant(std::move(*t), ctx.outputName(0), ctx.provenance()));
 }
 
@@ -634,6 +643,8 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
 
 }  // namespace
 
+bool hasConverter(std::string_view opType) { return converters().count(opType) != 0; }
+
 void convertNode(NodeContext& ctx) {
   auto it = converters().find(ctx.opType());
   if (it == converters().end() || ctx.opset() < it->second.sinceOpset) {
@@ -649,7 +660,9 @@ void convertNode(NodeContext& ctx) {
   const auto numOut = static_cast<int>(ctx.numOutputs());
   if (numOut < 1 || (conv.maxOutputs >= 0 && numOut > conv.maxOutputs)) {
     ctx.fail("{} has {} outputs, expected 1{}", ctx.opType(), numOut,
-             conv.maxOutputs == 1 ? "" : conv.maxOutputs < 0 ? " or more" : fmt::format(" to {}", conv.maxOutputs));
+             conv.maxOutputs == 1  ? ""
+             : conv.maxOutputs < 0 ? " or more"
+                                   : fmt::format(" to {}", conv.maxOutputs));
   }
   conv.convert(ctx);
   ctx.checkAllAttributesUnderstood();

@@ -49,22 +49,25 @@ std::string onnxTypeName(int32_t elemType) {
 
 ir::Tensor decodeTensor(const onnx::TensorProto& proto, std::string_view what) {
   if (proto.data_location() == onnx::TensorProto::EXTERNAL || proto.external_data_size() > 0) {
-    fail("{} keeps its data in an external file, which policyc does not read (save the model with the weights "
-         "inside)",
-         what);
+    fail(
+        "{} keeps its data in an external file, which policyc does not read (save the model with the weights "
+        "inside)",
+        what);
   }
   if (proto.has_segment()) fail("{} is a segment of a larger tensor, which policyc does not support", what);
   std::optional<ir::DType> dtype = dtypeFromOnnx(proto.data_type());
   if (!dtype) {
-    fail("{} has data type {}, which policyc does not support (supported: FLOAT, DOUBLE, INT32, INT64, UINT8, "
-         "INT8, BOOL)",
-         what, onnxTypeName(proto.data_type()));
+    fail(
+        "{} has data type {}, which policyc does not support (supported: FLOAT, DOUBLE, INT32, INT64, UINT8, "
+        "INT8, BOOL)",
+        what, onnxTypeName(proto.data_type()));
   }
   std::vector<int64_t> dims;
   int64_t numel = 1;
   for (int64_t d : proto.dims()) {
     if (d < 0) fail("{} has a negative dimension {}", what, d);
-    if (d > 0 && numel > kMaxImportElements / d) fail("{} is too large ({} elements or more)", what, kMaxImportElements);
+    if (d > 0 && numel > kMaxImportElements / d)
+      fail("{} is too large ({} elements or more)", what, kMaxImportElements);
     numel *= d;
     dims.push_back(d);
   }

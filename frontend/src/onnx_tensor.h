@@ -1,12 +1,12 @@
 // Internal: ONNX element types and TensorProto decoding into ir::Tensor.
 #pragma once
 
+#include <onnx/onnx_pb.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <onnx/onnx_pb.h>
 
 #include "policyc/ir/tensor.h"
 

@@ -1,7 +1,9 @@
 // Unit tests of the ONNX importer: small models built with the onnx protobuf API, bad files, and
 // (when present) the example models checked against their PyTorch reference outputs.
-#include <catch2/catch.hpp>
+#include <onnx/onnx_pb.h>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -11,10 +13,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
-
-#include <onnx/onnx_pb.h>
 
 #include "policyc/frontend/onnx_import.h"
 #include "policyc/ir/error.h"
@@ -499,6 +497,62 @@ TEST_CASE("onnx import: MaxPool Indices output and BatchNormalization training a
   CHECK_THAT(importError(b), Contains("'pool'") && Contains("Indices"));
 }
 
+TEST_CASE("onnx import: training-only forms are rejected, inference forms accepted", "[onnx][errors]") {
+  auto bnModel = [](int64_t trainingMode, bool useMeanOutput) {
+    ModelBuilder b(14);
+    b.input("x", {kBatch, 2});
+    for (const char* name : {"scale", "bias", "mean", "var"}) b.initializer(name, {2}, {1.0f, 1.0f});
+    onnx::NodeProto& bn =
+        b.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y", "running_mean"}, "bn");
+    setInt(bn, "training_mode", trainingMode);
+    setFloat(bn, "momentum", 0.9f);
+    b.output("y");
+    if (useMeanOutput) b.output("running_mean");
+    return b;
+  };
+  CHECK(opNames(*bnModel(0, false).import()) == std::vector<std::string>{"batch_norm"});
+  CHECK_THAT(importError(bnModel(1, false)), Contains("'bn'") && Contains("training_mode=1"));
+  CHECK_THAT(importError(bnModel(0, true)), Contains("'bn'") && Contains("running_mean"));
+
+  auto dropoutModel = [](bool training, bool useMask) {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2});
+    b.initializer("ratio", {}, {0.5f});
+    onnx::TensorProto* t = b.graph()->add_initializer();
+    t->set_name("train");
+    t->set_data_type(onnx::TensorProto::BOOL);
+    t->add_int32_data(training ? 1 : 0);
+    b.node("Dropout", {"x", "ratio", "train"}, {"y", "mask"}, "drop");
+    b.output("y");
+    if (useMask) b.output("mask", onnx::TensorProto::BOOL);
+    return b;
+  };
+  CHECK(opNames(*dropoutModel(false, false).import()) == std::vector<std::string>{"dropout"});
+  CHECK_THAT(importError(dropoutModel(true, false)), Contains("'drop'") && Contains("training_mode"));
+  CHECK_THAT(importError(dropoutModel(false, true)), Contains("'drop'") && Contains("mask"));
+
+  ModelBuilder ln(13);
+  ln.input("x", {kBatch, 4});
+  ln.initializer("g", {4}, {1, 1, 1, 1});
+  ln.node("LayerNormalization", {"x", "g"}, {"y"}, "ln");
+  ln.output("y");
+  CHECK_THAT(importError(ln), Contains("unsupported operator 'LayerNormalization' (opset 13)"));
+}
+
+TEST_CASE("onnx import: outputs that are inputs or constants", "[onnx]") {
+  ModelBuilder b;
+  b.input("x", {kBatch, 2});
+  b.constI64("k", {1, 2, 3});
+  b.output("x");
+  b.output("k", onnx::TensorProto::INT64);
+  auto g = b.import();
+  auto outs = g->outputs();
+  REQUIRE(outs.size() == 2);
+  CHECK(outs[0].second->producer()->kind() == ir::NodeKind::Input);
+  CHECK(outs[1].second->producer()->kind() == ir::NodeKind::Param);
+  CHECK(outs[1].second->type().str() == "i64[3]");
+}
+
 TEST_CASE("onnx import: Squeeze and Split at opset 12 (attributes) and 13 (inputs)", "[onnx]") {
   for (int64_t opset : {12, 13}) {
     ModelBuilder b(opset);
@@ -631,9 +685,9 @@ TEST_CASE("onnx import: missing, truncated and garbage files", "[onnx][errors]")
 
   std::string garbage;
   for (int i = 0; i < 4096; ++i) garbage += static_cast<char>((i * 7919 + 13) % 251);
-  CHECK_THROWS_WITH(frontend::importOnnxBytes(std::as_bytes(std::span<const char>(garbage.data(), garbage.size())),
-                                              "garbage.onnx"),
-                    Contains("garbage.onnx"));
+  CHECK_THROWS_WITH(
+      frontend::importOnnxBytes(std::as_bytes(std::span<const char>(garbage.data(), garbage.size())), "garbage.onnx"),
+      Contains("garbage.onnx"));
   std::string text = "this is not an onnx model\n";
   CHECK_THROWS_AS(
       frontend::importOnnxBytes(std::as_bytes(std::span<const char>(text.data(), text.size())), "text.onnx"), Error);
@@ -740,6 +794,32 @@ TEST_CASE("onnx import: non-constant input where the IR needs an attribute", "[o
   CHECK_THAT(importError(b), Contains("'dyn_reshape'") && Contains("constant"));
 }
 
+TEST_CASE("onnx import: support queries and TensorProto files", "[onnx]") {
+  CHECK(frontend::isSupportedOnnxOp("", "Gemm"));
+  CHECK(frontend::isSupportedOnnxOp("ai.onnx", "ConstantOfShape"));
+  CHECK_FALSE(frontend::isSupportedOnnxOp("", "LSTM"));
+  CHECK_FALSE(frontend::isSupportedOnnxOp("com.microsoft", "Gemm"));
+  CHECK(frontend::isSupportedOnnxType(onnx::TensorProto::UINT8));
+  CHECK_FALSE(frontend::isSupportedOnnxType(onnx::TensorProto::FLOAT16));
+
+  onnx::TensorProto t;
+  ModelBuilder::fillFloat(t, "input_0", {2, 2}, {1, 2, 3, 4}, /*raw=*/true);
+  auto path = tempPath("tensor.pb");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << t.SerializeAsString();
+  }
+  ir::Tensor read = frontend::readOnnxTensorFile(path.string());
+  CHECK(read.type().str() == "f32[2,2]");
+  CHECK(read.data<float>()[3] == 4.0f);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string("\xff\xff\xff\xff\x0f", 5);
+  }
+  CHECK_THROWS_WITH(frontend::readOnnxTensorFile(path.string()), Contains(path.string()));
+  std::filesystem::remove(path);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Example models (examples/models, made by make_models.py), against PyTorch's outputs
 
@@ -758,7 +838,8 @@ std::optional<ir::Tensor> readNpy(const std::filesystem::path& path) {
     headerLen = static_cast<unsigned char>(data[8]) | (static_cast<size_t>(static_cast<unsigned char>(data[9])) << 8);
     offset = 10;
   } else {
-    for (int i = 3; i >= 0; --i) headerLen = (headerLen << 8) | static_cast<unsigned char>(data[8 + static_cast<size_t>(i)]);
+    for (int i = 3; i >= 0; --i)
+      headerLen = (headerLen << 8) | static_cast<unsigned char>(data[8 + static_cast<size_t>(i)]);
     offset = 12;
   }
   std::string header = data.substr(offset, headerLen);
@@ -780,10 +861,9 @@ std::optional<ir::Tensor> readNpy(const std::filesystem::path& path) {
     if (end == std::string::npos) break;
     pos = end + 1;
   }
-  static const std::map<std::string, ir::DType> kinds = {{"<f4", ir::DType::F32}, {"<f8", ir::DType::F64},
-                                                          {"<i8", ir::DType::I64}, {"<i4", ir::DType::I32},
-                                                          {"|u1", ir::DType::U8},  {"|i1", ir::DType::I8},
-                                                          {"|b1", ir::DType::Bool}};
+  static const std::map<std::string, ir::DType> kinds = {
+      {"<f4", ir::DType::F32}, {"<f8", ir::DType::F64}, {"<i8", ir::DType::I64}, {"<i4", ir::DType::I32},
+      {"|u1", ir::DType::U8},  {"|i1", ir::DType::I8},  {"|b1", ir::DType::Bool}};
   auto kind = kinds.find(descr);
   if (kind == kinds.end()) return std::nullopt;
   const char* payload = data.data() + offset + headerLen;
@@ -811,8 +891,8 @@ TEST_CASE("onnx import: ppo_mlp signature", "[onnx][models]") {
 
 TEST_CASE("onnx import: example models match the PyTorch reference outputs", "[onnx][models]") {
   const std::filesystem::path root(POLICYC_SOURCE_DIR);
-  const std::vector<std::string> models = {"ppo_mlp", "atari_cnn", "impala_cnn", "sac_actor", "uint8_convbn",
-                                           "multi_input"};
+  const std::vector<std::string> models = {"ppo_mlp",   "atari_cnn",    "impala_cnn",
+                                           "sac_actor", "uint8_convbn", "multi_input"};
   for (const std::string& model : models) {
     std::filesystem::path onnxPath = root / "examples/models" / (model + ".onnx");
     if (!std::filesystem::exists(onnxPath)) {

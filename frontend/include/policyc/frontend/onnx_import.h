@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -32,5 +33,14 @@ std::unique_ptr<ir::Graph> importOnnxFile(const std::string& path, const OnnxImp
 // its stem names the graph when the model's graph has no name).
 std::unique_ptr<ir::Graph> importOnnxBytes(std::span<const std::byte> bytes, std::string_view sourceName,
                                            const OnnxImportOptions& options = {});
+
+// What the importer handles, for tools that pick models (the conformance runner): an operator
+// of the default domain ("" or "ai.onnx") it converts, and a TensorProto element type it reads.
+bool isSupportedOnnxOp(std::string_view domain, std::string_view opType);
+bool isSupportedOnnxType(int32_t elemType);
+
+// Reads a file holding one serialized onnx.TensorProto (the ONNX backend tests' input_0.pb).
+// Throws policyc::Error naming the file when it is missing, corrupt or of an unsupported type.
+ir::Tensor readOnnxTensorFile(const std::string& path);
 
 }  // namespace policyc::frontend
