@@ -45,7 +45,8 @@ ir::TensorType inputType(const onnx::ValueInfoProto& vi, const std::string& sour
   ir::TensorType type{*dtype, {}};
   for (int i = 0; i < tt.shape().dim_size(); ++i) {
     const onnx::TensorShapeProto::Dimension& d = tt.shape().dim(i);
-    const bool dynamic = !d.has_dim_value() || d.dim_value() <= 0;
+    // A zero is a real (empty) dimension; only a missing or negative value is dynamic.
+    const bool dynamic = !d.has_dim_value() || d.dim_value() < 0;
     if (i == 0 && dynamic) {
       type.shape.push_back(ir::Dim::batch());
     } else if (dynamic) {
