@@ -139,6 +139,26 @@ void refGemm(const RefCall& call) {
   }
 }
 
+// y[r, n] = sum_k x[r, k] * w[n, k] + b[n] over every leading index r of x.
+void refLinear(const RefCall& call) {
+  const RefTensor& x = in(call, 0);
+  const RefTensor& w = in(call, 1);
+  RefTensor& y = out(call);
+  int64_t n = w.shape[0];
+  int64_t k = w.shape[1];
+  int64_t rows = product(x.shape, 0, x.shape.size() - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* px = x.data.data() + r * k;
+    for (int64_t j = 0; j < n; ++j) {
+      const double* pw = w.data.data() + j * k;
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += px[p] * pw[p];
+      if (hasInput(call, 2)) sum += in(call, 2).data[j];
+      y.data[r * n + j] = sum;
+    }
+  }
+}
+
 void refMatMul(const RefCall& call) {
   const RefTensor& a = in(call, 0);
   const RefTensor& b = in(call, 1);
@@ -476,6 +496,23 @@ void refUnary(const RefCall& call) {
         }
         break;
       default: fail("internal: {} is not a unary elementwise op", opInfo(call.op).name);
+    }
+    y.data[i] = r;
+  }
+}
+
+// silu, gelu (exact erf form) and hard_swish; NaN propagates.
+void refActivation(const RefCall& call) {
+  const RefTensor& x = in(call, 0);
+  RefTensor& y = out(call);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    double v = x.data[i];
+    double r = 0;
+    switch (call.op) {
+      case Op::Silu: r = v * sigmoid(v); break;
+      case Op::Gelu: r = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); break;
+      case Op::HardSwish: r = std::isnan(v) ? v : v * std::max(0.0, std::min(1.0, v / 6.0 + 0.5)); break;
+      default: fail("internal: {} is not an activation", opInfo(call.op).name);
     }
     y.data[i] = r;
   }

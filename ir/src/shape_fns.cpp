@@ -222,6 +222,29 @@ std::vector<TensorType> inferGemm(const OpCall& call) {
   return {out};
 }
 
+// linear(x [..., K], w [N, K], b [N]?) -> [..., N].
+std::vector<TensorType> inferLinear(const OpCall& call) {
+  const TensorType& x = call.inputs[0];
+  const TensorType& w = call.inputs[1];
+  requireSameDType(call, x, w, "X", "W");
+  requireNotBool(call, x);
+  if (x.rank() == 0) fail("linear: X must have rank >= 1, got {}", x.str());
+  requireRank(call, w, 2, "W [N, K]");
+  Dim k = x.shape.back();
+  if (w.shape[1] != k) {
+    fail("linear: X {} has K={}, but W {} is [N, K] with K={}", x.str(), k.str(), w.str(), w.shape[1].str());
+  }
+  Dim n = w.shape[0];
+  if (call.inputs.size() == 3) {
+    const TensorType& b = call.inputs[2];
+    requireSameDType(call, x, b, "X", "B");
+    if (b.shape != Shape{n}) fail("linear: B must be [{}], got {}", n.str(), b.str());
+  }
+  Shape out = x.shape;
+  out.back() = n;
+  return {TensorType{x.dtype, out}};
+}
+
 std::vector<TensorType> inferMatMul(const OpCall& call) {
   const TensorType& a = call.inputs[0];
   const TensorType& b = call.inputs[1];
@@ -291,7 +314,10 @@ std::vector<TensorType> inferConv(const OpCall& call) {
 
 std::vector<TensorType> inferPool(const OpCall& call) {
   const TensorType& x = call.inputs[0];
-  requireFloat(call, x, "X");
+  // ONNX MaxPool takes 8-bit integers too (frames before they are cast); averaging needs floats.
+  if (call.op == Op::AvgPool || x.dtype == DType::Bool || x.dtype == DType::I32 || x.dtype == DType::I64) {
+    requireFloat(call, x, "X");
+  }
   if (x.rank() < 3)
     fail("{}: X must be (N, C, spatial...) with at least one spatial dim, got {}", opName(call), x.str());
   size_t nsp = x.rank() - 2;
@@ -405,6 +431,13 @@ std::vector<TensorType> inferUnaryFloat(const OpCall& call) {
   if (call.op == Op::Softmax || call.op == Op::LogSoftmax) {
     normalizeAxis(attrInt(call.attrs, "axis"), static_cast<int64_t>(x.rank()));
   }
+  return {x};
+}
+
+// silu, gelu, hard_swish: float-only, shape-preserving.
+std::vector<TensorType> inferActivation(const OpCall& call) {
+  const TensorType& x = call.inputs[0];
+  requireFloat(call, x, "X");
   return {x};
 }
 
