@@ -10,9 +10,11 @@
 #include <fmt/format.h>
 
 #include "model_io.h"
+#include "policyc/codegen/kernel_program.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
+#include "policyc/passes/pass_manager.h"
 
 namespace {
 
@@ -21,14 +23,58 @@ using namespace policyc;
 // Exit codes: 0 success, 1 a check that ran and failed (later), 2 bad input or a compiler failure.
 constexpr int kExitBadInput = 2;
 
+// Options every command that optimises a graph shares.
+struct PipelineFlags {
+  std::string passes;                    // comma-separated; empty: the default pipeline
+  std::vector<std::string> disabled;
+  std::vector<std::string> printAfter;
+
+  void addTo(CLI::App* cmd) {
+    cmd->add_option("--passes", passes, "run exactly these passes, comma-separated (e.g. canonicalize,dce)");
+    cmd->add_option("--disable-pass", disabled, "skip this pass (repeatable)");
+    cmd->add_option("--print-after", printAfter, "print the graph to stderr after this pass, or 'all' (repeatable)");
+  }
+
+  // Runs the pipeline on `graph`; --print-after output goes to stderr.
+  void optimize(ir::Graph& graph) const {
+    passes::PipelineOptions options;
+    if (!passes.empty()) {
+      std::vector<std::string> names;
+      size_t start = 0;
+      while (start <= passes.size()) {
+        size_t comma = passes.find(',', start);
+        std::string name = passes.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!name.empty()) names.push_back(name);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      options.passes = names;
+    }
+    options.disabled = disabled;
+    options.printAfter = printAfter;
+    passes::PipelineResult result = passes::runPipeline(graph, options);
+    std::fwrite(result.printed.data(), 1, result.printed.size(), stderr);
+  }
+};
+
 struct DumpOptions {
   std::string model;
   std::string stage = "imported";
   std::string output;
+  PipelineFlags pipeline;
 };
 
 int runDump(const DumpOptions& o) {
   auto graph = tools::loadModel(o.model);
+  if (o.stage != "imported") o.pipeline.optimize(*graph);
+  if (o.stage == "pre-fusion" || o.stage == "post-fusion") {
+    if (!o.output.empty()) fail("-o writes .pir graphs; --stage {} prints the kernel program", o.stage);
+    codegen::KernelProgram program = codegen::lowerGraph(*graph);
+    if (o.stage == "post-fusion") codegen::fuseKernels(program);
+    std::string text = codegen::printKernelProgram(program);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  }
   if (!o.output.empty()) {
     ir::writePir(*graph, o.output);
     std::fprintf(stderr, "wrote %s\n", o.output.c_str());
@@ -51,10 +97,15 @@ struct RunOptions {
   int64_t batch = 1;
   uint64_t seed = 0;
   std::string outputDir;
+  PipelineFlags pipeline;
+  bool optimize = false;
 };
 
 int runRun(const RunOptions& o) {
   auto graph = tools::loadModel(o.model);
+  if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
+    o.pipeline.optimize(*graph);
+  }
   std::vector<ir::Tensor> inputs;
   if (o.random) {
     if (!o.inputs.empty()) fail("give either --input or --random, not both");
@@ -98,8 +149,10 @@ int main(int argc, char** argv) {
   DumpOptions dump;
   CLI::App* dumpCmd = app.add_subcommand("dump", "print a model's graph as .pir text");
   dumpCmd->add_option("model", dump.model, "model file (.onnx or .pir)")->required();
-  dumpCmd->add_option("--stage", dump.stage, "which graph to print")->check(CLI::IsMember({"imported"}));
+  dumpCmd->add_option("--stage", dump.stage, "imported | optimized (.pir) | pre-fusion | post-fusion (kernel program)")
+      ->check(CLI::IsMember({"imported", "optimized", "pre-fusion", "post-fusion"}));
   dumpCmd->add_option("-o,--output", dump.output, "write FILE.pir (and its weights to FILE.pir.bin) instead of printing");
+  dump.pipeline.addTo(dumpCmd);
 
   RunOptions run;
   CLI::App* runCmd = app.add_subcommand("run", "run a model on given or random inputs");
@@ -110,6 +163,8 @@ int main(int argc, char** argv) {
   runCmd->add_option("--batch", run.batch, "batch size for --random");
   runCmd->add_option("--seed", run.seed, "random seed for --random");
   runCmd->add_option("--output-dir", run.outputDir, "write NAME.npy for every output here");
+  runCmd->add_flag("--optimize", run.optimize, "run the optimised graph (implied by the pass options)");
+  run.pipeline.addTo(runCmd);
 
   try {
     app.parse(argc, argv);

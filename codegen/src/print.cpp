@@ -1,0 +1,138 @@
+// Printing the kernel program: ir_pre_fusion.txt / ir_post_fusion.txt and the one-line list.
+#include <fmt/format.h>
+
+#include "policyc/codegen/kernel_program.h"
+#include "policyc/ir/text.h"
+
+namespace policyc::codegen {
+namespace {
+
+std::string domainStr(const std::vector<ir::Dim>& domain) { return ir::shapeStr(domain); }
+
+std::string indexStr(const IndexMap& map) {
+  std::vector<std::string> parts;
+  for (const IndexExpr& e : map) {
+    if (e.axis < 0) {
+      parts.push_back(std::to_string(e.offset));
+      continue;
+    }
+    std::string s = e.scale == 1 ? fmt::format("i{}", e.axis) : fmt::format("{}*i{}", e.scale, e.axis);
+    if (e.offset) s += fmt::format("{:+}", e.offset);
+    parts.push_back(s);
+  }
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+std::string bufferRef(const KernelProgram& p, int id) { return "%" + ir::formatName(p.buffer(id).name); }
+
+std::string attrsOf(const ir::Node& n) {
+  std::vector<std::string> parts;
+  for (const ir::AttrSpec& spec : n.info().attrs) {
+    auto it = n.attrs().find(std::string(spec.name));
+    if (it == n.attrs().end() || (spec.defaultValue && *spec.defaultValue == it->second)) continue;
+    parts.push_back(fmt::format("{}={}", spec.name, ir::attrValueStr(it->second)));
+  }
+  return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));
+}
+
+void printBody(std::string& out, const KernelProgram& p, const std::vector<Instr>& body) {
+  for (size_t i = 0; i < body.size(); ++i) {
+    const Instr& in = body[i];
+    std::vector<std::string> args;
+    for (int a : in.args) args.push_back(fmt::format("%{}", a));
+    switch (in.opcode) {
+      case Opcode::Load:
+        out += fmt::format("    %{} = load {}{} : {}\n", i, bufferRef(p, in.buffer), indexStr(in.index), ir::dtypeName(in.dtype));
+        break;
+      case Opcode::Store:
+        out += fmt::format("    store {}{} = {}\n", bufferRef(p, in.buffer), indexStr(in.index), args.at(0));
+        break;
+      case Opcode::Const:
+        out += fmt::format("    %{} = const {} : {}\n", i, ir::attrValueStr(in.constant), ir::dtypeName(in.dtype));
+        break;
+      case Opcode::Acc: out += fmt::format("    %{} = acc : {}\n", i, ir::dtypeName(in.dtype)); break;
+      case Opcode::Apply:
+        out += fmt::format("    %{} = {}({}){} : {}    # {}\n", i, ir::opInfo(in.op).name, fmt::join(args, ", "),
+                           in.node ? attrsOf(*in.node) : "", ir::dtypeName(in.dtype),
+                           in.node ? "%" + ir::formatName(in.node->name()) : "");
+        break;
+    }
+  }
+}
+
+std::string sourceStr(const ir::Node* n) {
+  std::string s = fmt::format("%{} ({})", ir::formatName(n->name()), n->info().name);
+  if (!n->provenance().empty()) s += fmt::format(" from \"{}\"", fmt::join(n->provenance(), "\", \""));
+  return s;
+}
+
+}  // namespace
+
+const char* bufferKindName(BufferKind kind) {
+  switch (kind) {
+    case BufferKind::Input: return "input";
+    case BufferKind::Output: return "output";
+    case BufferKind::Param: return "param";
+    case BufferKind::Temp: return "temp";
+  }
+  return "?";
+}
+
+const char* kernelKindName(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::Pointwise: return "pointwise";
+    case KernelKind::Linear: return "linear";
+    case KernelKind::Conv: return "conv";
+    case KernelKind::Pool: return "pool";
+    case KernelKind::Reduction: return "reduction";
+    case KernelKind::Copy: return "copy";
+  }
+  return "?";
+}
+
+std::string printKernelList(const KernelProgram& p) {
+  std::string out;
+  for (const Kernel& k : p.kernels) {
+    std::vector<std::string> ops;
+    for (const ir::Node* n : k.sources) ops.emplace_back(n->info().name);
+    out += fmt::format("{} {} {} <- {}\n", k.name, kernelKindName(k.kind), domainStr(k.domain), fmt::join(ops, ", "));
+  }
+  return out;
+}
+
+std::string printKernelProgram(const KernelProgram& p) {
+  std::string out = fmt::format("kernel program {}: {} kernels\n\nbuffers:\n", ir::formatName(p.name), p.kernels.size());
+  for (const Buffer& b : p.buffers) {
+    if (b.kind == BufferKind::Param && p.readersOf(b.id).empty()) continue;  // folded into constants
+    out += fmt::format("  {} {} {}", bufferRef(p, b.id), bufferKindName(b.kind), b.type.str());
+    if (b.isView()) out += fmt::format(" view of {} offset {} strides [{}]", bufferRef(p, b.root), b.offset, fmt::join(b.strides, ","));
+    out += "\n";
+  }
+  for (const Kernel& k : p.kernels) {
+    out += fmt::format("\nkernel {} ({}) domain {}\n", k.name, kernelKindName(k.kind), domainStr(k.domain));
+    out += "  sources:";
+    for (size_t i = 0; i < k.sources.size(); ++i) out += fmt::format("{} {}", i ? "," : "", sourceStr(k.sources[i]));
+    out += "\n  reads:";
+    std::vector<int> reads = k.reads(), writes = k.writes();
+    for (size_t i = 0; i < reads.size(); ++i) out += fmt::format("{} {} {}", i ? "," : "", bufferRef(p, reads[i]), p.buffer(reads[i]).type.str());
+    out += "\n  writes:";
+    for (size_t i = 0; i < writes.size(); ++i) out += fmt::format("{} {} {}", i ? "," : "", bufferRef(p, writes[i]), p.buffer(writes[i]).type.str());
+    out += "\n";
+    if (k.anchor) {
+      std::vector<std::string> operands;
+      for (size_t i = 0; i < k.anchorInputs.size(); ++i) {
+        operands.push_back(i == 0 && !k.prologue.empty() ? "prologue" : bufferRef(p, k.anchorInputs[i]));
+      }
+      out += fmt::format("  template: {}({}){}\n", k.anchor->info().name, fmt::join(operands, ", "), attrsOf(*k.anchor));
+    }
+    if (!k.prologue.empty()) {
+      out += fmt::format("  prologue (result %{}):\n", k.prologueResult);
+      printBody(out, p, k.prologue);
+    }
+    out += k.anchor ? "  epilogue:\n" : "  body:\n";
+    printBody(out, p, k.body);
+  }
+  return out;
+}
+
+}  // namespace policyc::codegen

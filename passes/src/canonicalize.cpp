@@ -1,0 +1,426 @@
+// canonicalize: one form per idea, so later passes and the code generator match one pattern.
+//
+// Assumes: a verified graph with up-to-date types (run after infer-shapes).
+// Guarantees: every value keeps its type and (up to float rounding of rewritten constants) its
+// value; rewritten nodes carry the union of the provenance of the nodes they replace, in graph
+// order. A pattern fires only when the values inside it have no users outside it. Rewrites, each
+// with its counter:
+//   gemm->linear      gemm(x, w, b) {alpha=1, beta=1 or no C, trans_a=0}: trans_b=1 uses w as is,
+//                     trans_b=0 with a param B uses a transposed copy; a C that is not [N] must be a
+//                     param that broadcasts along N ([1,N], [1], []) and becomes [N]
+//   matmul->linear    matmul(x, W) with a param W [K,N] -> linear(x, W^T)
+//   bias absorbed     add(linear(x, w), b) (either order) with a param b along N -> linear(x, w, b)
+//   identities removed  identity and dropout
+//   div->mul          div(x, param c) -> mul(x, 1/c) (float only)
+//   sub->add          sub(x, param c) -> add(x, -c) (float only)
+//   reshapes collapsed  chains of flatten/reshape/squeeze/unsqueeze -> one reshape
+//   no-op reshapes removed  flatten/reshape/squeeze/unsqueeze whose result has its operand's type
+//   silu              x * sigmoid(x), either order
+//   gelu              x * 0.5 * (1 + erf(x / sqrt(2))) in any association/order of the products,
+//                     also with x * 0.70710677 in place of x / 1.4142135
+//   hard_swish        x * hard_sigmoid(x) {alpha=1/6, beta=0.5}, either order
+//   layer_norm        (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) over the last axis,
+//                     optionally * gamma and + beta (params along the last axis)
+//   clip->relu        clip {min=0, max=inf}
+// Adds params (restoring topological order at the end); leaves replaced params for dce.
+#include <cmath>
+#include <limits>
+#include <unordered_set>
+
+#include "rewrite.h"
+
+namespace policyc::passes {
+namespace {
+
+using namespace detail;
+using ir::DType;
+using ir::Dim;
+using ir::Graph;
+
+class Canonicalizer {
+ public:
+  Canonicalizer(Graph& graph, PassStats& stats) : graph_(graph), stats_(stats) {}
+
+  // Sweeps the graph until no pattern fires.
+  void run() {
+    for (int sweep = 0; sweep < 100; ++sweep) {
+      bool changed = false;
+      std::vector<Node*> snapshot;
+      for (const auto& n : graph_.nodes()) {
+        if (n->isOp()) snapshot.push_back(n.get());
+      }
+      erased_.clear();
+      for (Node* n : snapshot) {
+        if (erased_.count(n)) continue;
+        if (rewrite(n)) changed = true;
+      }
+      if (!changed) break;
+    }
+    restoreTopologicalOrder(graph_);
+  }
+
+ private:
+  bool rewrite(Node* n) {
+    switch (n->op()) {
+      case Op::Gemm: return gemmToLinear(n);
+      case Op::MatMul: return matmulToLinear(n);
+      case Op::Add: return absorbBias(n);
+      case Op::Identity:
+      case Op::Dropout: return removeIdentity(n);
+      case Op::Div: return layerNorm(n) || divToMul(n);
+      case Op::Sub: return subToAdd(n);
+      case Op::Mul: return silu(n) || hardSwish(n) || gelu(n);
+      case Op::Flatten:
+      case Op::Reshape:
+      case Op::Squeeze:
+      case Op::Unsqueeze: return collapseReshapes(n);
+      case Op::Clip: return clipToRelu(n);
+      default: return false;
+    }
+  }
+
+  // ---- helpers
+
+  void erase(const std::vector<Node*>& nodes) {
+    for (Node* n : nodes) erased_.insert(n);
+    eraseUnused(graph_, nodes);
+  }
+
+  // Replaces `root` (and the pattern `nodes`, root first) by one op; provenance is their union.
+  bool replace(Node* root, std::vector<Node*> nodes, Op op, std::vector<Value*> inputs, ir::AttrMap attrs,
+               std::string_view counter, Node* nameFrom = nullptr) {
+    std::vector<const Node*> cnodes(nodes.begin(), nodes.end());
+    Node* node = replaceOp(graph_, root, op, std::move(inputs), std::move(attrs), unionProvenance(graph_, cnodes),
+                           nameFrom);
+    if (!node) return false;
+    erase(nodes);
+    stats_.add(counter);
+    return true;
+  }
+
+  static bool isFloatValue(const Value* v) { return ir::isFloat(v->type().dtype); }
+
+  // ---- linear layers
+
+  bool gemmToLinear(Node* n) {
+    if (n->attrFloat("alpha") != 1.0 || n->attrInt("trans_a") != 0) return false;
+    bool hasC = n->numInputs() == 3;
+    if (hasC && n->attrFloat("beta") != 1.0) return false;
+    Value* x = n->input(0);
+    Value* b = n->input(1);
+    if (!isFloatValue(x)) return false;
+    Dim outN = n->output()->type().shape[1];
+    Node* bParam = paramNode(b);
+    bool transB = n->attrInt("trans_b") != 0;
+    if (!transB && !bParam) return false;
+    // The bias: a [N] value as is, or a param broadcasting along N.
+    Value* bias = nullptr;
+    std::optional<std::vector<double>> biasValues;
+    Node* cParam = nullptr;
+    if (hasC) {
+      Value* c = n->input(2);
+      if (c->type().shape == ir::Shape{outN}) {
+        bias = c;
+      } else {
+        cParam = paramNode(c);
+        if (!cParam || outN.isBatch()) return false;
+        biasValues = perChannel(cParam->paramData(), 2, 1, outN.value());
+        if (!biasValues) return false;
+      }
+    }
+    Value* w = b;
+    if (!transB) {
+      w = addParam(graph_, b->name() + ".T", transpose2d(bParam->paramData()), bParam->provenance());
+    }
+    if (biasValues) {
+      bias = addParam(graph_, cParam->name() + ".row", fromDoubles(x->type().dtype, {outN.value()}, *biasValues),
+                      cParam->provenance());
+    }
+    std::vector<Value*> inputs{x, w};
+    if (bias) inputs.push_back(bias);
+    return replace(n, {n}, Op::Linear, inputs, {}, "gemm->linear");
+  }
+
+  bool matmulToLinear(Node* n) {
+    Value* x = n->input(0);
+    Node* wParam = paramNode(n->input(1));
+    if (!wParam || !isFloatValue(x) || wParam->output()->type().rank() != 2 || x->type().rank() < 1) return false;
+    // x [..., K] times W [K, N] is linear(x, W^T) as long as x is not 1-D... which also works: [K] -> [N].
+    Value* w = addParam(graph_, wParam->name() + ".T", transpose2d(wParam->paramData()), wParam->provenance());
+    return replace(n, {n}, Op::Linear, {x, w}, {}, "matmul->linear");
+  }
+
+  bool absorbBias(Node* n) {
+    for (int side = 0; side < 2; ++side) {
+      Node* lin = producerOp(n->input(side), Op::Linear);
+      Node* bParam = paramNode(n->input(1 - side));
+      if (!lin || !bParam || lin->numInputs() != 2 || !onlyUsedBy(graph_, lin->output(), n)) continue;
+      const ir::TensorType& y = lin->output()->type();
+      Dim outN = y.shape.back();
+      if (outN.isBatch() || bParam->output()->type().dtype != y.dtype) continue;
+      auto values = perChannel(bParam->paramData(), y.rank(), y.rank() - 1, outN.value());
+      if (!values) continue;
+      Value* bias = bParam->output();
+      if (bParam->output()->type().shape != ir::Shape{outN}) {
+        bias = addParam(graph_, bParam->name() + ".row", fromDoubles(y.dtype, {outN.value()}, *values),
+                        bParam->provenance());
+      }
+      if (replace(n, {n, lin}, Op::Linear, {lin->input(0), lin->input(1), bias}, {}, "bias absorbed", lin)) return true;
+    }
+    return false;
+  }
+
+  // ---- no-ops and constant operands
+
+  bool removeIdentity(Node* n) {
+    graph_.replaceAllUsesWith(n->output(), n->input(0));
+    erase({n});
+    stats_.add("identities removed");
+    return true;
+  }
+
+  bool divToMul(Node* n) {
+    Node* c = paramNode(n->input(1));
+    if (!c || !isFloatValue(n->input(0)) || !isFloatValue(c->output())) return false;
+    std::vector<double> values = toDoubles(c->paramData());
+    for (double& v : values) v = 1.0 / v;
+    Value* recip =
+        addParam(graph_, c->name() + ".recip", fromDoubles(c->paramData().dtype(), c->paramData().shape(), values),
+                 c->provenance());
+    return replace(n, {n}, Op::Mul, {n->input(0), recip}, {}, "div->mul");
+  }
+
+  bool subToAdd(Node* n) {
+    Node* c = paramNode(n->input(1));
+    if (!c || !isFloatValue(n->input(0)) || !isFloatValue(c->output())) return false;
+    std::vector<double> values = toDoubles(c->paramData());
+    for (double& v : values) v = -v;
+    Value* neg = addParam(graph_, c->name() + ".neg",
+                          fromDoubles(c->paramData().dtype(), c->paramData().shape(), values), c->provenance());
+    return replace(n, {n}, Op::Add, {n->input(0), neg}, {}, "sub->add");
+  }
+
+  static bool isReshapeLike(const Node* n) {
+    return n && (n->isOp(Op::Flatten) || n->isOp(Op::Reshape) || n->isOp(Op::Squeeze) || n->isOp(Op::Unsqueeze));
+  }
+
+  // The reshape {shape} attribute that relabels `in` as `out` (same elements): batch stays 0 when
+  // it keeps its position, -1 otherwise; nullopt for shapes with zero-size dims.
+  static std::optional<std::vector<int64_t>> reshapeTarget(const ir::Shape& in, const ir::Shape& out) {
+    std::vector<int64_t> target;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].isBatch()) {
+        target.push_back(i < in.size() && in[i].isBatch() ? 0 : -1);
+      } else if (out[i].value() == 0) {
+        return std::nullopt;
+      } else {
+        target.push_back(out[i].value());
+      }
+    }
+    return target;
+  }
+
+  bool collapseReshapes(Node* n) {
+    if (n->output()->type() == n->input(0)->type()) {
+      graph_.replaceAllUsesWith(n->output(), n->input(0));
+      erase({n});
+      stats_.add("no-op reshapes removed");
+      return true;
+    }
+    Node* p = n->input(0)->producer();
+    if (!isReshapeLike(p) || !onlyUsedBy(graph_, p->output(), n)) return false;
+    Value* x = p->input(0);
+    auto target = reshapeTarget(x->type().shape, n->output()->type().shape);
+    if (!target) return false;
+    return replace(n, {n, p}, Op::Reshape, {x}, {{"shape", *target}}, "reshapes collapsed");
+  }
+
+  bool clipToRelu(Node* n) {
+    if (n->attrFloat("min") != 0.0 || n->attrFloat("max") != std::numeric_limits<double>::infinity()) return false;
+    return replace(n, {n}, Op::Relu, {n->input(0)}, {}, "clip->relu");
+  }
+
+  // ---- activations
+
+  // mul(x, act(x)) in either order, with act's result used only by the mul.
+  Node* gatedBy(Node* mul, Op act, Value** x) {
+    for (int side = 0; side < 2; ++side) {
+      Node* a = producerOp(mul->input(side), act);
+      if (a && a->input(0) == mul->input(1 - side) && onlyUsedBy(graph_, a->output(), mul)) {
+        *x = mul->input(1 - side);
+        return a;
+      }
+    }
+    return nullptr;
+  }
+
+  bool silu(Node* n) {
+    Value* x = nullptr;
+    Node* s = gatedBy(n, Op::Sigmoid, &x);
+    if (!s || !isFloatValue(x)) return false;
+    return replace(n, {n, s}, Op::Silu, {x}, {}, "silu");
+  }
+
+  bool hardSwish(Node* n) {
+    Value* x = nullptr;
+    Node* h = gatedBy(n, Op::HardSigmoid, &x);
+    if (!h || !isFloatValue(x)) return false;
+    if (std::abs(h->attrFloat("alpha") - 1.0 / 6.0) > 1e-6 || h->attrFloat("beta") != 0.5) return false;
+    return replace(n, {n, h}, Op::HardSwish, {x}, {}, "hard_swish");
+  }
+
+  // x * 0.5 * (1 + erf(x / sqrt(2))): the root mul and one inner mul give three factors.
+  bool gelu(Node* n) {
+    std::vector<Value*> factors;
+    std::vector<Node*> muls{n};
+    for (int side = 0; side < 2; ++side) {
+      Value* operand = n->input(side);
+      Node* inner = producerOp(operand, Op::Mul);
+      if (inner && muls.size() == 1 && onlyUsedBy(graph_, operand, n)) {
+        muls.push_back(inner);
+        factors.push_back(inner->input(0));
+        factors.push_back(inner->input(1));
+      } else {
+        factors.push_back(operand);
+      }
+    }
+    if (factors.size() != 3) return false;
+    // Which factor is 0.5, which is 1 + erf(...), and the rest is x.
+    for (size_t half = 0; half < 3; ++half) {
+      if (!isScalarParam(factors[half], 0.5)) continue;
+      for (size_t sum = 0; sum < 3; ++sum) {
+        if (sum == half) continue;
+        Value* x = factors[3 - half - sum];
+        std::vector<Node*> pattern = matchOnePlusErf(factors[sum], x, muls);
+        if (pattern.empty() || !isFloatValue(x)) continue;
+        std::vector<Node*> nodes = muls;
+        nodes.insert(nodes.end(), pattern.begin(), pattern.end());
+        if (replace(n, nodes, Op::Gelu, {x}, {}, "gelu")) return true;
+      }
+    }
+    return false;
+  }
+
+  // Matches 1 + erf(x / sqrt(2)) (or x * (1/sqrt(2)), any operand order) computed only for the
+  // muls of a gelu; returns the add, erf and scaling nodes, in that order, or nothing.
+  std::vector<Node*> matchOnePlusErf(Value* sum, Value* x, const std::vector<Node*>& muls) {
+    Node* add = producerOp(sum, Op::Add);
+    if (!add) return {};
+    std::vector<Node*> users = graph_.users(sum);
+    if (users.size() != 1 || std::find(muls.begin(), muls.end(), users.front()) == muls.end()) return {};
+    for (int side = 0; side < 2; ++side) {
+      Node* erf = producerOp(add->input(side), Op::Erf);
+      if (!erf || !isScalarParam(add->input(1 - side), 1.0) || !onlyUsedBy(graph_, erf->output(), add)) continue;
+      Value* scaled = erf->input(0);
+      if (!onlyUsedBy(graph_, scaled, erf)) continue;
+      constexpr double kTol = 1e-6;
+      if (Node* div = producerOp(scaled, Op::Div)) {
+        if (div->input(0) == x && isScalarParam(div->input(1), std::sqrt(2.0), kTol)) return {add, erf, div};
+      }
+      if (Node* mul = producerOp(scaled, Op::Mul)) {
+        for (int s = 0; s < 2; ++s) {
+          if (mul->input(s) == x && isScalarParam(mul->input(1 - s), std::sqrt(0.5), kTol)) return {add, erf, mul};
+        }
+      }
+    }
+    return {};
+  }
+
+  // ---- layer norm
+
+  // A reduce_mean over the last axis only, keeping dims.
+  static bool isLastAxisMean(const Node* n) {
+    if (!n || !n->isOp(Op::ReduceMean) || n->attrInt("keepdims") != 1) return false;
+    const std::vector<int64_t>& axes = n->attrInts("axes");
+    auto rank = static_cast<int64_t>(n->input(0)->type().rank());
+    return rank >= 1 && axes.size() == 1 && (axes[0] == -1 || axes[0] == rank - 1);
+  }
+
+  // Rooted at the div: (x - mean) / sqrt(var + eps), then the optional affine tail.
+  bool layerNorm(Node* div) {
+    Value* centered = div->input(0);
+    Node* sub = producerOp(centered, Op::Sub);
+    Node* sqrt = producerOp(div->input(1), Op::Sqrt);
+    if (!sub || !sqrt || !onlyUsedBy(graph_, sqrt->output(), div)) return false;
+    Value* x = sub->input(0);
+    Node* mean = producerOp(sub->input(1), Op::ReduceMean);
+    if (!isLastAxisMean(mean) || mean->input(0) != x || !onlyUsedBy(graph_, mean->output(), sub)) return false;
+    const ir::TensorType& xt = x->type();
+    if (!ir::isFloat(xt.dtype) || xt.rank() < 1 || xt.shape.back().isBatch()) return false;
+    int64_t channels = xt.shape.back().value();
+    Node* addEps = producerOp(sqrt->input(0), Op::Add);
+    if (!addEps || !onlyUsedBy(graph_, addEps->output(), sqrt)) return false;
+    Node* var = nullptr;
+    std::optional<double> eps;
+    for (int side = 0; side < 2; ++side) {
+      Node* v = producerOp(addEps->input(side), Op::ReduceMean);
+      std::optional<double> e = scalarParam(addEps->input(1 - side));
+      if (v && e) {
+        var = v;
+        eps = e;
+      }
+    }
+    if (!isLastAxisMean(var) || !onlyUsedBy(graph_, var->output(), addEps) || *eps < 0) return false;
+    Node* pow = producerOp(var->input(0), Op::Pow);
+    if (!pow || pow->input(0) != centered || !isScalarParam(pow->input(1), 2.0) ||
+        !onlyUsedBy(graph_, pow->output(), var)) {
+      return false;
+    }
+    std::vector<Node*> users = graph_.users(centered);
+    if (users.size() != 2 || std::find(users.begin(), users.end(), pow) == users.end() ||
+        std::find(users.begin(), users.end(), div) == users.end()) {
+      return false;
+    }
+
+    // The optional tail: * gamma, then + beta (params along the last axis, in either order).
+    std::vector<Node*> nodes{div, sqrt, addEps, var, pow, sub, mean};
+    Node* root = div;
+    Node* gamma = nullptr;
+    Node* beta = nullptr;
+    std::optional<std::vector<double>> gammaValues, betaValues;
+    auto affine = [&](Op op, Node** param, std::optional<std::vector<double>>* values) {
+      std::vector<Node*> next = graph_.users(root->output());
+      if (next.size() != 1 || !next.front()->isOp(op)) return;
+      Node* user = next.front();
+      for (int side = 0; side < 2; ++side) {
+        Node* p = paramNode(user->input(1 - side));
+        if (user->input(side) != root->output() || !p || p->output()->type().dtype != xt.dtype) continue;
+        auto v = perChannel(p->paramData(), xt.rank(), xt.rank() - 1, channels);
+        if (!v) continue;
+        *param = p;
+        *values = std::move(v);
+        nodes.insert(nodes.begin(), user);
+        root = user;
+        return;
+      }
+    };
+    affine(Op::Mul, &gamma, &gammaValues);
+    affine(Op::Add, &beta, &betaValues);
+
+    auto vectorParam = [&](Node* p, const std::vector<double>& values, std::string_view base) -> Value* {
+      if (p && p->output()->type().shape == ir::Shape{Dim(channels)}) return p->output();
+      return addParam(graph_, p ? p->name() + ".row" : std::string(base), fromDoubles(xt.dtype, {channels}, values),
+                      p ? p->provenance() : std::vector<std::string>{});
+    };
+    Value* scale = vectorParam(gamma, gamma ? *gammaValues : std::vector<double>(channels, 1.0),
+                               x->name() + ".ln_scale");
+    std::vector<Value*> inputs{x, scale};
+    if (beta) inputs.push_back(vectorParam(beta, *betaValues, ""));
+    ir::AttrMap attrs{{"axis", int64_t{-1}}, {"epsilon", *eps}};
+    return replace(root, nodes, Op::LayerNorm, inputs, attrs, "layer_norm");
+  }
+
+  Graph& graph_;
+  PassStats& stats_;
+  std::unordered_set<const Node*> erased_;
+};
+
+}  // namespace
+
+PassStats canonicalize(ir::Graph& graph) {
+  PassStats stats;
+  Canonicalizer(graph, stats).run();
+  return stats;
+}
+
+}  // namespace policyc::passes

@@ -1,0 +1,151 @@
+// fuse-horizontal: merges sibling layers that read the same input into one wider layer.
+//
+// Assumes: a verified graph; run after canonicalize (dense layers are `linear`) and cse.
+// Guarantees: two or more `linear(x, W_i, b_i?)` reading the same x with param weights (and param
+// or absent biases), or two or more `conv(x, W_i, b_i?)` with param weights, group 1 and identical
+// attributes and kernel shapes, become one layer over the weights concatenated along the output
+// axis ([N1+N2+..., K]; biases concatenated likewise, a missing bias as zeros when another member
+// has one) followed by a `split` along the output axis (last axis for linear, axis 1 for conv)
+// whose results take the members' names and users. Values and types are unchanged (the fused
+// layer computes the same dot products). The fused layer and the split unite the members'
+// provenance; the fused params unite the provenance of the params they concatenate. Members
+// with non-param weights or biases, other attributes or another kernel shape are not merged.
+// Counters: "linear groups fused", "conv groups fused", "layers merged". Adds params (restoring
+// topological order at the end); leaves the old ones for dce.
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "rewrite.h"
+
+namespace policyc::passes {
+namespace {
+
+using namespace detail;
+
+// The grouping key of a layer that may be merged with siblings reading `x`; empty if it may not.
+std::string siblingKey(const Node* n, const Value* x) {
+  if (!(n->isOp(Op::Linear) || n->isOp(Op::Conv)) || n->input(0) != x) return "";
+  if (!isParam(n->input(1)) || (n->numInputs() == 3 && !isParam(n->input(2)))) return "";
+  const ir::TensorType& w = n->input(1)->type();
+  // Any widths N_i group together: same x means the same K.
+  if (n->isOp(Op::Linear)) return fmt::format("linear {} K={}", ir::dtypeName(w.dtype), w.shape[1].str());
+  if (n->attrInt("group") != 1) return "";
+  std::string key = fmt::format("conv {}", ir::shapeStr(ir::Shape(w.shape.begin() + 1, w.shape.end())));
+  for (const auto& [name, value] : n->attrs()) key += fmt::format(" {}={}", name, ir::attrValueStr(value));
+  return key;
+}
+
+Tensor concatRows(const std::vector<const Tensor*>& parts, ir::DType dtype, std::vector<int64_t> shape) {
+  Tensor out(dtype, std::move(shape));
+  size_t offset = 0;
+  for (const Tensor* t : parts) {
+    if (t->nbytes()) std::memcpy(out.bytes() + offset, t->bytes(), t->nbytes());
+    offset += t->nbytes();
+  }
+  return out;
+}
+
+std::string joinNames(const std::vector<Node*>& nodes) {
+  std::string out;
+  for (const Node* n : nodes) out += (out.empty() ? "" : "+") + n->name();
+  return out;
+}
+
+bool fuse(ir::Graph& graph, Value* x, const std::vector<Node*>& members, PassStats& stats) {
+  Node* first = members.front();
+  bool isConv = first->isOp(Op::Conv);
+  bool anyBias = false;
+  std::vector<int64_t> sizes;
+  std::vector<const Tensor*> weights;
+  std::vector<Node*> weightNodes, biasNodes;
+  std::vector<std::string> weightProvenance, biasProvenance;
+  std::vector<Tensor> zeros;
+  zeros.reserve(members.size());
+  for (Node* m : members) {
+    Node* w = paramNode(m->input(1));
+    weightNodes.push_back(w);
+    weights.push_back(&w->paramData());
+    appendProvenance(weightProvenance, w->provenance());
+    sizes.push_back(w->paramData().shape()[0]);
+    anyBias = anyBias || m->numInputs() == 3;
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  const Tensor& w0 = *weights.front();
+  std::vector<int64_t> wShape = w0.shape();
+  wShape[0] = total;
+  Value* fusedW = addParam(graph, joinNames(weightNodes), concatRows(weights, w0.dtype(), wShape), weightProvenance);
+  std::vector<Value*> inputs{x, fusedW};
+  if (anyBias) {
+    std::vector<const Tensor*> biases;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (members[i]->numInputs() == 3) {
+        Node* b = paramNode(members[i]->input(2));
+        biasNodes.push_back(b);
+        biases.push_back(&b->paramData());
+        appendProvenance(biasProvenance, b->provenance());
+      } else {
+        zeros.emplace_back(w0.dtype(), std::vector<int64_t>{sizes[i]});
+        biases.push_back(&zeros.back());
+      }
+    }
+    inputs.push_back(addParam(graph, joinNames(biasNodes), concatRows(biases, w0.dtype(), {total}), biasProvenance));
+  }
+
+  std::vector<const Node*> replaced(members.begin(), members.end());
+  std::vector<std::string> provenance = unionProvenance(graph, replaced);
+  ir::AttrMap attrs = isConv ? first->attrs() : ir::AttrMap{};
+  Node* fused = graph.addOp(first->op(), inputs, attrs, {graph.uniqueName(first->name() + ".fused")}, {}, provenance,
+                            first);
+  std::vector<std::string> names;
+  for (Node* m : members) {
+    names.push_back(m->name());
+    m->output()->setName(graph.uniqueName(m->name() + ".replaced"));
+  }
+  ir::AttrMap splitAttrs{{"axis", int64_t{isConv ? 1 : -1}}, {"split", sizes}};
+  Node* split = graph.addOp(Op::Split, {fused->output()}, splitAttrs, names, {}, provenance, first);
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (split->output(i)->type() != members[i]->output()->type()) {
+      fail("internal: fuse-horizontal changed the type of '{}' from {} to {}", names[i],
+           members[i]->output()->type().str(), split->output(i)->type().str());
+    }
+    graph.replaceAllUsesWith(members[i]->output(), split->output(i));
+  }
+  for (Node* m : members) graph.eraseNode(m);
+  stats.add(isConv ? "conv groups fused" : "linear groups fused");
+  stats.add("layers merged", static_cast<int64_t>(members.size()));
+  return true;
+}
+
+}  // namespace
+
+PassStats fuseHorizontal(ir::Graph& graph) {
+  PassStats stats;
+  for (const char* counter : {"linear groups fused", "conv groups fused", "layers merged"}) stats.add(counter, 0);
+  std::vector<Value*> candidates;
+  for (const auto& n : graph.nodes()) {
+    if (n->kind() != ir::NodeKind::Input && !n->isOp()) continue;
+    for (size_t i = 0; i < n->numOutputs(); ++i) candidates.push_back(n->output(i));
+  }
+  for (Value* x : candidates) {
+    std::vector<std::pair<std::string, std::vector<Node*>>> groups;
+    for (Node* user : graph.users(x)) {
+      std::string key = siblingKey(user, x);
+      if (key.empty()) continue;
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+      if (it == groups.end()) {
+        groups.emplace_back(key, std::vector<Node*>{user});
+      } else {
+        it->second.push_back(user);
+      }
+    }
+    for (const auto& [key, members] : groups) {
+      if (members.size() >= 2) fuse(graph, x, members, stats);
+    }
+  }
+  restoreTopologicalOrder(graph);
+  return stats;
+}
+
+}  // namespace policyc::passes

@@ -1,0 +1,769 @@
+// Graph passes on small hand-built graphs: each rewrite fires where it should and not where it
+// must not, and the interpreter gives the same outputs before and after.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "model_io.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/graph.h"
+#include "policyc/ir/interpreter.h"
+#include "policyc/ir/text.h"
+#include "policyc/ir/verifier.h"
+#include "policyc/passes/pass_manager.h"
+
+using namespace policyc;
+using namespace policyc::ir;
+using passes::PassStats;
+
+namespace {
+
+using Ints = std::vector<int64_t>;
+using Strings = std::vector<std::string>;
+const Dim B = Dim::batch();
+
+TensorType f32(Shape shape) { return {DType::F32, std::move(shape)}; }
+
+// Reproducible values in [-1, 1] (or [lo, hi]).
+Tensor random(Ints shape, uint64_t seed, double lo = -1, double hi = 1, DType dtype = DType::F32) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Tensor t(dtype, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.setAsDouble(i, dist(rng));
+  return t;
+}
+
+Tensor filled(Ints shape, std::vector<double> values, DType dtype = DType::F32) {
+  Tensor t(dtype, std::move(shape));
+  REQUIRE(static_cast<size_t>(t.numel()) == values.size());
+  for (size_t i = 0; i < values.size(); ++i) t.setAsDouble(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+Tensor scalar(double v, DType dtype = DType::F32) { return filled({}, {v}, dtype); }
+
+// Graph building with provenance = the node's own name, as the importer gives it.
+struct Builder {
+  Graph g{"test"};
+  uint64_t seed = 1;
+  Value* input(const std::string& name, Shape shape, DType dtype = DType::F32) {
+    return g.addInput(name, {dtype, std::move(shape)});
+  }
+  Value* param(const std::string& name, Tensor t) { return g.addParam(name, std::move(t), {name}); }
+  Value* randomParam(const std::string& name, Ints shape, double lo = -1, double hi = 1) {
+    return param(name, random(std::move(shape), seed++, lo, hi));
+  }
+  Node* node(Op op, std::vector<Value*> inputs, AttrMap attrs, const std::string& name) {
+    return g.addOp(op, std::move(inputs), std::move(attrs), Strings{name}, {}, Strings{name});
+  }
+  Value* op(Op op, std::vector<Value*> inputs, AttrMap attrs, const std::string& name) {
+    return node(op, std::move(inputs), std::move(attrs), name)->output();
+  }
+  Value* op(Op o, std::vector<Value*> inputs, const std::string& name) { return op(o, std::move(inputs), {}, name); }
+  void outputs(std::vector<std::pair<std::string, Value*>> outs) { g.setOutputs(std::move(outs)); }
+};
+
+size_t count(const Graph& g, Op op) {
+  size_t n = 0;
+  for (const auto& node : g.nodes()) n += node->isOp(op) ? 1 : 0;
+  return n;
+}
+
+Node* only(const Graph& g, Op op) {
+  Node* found = nullptr;
+  for (const auto& node : g.nodes()) {
+    if (node->isOp(op)) {
+      REQUIRE(found == nullptr);
+      found = node.get();
+    }
+  }
+  REQUIRE(found != nullptr);
+  return found;
+}
+
+void requireClose(const Tensor& got, const Tensor& want, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.dtype() == want.dtype());
+  REQUIRE(got.shape() == want.shape());
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double g = got.getAsDouble(i);
+    double w = want.getAsDouble(i);
+    if (std::isnan(g) && std::isnan(w)) continue;
+    if (!isFloat(got.dtype())) {
+      REQUIRE(got.getAsInt(i) == want.getAsInt(i));
+    } else if (!(std::abs(g - w) <= 1e-5 * std::max(1.0, std::abs(w))) && g != w) {
+      FAIL(what << " element " << i << ": " << g << " after, " << w << " before");
+    }
+  }
+}
+
+// Runs a pass, verifies the result and checks it computes what the graph computed before, on
+// random inputs at batch 3 (or the given inputs).
+PassStats runPass(Graph& g, passes::PassFn pass, std::vector<Tensor> inputs = {}) {
+  REQUIRE_NOTHROW(verify(g));
+  auto before = g.clone();
+  if (inputs.empty()) inputs = tools::randomInputs(g, 3, 42);
+  std::vector<Tensor> expected = interpret(*before, inputs);
+  PassStats stats = pass(g);
+  INFO("after the pass:\n" << printGraph(g).text);
+  REQUIRE_NOTHROW(verify(g));
+  std::vector<Tensor> got = interpret(g, inputs);
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) requireClose(got[i], expected[i], "output " + std::to_string(i));
+  return stats;
+}
+
+// Runs a pass that must leave the graph as it was (printed form identical).
+void requireNoChange(Graph& g, passes::PassFn pass) {
+  std::string before = printGraph(g).text;
+  PassStats stats = runPass(g, pass);
+  INFO(stats.str());
+  CHECK_FALSE(stats.changed());
+  // A pass may leave new params behind only when it changed something; compare after dce.
+  passes::eliminateDeadCode(g);
+  CHECK(printGraph(g).text == before);
+}
+
+const AttrMap kTransB{{"trans_b", int64_t{1}}};
+
+}  // namespace
+
+// ---------------------------------------------------------------- new ops
+
+TEST_CASE("ops: linear, silu, gelu, hard_swish reference kernels and shapes", "[passes][ops]") {
+  Tensor x = filled({2, 3}, {1, 2, 3, -1, 0, 2});
+  Tensor w = filled({2, 3}, {1, 0, -1, 0.5, 0.5, 0.5});
+  Tensor b = filled({2}, {10, 20});
+  Tensor y = evaluateOp(Op::Linear, {x, w, b}, {}).at(0);
+  CHECK(y.shape() == Ints{2, 2});
+  CHECK(y.getAsDouble(0) == 1 - 3 + 10);
+  CHECK(y.getAsDouble(1) == 3 + 20);
+  CHECK(y.getAsDouble(2) == -1 - 2 + 10);
+  CHECK(y.getAsDouble(3) == 0.5 + 20);
+  CHECK(inferOutputTypes(Op::Linear, std::vector<TensorType>{f32({B, 4, 3}), f32({5, 3})}, {})[0] == f32({B, 4, 5}));
+  CHECK_THROWS_AS(inferOutputTypes(Op::Linear, std::vector<TensorType>{f32({B, 4}), f32({5, 3})}, {}), Error);
+  CHECK_THROWS_AS(inferOutputTypes(Op::Linear, std::vector<TensorType>{f32({B, 3}), f32({5, 3}), f32({3})}, {}),
+                  Error);
+
+  Tensor v = filled({4}, {-1, 0, 1.5, 4});
+  auto act = [&](Op op) { return evaluateOp(op, {v}, {}).at(0); };
+  for (int64_t i = 0; i < 4; ++i) {
+    double a = v.getAsDouble(i);
+    CHECK(act(Op::Silu).getAsDouble(i) == Approx(a / (1 + std::exp(-a))));
+    CHECK(act(Op::Gelu).getAsDouble(i) == Approx(0.5 * a * (1 + std::erf(a / std::sqrt(2.0)))));
+    CHECK(act(Op::HardSwish).getAsDouble(i) == Approx(a * std::max(0.0, std::min(1.0, a / 6 + 0.5))).margin(1e-7));
+  }
+  CHECK_THROWS_AS(inferOutputTypes(Op::Gelu, std::vector<TensorType>{{DType::I64, {Dim(2)}}}, {}), Error);
+}
+
+// ---------------------------------------------------------------- infer-shapes
+
+TEST_CASE("infer-shapes: recomputes stale output types and counts them", "[passes][infer-shapes]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4});
+  // Declared with a stale type (as if x had been [batch,5]).
+  Node* r = b.g.addOp(Op::Relu, {x}, {}, Strings{"r"}, {f32({B, 5})}, Strings{"r"});
+  Node* t = b.g.addOp(Op::Tanh, {r->output()}, {}, Strings{"t"}, {f32({B, 5})}, Strings{"t"});
+  b.outputs({{"t", t->output()}});
+  CHECK_THROWS_AS(verify(b.g), Error);
+  PassStats stats = passes::inferShapes(b.g);
+  CHECK(stats.get("updated") == 2);
+  CHECK(t->output()->type() == f32({B, 4}));
+  CHECK_NOTHROW(verify(b.g));
+  CHECK_FALSE(passes::inferShapes(b.g).changed());
+}
+
+// ---------------------------------------------------------------- canonicalize: linear
+
+TEST_CASE("canonicalize: gemm becomes linear", "[passes][canonicalize]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4});
+  SECTION("trans_b=1 keeps the weight") {
+    Value* w = b.randomParam("w", {3, 4});
+    Value* bias = b.randomParam("b", {3});
+    b.outputs({{"y", b.op(Op::Gemm, {x, w, bias}, kTransB, "y")}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("gemm->linear") == 1);
+    Node* lin = only(b.g, Op::Linear);
+    CHECK(lin->input(1) == w);
+    CHECK(lin->input(2) == bias);
+    CHECK(lin->name() == "y");
+    CHECK(lin->provenance() == Strings{"y"});
+  }
+  SECTION("trans_b=0 with a param B transposes it; a [1,N] C becomes [N]") {
+    Value* w = b.randomParam("w", {4, 3});
+    Value* c = b.randomParam("c", {1, 3});
+    b.outputs({{"y", b.op(Op::Gemm, {x, w, c}, {}, "y")}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("gemm->linear") == 1);
+    Node* lin = only(b.g, Op::Linear);
+    CHECK(lin->input(1)->type() == f32({3, 4}));
+    CHECK(lin->input(2)->type() == f32({3}));
+    CHECK(lin->input(1)->producer()->provenance() == Strings{"w"});
+  }
+  SECTION("a scalar C broadcasts to a [N] bias; no C gives no bias") {
+    Value* w = b.randomParam("w", {3, 4});
+    Value* y1 = b.op(Op::Gemm, {x, w, b.param("c", scalar(0.25))}, kTransB, "y1");
+    Value* y2 = b.op(Op::Gemm, {x, w}, kTransB, "y2");
+    b.outputs({{"y1", y1}, {"y2", y2}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("gemm->linear") == 2);
+    CHECK(count(b.g, Op::Gemm) == 0);
+  }
+  SECTION("must not fire: alpha, beta, trans_a, non-param B with trans_b=0, a full [M,N] C") {
+    Value* w = b.randomParam("w", {3, 4});
+    Value* wt = b.randomParam("wt", {4, 3});
+    Value* bias = b.randomParam("b", {3});
+    Value* y1 = b.op(Op::Gemm, {x, w, bias}, {{"trans_b", int64_t{1}}, {"alpha", 2.0}}, "y1");
+    Value* y2 = b.op(Op::Gemm, {x, w, bias}, {{"trans_b", int64_t{1}}, {"beta", 0.5}}, "y2");
+    Value* sq = b.input("sq", {Dim(4), Dim(4)});
+    Value* y3 = b.op(Op::Gemm, {sq, wt}, {{"trans_a", int64_t{1}}}, "y3");
+    Value* dynamicW = b.op(Op::Relu, {wt}, "dynamic_w");
+    Value* y4 = b.op(Op::Gemm, {x, dynamicW}, {}, "y4");
+    Value* full = b.randomParam("full", {4, 3});
+    Value* y5 = b.op(Op::Gemm, {sq, w, full}, kTransB, "y5");
+    b.outputs({{"y1", y1}, {"y2", y2}, {"y3", y3}, {"y4", y4}, {"y5", y5}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("gemm->linear") == 0);
+    CHECK(count(b.g, Op::Gemm) == 5);
+  }
+}
+
+TEST_CASE("canonicalize: matmul + add of a bias becomes one linear", "[passes][canonicalize]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4, 5});
+  Value* w = b.randomParam("w", {5, 3});
+  Value* bias = b.randomParam("bias", {3});
+  Value* mm = b.op(Op::MatMul, {x, w}, "mm");
+  SECTION("bias on either side") {
+    bool biasFirst = GENERATE(false, true);
+    Value* y = biasFirst ? b.op(Op::Add, {bias, mm}, "y") : b.op(Op::Add, {mm, bias}, "y");
+    b.outputs({{"y", y}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("matmul->linear") == 1);
+    CHECK(s.get("bias absorbed") == 1);
+    Node* lin = only(b.g, Op::Linear);
+    CHECK(lin->numInputs() == 3);
+    CHECK(lin->input(1)->type() == f32({3, 5}));
+    CHECK(lin->provenance() == Strings{"mm", "y"});
+    CHECK(count(b.g, Op::Add) == 0);
+  }
+  SECTION("must not absorb: the matmul result has another user") {
+    Value* y = b.op(Op::Add, {mm, bias}, "y");
+    b.outputs({{"y", y}, {"raw", mm}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("matmul->linear") == 1);
+    CHECK(s.get("bias absorbed") == 0);
+    CHECK(only(b.g, Op::Linear)->numInputs() == 2);
+    CHECK(count(b.g, Op::Add) == 1);
+  }
+  SECTION("must not absorb: the added param is not along N") {
+    Value* y = b.op(Op::Add, {mm, b.randomParam("wide", {4, 3})}, "y");
+    b.outputs({{"y", y}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("bias absorbed") == 0);
+    CHECK(count(b.g, Op::Add) == 1);
+  }
+  SECTION("must not fire: the weight is not a param") {
+    Value* y = b.input("other", {B, 4, 5});
+    Value* mm2 = b.op(Op::MatMul, {x, b.op(Op::Transpose, {y}, {{"perm", Ints{0, 2, 1}}}, "yt")}, "mm2");
+    b.outputs({{"y", b.op(Op::Add, {mm, bias}, "y")}, {"mm2", mm2}});
+    runPass(b.g, passes::canonicalize);
+    CHECK(count(b.g, Op::MatMul) == 1);
+    CHECK(count(b.g, Op::Linear) == 1);
+  }
+}
+
+// ---------------------------------------------------------------- canonicalize: no-ops and constants
+
+TEST_CASE("canonicalize: identity and dropout disappear", "[passes][canonicalize]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4});
+  Value* i = b.op(Op::Identity, {x}, "i");
+  Value* d = b.op(Op::Dropout, {b.op(Op::Relu, {i}, "r")}, "d");
+  b.outputs({{"d", d}, {"i", i}});
+  PassStats s = runPass(b.g, passes::canonicalize);
+  CHECK(s.get("identities removed") == 2);
+  CHECK(b.g.numOpNodes() == 1);
+  CHECK(b.g.outputs()[1].second == x);
+}
+
+TEST_CASE("canonicalize: div by a constant is mul by its reciprocal, sub of a constant add of its negation",
+          "[passes][canonicalize]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4});
+  SECTION("fires for float params on the right") {
+    Value* q = b.op(Op::Div, {x, b.param("c", filled({4}, {2, 4, -8, 0.5}))}, "q");
+    Value* s = b.op(Op::Sub, {q, b.param("k", scalar(3))}, "s");
+    b.outputs({{"s", s}});
+    PassStats stats = runPass(b.g, passes::canonicalize);
+    CHECK(stats.get("div->mul") == 1);
+    CHECK(stats.get("sub->add") == 1);
+    Node* mul = only(b.g, Op::Mul);
+    CHECK(mul->input(1)->producer()->paramData().getAsDouble(2) == -0.125);
+    CHECK(only(b.g, Op::Add)->input(1)->producer()->paramData().getAsDouble(0) == -3);
+  }
+  SECTION("must not fire: divisor not a param, constant on the left, integer dtype") {
+    Value* y = b.input("y", {B, 4});
+    Value* q = b.op(Op::Div, {x, y}, "q");
+    Value* s = b.op(Op::Sub, {b.param("k", scalar(3)), q}, "s");
+    Value* n = b.input("n", {B, 4}, DType::I64);
+    Value* qi = b.op(Op::Div, {n, b.param("ki", scalar(3, DType::I64))}, "qi");
+    Value* si = b.op(Op::Sub, {qi, b.param("kj", scalar(3, DType::I64))}, "si");
+    b.outputs({{"s", s}, {"si", si}});
+    requireNoChange(b.g, passes::canonicalize);
+  }
+}
+
+TEST_CASE("canonicalize: chains of reshapes collapse into one", "[passes][canonicalize]") {
+  Builder b;
+  Value* x = b.input("x", {B, 2, 3, 1});
+  SECTION("flatten -> unsqueeze -> reshape becomes one reshape") {
+    Value* f = b.op(Op::Flatten, {x}, "f");                                  // [batch,6]
+    Value* u = b.op(Op::Unsqueeze, {f}, {{"axes", Ints{1}}}, "u");           // [batch,1,6]
+    Value* r = b.op(Op::Reshape, {u}, {{"shape", Ints{0, 3, 2}}}, "r");      // [batch,3,2]
+    b.outputs({{"r", b.op(Op::Relu, {r}, "out")}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("reshapes collapsed") == 2);
+    Node* reshape = only(b.g, Op::Reshape);
+    CHECK(reshape->input(0) == x);
+    CHECK(reshape->output()->type() == f32({B, 3, 2}));
+    CHECK(reshape->provenance() == Strings{"f", "u", "r"});
+  }
+  SECTION("a chain back to the same shape disappears; so does a no-op reshape") {
+    Value* sq = b.op(Op::Squeeze, {x}, {{"axes", Ints{3}}}, "sq");
+    Value* un = b.op(Op::Unsqueeze, {sq}, {{"axes", Ints{3}}}, "un");
+    Value* same = b.op(Op::Reshape, {b.op(Op::Relu, {un}, "relu")}, {{"shape", Ints{0, 2, 3, 1}}}, "same");
+    b.outputs({{"y", same}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("reshapes collapsed") == 1);
+    CHECK(s.get("no-op reshapes removed") == 2);
+    CHECK(b.g.numOpNodes() == 1);
+  }
+  SECTION("must not fire: the intermediate shape has another user") {
+    Value* f = b.op(Op::Flatten, {x}, "f");
+    Value* r = b.op(Op::Reshape, {f}, {{"shape", Ints{0, 3, 2}}}, "r");
+    b.outputs({{"r", r}, {"f", f}});
+    requireNoChange(b.g, passes::canonicalize);
+  }
+}
+
+TEST_CASE("canonicalize: clip(0, inf) is relu, other clips stay", "[passes][canonicalize]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4});
+  Value* c = b.op(Op::Clip, {x}, {{"min", 0.0}}, "c");
+  Value* c6 = b.op(Op::Clip, {x}, {{"min", 0.0}, {"max", 6.0}}, "c6");
+  b.outputs({{"c", c}, {"c6", c6}});
+  PassStats s = runPass(b.g, passes::canonicalize);
+  CHECK(s.get("clip->relu") == 1);
+  CHECK(count(b.g, Op::Relu) == 1);
+  CHECK(count(b.g, Op::Clip) == 1);
+}
+
+// ---------------------------------------------------------------- canonicalize: activations
+
+TEST_CASE("canonicalize: silu and hard_swish", "[passes][canonicalize]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4});
+  SECTION("x * sigmoid(x) in either order") {
+    Value* s1 = b.op(Op::Mul, {x, b.op(Op::Sigmoid, {x}, "sig1")}, "m1");
+    Value* s2 = b.op(Op::Mul, {b.op(Op::Sigmoid, {x}, "sig2"), x}, "m2");
+    b.outputs({{"a", s1}, {"b", s2}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("silu") == 2);
+    CHECK(count(b.g, Op::Silu) == 2);
+    CHECK(count(b.g, Op::Sigmoid) == 0);
+    CHECK(b.g.findValue("m1")->producer()->provenance() == Strings{"sig1", "m1"});
+  }
+  SECTION("x * hard_sigmoid(x) with alpha 1/6") {
+    Value* h = b.op(Op::HardSigmoid, {x}, {{"alpha", 0.1666666716337204}}, "hs");
+    b.outputs({{"y", b.op(Op::Mul, {h, x}, "y")}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("hard_swish") == 1);
+    CHECK(only(b.g, Op::HardSwish)->input(0) == x);
+  }
+  SECTION("must not fire: another user of the gate, another operand, other hard_sigmoid constants") {
+    Value* y = b.input("y", {B, 4});
+    Value* sig = b.op(Op::Sigmoid, {x}, "sig");
+    Value* m1 = b.op(Op::Mul, {x, sig}, "m1");                                       // sig also an output
+    Value* m2 = b.op(Op::Mul, {y, b.op(Op::Sigmoid, {x}, "sig2")}, "m2");            // y * sigmoid(x)
+    Value* h = b.op(Op::HardSigmoid, {x}, "hs");                                     // alpha 0.2
+    Value* m3 = b.op(Op::Mul, {x, h}, "m3");
+    Value* m4 = b.op(Op::Mul, {y, b.op(Op::HardSigmoid, {x}, {{"alpha", 1.0 / 6}}, "hs2")}, "m4");
+    b.outputs({{"m1", m1}, {"sig", sig}, {"m2", m2}, {"m3", m3}, {"m4", m4}});
+    requireNoChange(b.g, passes::canonicalize);
+  }
+}
+
+TEST_CASE("canonicalize: gelu in the forms exporters write", "[passes][canonicalize]") {
+  Builder b;
+  Value* x = b.input("x", {B, 8});
+  auto erfTerm = [&](bool useMul, bool oneFirst) {
+    Value* scaled = useMul ? b.op(Op::Mul, {b.param("inv_sqrt2", scalar(0.70710677)), x}, "scaled")
+                           : b.op(Op::Div, {x, b.param("sqrt2", scalar(1.4142135))}, "scaled");
+    Value* e = b.op(Op::Erf, {scaled}, "erf");
+    Value* one = b.param("one", scalar(1));
+    return oneFirst ? b.op(Op::Add, {one, e}, "onep") : b.op(Op::Add, {e, one}, "onep");
+  };
+  SECTION("torch: (x * (erf(x / sqrt2) + 1)) * 0.5") {
+    Value* t = erfTerm(false, false);
+    Value* y = b.op(Op::Mul, {b.op(Op::Mul, {x, t}, "m"), b.param("half", scalar(0.5))}, "y");
+    b.outputs({{"y", y}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("gelu") == 1);
+    CHECK(b.g.numOpNodes() == 1);
+    Node* g = only(b.g, Op::Gelu);
+    CHECK(g->input(0) == x);
+    CHECK(g->provenance() == Strings{"scaled", "erf", "onep", "m", "y"});
+  }
+  SECTION("(x * 0.5) * (1 + erf(x * 0.70710677)), and 0.5 * (...) * x") {
+    bool halfFirst = GENERATE(false, true);
+    Value* t = erfTerm(true, true);
+    Value* half = b.param("half", scalar(0.5));
+    Value* y = halfFirst ? b.op(Op::Mul, {x, b.op(Op::Mul, {half, t}, "m")}, "y")
+                         : b.op(Op::Mul, {b.op(Op::Mul, {x, half}, "m"), t}, "y");
+    b.outputs({{"y", y}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("gelu") == 1);
+    CHECK(b.g.numOpNodes() == 1);
+  }
+  SECTION("must not fire: erf used elsewhere, a wrong constant, erf of another value") {
+    int variant = GENERATE(0, 1, 2);
+    Value* scaled = b.op(Op::Div, {x, b.param("sqrt2", scalar(variant == 1 ? 1.5 : 1.4142135))}, "scaled");
+    if (variant == 2) scaled = b.op(Op::Div, {b.input("z", {B, 8}), b.param("sqrt2b", scalar(1.4142135))}, "other");
+    Value* e = b.op(Op::Erf, {scaled}, "erf");
+    Value* t = b.op(Op::Add, {e, b.param("one", scalar(1))}, "onep");
+    Value* y = b.op(Op::Mul, {b.op(Op::Mul, {x, t}, "m"), b.param("half", scalar(0.5))}, "y");
+    std::vector<std::pair<std::string, Value*>> outs{{"y", y}};
+    if (variant == 0) outs.emplace_back("e", e);
+    b.outputs(outs);
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("gelu") == 0);
+    CHECK(count(b.g, Op::Erf) == 1);
+  }
+}
+
+// ---------------------------------------------------------------- canonicalize: layer norm
+
+namespace {
+
+// (x - mean) / sqrt(mean((x - mean)^2) + eps) over `axis`; returns the div's result.
+Value* decomposedLayerNorm(Builder& b, Value* x, int64_t axis, double eps = 1e-5) {
+  AttrMap axes{{"axes", Ints{axis}}};
+  Value* mean = b.op(Op::ReduceMean, {x}, axes, "mean");
+  Value* d = b.op(Op::Sub, {x, mean}, "d");
+  Value* p = b.op(Op::Pow, {d, b.param("two", scalar(2))}, "p");
+  Value* var = b.op(Op::ReduceMean, {p}, axes, "var");
+  Value* e = b.op(Op::Add, {var, b.param("eps", scalar(eps))}, "e");
+  Value* s = b.op(Op::Sqrt, {e}, "s");
+  return b.op(Op::Div, {d, s}, "n");
+}
+
+}  // namespace
+
+TEST_CASE("canonicalize: decomposed layer norm over the last axis", "[passes][canonicalize]") {
+  Builder b;
+  Value* x = b.input("x", {B, 3, 16});
+  SECTION("with weight and bias") {
+    Value* n = decomposedLayerNorm(b, x, -1);
+    Value* m = b.op(Op::Mul, {n, b.randomParam("gamma", {16}, 0.5, 1.5)}, "m");
+    Value* a = b.op(Op::Add, {b.randomParam("beta", {16}), m}, "a");
+    b.outputs({{"y", a}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("layer_norm") == 1);
+    CHECK(b.g.numOpNodes() == 1);
+    Node* ln = only(b.g, Op::LayerNorm);
+    CHECK(ln->numInputs() == 3);
+    CHECK(ln->attrFloat("epsilon") == Approx(1e-5));
+    CHECK(ln->provenance() == Strings{"mean", "d", "p", "var", "e", "s", "n", "m", "a"});
+  }
+  SECTION("without affine, axis written as rank-1") {
+    b.outputs({{"y", decomposedLayerNorm(b, x, 2)}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("layer_norm") == 1);
+    Node* ln = only(b.g, Op::LayerNorm);
+    CHECK(ln->numInputs() == 2);
+    CHECK(ln->input(1)->producer()->paramData().getAsDouble(5) == 1.0);
+  }
+  SECTION("must not fire: not the last axis") {
+    b.outputs({{"y", decomposedLayerNorm(b, x, 1)}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("layer_norm") == 0);
+  }
+  SECTION("must not fire: the centered value has another user") {
+    Value* n = decomposedLayerNorm(b, x, -1);
+    b.outputs({{"y", n}, {"d", b.g.findValue("d")}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("layer_norm") == 0);
+  }
+  SECTION("the affine tail is not absorbed when the scale is not along the last axis") {
+    Value* n = decomposedLayerNorm(b, x, -1);
+    b.outputs({{"y", b.op(Op::Mul, {n, b.randomParam("gamma", {3, 1})}, "m")}});
+    PassStats s = runPass(b.g, passes::canonicalize);
+    CHECK(s.get("layer_norm") == 1);
+    CHECK(count(b.g, Op::Mul) == 1);
+  }
+}
+
+// ---------------------------------------------------------------- fold-constants
+
+TEST_CASE("fold-constants: constant sub-graphs become params", "[passes][fold-constants]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4});
+  SECTION("a chain folds in one run and keeps names and provenance") {
+    Value* c = b.op(Op::Add, {b.randomParam("p", {4}), b.randomParam("q", {4})}, "c");
+    Value* e = b.op(Op::Exp, {c}, "e");
+    Value* parts = b.op(Op::Concat, {e, e}, {{"axis", int64_t{0}}}, "cat");
+    Node* split = b.g.addOp(Op::Split, {parts}, {{"axis", int64_t{0}}}, Strings{"s0", "s1"}, {}, Strings{"split"});
+    Value* y = b.op(Op::Mul, {x, split->output(1)}, "y");
+    b.outputs({{"y", y}});
+    PassStats s = runPass(b.g, passes::foldConstants);
+    CHECK(s.get("folded") == 4);
+    CHECK(b.g.numOpNodes() == 1);
+    Node* folded = b.g.findValue("s1")->producer();
+    CHECK(folded->kind() == NodeKind::Param);
+    CHECK(folded->provenance() == Strings{"split"});
+  }
+  SECTION("must not fire: an operand that is not a param; an op that fails (integer division by zero)") {
+    Value* y = b.op(Op::Add, {x, b.randomParam("p", {4})}, "y");
+    Value* zero = b.param("zero", filled({2}, {1, 0}, DType::I64));
+    Value* q = b.op(Op::Div, {b.param("n", filled({2}, {4, 4}, DType::I64)), zero}, "q");
+    b.outputs({{"y", y}, {"q", q}});
+    PassStats s = passes::foldConstants(b.g);
+    CHECK_FALSE(s.changed());
+    CHECK(b.g.numOpNodes() == 2);
+  }
+}
+
+// ---------------------------------------------------------------- fold-batch-norm
+
+namespace {
+
+Value* batchNorm(Builder& b, Value* y, int64_t channels, const std::string& name) {
+  return b.op(Op::BatchNorm,
+              {y, b.randomParam(name + ".scale", {channels}, 0.5, 1.5), b.randomParam(name + ".bias", {channels}),
+               b.randomParam(name + ".mean", {channels}), b.randomParam(name + ".var", {channels}, 0.1, 2)},
+              {{"epsilon", 1e-3}}, name);
+}
+
+const AttrMap kConv3x3{{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}};
+
+}  // namespace
+
+TEST_CASE("fold-batch-norm: batch_norm after conv or linear", "[passes][fold-batch-norm]") {
+  Builder b;
+  SECTION("conv with bias") {
+    Value* x = b.input("x", {B, 3, 6, 6});
+    Value* c = b.op(Op::Conv, {x, b.randomParam("w", {4, 3, 3, 3}), b.randomParam("cb", {4})}, kConv3x3, "conv");
+    b.outputs({{"y", b.op(Op::Relu, {batchNorm(b, c, 4, "bn")}, "relu")}});
+    PassStats s = runPass(b.g, passes::foldBatchNorm);
+    CHECK(s.get("folded") == 1);
+    CHECK(count(b.g, Op::BatchNorm) == 0);
+    Node* conv = only(b.g, Op::Conv);
+    CHECK(conv->name() == "conv");
+    CHECK(conv->provenance() == Strings{"conv", "bn"});
+    CHECK(conv->input(1)->producer()->provenance() ==
+          Strings{"w", "bn.scale", "bn.bias", "bn.mean", "bn.var"});
+  }
+  SECTION("grouped conv without bias") {
+    Value* x = b.input("x", {B, 4, 5, 5});
+    AttrMap attrs = kConv3x3;
+    attrs["group"] = int64_t{2};
+    Value* c = b.op(Op::Conv, {x, b.randomParam("w", {6, 2, 3, 3})}, attrs, "conv");
+    b.outputs({{"y", batchNorm(b, c, 6, "bn")}});
+    PassStats s = runPass(b.g, passes::foldBatchNorm);
+    CHECK(s.get("folded") == 1);
+    CHECK(only(b.g, Op::Conv)->numInputs() == 3);
+  }
+  SECTION("linear on [batch, N]") {
+    Value* x = b.input("x", {B, 5});
+    Value* l = b.op(Op::Linear, {x, b.randomParam("w", {7, 5}), b.randomParam("lb", {7})}, "lin");
+    b.outputs({{"y", batchNorm(b, l, 7, "bn")}});
+    PassStats s = runPass(b.g, passes::foldBatchNorm);
+    CHECK(s.get("folded") == 1);
+    CHECK(b.g.numOpNodes() == 1);
+  }
+  SECTION("must not fire: the conv result has another user; non-param weights; linear on [batch, T, N]") {
+    Value* x = b.input("x", {B, 3, 6, 6});
+    Value* c = b.op(Op::Conv, {x, b.randomParam("w", {4, 3, 3, 3})}, kConv3x3, "conv");
+    Value* bn = batchNorm(b, c, 4, "bn");
+    Value* w2 = b.op(Op::Relu, {b.randomParam("w2", {4, 3, 3, 3})}, "dyn_w");
+    Value* c2 = b.op(Op::Conv, {x, w2}, kConv3x3, "conv2");
+    Value* bn2 = batchNorm(b, c2, 4, "bn2");
+    Value* t = b.input("t", {B, 4, 5});
+    Value* l = b.op(Op::Linear, {t, b.randomParam("lw", {4, 5})}, "lin");
+    Value* bn3 = batchNorm(b, l, 4, "bn3");  // normalises axis 1 (T), not the output axis
+    b.outputs({{"bn", bn}, {"c", c}, {"bn2", bn2}, {"bn3", bn3}});
+    requireNoChange(b.g, passes::foldBatchNorm);
+  }
+}
+
+TEST_CASE("fold-batch-norm: per-channel mul and add after a layer", "[passes][fold-batch-norm]") {
+  Builder b;
+  SECTION("conv: [C,1,1] scale then [1,C,1,1] shift") {
+    Value* x = b.input("x", {B, 3, 6, 6});
+    Value* c = b.op(Op::Conv, {x, b.randomParam("w", {4, 3, 3, 3})}, kConv3x3, "conv");
+    Value* m = b.op(Op::Mul, {b.randomParam("s", {4, 1, 1}), c}, "m");
+    Value* a = b.op(Op::Add, {m, b.randomParam("t", {1, 4, 1, 1})}, "a");
+    b.outputs({{"y", a}});
+    PassStats s = runPass(b.g, passes::foldBatchNorm);
+    CHECK(s.get("scales folded") == 1);
+    CHECK(s.get("shifts folded") == 1);
+    CHECK(b.g.numOpNodes() == 1);
+    CHECK(only(b.g, Op::Conv)->provenance() == Strings{"conv", "m", "a"});
+  }
+  SECTION("linear: [N] scale and a scalar shift") {
+    Value* x = b.input("x", {B, 2, 5});
+    Value* l = b.op(Op::Linear, {x, b.randomParam("w", {3, 5})}, "lin");
+    Value* m = b.op(Op::Mul, {l, b.randomParam("s", {3})}, "m");
+    b.outputs({{"y", b.op(Op::Add, {m, b.param("t", scalar(0.5))}, "a")}});
+    PassStats s = runPass(b.g, passes::foldBatchNorm);
+    CHECK(s.get("scales folded") == 1);
+    CHECK(s.get("shifts folded") == 1);
+    CHECK(b.g.numOpNodes() == 1);
+  }
+  SECTION("must not fire: a spatial (not per-channel) scale, a non-param scale, a shared result") {
+    Value* x = b.input("x", {B, 3, 6, 6});
+    Value* c = b.op(Op::Conv, {x, b.randomParam("w", {4, 3, 3, 3})}, kConv3x3, "conv");
+    Value* m = b.op(Op::Mul, {c, b.randomParam("spatial", {1, 1, 6, 6})}, "m");
+    Value* c2 = b.op(Op::Conv, {x, b.randomParam("w2", {4, 3, 3, 3})}, kConv3x3, "conv2");
+    Value* m2 = b.op(Op::Mul, {c2, b.input("dyn", {B, 4, 6, 6})}, "m2");
+    Value* c3 = b.op(Op::Conv, {x, b.randomParam("w3", {4, 3, 3, 3})}, kConv3x3, "conv3");
+    Value* m3 = b.op(Op::Mul, {c3, b.randomParam("s3", {4, 1, 1})}, "m3");
+    Value* l = b.op(Op::Linear, {b.input("v", {B, 5}), b.randomParam("lw", {3, 5})}, "lin");
+    Value* m4 = b.op(Op::Add, {l, b.randomParam("rows", {1, 1, 3})}, "m4");  // adds a dim: not per channel
+    b.outputs({{"m", m}, {"m2", m2}, {"m3", m3}, {"c3", c3}, {"m4", m4}});
+    requireNoChange(b.g, passes::foldBatchNorm);
+  }
+}
+
+// ---------------------------------------------------------------- fuse-horizontal
+
+TEST_CASE("fuse-horizontal: sibling linears become one wider linear and a split", "[passes][fuse-horizontal]") {
+  Builder b;
+  Value* x = b.input("x", {B, 6});
+  SECTION("with and without bias") {
+    Value* y1 = b.op(Op::Linear, {x, b.randomParam("w1", {4, 6}), b.randomParam("b1", {4})}, "y1");
+    Value* y2 = b.op(Op::Linear, {x, b.randomParam("w2", {3, 6})}, "y2");
+    Value* y3 = b.op(Op::Linear, {x, b.randomParam("w3", {2, 6}), b.randomParam("b3", {2})}, "y3");
+    b.outputs({{"a", b.op(Op::Tanh, {y1}, "t1")}, {"b", y2}, {"c", b.op(Op::Relu, {y3}, "r3")}});
+    PassStats s = runPass(b.g, passes::fuseHorizontal);
+    CHECK(s.get("linear groups fused") == 1);
+    CHECK(s.get("layers merged") == 3);
+    Node* lin = only(b.g, Op::Linear);
+    CHECK(lin->input(1)->type() == f32({9, 6}));
+    CHECK(lin->input(2)->type() == f32({9}));
+    CHECK(lin->provenance() == Strings{"y1", "y2", "y3"});
+    CHECK(lin->input(1)->producer()->provenance() == Strings{"w1", "w2", "w3"});
+    const Tensor& bias = lin->input(2)->producer()->paramData();
+    CHECK(bias.getAsDouble(4) == 0.0);  // y2 had none
+    Node* split = only(b.g, Op::Split);
+    CHECK(split->attrInts("split") == Ints{4, 3, 2});
+    CHECK(split->output(0)->name() == "y1");
+    CHECK(split->output(2)->name() == "y3");
+  }
+  SECTION("must not fire: one sibling, different inputs, a non-param weight") {
+    Value* z = b.input("z", {B, 6});
+    Value* y1 = b.op(Op::Linear, {x, b.randomParam("w1", {4, 6})}, "y1");
+    Value* y2 = b.op(Op::Linear, {z, b.randomParam("w2", {4, 6})}, "y2");
+    Value* dyn = b.op(Op::Relu, {b.randomParam("w3", {4, 6})}, "dyn");
+    Value* y3 = b.op(Op::Linear, {z, dyn}, "y3");
+    b.outputs({{"a", y1}, {"b", y2}, {"c", y3}});
+    requireNoChange(b.g, passes::fuseHorizontal);
+  }
+}
+
+TEST_CASE("fuse-horizontal: sibling convs with identical attributes", "[passes][fuse-horizontal]") {
+  Builder b;
+  Value* x = b.input("x", {B, 3, 6, 6});
+  SECTION("same attributes: one conv, split along channels") {
+    Value* c1 = b.op(Op::Conv, {x, b.randomParam("w1", {4, 3, 3, 3}), b.randomParam("b1", {4})}, kConv3x3, "c1");
+    Value* c2 = b.op(Op::Conv, {x, b.randomParam("w2", {2, 3, 3, 3})}, kConv3x3, "c2");
+    b.outputs({{"a", c1}, {"b", c2}});
+    PassStats s = runPass(b.g, passes::fuseHorizontal);
+    CHECK(s.get("conv groups fused") == 1);
+    CHECK(only(b.g, Op::Conv)->output()->type() == f32({B, 6, 6, 6}));
+    CHECK(only(b.g, Op::Split)->attrInt("axis") == 1);
+  }
+  SECTION("must not fire: other strides, another kernel size, groups") {
+    AttrMap strided = kConv3x3;
+    strided["strides"] = Ints{2, 2};
+    AttrMap grouped{{"group", int64_t{3}}};
+    Value* c1 = b.op(Op::Conv, {x, b.randomParam("w1", {4, 3, 3, 3})}, kConv3x3, "c1");
+    Value* c2 = b.op(Op::Conv, {x, b.randomParam("w2", {4, 3, 3, 3})}, strided, "c2");
+    Value* c3 = b.op(Op::Conv, {x, b.randomParam("w3", {4, 3, 1, 1})}, "c3");
+    Value* c4 = b.op(Op::Conv, {x, b.randomParam("w4", {3, 1, 1, 1})}, grouped, "c4");
+    Value* c5 = b.op(Op::Conv, {x, b.randomParam("w5", {3, 1, 1, 1})}, grouped, "c5");
+    b.outputs({{"a", c1}, {"b", c2}, {"c", c3}, {"d", c4}, {"e", c5}});
+    requireNoChange(b.g, passes::fuseHorizontal);
+  }
+}
+
+// ---------------------------------------------------------------- cse and dce
+
+TEST_CASE("cse: equal ops and bit-identical params merge", "[passes][cse]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4});
+  Value* p1 = b.param("p1", filled({4}, {1, 2, 3, 4}));
+  Value* p2 = b.param("p2", filled({4}, {1, 2, 3, 4}));
+  Value* p3 = b.param("p3", filled({2, 2}, {1, 2, 3, 4}));  // same bytes, other shape
+  Value* a1 = b.op(Op::Add, {x, p1}, "a1");
+  Value* a2 = b.op(Op::Add, {x, p2}, "a2");
+  Value* t1 = b.op(Op::Tanh, {a1}, "t1");
+  Value* t2 = b.op(Op::Tanh, {a2}, "t2");
+  Value* l1 = b.op(Op::LeakyRelu, {x}, {{"alpha", 0.1}}, "l1");
+  Value* l2 = b.op(Op::LeakyRelu, {x}, {{"alpha", 0.2}}, "l2");  // other attributes
+  Value* r = b.op(Op::Reshape, {p3}, {{"shape", Ints{4}}}, "r");
+  b.outputs({{"t1", t1}, {"t2", t2}, {"l1", l1}, {"l2", l2}, {"r", r}});
+  PassStats s = runPass(b.g, passes::eliminateCommonSubexpressions);
+  CHECK(s.get("params merged") == 1);
+  CHECK(s.get("ops merged") == 2);
+  CHECK(b.g.outputs()[0].second == b.g.outputs()[1].second);
+  CHECK(count(b.g, Op::LeakyRelu) == 2);
+  CHECK(b.g.findValue("p1")->producer()->provenance() == Strings{"p1", "p2"});
+  CHECK(b.g.findValue("t1")->producer()->provenance() == Strings{"t1", "t2"});
+  CHECK(b.g.findValue("p3") != nullptr);
+}
+
+TEST_CASE("dce: removes what no output needs, keeps inputs", "[passes][dce]") {
+  Builder b;
+  Value* x = b.input("x", {B, 4});
+  b.input("unused", {B, 2});
+  Value* p = b.randomParam("p", {4});
+  b.op(Op::Add, {x, p}, "dead");
+  b.randomParam("dead_param", {4});
+  b.outputs({{"y", b.op(Op::Relu, {x}, "y")}});
+  PassStats s = runPass(b.g, passes::eliminateDeadCode);
+  CHECK(s.get("ops removed") == 1);
+  CHECK(s.get("params removed") == 2);
+  CHECK(b.g.inputs().size() == 2);
+  CHECK_FALSE(passes::eliminateDeadCode(b.g).changed());
+}
+
+// ---------------------------------------------------------------- together
+
+TEST_CASE("default pipeline: an MLP with a value head becomes fused linears", "[passes][pipeline]") {
+  Builder b;
+  Value* x = b.input("obs", {B, 5});
+  Value* pi = b.op(Op::Gemm, {x, b.randomParam("pw", {8, 5}), b.randomParam("pb", {8})}, kTransB, "pi");
+  Value* vf = b.op(Op::Gemm, {x, b.randomParam("vw", {8, 5}), b.randomParam("vb", {8})}, kTransB, "vf");
+  Value* pa = b.op(Op::Tanh, {pi}, "pa");
+  Value* va = b.op(Op::Tanh, {vf}, "va");
+  Value* out = b.op(Op::Identity, {b.op(Op::Gemm, {pa, b.randomParam("ow", {2, 8})}, kTransB, "logits")}, "id");
+  b.outputs({{"logits", out}, {"value", va}});
+  auto before = b.g.clone();
+  auto inputs = tools::randomInputs(b.g, 2, 7);
+  passes::PipelineResult result = passes::runPipeline(b.g);
+  CHECK(count(b.g, Op::Gemm) == 0);
+  CHECK(count(b.g, Op::Identity) == 0);
+  CHECK(count(b.g, Op::Linear) == 2);
+  CHECK(only(b.g, Op::Split)->attrInts("split") == Ints{8, 8});
+  auto want = interpret(*before, inputs);
+  auto got = interpret(b.g, inputs);
+  for (size_t i = 0; i < got.size(); ++i) requireClose(got[i], want[i], "output " + std::to_string(i));
+  // Params left by the rewrites are gone: only the fused and the head's weights and bias remain.
+  size_t params = 0;
+  for (const auto& n : b.g.nodes()) params += n->kind() == NodeKind::Param ? 1 : 0;
+  CHECK(params == 3);
+}
