@@ -11,7 +11,8 @@
 //   matmul->linear    matmul(x, W) with a param W [K,N] -> linear(x, W^T)
 //   bias absorbed     add(linear(x, w), b) (either order) with a param b along N -> linear(x, w, b)
 //   identities removed  identity and dropout
-//   div->mul          div(x, param c) -> mul(x, 1/c) (float only)
+//   div->mul          div(x, param c) -> mul(x, 1/c) (float only; not when some 1/c is not a
+//                     normal number of the dtype, where the product would round differently)
 //   sub->add          sub(x, param c) -> add(x, -c) (float only)
 //   reshapes collapsed  chains of flatten/reshape/squeeze/unsqueeze -> one reshape
 //   no-op reshapes removed  flatten/reshape/squeeze/unsqueeze whose result has its operand's type
@@ -145,7 +146,7 @@ class Canonicalizer {
     Value* x = n->input(0);
     Node* wParam = paramNode(n->input(1));
     if (!wParam || !isFloatValue(x) || wParam->output()->type().rank() != 2 || x->type().rank() < 1) return false;
-    // x [..., K] times W [K, N] is linear(x, W^T) as long as x is not 1-D... which also works: [K] -> [N].
+    // x [..., K] . W [K, N] is linear(x, W^T) for any rank of x ([K] gives [N] either way).
     Value* w = addParam(graph_, wParam->name() + ".T", transpose2d(wParam->paramData()), wParam->provenance());
     return replace(n, {n}, Op::Linear, {x, w}, {}, "matmul->linear");
   }
@@ -183,7 +184,19 @@ class Canonicalizer {
     Node* c = paramNode(n->input(1));
     if (!c || !isFloatValue(n->input(0)) || !isFloatValue(c->output())) return false;
     std::vector<double> values = toDoubles(c->paramData());
-    for (double& v : values) v = 1.0 / v;
+    double largest = std::numeric_limits<float>::max();
+    double smallest = std::numeric_limits<float>::min();
+    if (c->paramData().dtype() == DType::F64) {
+      largest = std::numeric_limits<double>::max();
+      smallest = std::numeric_limits<double>::min();
+    }
+    for (double& v : values) {
+      // x / c and x * (1/c) agree to rounding only while 1/c is a normal number; a tiny or huge c
+      // (or one whose reciprocal overflows) stays a division. 1/0 = inf and NaN behave alike.
+      double r = 1.0 / v;
+      if (std::isfinite(r) && r != 0 && (std::abs(r) > largest || std::abs(r) < smallest)) return false;
+      v = r;
+    }
     Value* recip =
         addParam(graph_, c->name() + ".recip", fromDoubles(c->paramData().dtype(), c->paramData().shape(), values),
                  c->provenance());

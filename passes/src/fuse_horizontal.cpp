@@ -9,7 +9,8 @@
 // whose results take the members' names and users. Values and types are unchanged (the fused
 // layer computes the same dot products). The fused layer and the split unite the members'
 // provenance; the fused params unite the provenance of the params they concatenate. Members
-// with non-param weights or biases, other attributes or another kernel shape are not merged.
+// with non-param weights or biases, other attributes or another kernel shape, and dead ones (no
+// users), are not merged.
 // Counters: "linear groups fused", "conv groups fused", "layers merged". Adds params (restoring
 // topological order at the end); leaves the old ones for dce.
 #include <cstring>
@@ -24,8 +25,9 @@ namespace {
 using namespace detail;
 
 // The grouping key of a layer that may be merged with siblings reading `x`; empty if it may not.
-std::string siblingKey(const Node* n, const Value* x) {
+std::string siblingKey(const ir::Graph& graph, const Node* n, const Value* x) {
   if (!(n->isOp(Op::Linear) || n->isOp(Op::Conv)) || n->input(0) != x) return "";
+  if (graph.users(n->output()).empty()) return "";  // dead: merging it would only widen the layer
   if (!isParam(n->input(1)) || (n->numInputs() == 3 && !isParam(n->input(2)))) return "";
   const ir::TensorType& w = n->input(1)->type();
   // Any widths N_i group together: same x means the same K.
@@ -131,7 +133,7 @@ PassStats fuseHorizontal(ir::Graph& graph) {
   for (Value* x : candidates) {
     std::vector<std::pair<std::string, std::vector<Node*>>> groups;
     for (Node* user : graph.users(x)) {
-      std::string key = siblingKey(user, x);
+      std::string key = siblingKey(graph, user, x);
       if (key.empty()) continue;
       auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
       if (it == groups.end()) {
