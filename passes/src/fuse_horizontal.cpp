@@ -11,7 +11,11 @@
 // provenance; the fused params unite the provenance of the params they concatenate. Members
 // with non-param weights or biases, other attributes or another kernel shape, and dead ones (no
 // users), are not merged.
-// Counters: "linear groups fused", "conv groups fused", "layers merged". Adds params (restoring
+// Then, when every result of a split feeds the same unary elementwise op and nothing else, that op
+// moves above the split (one tanh over [batch,512] instead of two over [batch,256]), so the fused
+// layer's epilogue can absorb it. Layers whose results the graph returns are not merged: they
+// would have to be copied out of the split.
+// Counters: "linear groups fused", "conv groups fused", "layers merged", "elementwise ops moved above split". Adds params (restoring
 // topological order at the end); leaves the old ones for dce.
 #include <cstring>
 
@@ -27,7 +31,12 @@ using namespace detail;
 // The grouping key of a layer that may be merged with siblings reading `x`; empty if it may not.
 std::string siblingKey(const ir::Graph& graph, const Node* n, const Value* x) {
   if (!(n->isOp(Op::Linear) || n->isOp(Op::Conv)) || n->input(0) != x) return "";
-  if (graph.users(n->output()).empty()) return "";  // dead: merging it would only widen the layer
+  std::vector<Node*> users = graph.users(n->output());
+  if (users.empty()) return "";  // dead: merging it would only widen the layer
+  // A result the graph returns would have to be copied out of the fused layer's split: no gain.
+  if (std::any_of(users.begin(), users.end(), [](const Node* u) { return u->kind() == ir::NodeKind::Output; })) {
+    return "";
+  }
   if (!isParam(n->input(1)) || (n->numInputs() == 3 && !isParam(n->input(2)))) return "";
   const ir::TensorType& w = n->input(1)->type();
   // Any widths N_i group together: same x means the same K.
@@ -120,11 +129,57 @@ bool fuse(ir::Graph& graph, Value* x, const std::vector<Node*>& members, PassSta
   return true;
 }
 
+// When every result of a split feeds the same unary elementwise op (same attributes) and nothing
+// else, the op runs once on the split's input instead: PPO's two tanh after its fused first layer
+// become one, which the fused layer's epilogue then absorbs.
+bool sinkElementwiseIntoSplit(ir::Graph& graph, PassStats& stats) {
+  for (const auto& node : graph.nodes()) {
+    Node* split = node.get();
+    if (!split->isOp(Op::Split)) continue;
+    std::vector<Node*> users;
+    for (size_t i = 0; i < split->numOutputs(); ++i) {
+      std::vector<Node*> u = graph.users(split->output(i));
+      if (u.size() != 1) break;
+      users.push_back(u.front());
+    }
+    if (users.size() != split->numOutputs()) continue;
+    const Node* first = users.front();
+    if (!first->isOp() || first->info().fusion != ir::FusionKind::Elementwise || first->numInputs() != 1) continue;
+    bool same = std::all_of(users.begin(), users.end(), [&](const Node* u) {
+      return u->isOp(first->op()) && u->numInputs() == 1 && u->attrs() == first->attrs();
+    });
+    if (!same) continue;
+    for (size_t i = 0; i < users.size(); ++i) {
+      if (users[i]->input(0) != split->output(i)) same = false;
+    }
+    if (!same) continue;
+
+    std::vector<const Node*> replaced(users.begin(), users.end());
+    std::vector<std::string> provenance = unionProvenance(graph, replaced);
+    Node* applied = graph.addOp(first->op(), {split->input(0)}, first->attrs(),
+                                {graph.uniqueName(first->name() + ".whole")}, {}, provenance, split);
+    std::vector<std::string> names;
+    for (Node* u : users) {
+      names.push_back(u->name());
+      u->output()->setName(graph.uniqueName(u->name() + ".replaced"));
+    }
+    Node* newSplit = graph.addOp(Op::Split, {applied->output()}, split->attrs(), names, {}, split->provenance(), split);
+    for (size_t i = 0; i < users.size(); ++i) graph.replaceAllUsesWith(users[i]->output(), newSplit->output(i));
+    for (Node* u : users) graph.eraseNode(u);
+    graph.eraseNode(split);
+    stats.add("elementwise ops moved above split", static_cast<int64_t>(users.size()));
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 PassStats fuseHorizontal(ir::Graph& graph) {
   PassStats stats;
-  for (const char* counter : {"linear groups fused", "conv groups fused", "layers merged"}) stats.add(counter, 0);
+  for (const char* counter : {"linear groups fused", "conv groups fused", "layers merged", "elementwise ops moved above split"}) {
+    stats.add(counter, 0);
+  }
   std::vector<Value*> candidates;
   for (const auto& n : graph.nodes()) {
     if (n->kind() != ir::NodeKind::Input && !n->isOp()) continue;
@@ -147,6 +202,8 @@ PassStats fuseHorizontal(ir::Graph& graph) {
     }
   }
   restoreTopologicalOrder(graph);
+  while (sinkElementwiseIntoSplit(graph, stats)) {
+  }
   return stats;
 }
 

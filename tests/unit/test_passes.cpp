@@ -652,7 +652,7 @@ TEST_CASE("fuse-horizontal: sibling linears become one wider linear and a split"
     Value* y1 = b.op(Op::Linear, {x, b.randomParam("w1", {4, 6}), b.randomParam("b1", {4})}, "y1");
     Value* y2 = b.op(Op::Linear, {x, b.randomParam("w2", {3, 6})}, "y2");
     Value* y3 = b.op(Op::Linear, {x, b.randomParam("w3", {2, 6}), b.randomParam("b3", {2})}, "y3");
-    b.outputs({{"a", b.op(Op::Tanh, {y1}, "t1")}, {"b", y2}, {"c", b.op(Op::Relu, {y3}, "r3")}});
+    b.outputs({{"a", b.op(Op::Tanh, {y1}, "t1")}, {"b", b.op(Op::Abs, {y2}, "a2")}, {"c", b.op(Op::Relu, {y3}, "r3")}});
     PassStats s = runPass(b.g, passes::fuseHorizontal);
     CHECK(s.get("linear groups fused") == 1);
     CHECK(s.get("layers merged") == 3);
@@ -675,8 +675,52 @@ TEST_CASE("fuse-horizontal: sibling linears become one wider linear and a split"
     Value* y2 = b.op(Op::Linear, {z, b.randomParam("w2", {4, 6})}, "y2");
     Value* dyn = b.op(Op::Relu, {b.randomParam("w3", {4, 6})}, "dyn");
     Value* y3 = b.op(Op::Linear, {z, dyn}, "y3");
-    b.outputs({{"a", y1}, {"b", y2}, {"c", y3}});
+    b.outputs({{"a", b.op(Op::Abs, {y1}, "a1")}, {"b", b.op(Op::Abs, {y2}, "a2")}, {"c", b.op(Op::Abs, {y3}, "a3")}});
     requireNoChange(b.g, passes::fuseHorizontal);
+  }
+  SECTION("must not fire: siblings whose results the graph returns (the split would be copied out)") {
+    Value* y1 = b.op(Op::Linear, {x, b.randomParam("w1", {6, 6})}, "logits");
+    Value* y2 = b.op(Op::Linear, {x, b.randomParam("w2", {1, 6})}, "vf");
+    b.outputs({{"logits", y1}, {"vf", y2}});
+    requireNoChange(b.g, passes::fuseHorizontal);
+  }
+}
+
+TEST_CASE("fuse-horizontal: the same elementwise op on every split result moves above the split",
+          "[passes][fuse-horizontal]") {
+  Builder b;
+  Value* x = b.input("x", {B, 6});
+  Value* h1 = b.op(Op::Linear, {x, b.randomParam("w1", {4, 6}), b.randomParam("b1", {4})}, "h1");
+  Value* h2 = b.op(Op::Linear, {x, b.randomParam("w2", {4, 6}), b.randomParam("b2", {4})}, "h2");
+  SECTION("PPO's two tanh become one over the fused layer") {
+    Value* t1 = b.op(Op::Tanh, {h1}, "t1");
+    Value* t2 = b.op(Op::Tanh, {h2}, "t2");
+    b.outputs({{"a", b.op(Op::Abs, {t1}, "a1")}, {"b", b.op(Op::Neg, {t2}, "n2")}});
+    PassStats s = runPass(b.g, passes::fuseHorizontal);
+    CHECK(s.get("elementwise ops moved above split") == 2);
+    Node* tanh = only(b.g, Op::Tanh);
+    CHECK(tanh->input(0)->producer()->isOp(Op::Linear));
+    CHECK(tanh->output()->type() == f32({B, 8}));
+    CHECK(tanh->provenance() == Strings{"t1", "t2"});
+    Node* split = only(b.g, Op::Split);
+    CHECK(split->input(0) == tanh->output());
+    CHECK(split->output(0)->name() == "t1");
+  }
+  SECTION("must not fire: different ops, different attributes, or a result with another reader") {
+    Value* l1 = b.op(Op::LeakyRelu, {h1}, {{"alpha", 0.1}}, "l1");
+    Value* l2 = b.op(Op::LeakyRelu, {h2}, {{"alpha", 0.2}}, "l2");
+    b.outputs({{"a", b.op(Op::Abs, {l1}, "a1")}, {"b", b.op(Op::Abs, {l2}, "a2")}});
+    PassStats s = runPass(b.g, passes::fuseHorizontal);
+    CHECK(s.get("elementwise ops moved above split") == 0);
+    CHECK(count(b.g, Op::LeakyRelu) == 2);
+  }
+  SECTION("must not fire: a split result also read by another op") {
+    Value* t1 = b.op(Op::Tanh, {h1}, "t1");
+    Value* t2 = b.op(Op::Tanh, {h2}, "t2");
+    b.outputs({{"a", b.op(Op::Add, {t1, h1}, "s1")}, {"b", b.op(Op::Abs, {t2}, "a2")}});
+    PassStats s = runPass(b.g, passes::fuseHorizontal);
+    CHECK(s.get("elementwise ops moved above split") == 0);
+    CHECK(count(b.g, Op::Tanh) == 2);
   }
 }
 
@@ -686,7 +730,7 @@ TEST_CASE("fuse-horizontal: sibling convs with identical attributes", "[passes][
   SECTION("same attributes: one conv, split along channels") {
     Value* c1 = b.op(Op::Conv, {x, b.randomParam("w1", {4, 3, 3, 3}), b.randomParam("b1", {4})}, kConv3x3, "c1");
     Value* c2 = b.op(Op::Conv, {x, b.randomParam("w2", {2, 3, 3, 3})}, kConv3x3, "c2");
-    b.outputs({{"a", c1}, {"b", c2}});
+    b.outputs({{"a", b.op(Op::Relu, {c1}, "r1")}, {"b", b.op(Op::Abs, {c2}, "a2")}});
     PassStats s = runPass(b.g, passes::fuseHorizontal);
     CHECK(s.get("conv groups fused") == 1);
     CHECK(only(b.g, Op::Conv)->output()->type() == f32({B, 6, 6, 6}));
