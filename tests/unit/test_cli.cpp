@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <onnx/onnx_pb.h>
+
 #include "model_io.h"
 #include "unit/fixtures.h"
 
@@ -136,4 +138,70 @@ TEST_CASE("cli: batch 0 runs and gives empty outputs", "[cli]") {
   CliResult r = cli("run " + kPpo + " --random --batch 0");
   CHECK(r.exitCode == 0);
   CHECK(r.out.find("f32[0,12] (empty)") != std::string::npos);
+}
+
+TEST_CASE("cli: an unsupported ONNX operator is one error naming node, op type and opset", "[cli][bad-input]") {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* graph = model.mutable_graph();
+  graph->set_name("cosine");
+  for (const char* name : {"x", "y"}) {
+    onnx::ValueInfoProto* v = name[0] == 'x' ? graph->add_input() : graph->add_output();
+    v->set_name(name);
+    auto* tensor = v->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(onnx::TensorProto::FLOAT);
+    tensor->mutable_shape()->add_dim()->set_dim_param("batch");
+    tensor->mutable_shape()->add_dim()->set_dim_value(4);
+  }
+  onnx::NodeProto* node = graph->add_node();
+  node->set_name("Cos_0");
+  node->set_op_type("Cos");
+  node->add_input("x");
+  node->add_output("y");
+  fs::path path = scratch() / "cosine.onnx";
+  std::ofstream(path, std::ios::binary) << model.SerializeAsString();
+
+  CliResult r = cli("run " + path.string() + " --random");
+  requireCleanError(r, "unsupported operator 'Cos' (opset 13)");
+  CHECK(r.err.find("node 'Cos_0'") != std::string::npos);
+}
+
+TEST_CASE("cli: dump stages and pass options", "[cli][passes]") {
+  CliResult optimized = cli("dump " + kPpo + " --stage optimized");
+  REQUIRE(optimized.exitCode == 0);
+  CHECK(optimized.out.find("f32[batch,512]") != std::string::npos);
+  CHECK(optimized.out.find("= split(") != std::string::npos);
+  CHECK(optimized.out.find("= gemm(") == std::string::npos);
+
+  CliResult unfused = cli("dump " + kPpo + " --stage optimized --disable-pass fuse-horizontal");
+  REQUIRE(unfused.exitCode == 0);
+  CHECK(unfused.out.find("= split(") == std::string::npos);
+
+  CliResult only = cli("dump " + kPpo + " --stage optimized --passes=canonicalize");
+  REQUIRE(only.exitCode == 0);
+  CHECK(only.out.find("= linear(") != std::string::npos);
+  CHECK(only.out.find("= split(") == std::string::npos);
+
+  CliResult printed = cli("dump " + kPpo + " --stage optimized --print-after all");
+  REQUIRE(printed.exitCode == 0);
+  CHECK(printed.err.find("// ----- after canonicalize (6 gemm->linear)") != std::string::npos);
+  CHECK(printed.err.find("// ----- after dce") != std::string::npos);
+
+  CliResult pre = cli("dump " + kPpo + " --stage pre-fusion");
+  CliResult post = cli("dump " + kPpo + " --stage post-fusion");
+  REQUIRE(pre.exitCode == 0);
+  REQUIRE(post.exitCode == 0);
+  CHECK(pre.out.find("kernel program ppo_mlp: 8 kernels") != std::string::npos);
+  CHECK(post.out.find("kernel program ppo_mlp: 5 kernels") != std::string::npos);
+  CHECK(post.out.find("kernel fused_linear_bias_tanh_0 (linear) domain [batch,512]") != std::string::npos);
+  CHECK(post.out.find("from \"/pi_fc0/Gemm\"") != std::string::npos);
+
+  CliResult runOpt = cli("run " + kPpo + " --random --batch 2 --seed 3 --optimize");
+  CliResult runRef = cli("run " + kPpo + " --random --batch 2 --seed 3");
+  REQUIRE(runOpt.exitCode == 0);
+  CHECK(runOpt.out.size() == runRef.out.size());
+
+  requireCleanError(cli("dump " + kPpo + " --stage optimized --passes=canonicalize,bogus"), "unknown pass 'bogus'");
+  requireCleanError(cli("dump " + kPpo + " --stage optimized --disable-pass nope"), "unknown pass 'nope'");
 }
