@@ -11,6 +11,7 @@
 
 #include "model_io.h"
 #include "policyc/codegen/kernel_program.h"
+#include "policyc/codegen/memory_plan.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
@@ -72,6 +73,7 @@ int runDump(const DumpOptions& o) {
     codegen::KernelProgram program = codegen::lowerGraph(*graph);
     if (o.stage == "post-fusion") codegen::fuseKernels(program);
     std::string text = codegen::printKernelProgram(program);
+    if (o.stage == "post-fusion") text += "\n" + codegen::printMemoryPlan(program, codegen::planMemory(program));
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }

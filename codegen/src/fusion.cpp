@@ -200,6 +200,8 @@ class Fuser {
 
 std::vector<int> Kernel::reads() const {
   std::vector<int> ids = anchorInputs;
+  // With a prologue, the reduced operand is computed in place, never read from memory.
+  if (!prologue.empty() && !ids.empty()) ids.erase(ids.begin());
   for (const auto* instrs : {&prologue, &body}) {
     for (const Instr& i : *instrs) {
       if (i.opcode == Opcode::Load) ids.push_back(i.buffer);

@@ -1,0 +1,72 @@
+/* The C ABI every policyc-compiled model implements (versioned; C99 and C++).
+ *
+ * A compiled model is a shared object exporting one function, policyc_model_descriptor(), that
+ * returns a static descriptor: the model's name, its inputs and outputs (name, dtype, shape with
+ * -1 for the batch dimension), the workspace it needs for a batch size, and its run function.
+ * The caller owns all memory: inputs, outputs and the workspace. A run allocates nothing.
+ * Concurrent runs on one model are safe when each uses its own workspace; results are bitwise
+ * identical for every thread count.
+ */
+#ifndef POLICYC_RUNTIME_POLICYC_MODEL_H_
+#define POLICYC_RUNTIME_POLICYC_MODEL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on any incompatible change of the structs or functions below. */
+#define POLICYC_ABI_VERSION 1
+
+/* The workspace must be aligned to this many bytes. */
+#define POLICYC_WORKSPACE_ALIGNMENT 64
+
+typedef enum policyc_dtype {
+  POLICYC_F32 = 0,
+  POLICYC_F64 = 1,
+  POLICYC_I32 = 2,
+  POLICYC_I64 = 3,
+  POLICYC_U8 = 4,
+  POLICYC_I8 = 5,
+  POLICYC_BOOL = 6
+} policyc_dtype;
+
+typedef struct policyc_tensor_desc {
+  const char* name;
+  int32_t dtype;          /* a policyc_dtype */
+  int32_t rank;
+  const int64_t* shape;   /* rank entries; -1 is the batch dimension */
+} policyc_tensor_desc;
+
+/* Return codes of run(). */
+#define POLICYC_OK 0
+#define POLICYC_ERROR_ARGUMENT (-1)  /* a null pointer, a negative batch or thread count */
+#define POLICYC_ERROR_WORKSPACE (-2) /* a workspace that is not aligned */
+
+typedef struct policyc_model {
+  uint32_t abi_version;   /* POLICYC_ABI_VERSION of the compiler that built the model */
+  uint32_t struct_size;   /* sizeof(policyc_model) there: lets newer loaders read older models */
+  const char* name;
+  const char* target;     /* what the code was compiled for, e.g. "x86-64-v3" */
+  int32_t num_inputs;
+  const policyc_tensor_desc* inputs;
+  int32_t num_outputs;
+  const policyc_tensor_desc* outputs;
+  /* Bytes of workspace a run at this batch size needs (a + b * batch). */
+  size_t (*workspace_bytes)(int64_t batch);
+  /* Runs the model: inputs[i] and outputs[i] point to C-order arrays of the described dtype and
+   * shape (batch substituted). batch 0 is valid and touches nothing. threads >= 1. */
+  int (*run)(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads);
+} policyc_model;
+
+/* The one symbol a compiled model exports. */
+const policyc_model* policyc_model_descriptor(void);
+typedef const policyc_model* (*policyc_model_descriptor_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* POLICYC_RUNTIME_POLICYC_MODEL_H_ */
