@@ -1,6 +1,7 @@
 // Fusion on the kernel program: splices pointwise bodies into each other, into template
 // epilogues and into reduction prologues, then renames kernels after what they contain.
 #include <algorithm>
+#include <optional>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -115,24 +116,40 @@ class Fuser {
     into.sources = std::move(merged);
   }
 
+  // A pointwise producer whose whole result exactly one kernel reads, and nothing else: where every
+  // producer-into-reader fusion starts.
+  struct Producer {
+    int buffer;    // what it writes
+    int value;     // the body instruction holding the stored value
+    size_t reader; // the kernel that reads it
+  };
+  std::optional<Producer> soleReaderProducer(size_t pi) const {
+    const Kernel& P = p_.kernels[pi];
+    if (P.kind != KernelKind::Pointwise) return std::nullopt;
+    const Instr* store = soleIdentityStore(P);
+    if (!store || !privateTemp(store->buffer) || P.domain != p_.buffer(store->buffer).type.shape) return std::nullopt;
+    std::vector<size_t> readers = p_.readersOf(store->buffer);
+    if (readers.size() != 1) return std::nullopt;
+    return Producer{store->buffer, store->args[0], readers[0]};
+  }
+
+  // Removes producer `pi` once its body lives in `into`.
+  void absorbProducer(Kernel& into, size_t pi, int& counter) {
+    absorbSources(into, p_.kernels[pi], true);
+    p_.kernels.erase(p_.kernels.begin() + static_cast<long>(pi));
+    ++counter;
+  }
+
   // A pointwise producer whose value only one pointwise consumer reads moves into that consumer.
   bool fusePointwise() {
     for (size_t pi = 0; pi < p_.kernels.size(); ++pi) {
+      std::optional<Producer> prod = soleReaderProducer(pi);
+      if (!prod) continue;
+      Kernel& K = p_.kernels[prod->reader];
+      if (K.kind != KernelKind::Pointwise || !readsInOrder(K, prod->buffer)) continue;
       const Kernel& P = p_.kernels[pi];
-      if (P.kind != KernelKind::Pointwise) continue;
-      const Instr* store = soleIdentityStore(P);
-      if (!store || !privateTemp(store->buffer) || P.domain != p_.buffer(store->buffer).type.shape) continue;
-      int x = store->buffer;
-      std::vector<size_t> readers = p_.readersOf(x);
-      if (readers.size() != 1) continue;
-      Kernel& K = p_.kernels[readers[0]];
-      if (K.kind != KernelKind::Pointwise || !readsInOrder(K, x)) continue;
-      std::vector<Instr> prefix(P.body.begin(), P.body.end() - 1);
-      int value = store->args[0];
-      K.body = splice(std::move(prefix), K.body, x, value);
-      absorbSources(K, P, true);
-      p_.kernels.erase(p_.kernels.begin() + static_cast<long>(pi));
-      ++stats_.pointwise;
+      K.body = splice(std::vector<Instr>(P.body.begin(), P.body.end() - 1), K.body, prod->buffer, prod->value);
+      absorbProducer(K, pi, stats_.pointwise);
       return true;
     }
     return false;
@@ -169,24 +186,19 @@ class Fuser {
   // A pointwise producer of the operand a reduction reads becomes the reduction's prologue.
   bool fusePrologue() {
     for (size_t pi = 0; pi < p_.kernels.size(); ++pi) {
-      const Kernel& P = p_.kernels[pi];
-      if (P.kind != KernelKind::Pointwise) continue;
-      const Instr* store = soleIdentityStore(P);
-      if (!store || !privateTemp(store->buffer) || P.domain != p_.buffer(store->buffer).type.shape) continue;
-      int x = store->buffer;
-      std::vector<size_t> readers = p_.readersOf(x);
-      if (readers.size() != 1) continue;
-      Kernel& R = p_.kernels[readers[0]];
+      std::optional<Producer> prod = soleReaderProducer(pi);
+      if (!prod) continue;
+      int x = prod->buffer;
+      Kernel& R = p_.kernels[prod->reader];
       if (R.kind != KernelKind::Reduction || !R.prologue.empty() || R.anchorInputs.empty() || R.anchorInputs[0] != x) {
         continue;
       }
       if (std::count(R.anchorInputs.begin(), R.anchorInputs.end(), x) != 1) continue;
       if (std::any_of(R.body.begin(), R.body.end(), [&](const Instr& i) { return loadsBuffer(i, x); })) continue;
+      const Kernel& P = p_.kernels[pi];
       R.prologue.assign(P.body.begin(), P.body.end() - 1);
-      R.prologueResult = store->args[0];
-      absorbSources(R, P, true);
-      p_.kernels.erase(p_.kernels.begin() + static_cast<long>(pi));
-      ++stats_.prologues;
+      R.prologueResult = prod->value;
+      absorbProducer(R, pi, stats_.prologues);
       return true;
     }
     return false;

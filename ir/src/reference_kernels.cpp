@@ -244,20 +244,31 @@ void refConv(const RefCall& call) {
   }
 }
 
+// The window geometry both poolings share: one (N, C) plane at a time over the spatial dims.
+struct PoolGeometry {
+  size_t nsp;
+  std::vector<int64_t> kernel, strides, dilations, pads, inSpatial, outSpatial, inStrides;
+  int64_t planes, inPlane, outPlane;
+
+  PoolGeometry(const RefCall& call, const RefTensor& x, const RefTensor& y)
+      : nsp(x.shape.size() - 2),
+        kernel(attrInts(call.attrs, "kernel_shape")),
+        strides(spatialList(call, "strides", nsp, 1)),
+        dilations(spatialList(call, "dilations", nsp, 1)),
+        pads(spatialList(call, "pads", nsp, 0, 2)),
+        inSpatial(x.shape.begin() + 2, x.shape.end()),
+        outSpatial(y.shape.begin() + 2, y.shape.end()),
+        inStrides(stridesOf(inSpatial)),
+        planes(x.shape[0] * x.shape[1]),
+        inPlane(staticNumel(inSpatial)),
+        outPlane(staticNumel(outSpatial)) {}
+};
+
 void refMaxPool(const RefCall& call) {
   const RefTensor& x = in(call, 0);
   RefTensor& y = out(call);
-  size_t nsp = x.shape.size() - 2;
-  const std::vector<int64_t>& kernel = attrInts(call.attrs, "kernel_shape");
-  std::vector<int64_t> strides = spatialList(call, "strides", nsp, 1);
-  std::vector<int64_t> dilations = spatialList(call, "dilations", nsp, 1);
-  std::vector<int64_t> pads = spatialList(call, "pads", nsp, 0, 2);
-  std::vector<int64_t> inSpatial(x.shape.begin() + 2, x.shape.end());
-  std::vector<int64_t> outSpatial(y.shape.begin() + 2, y.shape.end());
-  std::vector<int64_t> inStrides = stridesOf(inSpatial);
-  int64_t planes = x.shape[0] * x.shape[1];
-  int64_t inPlane = staticNumel(inSpatial);
-  int64_t outPlane = staticNumel(outSpatial);
+  const PoolGeometry geo(call, x, y);
+  const auto& [nsp, kernel, strides, dilations, pads, inSpatial, outSpatial, inStrides, planes, inPlane, outPlane] = geo;
   for (int64_t p = 0; p < planes; ++p) {
     const double* xPlane = x.data.data() + p * inPlane;
     forEachIndex(outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {
@@ -283,17 +294,9 @@ void refMaxPool(const RefCall& call) {
 void refAvgPool(const RefCall& call) {
   const RefTensor& x = in(call, 0);
   RefTensor& y = out(call);
-  size_t nsp = x.shape.size() - 2;
-  const std::vector<int64_t>& kernel = attrInts(call.attrs, "kernel_shape");
-  std::vector<int64_t> strides = spatialList(call, "strides", nsp, 1);
-  std::vector<int64_t> pads = spatialList(call, "pads", nsp, 0, 2);
   bool countIncludePad = attrInt(call.attrs, "count_include_pad") != 0;
-  std::vector<int64_t> inSpatial(x.shape.begin() + 2, x.shape.end());
-  std::vector<int64_t> outSpatial(y.shape.begin() + 2, y.shape.end());
-  std::vector<int64_t> inStrides = stridesOf(inSpatial);
-  int64_t planes = x.shape[0] * x.shape[1];
-  int64_t inPlane = staticNumel(inSpatial);
-  int64_t outPlane = staticNumel(outSpatial);
+  const PoolGeometry geo(call, x, y);
+  const auto& [nsp, kernel, strides, dilations, pads, inSpatial, outSpatial, inStrides, planes, inPlane, outPlane] = geo;
   for (int64_t p = 0; p < planes; ++p) {
     const double* xPlane = x.data.data() + p * inPlane;
     forEachIndex(outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {
