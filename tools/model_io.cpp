@@ -46,10 +46,16 @@ void writeTensor(const std::string& npyPath, const ir::Tensor& tensor) {
 }
 
 std::vector<ir::Tensor> randomInputs(const ir::Graph& graph, int64_t batch, uint64_t seed) {
+  std::vector<ir::TensorType> types;
+  for (const ir::Value* in : graph.inputs()) types.push_back(in->type());
+  return randomTensors(types, batch, seed);
+}
+
+std::vector<ir::Tensor> randomTensors(const std::vector<ir::TensorType>& types, int64_t batch, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<ir::Tensor> inputs;
-  for (const ir::Value* in : graph.inputs()) {
-    ir::Tensor t(in->type().dtype, ir::evalShape(in->type().shape, batch));
+  for (const ir::TensorType& type : types) {
+    ir::Tensor t(type.dtype, ir::evalShape(type.shape, batch));
     std::normal_distribution<double> normal(0.0, 1.0);
     std::uniform_int_distribution<int> byte(0, 255);
     for (int64_t i = 0; i < t.numel(); ++i) {
@@ -67,9 +73,13 @@ std::vector<ir::Tensor> randomInputs(const ir::Graph& graph, int64_t batch, uint
 }
 
 std::vector<ir::Tensor> orderInputs(const ir::Graph& graph, std::map<std::string, ir::Tensor> named) {
-  std::vector<ir::Tensor> ordered;
   std::vector<std::string> expected;
   for (const ir::Value* in : graph.inputs()) expected.push_back(in->name());
+  return orderInputs(expected, std::move(named));
+}
+
+std::vector<ir::Tensor> orderInputs(const std::vector<std::string>& expected, std::map<std::string, ir::Tensor> named) {
+  std::vector<ir::Tensor> ordered;
   for (const auto& [name, tensor] : named) {
     if (std::find(expected.begin(), expected.end(), name) == expected.end()) {
       fail("unknown input '{}' (the model's inputs: {})", name, fmt::join(expected, ", "));

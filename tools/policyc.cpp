@@ -1,6 +1,8 @@
 // The policyc command line: dump a model's graph, run it, and (later) compile it.
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
@@ -11,11 +13,13 @@
 
 #include "model_io.h"
 #include "policyc/codegen/kernel_program.h"
+#include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/memory_plan.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
 #include "policyc/passes/pass_manager.h"
+#include "policyc/runtime/loader.h"
 
 namespace {
 
@@ -101,9 +105,92 @@ struct RunOptions {
   std::string outputDir;
   PipelineFlags pipeline;
   bool optimize = false;
+  int threads = 1;  // compiled models only: the interpreter runs on one thread
 };
 
+// NAME=FILE.npy options read into tensors by name.
+std::map<std::string, ir::Tensor> readNamedInputs(const std::vector<std::string>& specs) {
+  std::map<std::string, ir::Tensor> named;
+  for (const std::string& spec : specs) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) fail("--input takes NAME=FILE.npy, got '{}'", spec);
+    std::string name = spec.substr(0, eq);
+    if (named.count(name)) fail("input '{}' is given twice", name);
+    named.emplace(name, tools::readTensor(spec.substr(eq + 1)));
+  }
+  return named;
+}
+
+// Writes NAME.npy for every output into `outputDir` (if given), then prints one summary line each.
+void reportOutputs(const std::vector<std::string>& names, const std::vector<ir::Tensor>& outputs,
+                   const std::string& outputDir) {
+  if (!outputDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(outputDir, ec);
+    if (ec) fail("cannot create output directory '{}': {}", outputDir, ec.message());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      tools::writeTensor((std::filesystem::path(outputDir) / (names[i] + ".npy")).string(), outputs[i]);
+    }
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) fmt::print("{}: {}\n", names[i], tools::summarize(outputs[i]));
+}
+
+// `policyc run MODEL.so`: a compiled model through the runtime loader, on the same inputs (for the
+// same --seed) as the interpreter would use.
+int runCompiled(const RunOptions& o) {
+  if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
+    fail("'{}' is already compiled: --optimize and the pass options apply to .onnx and .pir models", o.model);
+  }
+  if (o.threads < 1) fail("--threads must be >= 1, got {}", o.threads);
+  runtime::Model model = runtime::Model::load(o.model);
+  static_assert(static_cast<int>(ir::DType::Bool) == POLICYC_BOOL, "ir::DType and policyc_dtype share their order");
+  std::vector<ir::TensorType> types;
+  std::vector<std::string> inputNames;
+  for (const runtime::TensorSpec& spec : model.inputs()) {
+    ir::Shape shape;
+    for (int64_t d : spec.shape) shape.push_back(d == -1 ? ir::Dim::batch() : ir::Dim(d));
+    types.push_back({static_cast<ir::DType>(spec.dtype), shape});
+    inputNames.push_back(spec.name);
+  }
+  std::vector<ir::Tensor> inputs;
+  int64_t batch = o.batch;
+  if (o.random) {
+    if (!o.inputs.empty()) fail("give either --input or --random, not both");
+    if (o.batch < 0) fail("--batch must be >= 0, got {}", o.batch);
+    inputs = tools::randomTensors(types, o.batch, o.seed);
+  } else {
+    inputs = tools::orderInputs(inputNames, readNamedInputs(o.inputs));
+    // The batch is that of the first input with a batch dimension; run() checks the others.
+    for (size_t i = 0; i < inputs.size() && batch == o.batch; ++i) {
+      const std::vector<int64_t>& spec = model.inputs()[i].shape;
+      for (size_t k = 0; k < spec.size() && k < inputs[i].shape().size(); ++k) {
+        if (spec[k] == -1) {
+          batch = inputs[i].shape()[k];
+          break;
+        }
+      }
+    }
+  }
+  std::vector<runtime::TensorView> inViews, outViews;
+  for (ir::Tensor& t : inputs) {
+    inViews.emplace_back(static_cast<policyc_dtype>(t.dtype()), t.shape(), static_cast<const void*>(t.bytes()));
+  }
+  std::vector<ir::Tensor> outputs;
+  std::vector<std::string> outputNames;
+  for (const runtime::TensorSpec& spec : model.outputs()) {
+    outputs.emplace_back(static_cast<ir::DType>(spec.dtype), spec.shapeAt(batch));
+    outputNames.push_back(spec.name);
+  }
+  for (ir::Tensor& t : outputs) {
+    outViews.emplace_back(static_cast<policyc_dtype>(t.dtype()), t.shape(), static_cast<void*>(t.bytes()));
+  }
+  model.run(inViews, outViews, batch, o.threads);
+  reportOutputs(outputNames, outputs, o.outputDir);
+  return 0;
+}
+
 int runRun(const RunOptions& o) {
+  if (std::filesystem::path(o.model).extension() == ".so") return runCompiled(o);
   auto graph = tools::loadModel(o.model);
   if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
     o.pipeline.optimize(*graph);
@@ -114,30 +201,50 @@ int runRun(const RunOptions& o) {
     if (o.batch < 0) fail("--batch must be >= 0, got {}", o.batch);
     inputs = tools::randomInputs(*graph, o.batch, o.seed);
   } else {
-    std::map<std::string, ir::Tensor> named;
-    for (const std::string& spec : o.inputs) {
-      size_t eq = spec.find('=');
-      if (eq == std::string::npos || eq == 0) fail("--input takes NAME=FILE.npy, got '{}'", spec);
-      std::string name = spec.substr(0, eq);
-      if (named.count(name)) fail("input '{}' is given twice", name);
-      named.emplace(name, tools::readTensor(spec.substr(eq + 1)));
-    }
-    inputs = tools::orderInputs(*graph, std::move(named));
+    inputs = tools::orderInputs(*graph, readNamedInputs(o.inputs));
   }
   std::vector<ir::Tensor> outputs = ir::interpret(*graph, inputs);
-  auto names = graph->outputs();
+  std::vector<std::string> names;
+  for (const auto& output : graph->outputs()) names.push_back(output.first);
   // Everything is computed before anything is written: an error leaves no partial output.
-  if (!o.outputDir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.outputDir, ec);
-    if (ec) fail("cannot create output directory '{}': {}", o.outputDir, ec.message());
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      tools::writeTensor((std::filesystem::path(o.outputDir) / (names[i].first + ".npy")).string(), outputs[i]);
-    }
+  reportOutputs(names, outputs, o.outputDir);
+  return 0;
+}
+
+struct CompileOptions {
+  std::string model;
+  std::string output;
+  std::string header;
+  std::string name;
+  std::string target = "native";
+  std::string debugDir;
+  PipelineFlags pipeline;
+};
+
+// MODEL -> optimised graph -> kernel program -> fusion -> memory plan -> C++ -> OUT.so (+ OUT.h).
+int runCompile(const CompileOptions& o) {
+  auto start = std::chrono::steady_clock::now();
+  codegen::marchFlag(o.target);  // an unknown target fails before any work
+  auto graph = tools::loadModel(o.model);
+  o.pipeline.optimize(*graph);
+  codegen::KernelProgram program = codegen::lowerGraph(*graph);
+  codegen::fuseKernels(program);
+  codegen::MemoryPlan plan = codegen::planMemory(program);
+  codegen::CppOptions cpp;
+  cpp.name = o.name.empty() ? std::filesystem::path(o.output).stem().string() : o.name;
+  cpp.target = o.target;
+  codegen::GeneratedCpp generated = codegen::emitCpp(program, plan, cpp);
+  codegen::BuildOptions build;
+  build.workDir = o.debugDir;
+  build.keepWorkDir = !o.debugDir.empty();
+  codegen::buildSharedObject(generated, o.output, build);
+  if (!o.header.empty()) {
+    std::ofstream f(o.header, std::ios::binary);
+    f << generated.header;
+    if (!f) fail("cannot write '{}'", o.header);
   }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    fmt::print("{}: {}\n", names[i].first, tools::summarize(outputs[i]));
-  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("compiled {} in {:.2f} s\n", o.output, seconds);
   return 0;
 }
 
@@ -158,15 +265,26 @@ int main(int argc, char** argv) {
 
   RunOptions run;
   CLI::App* runCmd = app.add_subcommand("run", "run a model on given or random inputs");
-  runCmd->add_option("model", run.model, "model file (.onnx or .pir)")->required();
+  runCmd->add_option("model", run.model, "model file (.onnx or .pir), or a compiled model (.so)")->required();
   runCmd->add_option("--backend", run.backend, "how to run it")->check(CLI::IsMember({"interp"}));
   runCmd->add_option("--input", run.inputs, "NAME=FILE.npy, once per model input");
   runCmd->add_flag("--random", run.random, "use random inputs (see --batch, --seed)");
   runCmd->add_option("--batch", run.batch, "batch size for --random");
   runCmd->add_option("--seed", run.seed, "random seed for --random");
   runCmd->add_option("--output-dir", run.outputDir, "write NAME.npy for every output here");
+  runCmd->add_option("--threads", run.threads, "threads a compiled model (.so) may use");
   runCmd->add_flag("--optimize", run.optimize, "run the optimised graph (implied by the pass options)");
   run.pipeline.addTo(runCmd);
+
+  CompileOptions compile;
+  CLI::App* compileCmd = app.add_subcommand("compile", "compile a model into a shared object (C++ backend)");
+  compileCmd->add_option("model", compile.model, "model file (.onnx or .pir)")->required();
+  compileCmd->add_option("-o,--output", compile.output, "the shared object to write (OUT.so)")->required();
+  compileCmd->add_option("--header", compile.header, "also write the model's C header here");
+  compileCmd->add_option("--name", compile.name, "C name of the typed wrapper (NAME_run); default: OUT's stem");
+  compileCmd->add_option("--target", compile.target, "native | x86-64-v3 | x86-64-v4 | generic");
+  compileCmd->add_option("--debug-dir", compile.debugDir, "keep output_code.cpp, weights.bin and build.log here");
+  compile.pipeline.addTo(compileCmd);
 
   try {
     app.parse(argc, argv);
@@ -184,6 +302,7 @@ int main(int argc, char** argv) {
   try {
     if (*dumpCmd) return runDump(dump);
     if (*runCmd) return runRun(run);
+    if (*compileCmd) return runCompile(compile);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "policyc: error: {}\n", e.what());

@@ -1,0 +1,353 @@
+// policyc prelude: scalar semantics of the op table (as ir/src/reference_kernels.cpp) and the
+// vector types of the GEMM microkernels. Pasted at the top of every generated output_code.cpp.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#define PC_INLINE static inline __attribute__((always_inline))
+#define PC_RESTRICT __restrict__
+// Kernels stay separate functions: profiles show them by name.
+#define PC_KERNEL static __attribute__((noinline))
+
+namespace pc {
+
+// 8 floats: one AVX register where the target has AVX, two SSE registers otherwise.
+// Naturally aligned types (GCC keeps under-aligned vector variables in memory); loads and stores
+// of any alignment go through memcpy.
+typedef float f32x8 __attribute__((vector_size(32)));
+
+PC_INLINE f32x8 load8(const float* p) {
+  f32x8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+PC_INLINE void store8(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
+PC_INLINE f32x8 splat8(float x) { return f32x8{x, x, x, x, x, x, x, x}; }
+
+typedef float f32x16 __attribute__((vector_size(64)));
+PC_INLINE f32x16 load16(const float* p) {
+  f32x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+PC_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+PC_INLINE f32x16 splat16(float x) { return f32x16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+
+// ---- GEMM microkernels over weights packed in panels of 16 output columns: panel[k][c] is the
+// weight of column c for input k. Each computes out[t][c] = bias[c] + sum_k x_t[k] * panel[k][c].
+// A panel row is one f32x16 with AVX-512, two f32x8 otherwise (AVX registers, or SSE pairs).
+
+#if defined(__AVX512F__)
+// One row: four accumulators over interleaved k for instruction-level parallelism.
+PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_RESTRICT w,
+                         const float* PC_RESTRICT bias, float* PC_RESTRICT out) {
+  f32x16 a = load16(bias), b = {}, c = {}, d = {};
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const float* p = w + k * 16;
+    a += splat16(x[k]) * load16(p);
+    b += splat16(x[k + 1]) * load16(p + 16);
+    c += splat16(x[k + 2]) * load16(p + 32);
+    d += splat16(x[k + 3]) * load16(p + 48);
+  }
+  for (; k < K; ++k) a += splat16(x[k]) * load16(w + k * 16);
+  store16(out, (a + b) + (c + d));
+}
+
+// Four rows share every weight load.
+PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                         const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
+                         const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
+  f32x16 a = load16(bias), b = a, c = a, d = a;
+  for (int64_t k = 0; k < K; ++k) {
+    const f32x16 wk = load16(w + k * 16);
+    a += splat16(x0[k]) * wk;
+    b += splat16(x1[k]) * wk;
+    c += splat16(x2[k]) * wk;
+    d += splat16(x3[k]) * wk;
+  }
+  store16(out[0], a);
+  store16(out[1], b);
+  store16(out[2], c);
+  store16(out[3], d);
+}
+
+// Same, reading x_t[k] at x_t[off[k]]: a convolution's patches straight from the input when the
+// window lies inside it (off is the window's offset table, the same for every position).
+PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
+                            const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
+                            const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
+  f32x16 a = load16(bias), b = a, c = a, d = a;
+  for (int64_t k = 0; k < K; ++k) {
+    const f32x16 wk = load16(w + k * 16);
+    const int32_t o = off[k];
+    a += splat16(x0[o]) * wk;
+    b += splat16(x1[o]) * wk;
+    c += splat16(x2[o]) * wk;
+    d += splat16(x3[o]) * wk;
+  }
+  store16(out[0], a);
+  store16(out[1], b);
+  store16(out[2], c);
+  store16(out[3], d);
+}
+#else
+// Without AVX-512 a panel row is two f32x8 (GCC would spill a 16-float vector type).
+PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_RESTRICT w,
+                         const float* PC_RESTRICT bias, float* PC_RESTRICT out) {
+  f32x8 a0 = load8(bias), a1 = load8(bias + 8), b0 = {}, b1 = {}, c0 = {}, c1 = {}, d0 = {}, d1 = {};
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const float* p = w + k * 16;
+    a0 += splat8(x[k]) * load8(p);
+    a1 += splat8(x[k]) * load8(p + 8);
+    b0 += splat8(x[k + 1]) * load8(p + 16);
+    b1 += splat8(x[k + 1]) * load8(p + 24);
+    c0 += splat8(x[k + 2]) * load8(p + 32);
+    c1 += splat8(x[k + 2]) * load8(p + 40);
+    d0 += splat8(x[k + 3]) * load8(p + 48);
+    d1 += splat8(x[k + 3]) * load8(p + 56);
+  }
+  for (; k < K; ++k) {
+    a0 += splat8(x[k]) * load8(w + k * 16);
+    a1 += splat8(x[k]) * load8(w + k * 16 + 8);
+  }
+  store8(out, (a0 + b0) + (c0 + d0));
+  store8(out + 8, (a1 + b1) + (c1 + d1));
+}
+
+PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                         const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
+                         const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
+  const f32x8 bl = load8(bias), bh = load8(bias + 8);
+  f32x8 a0 = bl, a1 = bh, b0 = bl, b1 = bh, c0 = bl, c1 = bh, d0 = bl, d1 = bh;
+  for (int64_t k = 0; k < K; ++k) {
+    const f32x8 wl = load8(w + k * 16), wh = load8(w + k * 16 + 8);
+    f32x8 v = splat8(x0[k]);
+    a0 += v * wl;
+    a1 += v * wh;
+    v = splat8(x1[k]);
+    b0 += v * wl;
+    b1 += v * wh;
+    v = splat8(x2[k]);
+    c0 += v * wl;
+    c1 += v * wh;
+    v = splat8(x3[k]);
+    d0 += v * wl;
+    d1 += v * wh;
+  }
+  store8(out[0], a0);
+  store8(out[0] + 8, a1);
+  store8(out[1], b0);
+  store8(out[1] + 8, b1);
+  store8(out[2], c0);
+  store8(out[2] + 8, c1);
+  store8(out[3], d0);
+  store8(out[3] + 8, d1);
+}
+
+PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
+                            const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
+                            const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
+  const f32x8 bl = load8(bias), bh = load8(bias + 8);
+  f32x8 a0 = bl, a1 = bh, b0 = bl, b1 = bh, c0 = bl, c1 = bh, d0 = bl, d1 = bh;
+  for (int64_t k = 0; k < K; ++k) {
+    const f32x8 wl = load8(w + k * 16), wh = load8(w + k * 16 + 8);
+    const int32_t o = off[k];
+    f32x8 v = splat8(x0[o]);
+    a0 += v * wl;
+    a1 += v * wh;
+    v = splat8(x1[o]);
+    b0 += v * wl;
+    b1 += v * wh;
+    v = splat8(x2[o]);
+    c0 += v * wl;
+    c1 += v * wh;
+    v = splat8(x3[o]);
+    d0 += v * wl;
+    d1 += v * wh;
+  }
+  store8(out[0], a0);
+  store8(out[0] + 8, a1);
+  store8(out[1], b0);
+  store8(out[1] + 8, b1);
+  store8(out[2], c0);
+  store8(out[2] + 8, c1);
+  store8(out[3], d0);
+  store8(out[3] + 8, d1);
+}
+#endif
+
+template <class T> PC_INLINE T inf() { return std::numeric_limits<T>::infinity(); }
+template <class T> PC_INLINE T nan() { return std::numeric_limits<T>::quiet_NaN(); }
+
+// NaN-propagating min and max (ONNX: max(NaN, x) = NaN).
+template <class T> PC_INLINE T maxNaN(T a, T b) {
+  if (a != a || b != b) return a != a ? a : b;
+  return a < b ? b : a;
+}
+template <class T> PC_INLINE T minNaN(T a, T b) {
+  if (a != a || b != b) return a != a ? a : b;
+  return b < a ? b : a;
+}
+
+// ---- f32 exp / tanh / sigmoid from Cephes polynomials (exp within 1.5e-6 relative, tanh within
+// 7e-8 absolute): arithmetic and selects, no libm calls. NaN propagates; overflow gives inf.
+PC_INLINE float exp(float x) {
+  // Above 87, exp(x) = 2 exp(x - ln 2) keeps the exponent of 2^n below 128.
+  const bool hi = x > 87.0f;
+  const float xs = hi ? x - 0.693147180559945f : x;
+  const float c = xs < -87.3365f ? -87.3365f : (xs > 88.05f ? 88.05f : xs);
+  // floor through an int conversion: std::floor does not vectorise without -fno-trapping-math.
+  const float t = c * 1.44269504088896341f + 0.5f;
+  const float ti = static_cast<float>(static_cast<int32_t>(t));
+  const float fx = ti > t ? ti - 1.0f : ti;
+  float r = c - fx * 0.693359375f;
+  r = r + fx * 2.12194440e-4f;
+  const float z = r * r;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * z + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(fx) + 127) << 23;
+  float e = y * __builtin_bit_cast(float, bits);
+  e = hi ? e * 2.0f : e;
+  e = x > 88.7228f ? std::numeric_limits<float>::infinity() : e;
+  e = x < -103.972f ? 0.0f : e;
+  return x != x ? x : e;
+}
+PC_INLINE double exp(double x) { return std::exp(x); }
+
+PC_INLINE float tanh(float x) {
+  const float a = std::fabs(x);
+  // |x| < 0.625: x + x^3 P(x^2); otherwise 1 - 2 / (exp(2|x|) + 1) with the sign of x.
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float big = 1.0f - 2.0f / (pc::exp(2.0f * (a > 20.0f ? 20.0f : a)) + 1.0f);
+  const float sbig = x < 0.0f ? -big : big;
+  const float r = a < 0.625f ? small : sbig;
+  return x != x ? x : r;
+}
+PC_INLINE double tanh(double x) { return std::tanh(x); }
+
+// The same tanh on 16 lanes (an epilogue over a whole GEMM panel).
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+PC_INLINE f32x16 exp16(f32x16 x) {
+  const f32x16 lo = splat16(-87.3365f), hi = splat16(88.7228f);
+  f32x16 c = x < lo ? lo : x;
+  c = c > hi ? hi : c;
+  const f32x16 t = c * 1.44269504088896341f + 0.5f;
+  const i32x16 ii = __builtin_convertvector(t, i32x16);
+  const f32x16 ti = __builtin_convertvector(ii, f32x16);
+  const i32x16 n = ii - (ti > t ? 1 : 0);
+  const f32x16 fx = __builtin_convertvector(n, f32x16);
+  f32x16 r = c - fx * 0.693359375f;
+  r = r + fx * 2.12194440e-4f;
+  const f32x16 z = r * r;
+  f32x16 y = splat16(1.9875691500e-4f);
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * z + r + 1.0f;
+  const i32x16 n1 = n >> 1;
+  const f32x16 s1 = (f32x16)((n1 + 127) << 23);
+  const f32x16 s2 = (f32x16)((n - n1 + 127) << 23);
+  return y * s1 * s2;
+}
+PC_INLINE f32x16 tanh16(f32x16 x) {
+  const f32x16 a = x < 0.0f ? -x : x;
+  const f32x16 z = x * x;
+  f32x16 p = splat16(-5.70498872745e-3f);
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const f32x16 small = p * z * x + x;
+  const f32x16 big = 1.0f - 2.0f / (exp16(2.0f * (a > 20.0f ? 20.0f : a)) + 1.0f);
+  const f32x16 r = a < 0.625f ? small : (x < 0.0f ? -big : big);
+  return x != x ? x : r;
+}
+
+template <class T> PC_INLINE T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN
+template <class T> PC_INLINE T sigmoid(T x) {
+  // exp of -|x| never overflows; the two halves are selected, not branched on.
+  const T e = pc::exp(-std::fabs(x));
+  const T r = x >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
+  return x != x ? x : r;
+}
+template <class T> PC_INLINE T softplus(T x) {
+  if (x != x) return x;
+  return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::fabs(x)));
+}
+template <class T> PC_INLINE T leakyRelu(T x, T alpha) { return x < T(0) ? alpha * x : x; }
+template <class T> PC_INLINE T elu(T x, T alpha) { return x < T(0) ? alpha * std::expm1(x) : x; }
+template <class T> PC_INLINE T selu(T x, T alpha, T gamma) { return x <= T(0) ? gamma * alpha * std::expm1(x) : gamma * x; }
+template <class T> PC_INLINE T hardSigmoid(T x, T alpha, T beta) {
+  if (x != x) return x;
+  T y = alpha * x + beta;
+  return y < T(0) ? T(0) : (y > T(1) ? T(1) : y);
+}
+template <class T> PC_INLINE T clip(T x, T lo, T hi) {
+  if (x != x) return x;
+  T y = x < lo ? lo : x;
+  return y > hi ? hi : y;
+}
+template <class T> PC_INLINE T silu(T x) { return x * sigmoid(x); }
+template <class T> PC_INLINE T gelu(T x) { return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440))); }
+template <class T> PC_INLINE T hardSwish(T x) {
+  if (x != x) return x;
+  T y = x / T(6) + T(0.5);
+  return x * (y < T(0) ? T(0) : (y > T(1) ? T(1) : y));
+}
+template <class T> PC_INLINE T batchNorm(T x, T scale, T bias, T mean, T var, T eps) {
+  return (x - mean) * (T(1) / std::sqrt(var + eps)) * scale + bias;
+}
+
+// Division and power: C truncation for integers (division by zero gives 0 instead of trapping).
+template <class T> PC_INLINE T div(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    return a / b;
+  } else {
+    return b == 0 ? T(0) : T(a / b);
+  }
+}
+template <class T> PC_INLINE T pow(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    if (b == T(2)) return a * a;
+    return std::pow(a, b);
+  } else {
+    double r = std::pow(double(a), double(b));
+    return r != r ? T(0) : T(std::trunc(r));
+  }
+}
+
+// Cast as ONNX and numpy: floats to integers truncate toward zero, NaN becomes 0, out-of-range
+// values saturate; anything to bool is `!= 0` (NaN is true).
+template <class To, class From> PC_INLINE To cast(From x) {
+  if constexpr (std::is_same<To, bool>::value) {
+    return x != From(0);
+  } else if constexpr (std::is_integral<To>::value && std::is_floating_point<From>::value) {
+    if (x != x) return To(0);
+    double t = std::trunc(double(x));
+    if (t <= double(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();
+    if (t >= double(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    return To(t);
+  } else {
+    return To(x);
+  }
+}
+
+}  // namespace pc

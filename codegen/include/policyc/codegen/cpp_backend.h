@@ -1,0 +1,59 @@
+// The C++ backend: the post-fusion kernel program as one readable C++ file, compiled by the system
+// compiler into a shared object implementing the C ABI of runtime/include/policyc/runtime/policyc_model.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "policyc/codegen/kernel_program.h"
+#include "policyc/codegen/memory_plan.h"
+
+namespace policyc::codegen {
+
+// Targets of the generated code and the -march flag each one compiles with.
+//   native -> -march=native, x86-64-v3 -> -march=x86-64-v3, x86-64-v4 -> -march=x86-64-v4,
+//   generic -> -march=x86-64
+std::vector<std::string> cppTargets();
+// The -march flag of a target; policyc::Error listing the valid names for an unknown one.
+std::string marchFlag(const std::string& target);
+
+struct CppOptions {
+  std::string name;               // C identifier prefix of the typed wrapper; empty: the program's name
+  std::string target = "native";  // one of cppTargets()
+  // Test hook: a line inserted verbatim into the generated source (e.g. to provoke a compiler error).
+  std::string injectLine;
+};
+
+struct GeneratedCpp {
+  std::string name;                 // the C identifier used in the header (NAME_run, NAME_descriptor)
+  std::string target;
+  std::string source;               // output_code.cpp: prelude, weights blob, one function per kernel, ABI
+  std::string header;               // NAME.h, #include-able by C
+  std::vector<unsigned char> weights;  // every param the program reads, 64-byte aligned, packed layouts
+};
+
+// Emits the C++ for a (fused) kernel program and its memory plan.
+GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const CppOptions& options = {});
+
+struct BuildOptions {
+  std::string compiler = "c++";  // the system compiler
+  // Where output_code.cpp, weights.bin and build.log go; empty: a fresh temporary directory,
+  // removed after a successful build (kept, and named in the error, after a failed one).
+  std::string workDir;
+  bool keepWorkDir = false;
+};
+
+struct BuildResult {
+  std::string workDir;  // where the source, weights and log are (empty when removed)
+  double seconds = 0;   // the system compiler's wall time
+};
+
+// Writes the source and the weights blob (entering the object through `.incbin`), runs
+// `c++ -std=c++17 -O3 -fPIC -shared -march=...` into a temporary name next to `outSo` and renames
+// it: a failure never leaves a partial .so. A compiler failure is a policyc::Error that names the
+// log and the generated source and quotes the first error line.
+BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& outSo, const BuildOptions& options = {});
+
+}  // namespace policyc::codegen

@@ -1,0 +1,1368 @@
+// The C++ emitter: one function per kernel of the fused kernel program, the weights blob, the
+// descriptor of the C ABI and the model's C header.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "cpp_embedded.h"
+#include "policyc/codegen/cpp_backend.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/text.h"
+
+namespace policyc::codegen {
+namespace {
+
+using ir::DType;
+using ir::Op;
+
+constexpr size_t kWeightAlign = 64;
+constexpr int64_t kPanel = 16;  // output columns per packed weight panel (two 8-float vectors)
+
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+    case DType::I32: return "int32_t";
+    case DType::I64: return "int64_t";
+    case DType::U8: return "uint8_t";
+    case DType::I8: return "int8_t";
+    case DType::Bool: return "bool";
+  }
+  return "float";
+}
+// Element type of a buffer in memory (bool is one byte, 0 or 1).
+const char* storageType(DType t) { return t == DType::Bool ? "uint8_t" : ctype(t); }
+
+int abiDType(DType t) {
+  switch (t) {
+    case DType::F32: return 0;
+    case DType::F64: return 1;
+    case DType::I32: return 2;
+    case DType::I64: return 3;
+    case DType::U8: return 4;
+    case DType::I8: return 5;
+    case DType::Bool: return 6;
+  }
+  return 0;
+}
+
+// A C++ literal of `v` as dtype `t`.
+std::string literal(double v, DType t) {
+  const char* ty = ctype(t);
+  if (std::isnan(v)) return fmt::format("pc::nan<{}>()", ty);
+  if (std::isinf(v)) return fmt::format("{}pc::inf<{}>()", v < 0 ? "-" : "", ty);
+  switch (t) {
+    case DType::F32:
+    case DType::F64: {
+      std::string s = t == DType::F32 ? fmt::format("{}", static_cast<float>(v)) : fmt::format("{}", v);
+      if (s.find_first_of(".e") == std::string::npos) s += ".0";
+      return t == DType::F32 ? s + "f" : s;
+    }
+    case DType::Bool: return v != 0 ? "true" : "false";
+    case DType::I64: return fmt::format("INT64_C({})", static_cast<int64_t>(v));
+    default: return fmt::format("{}({})", ty, static_cast<int64_t>(v));
+  }
+}
+
+std::string identifier(const std::string& s, size_t maxLen = 40) {
+  std::string out;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (ok) {
+      out += c;
+    } else if (!out.empty() && out.back() != '_') {
+      out += '_';
+    }
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  if (out.size() > maxLen) out = out.substr(0, maxLen);
+  if (out.empty() || (out[0] >= '0' && out[0] <= '9')) out = "m_" + out;
+  return out;
+}
+
+// Safe inside a C string literal and a C comment.
+std::string cString(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+std::string commentSafe(std::string s) {
+  for (size_t p; (p = s.find("*/")) != std::string::npos;) s.replace(p, 2, "* /");
+  for (char& c : s) {
+    if (c == '\n') c = ' ';
+  }
+  return s;
+}
+
+std::string sourceStr(const ir::Node* n) {
+  std::string s = fmt::format("%{} ({})", ir::formatName(n->name()), n->info().name);
+  if (!n->provenance().empty()) s += fmt::format(" from \"{}\"", fmt::join(n->provenance(), "\", \""));
+  return commentSafe(s);
+}
+
+std::string dimStr(const ir::Dim& d) { return d.isBatch() ? "batch" : std::to_string(d.value()); }
+
+std::vector<int64_t> spatialList(const ir::Node& n, const char* name, size_t count, int64_t fallback) {
+  std::vector<int64_t> v = ir::attrIntsOr(n.attrs(), name, {});
+  if (v.empty()) v.assign(count, fallback);
+  return v;
+}
+
+int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
+
+// A linear expression over loop variables: sum coef[v] * v + constant.
+struct Affine {
+  std::vector<std::pair<std::string, int64_t>> terms;
+  int64_t constant = 0;
+  void add(const std::string& var, int64_t coef) {
+    if (coef == 0) return;
+    for (auto& [v, c] : terms) {
+      if (v == var) {
+        c += coef;
+        return;
+      }
+    }
+    terms.emplace_back(var, coef);
+  }
+  std::string str() const {
+    std::string s;
+    for (const auto& [v, c] : terms) {
+      if (c == 0) continue;
+      if (!s.empty()) s += " + ";
+      s += c == 1 ? v : fmt::format("{}*{}", v, c);
+    }
+    if (constant != 0 || s.empty()) s += s.empty() ? std::to_string(constant) : fmt::format(" + {}", constant);
+    return s;
+  }
+};
+
+class Emitter {
+ public:
+  Emitter(const KernelProgram& p, const MemoryPlan& plan, const CppOptions& o) : p_(p), plan_(plan), o_(o) {}
+
+  GeneratedCpp run() {
+    marchFlag(o_.target);  // validates the name
+    GeneratedCpp g;
+    g.name = identifier(o_.name.empty() ? p_.name : o_.name, 64);
+    g.target = o_.target;
+    for (size_t i = 0; i < p_.inputs.size(); ++i) inputIndex_[p_.inputs[i]] = static_cast<int>(i);
+    for (size_t i = 0; i < p_.outputs.size(); ++i) outputIndex_[p_.outputs[i].second] = static_cast<int>(i);
+    for (const Buffer& b : p_.buffers) bufferNames_.push_back(uniqueBufferName(b));
+    layoutWeights();
+    nameWrapperParams();
+
+    std::string kernels;
+    for (size_t k = 0; k < p_.kernels.size(); ++k) kernels += emitKernel(p_.kernels[k], k);
+
+    std::string& s = g.source;
+    s += fmt::format("// Generated by policyc from model '{}' for target {}: one function per kernel of the\n",
+                     commentSafe(p_.name), o_.target);
+    s += "// post-fusion kernel program (`policyc dump MODEL --stage post-fusion`); comments name the graph\n";
+    s += "// nodes each block implements. Weights enter through .incbin (see pc_weights below).\n";
+    s += kPolicycModelHeader;
+    s += "\n";
+    s += kPolicycPrelude;
+    s += "\n";
+    if (!o_.injectLine.empty()) s += o_.injectLine + "\n";
+    s += emitWeightsBlock();
+    s += fmt::format("\n// Workspace: {} + {}*batch bytes.\nstatic const int64_t kStaticBytes = {};\nstatic const int64_t kPerBatchBytes = {};\n",
+                     plan_.staticBytes, plan_.perBatchBytes, plan_.staticBytes, plan_.perBatchBytes);
+    s += "\n" + kernels;
+    s += emitAbi(g.name);
+    g.header = emitHeader(g.name);
+    g.weights = std::move(weights_);
+    return g;
+  }
+
+ private:
+  // ---- names and addresses
+
+  // C names of the typed wrappers' parameters (inputs, then outputs): unique, not a keyword and
+  // not a name the wrappers use themselves.
+  void nameWrapperParams() {
+    static const std::set<std::string> reserved = {
+        "batch", "workspace", "ins", "outs", "need", "w", "auto", "break", "case", "char", "const", "continue",
+        "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long",
+        "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+        "union", "unsigned", "void", "volatile", "while", "bool", "class", "new", "delete", "this", "template",
+        "typename", "namespace", "operator", "private", "public", "protected", "virtual", "true", "false"};
+    std::set<std::string> used;
+    std::vector<std::string> names;
+    for (int id : p_.inputs) names.push_back(p_.buffer(id).name);
+    for (const auto& [n, id] : p_.outputs) names.push_back(n);
+    for (const std::string& n : names) {
+      std::string base = identifier(n), name = base;
+      for (int i = 1; reserved.count(name) || used.count(name); ++i) name = fmt::format("{}_{}", base, i);
+      used.insert(name);
+      paramNames_.push_back(name);
+    }
+  }
+
+  std::string uniqueBufferName(const Buffer& b) {
+    std::string base = identifier(b.name, 32);
+    std::string name = fmt::format("b{}_{}", b.id, base);
+    return name;
+  }
+
+  const std::string& ptrName(int root) const { return bufferNames_[static_cast<size_t>(root)]; }
+
+  // Declaration of the pointer to a root buffer's memory.
+  std::string rootDecl(int root) const {
+    const Buffer& b = p_.buffer(root);
+    const char* ty = storageType(b.type.dtype);
+    const std::string& n = ptrName(root);
+    switch (b.kind) {
+      case BufferKind::Input:
+        return fmt::format("const {}* PC_RESTRICT {} = static_cast<const {}*>(inputs[{}]);", ty, n, ty, inputIndex_.at(root));
+      case BufferKind::Output:
+        return fmt::format("{}* PC_RESTRICT {} = static_cast<{}*>(outputs[{}]);", ty, n, ty, outputIndex_.at(root));
+      case BufferKind::Param:
+        return fmt::format("const {}* PC_RESTRICT {} = reinterpret_cast<const {}*>(pc_weights + {});", ty, n, ty,
+                           paramOffset_.at(root));
+      case BufferKind::Temp: {
+        const MemorySlot* slot = plan_.slotOf(root);
+        if (!slot) fail("internal: temporary '{}' has no memory slot", b.name);
+        std::string off = slot->perBatch ? fmt::format("kStaticBytes + {}*batch", slot->offset) : std::to_string(slot->offset);
+        return fmt::format("{}* {} = reinterpret_cast<{}*>(ws + {});", ty, n, ty, off);
+      }
+    }
+    return "";
+  }
+
+  // Element offset of `index` in buffer `id` (a view adds its offset and strides to its root's).
+  std::string address(int id, const IndexMap& index, const std::vector<std::string>& vars) const {
+    const Buffer& b = p_.buffer(id);
+    Affine a;
+    a.constant = b.offset;
+    for (size_t d = 0; d < index.size(); ++d) {
+      const IndexExpr& e = index[d];
+      if (e.axis < 0) {
+        a.constant += e.offset * b.strides[d];
+      } else {
+        a.add(vars.at(static_cast<size_t>(e.axis)), e.scale * b.strides[d]);
+        a.constant += e.offset * b.strides[d];
+      }
+    }
+    return a.str();
+  }
+  // Same, for a list of per-dimension index expressions (strings) of buffer `id`.
+  std::string addressOf(int id, const std::vector<std::string>& perDim) const {
+    const Buffer& b = p_.buffer(id);
+    std::string s = b.offset ? std::to_string(b.offset) : "";
+    for (size_t d = 0; d < perDim.size(); ++d) {
+      if (perDim[d] == "0" || b.strides[d] == 0) continue;
+      if (!s.empty()) s += " + ";
+      s += b.strides[d] == 1 ? perDim[d] : fmt::format("({})*{}", perDim[d], b.strides[d]);
+    }
+    return s.empty() ? "0" : s;
+  }
+  std::string ref(int id, const std::string& addr) const {
+    return fmt::format("{}[{}]", ptrName(p_.buffer(id).root), addr);
+  }
+  std::string loadExpr(int id, const std::string& addr) const {
+    std::string r = ref(id, addr);
+    return p_.buffer(id).type.dtype == DType::Bool ? fmt::format("({} != 0)", r) : r;
+  }
+
+  // ---- weights
+
+  void appendBlob(const void* data, size_t bytes) {
+    weights_.resize((weights_.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
+    const auto* c = static_cast<const unsigned char*>(data);
+    weights_.insert(weights_.end(), c, c + bytes);
+  }
+
+  // Linear and (2-D, ungrouped) conv kernels with constant f32 weights run on packed weight panels.
+  bool packable(const Kernel& k) const {
+    bool linear = k.kind == KernelKind::Linear && k.anchor->isOp(Op::Linear);
+    bool conv = k.kind == KernelKind::Conv && k.anchor->attrInt("group") == 1 && p_.buffer(k.anchorInputs[0]).type.rank() == 4;
+    if (!linear && !conv) return false;
+    const Buffer& w = p_.buffer(k.anchorInputs[1]);
+    const Buffer& x = p_.buffer(k.anchorInputs[0]);
+    if (linear && x.strides.back() != 1) return false;
+    if (conv && packedK(k) * 4 * 4 > 128 * 1024) return false;  // four patches on the stack
+    if (conv && x.strides[0] >= (int64_t{1} << 31)) return false;  // window offsets are int32
+    bool biasOk = k.anchorInputs.size() < 3 || (p_.buffer(k.anchorInputs[2]).kind == BufferKind::Param &&
+                                                 !p_.buffer(k.anchorInputs[2]).isView() &&
+                                                 p_.buffer(k.anchorInputs[2]).type.dtype == DType::F32);
+    return w.kind == BufferKind::Param && !w.isView() && w.type.dtype == DType::F32 && x.type.dtype == DType::F32 && biasOk;
+  }
+  // The weight as an [N, K] matrix: linear [N,K]; conv [M, C*KH*KW].
+  int64_t packedN(const Kernel& k) const { return p_.buffer(k.anchorInputs[1]).type.shape[0].value(); }
+  int64_t packedK(const Kernel& k) const {
+    int64_t kk = 1;
+    const ir::Shape& s = p_.buffer(k.anchorInputs[1]).type.shape;
+    for (size_t d = 1; d < s.size(); ++d) kk *= s[d].value();
+    return kk;
+  }
+
+  void layoutWeights() {
+    std::set<int> raw;
+    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
+      const Kernel& k = p_.kernels[ki];
+      std::vector<int> reads = k.reads();
+      for (int id : reads) {
+        int root = p_.buffer(id).root;
+        if (p_.buffer(root).kind != BufferKind::Param) continue;
+        // Weights and biases of packed kernels are read only through their packed copies.
+        if (packable(k) && (id == k.anchorInputs[1] || (k.anchorInputs.size() > 2 && id == k.anchorInputs[2]))) continue;
+        raw.insert(root);
+      }
+    }
+    for (int root : raw) {
+      const ir::Tensor& t = p_.buffer(root).value->producer()->paramData();
+      appendBlob(t.bytes(), t.nbytes());
+      paramOffset_[root] = weights_.size() - t.nbytes();
+    }
+    // Weights [N,K] packed into panels of kPanel columns: panel j holds W[j*16 + c, k] at
+    // [k][c], so the microkernel streams one panel contiguously (zero padding past N).
+    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
+      const Kernel& k = p_.kernels[ki];
+      if (!packable(k)) continue;
+      const ir::Tensor& t = p_.buffer(k.anchorInputs[1]).value->producer()->paramData();
+      int64_t n = packedN(k), kk = packedK(k);
+      int64_t panels = (n + kPanel - 1) / kPanel;
+      std::vector<float> packed(static_cast<size_t>(panels * kk * kPanel), 0.0f);
+      const float* src = t.data<float>();
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t q = 0; q < kk; ++q) {
+          packed[static_cast<size_t>(((j / kPanel) * kk + q) * kPanel + j % kPanel)] = src[j * kk + q];
+        }
+      }
+      appendBlob(packed.data(), packed.size() * sizeof(float));
+      packedOffset_[ki] = weights_.size() - packed.size() * sizeof(float);
+      // The bias padded to whole panels (zeros when the layer has none).
+      std::vector<float> bias(static_cast<size_t>(panels * kPanel), 0.0f);
+      if (k.anchorInputs.size() > 2) {
+        const ir::Tensor& bt = p_.buffer(k.anchorInputs[2]).value->producer()->paramData();
+        std::copy_n(bt.data<float>(), std::min(n, bt.numel()), bias.begin());
+      }
+      appendBlob(bias.data(), bias.size() * sizeof(float));
+      packedBiasOffset_[ki] = weights_.size() - bias.size() * sizeof(float);
+    }
+    weights_.resize((weights_.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
+  }
+
+  std::string emitWeightsBlock() const {
+    std::string s = "\n// The weights blob (weights.bin, ";
+    s += fmt::format("{} bytes): every param the kernels read, 64-byte aligned; linear weights\n", weights_.size());
+    s += "// packed into panels of 16 output columns. The build writes the blob next to this file and\n";
+    s += "// defines PC_WEIGHTS_FILE to its path.\n";
+    if (weights_.empty()) return s + "static const unsigned char* const pc_weights = nullptr;\n";
+    s += "#ifndef PC_WEIGHTS_FILE\n#define PC_WEIGHTS_FILE \"weights.bin\"\n#endif\n";
+    s += "__asm__(\".section .rodata\\n\"\n        \".balign 64\\n\"\n        \"pc_weights_blob:\\n\"\n"
+         "        \".incbin \\\"\" PC_WEIGHTS_FILE \"\\\"\\n\"\n        \".previous\\n\");\n";
+    s += "extern \"C\" const unsigned char pc_weights_blob[] __attribute__((visibility(\"hidden\")));\n";
+    s += "static const unsigned char* const pc_weights = pc_weights_blob;\n";
+    return s;
+  }
+
+  // ---- bodies
+
+  struct BodyCtx {
+    std::string prefix;                 // value names: v3 (body), p3 (prologue)
+    std::vector<std::string> vars;      // loop variable of each domain axis
+    std::string acc;                    // the template's result (epilogues)
+  };
+
+  std::string valueName(const BodyCtx& c, int i) const { return fmt::format("{}{}", c.prefix, i); }
+
+  std::string applyExpr(const Instr& in, const std::vector<std::string>& a, const std::vector<DType>& at) const {
+    const ir::Node& n = *in.node;
+    const char* T = ctype(in.dtype);
+    auto f = [&](const char* attr) { return literal(n.attrFloat(attr), in.dtype); };
+    auto arg = [&](size_t i) {
+      // Arithmetic in the result type (as the interpreter rounds each op's result to it).
+      return at[i] == in.dtype ? a[i] : fmt::format("static_cast<{}>({})", T, a[i]);
+    };
+    switch (in.op) {
+      case Op::Add: return fmt::format("{} + {}", arg(0), arg(1));
+      case Op::Sub: return fmt::format("{} - {}", arg(0), arg(1));
+      case Op::Mul: return fmt::format("{} * {}", arg(0), arg(1));
+      case Op::Div: return fmt::format("pc::div<{}>({}, {})", T, arg(0), arg(1));
+      case Op::Pow: return fmt::format("pc::pow<{}>({}, {})", T, arg(0), arg(1));
+      case Op::Min: return fmt::format("pc::minNaN<{}>({}, {})", T, arg(0), arg(1));
+      case Op::Max: return fmt::format("pc::maxNaN<{}>({}, {})", T, arg(0), arg(1));
+      case Op::Equal: return fmt::format("{} == {}", a[0], a[1]);
+      case Op::Less: return fmt::format("{} < {}", a[0], a[1]);
+      case Op::Greater: return fmt::format("{} > {}", a[0], a[1]);
+      case Op::Where: return fmt::format("{} ? {} : {}", a[0], arg(1), arg(2));
+      case Op::Neg: return fmt::format("-{}", arg(0));
+      case Op::Abs: return in.dtype == DType::Bool || in.dtype == DType::U8 ? a[0] : fmt::format("static_cast<{}>(std::abs({}))", T, arg(0));
+      case Op::Sqrt: return fmt::format("std::sqrt({})", arg(0));
+      case Op::Exp: return fmt::format("pc::exp({})", arg(0));
+      case Op::Log: return fmt::format("std::log({})", arg(0));
+      case Op::Erf: return fmt::format("std::erf({})", arg(0));
+      case Op::Relu: return fmt::format("pc::relu<{}>({})", T, arg(0));
+      case Op::Sigmoid: return fmt::format("pc::sigmoid<{}>({})", T, arg(0));
+      case Op::Tanh: return fmt::format("pc::tanh({})", arg(0));
+      case Op::Softplus: return fmt::format("pc::softplus<{}>({})", T, arg(0));
+      case Op::Not: return fmt::format("!({} != 0)", a[0]);
+      case Op::LeakyRelu: return fmt::format("pc::leakyRelu<{}>({}, {})", T, arg(0), f("alpha"));
+      case Op::Elu: return fmt::format("pc::elu<{}>({}, {})", T, arg(0), f("alpha"));
+      case Op::Selu: return fmt::format("pc::selu<{}>({}, {}, {})", T, arg(0), f("alpha"), f("gamma"));
+      case Op::HardSigmoid: return fmt::format("pc::hardSigmoid<{}>({}, {}, {})", T, arg(0), f("alpha"), f("beta"));
+      case Op::Clip: return fmt::format("pc::clip<{}>({}, {}, {})", T, arg(0), f("min"), f("max"));
+      case Op::Silu: return fmt::format("pc::silu<{}>({})", T, arg(0));
+      case Op::Gelu: return fmt::format("pc::gelu<{}>({})", T, arg(0));
+      case Op::HardSwish: return fmt::format("pc::hardSwish<{}>({})", T, arg(0));
+      case Op::Cast: return fmt::format("pc::cast<{}, {}>({})", T, ctype(at[0]), a[0]);
+      case Op::BatchNorm:
+        return fmt::format("pc::batchNorm<{}>({}, {}, {}, {}, {}, {})", T, arg(0), arg(1), arg(2), arg(3), arg(4),
+                           f("epsilon"));
+      default: break;
+    }
+    fail("cpp backend: node '{}': operator {} is not an elementwise op the backend knows", n.name(), n.info().name);
+  }
+
+  // Emits `body` as statements at `indent`; returns the code. Loads and stores go through the
+  // buffers' index maps over `c.vars`.
+  std::string emitBody(const std::vector<Instr>& body, const BodyCtx& c, const std::string& indent) const {
+    std::string s;
+    for (size_t i = 0; i < body.size(); ++i) {
+      const Instr& in = body[i];
+      std::string v = valueName(c, static_cast<int>(i));
+      std::vector<std::string> args;
+      std::vector<DType> argTypes;
+      for (int a : in.args) {
+        args.push_back(valueName(c, a));
+        argTypes.push_back(body[static_cast<size_t>(a)].dtype);
+      }
+      switch (in.opcode) {
+        case Opcode::Load:
+          s += fmt::format("{}const {} {} = {};\n", indent, ctype(in.dtype), v,
+                           loadExpr(in.buffer, address(in.buffer, in.index, c.vars)));
+          break;
+        case Opcode::Store: {
+          const Buffer& b = p_.buffer(in.buffer);
+          std::string val = argTypes[0] == b.type.dtype ? args[0] : fmt::format("static_cast<{}>({})", ctype(b.type.dtype), args[0]);
+          s += fmt::format("{}{} = {};  // -> %{}\n", indent, ref(in.buffer, address(in.buffer, in.index, c.vars)), val,
+                           commentSafe(ir::formatName(b.name)));
+          break;
+        }
+        case Opcode::Const:
+          s += fmt::format("{}const {} {} = {};\n", indent, ctype(in.dtype), v, literal(in.constant, in.dtype));
+          break;
+        case Opcode::Acc: s += fmt::format("{}const {} {} = {};\n", indent, ctype(in.dtype), v, c.acc); break;
+        case Opcode::Apply:
+          if (in.node) s += fmt::format("{}// {}\n", indent, sourceStr(in.node));
+          s += fmt::format("{}const {} {} = {};\n", indent, ctype(in.dtype), v, applyExpr(in, args, argTypes));
+          break;
+      }
+    }
+    return s;
+  }
+
+  // Opens loops over `domain` with variables `vars`; returns the code and the indentation inside.
+  static std::string openLoops(const std::vector<ir::Dim>& domain, const std::vector<std::string>& vars,
+                               std::string& indent) {
+    std::string s;
+    for (size_t d = 0; d < domain.size(); ++d) {
+      s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, vars[d], vars[d], dimStr(domain[d]), vars[d]);
+      indent += "  ";
+    }
+    return s;
+  }
+  static std::string closeLoops(size_t count, std::string& indent) {
+    std::string s;
+    for (size_t d = 0; d < count; ++d) {
+      indent.resize(indent.size() - 2);
+      s += indent + "}\n";
+    }
+    return s;
+  }
+
+  static std::vector<std::string> axisVars(const char* base, size_t rank) {
+    std::vector<std::string> v;
+    for (size_t d = 0; d < rank; ++d) v.push_back(fmt::format("{}{}", base, d));
+    return v;
+  }
+
+  // The epilogue as a lambda the template calls once per output element.
+  std::string emitEpilogueLambda(const Kernel& k, DType accType) const {
+    BodyCtx c{"v", axisVars("i", k.domain.size()), "acc"};
+    std::string params;
+    for (const std::string& v : c.vars) params += fmt::format("int64_t {}, ", v);
+    std::string s = fmt::format("  // epilogue: applied to each result `acc` before it is stored\n  auto epilogue = [&]({}{} acc) {{\n",
+                                params, ctype(accType));
+    s += emitBody(k.body, c, "    ");
+    s += "  };\n";
+    return s;
+  }
+
+  std::string callEpilogue(const std::vector<std::string>& vars, const std::string& acc) const {
+    std::string s = "epilogue(";
+    for (const std::string& v : vars) s += v + ", ";
+    return s + acc + ");";
+  }
+
+  // ---- kernels
+
+  std::string emitKernel(const Kernel& k, size_t index) {
+    std::string s = fmt::format("// kernel {} ({}) domain {}\n", k.name, kernelKindName(k.kind), commentSafe(ir::shapeStr(k.domain)));
+    for (const ir::Node* n : k.sources) s += fmt::format("//   {}\n", sourceStr(n));
+    s += fmt::format("PC_KERNEL void {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws) {{\n",
+                     k.name);
+    s += "  (void)inputs; (void)outputs; (void)batch; (void)ws;\n";
+    std::set<int> roots;
+    for (int id : k.reads()) roots.insert(p_.buffer(id).root);
+    for (int id : k.writes()) roots.insert(p_.buffer(id).root);
+    if (packable(k)) {
+      roots.erase(p_.buffer(k.anchorInputs[1]).root);
+      if (k.anchorInputs.size() > 2) roots.erase(p_.buffer(k.anchorInputs[2]).root);
+    }
+    for (int r : roots) {
+      if (p_.buffer(r).kind == BufferKind::Param && !paramOffset_.count(r)) continue;
+      s += "  " + rootDecl(r) + "\n";
+    }
+    switch (k.kind) {
+      case KernelKind::Pointwise: s += emitPointwise(k); break;
+      case KernelKind::Linear: s += packable(k) ? emitPackedLinear(k, index) : emitLinear(k); break;
+      case KernelKind::Conv: s += packable(k) ? emitPackedConv(k, index) : emitConv(k); break;
+      case KernelKind::Pool: s += emitPool(k); break;
+      case KernelKind::Reduction: s += emitReduction(k); break;
+      case KernelKind::Copy: s += emitCopy(k); break;
+    }
+    s += "}\n\n";
+    return s;
+  }
+
+  std::string emitPointwise(const Kernel& k) const {
+    BodyCtx c{"v", axisVars("i", k.domain.size()), ""};
+    std::string indent = "  ";
+    std::string s = openLoops(k.domain, c.vars, indent);
+    s += emitBody(k.body, c, indent);
+    s += closeLoops(k.domain.size(), indent);
+    return s;
+  }
+
+  std::string anchorComment(const Kernel& k) const { return fmt::format("  // {}\n", sourceStr(k.anchor)); }
+
+  DType accType(const Kernel& k) const {
+    for (const Instr& i : k.body) {
+      if (i.opcode == Opcode::Acc) return i.dtype;
+    }
+    return k.anchor->output()->type().dtype;
+  }
+
+  // linear / gemm / matmul: one dot product per output element (the general form).
+  std::string emitLinear(const Kernel& k) const {
+    const ir::Node& n = *k.anchor;
+    std::vector<std::string> vars = axisVars("i", k.domain.size());
+    size_t R = k.domain.size();
+    int a = k.anchorInputs[0], b = k.anchorInputs[1];
+    const Buffer& A = p_.buffer(a);
+    const Buffer& B = p_.buffer(b);
+    std::vector<std::string> aIdx(A.type.rank(), "0"), bIdx(B.type.rank(), "0");
+    std::string kExtent;
+    std::string bias;
+    double alpha = 1, beta = 1;
+    if (n.isOp(Op::Linear)) {
+      for (size_t d = 0; d + 1 < A.type.rank(); ++d) aIdx[d] = vars[d];
+      aIdx.back() = "k";
+      bIdx[0] = vars[R - 1];
+      bIdx[1] = "k";
+      kExtent = dimStr(A.type.shape.back());
+      if (k.anchorInputs.size() > 2) bias = loadExpr(k.anchorInputs[2], addressOf(k.anchorInputs[2], {vars[R - 1]}));
+    } else if (n.isOp(Op::Gemm)) {
+      bool ta = n.attrInt("trans_a") != 0, tb = n.attrInt("trans_b") != 0;
+      aIdx = ta ? std::vector<std::string>{"k", vars[0]} : std::vector<std::string>{vars[0], "k"};
+      bIdx = tb ? std::vector<std::string>{vars[1], "k"} : std::vector<std::string>{"k", vars[1]};
+      kExtent = dimStr(A.type.shape[ta ? 0 : 1]);
+      alpha = n.attrFloat("alpha");
+      beta = n.attrFloat("beta");
+      if (k.anchorInputs.size() > 2) {
+        const Buffer& C = p_.buffer(k.anchorInputs[2]);
+        std::vector<std::string> cIdx(C.type.rank(), "0");
+        for (size_t d = 0; d < C.type.rank(); ++d) {
+          size_t od = R - C.type.rank() + d;
+          bool bc = C.type.shape[d].isStatic() && C.type.shape[d].value() == 1 &&
+                    !(k.domain[od].isStatic() && k.domain[od].value() == 1);
+          cIdx[d] = bc ? "0" : vars[od];
+        }
+        bias = loadExpr(k.anchorInputs[2], addressOf(k.anchorInputs[2], cIdx));
+      }
+    } else {  // matmul with numpy broadcasting; 1-D operands have no row / column dimension
+      size_t ra = A.type.rank(), rb = B.type.rank();
+      bool hasM = ra >= 2, hasN = rb >= 2;
+      size_t nb = R - (hasM ? 1 : 0) - (hasN ? 1 : 0);
+      std::string mVar = hasM ? vars[nb] : "0";
+      std::string nVar = hasN ? vars[nb + (hasM ? 1 : 0)] : "0";
+      auto batchIdx = [&](const Buffer& X, size_t rx, std::vector<std::string>& idx) {
+        for (size_t d = 0; d + 2 < rx; ++d) {
+          size_t od = nb - (rx - 2) + d;
+          bool bc = X.type.shape[d].isStatic() && X.type.shape[d].value() == 1 &&
+                    !(k.domain[od].isStatic() && k.domain[od].value() == 1);
+          idx[d] = bc ? "0" : vars[od];
+        }
+      };
+      if (ra == 1) {
+        aIdx[0] = "k";
+      } else {
+        batchIdx(A, ra, aIdx);
+        aIdx[ra - 2] = mVar;
+        aIdx[ra - 1] = "k";
+      }
+      if (rb == 1) {
+        bIdx[0] = "k";
+      } else {
+        batchIdx(B, rb, bIdx);
+        bIdx[rb - 2] = "k";
+        bIdx[rb - 1] = nVar;
+      }
+      kExtent = dimStr(A.type.shape.back());
+    }
+    DType t = accType(k);
+    std::string s = emitEpilogueLambda(k, t);
+    s += anchorComment(k);
+    std::string indent = "  ";
+    s += openLoops(k.domain, vars, indent);
+    s += fmt::format("{}float acc = 0.0f;\n", indent);
+    s += fmt::format("{}for (int64_t k = 0; k < {}; ++k) acc += {} * {};\n", indent, kExtent,
+                     loadExpr(a, addressOf(a, aIdx)), loadExpr(b, addressOf(b, bIdx)));
+    if (alpha != 1) s += fmt::format("{}acc *= {};\n", indent, literal(alpha, DType::F32));
+    if (!bias.empty()) {
+      s += beta != 1 ? fmt::format("{}acc += {} * {};\n", indent, literal(beta, DType::F32), bias)
+                     : fmt::format("{}acc += {};\n", indent, bias);
+    }
+    s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
+    s += closeLoops(k.domain.size(), indent);
+    return s;
+  }
+
+  std::string packedPointers(size_t index) const {
+    return fmt::format("  const float* PC_RESTRICT wp = reinterpret_cast<const float*>(pc_weights + {});\n"
+                       "  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n",
+                       packedOffset_.at(index), packedBiasOffset_.at(index));
+  }
+
+  // Stores panel j of `out` (16 columns, the last panel clipped to N) through the epilogue.
+  static std::string panelEpilogue(int64_t N, const std::string& indent, const std::string& call) {
+    std::string s = fmt::format("{}const int64_t nEnd = j*16 + 16 < {} ? j*16 + 16 : {};\n", indent, N, N);
+    s += fmt::format("{}for (int64_t n = j*16; n < nEnd; ++n) {};\n", indent, call);
+    return s;
+  }
+
+  // A linear epilogue that is a chain of tanh/relu on acc stored contiguously along the output's
+  // last axis runs on whole 16-column panels at once (pc::tanh16); else nullopt.
+  std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars) const {
+    const std::vector<Instr>& b = k.body;
+    if (b.size() < 2 || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
+    std::string v = "v";
+    std::string code;
+    for (size_t i = 1; i + 1 < b.size(); ++i) {
+      const Instr& in = b[i];
+      if (in.opcode != Opcode::Apply || in.args != std::vector<int>{static_cast<int>(i) - 1} || in.dtype != DType::F32) {
+        return std::nullopt;
+      }
+      if (in.op == Op::Tanh) {
+        code += fmt::format("// {}\n v = pc::tanh16(v); ", sourceStr(in.node));
+      } else if (in.op == Op::Relu) {
+        code += fmt::format("// {}\n v = v < 0.0f ? 0.0f : v; ", sourceStr(in.node));
+      } else {
+        return std::nullopt;
+      }
+    }
+    const Instr& st = b.back();
+    const Buffer& out = p_.buffer(st.buffer);
+    if (st.opcode != Opcode::Store || st.args[0] != static_cast<int>(b.size()) - 2 || out.type.dtype != DType::F32 ||
+        out.strides.back() != 1) {
+      return std::nullopt;
+    }
+    for (size_t d = 0; d < st.index.size(); ++d) {
+      if (st.index[d].axis != static_cast<int>(d) || st.index[d].scale != 1 || st.index[d].offset != 0) return std::nullopt;
+    }
+    std::vector<std::string> at(vars.begin(), vars.end() - 1);
+    at.push_back("n0");
+    return code + fmt::format("pc::store16({} + {}, v);", ptrName(out.root), address(st.buffer, st.index, at));
+  }
+
+  // linear with a constant weight: rows of x times weight panels of 16 columns, 4 rows at a time.
+  std::string emitPackedLinear(const Kernel& k, size_t index) const {
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    int64_t N = packedN(k), K = packedK(k);
+    int64_t panels = (N + kPanel - 1) / kPanel;
+    size_t R = k.domain.size();
+    std::vector<std::string> vars = axisVars("i", R);
+    std::string rowsExpr = "1";
+    for (size_t d = 0; d + 1 < R; ++d) rowsExpr += " * " + dimStr(k.domain[d]);
+    // Row r of x (all leading dims flattened) as its index variables.
+    std::string decomp;
+    std::vector<std::string> idx(X.type.rank(), "0");
+    {
+      std::string rem = "r";
+      for (size_t d = R - 1; d-- > 0;) {
+        if (d == 0) {
+          decomp += fmt::format("const int64_t {} = {}; ", vars[0], rem);
+        } else {
+          decomp += fmt::format("const int64_t {} = {} % {}; const int64_t {}q = {} / {}; ", vars[d], rem,
+                                dimStr(k.domain[d]), vars[d], rem, dimStr(k.domain[d]));
+          rem = vars[d] + "q";
+        }
+        idx[d] = vars[d];
+      }
+    }
+    std::vector<std::string> callVars(vars.begin(), vars.end() - 1);
+    callVars.push_back("n");
+    std::optional<std::string> vec = N % kPanel == 0 ? vectorEpilogue(k, vars) : std::nullopt;
+    std::string s = vec ? "" : emitEpilogueLambda(k, accType(k));
+    s += anchorComment(k);
+    s += fmt::format("  // x [rows, {}] times the weight packed as [{} panels][{}][16] (bias folded into bp).\n", K, panels, K);
+    s += packedPointers(index);
+    s += fmt::format("  auto row = [&](int64_t r) -> const float* {{ {}return {} + {}; }};\n", decomp, ptrName(X.root),
+                     addressOf(X.id, idx));
+    if (!vec) {
+      s += fmt::format("  auto finish = [&](int64_t r, int64_t n, float acc) {{ {}{} }};\n", decomp, callEpilogue(callVars, "acc"));
+    } else {
+      // Comments inside the one-line lambda would swallow the code after them: keep them above.
+      std::string comments, body;
+      for (size_t p0 = 0, p1; p0 < vec->size(); p0 = p1 + 1) {
+        p1 = vec->find('\n', p0);
+        if (p1 == std::string::npos) p1 = vec->size();
+        std::string line = vec->substr(p0, p1 - p0);
+        if (line.rfind("// ", 0) == 0) {
+          comments += "  " + line + "\n";
+        } else {
+          body += line;
+        }
+      }
+      s += "  // the epilogue on a whole panel (16 columns) at once\n" + comments;
+      s += fmt::format("  auto finish16 = [&](int64_t r, int64_t n0, const float* acc) {{ {}pc::f32x16 v = pc::load16(acc);{} }};\n",
+                       decomp, body);
+    }
+    s += fmt::format("  const int64_t rows = {};\n", rowsExpr);
+    // Panels outer, rows inner: one panel (K x 16 floats) stays in cache while every row passes.
+    s += "  float out[4][16];\n";
+    s += fmt::format("  for (int64_t j = 0; j < {}; ++j) {{\n", panels);
+    s += fmt::format("    const float* PC_RESTRICT w = wp + j*{};\n", K * kPanel);
+    s += "    int64_t r = 0;\n";
+    s += "    for (; r + 4 <= rows; r += 4) {\n";
+    s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out);\n", K);
+    if (vec) {
+      s += "      for (int64_t t = 0; t < 4; ++t) finish16(r + t, j*16, out[t]);\n    }\n";
+      s += "    for (; r < rows; ++r) {\n";
+      s += fmt::format("      pc::gemm_1x16({}, row(r), w, bp + j*16, out[0]);\n", K);
+      s += "      finish16(r, j*16, out[0]);\n    }\n  }\n";
+      return s;
+    }
+    s += "      for (int64_t t = 0; t < 4; ++t) {\n";
+    s += panelEpilogue(N, "        ", "finish(r + t, n, out[t][n - j*16])");
+    s += "      }\n    }\n";
+    s += "    for (; r < rows; ++r) {\n";
+    s += fmt::format("      pc::gemm_1x16({}, row(r), w, bp + j*16, out[0]);\n", K);
+    s += panelEpilogue(N, "      ", "finish(r, n, out[0][n - j*16])");
+    s += "    }\n  }\n";
+    return s;
+  }
+
+  // 2-D conv with a constant weight as an implicit GEMM: the patches of four output positions are
+  // gathered (im2col, zeros for padding) into a stack buffer and multiplied by the weight panels.
+  std::string emitPackedConv(const Kernel& k, size_t index) const {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const Buffer& W = p_.buffer(k.anchorInputs[1]);
+    std::vector<int64_t> st = spatialList(n, "strides", 2, 1);
+    std::vector<int64_t> dil = spatialList(n, "dilations", 2, 1);
+    std::vector<int64_t> pads = spatialList(n, "pads", 4, 0);
+    int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), Wd = X.type.shape[3].value();
+    int64_t KH = W.type.shape[2].value(), KW = W.type.shape[3].value();
+    int64_t M = packedN(k), K = packedK(k);
+    int64_t OH = k.domain[2].value(), OW = k.domain[3].value();
+    int64_t panels = (M + kPanel - 1) / kPanel;
+    std::string s = emitEpilogueLambda(k, accType(k));
+    s += anchorComment(k);
+    s += fmt::format("  // implicit GEMM: [{} positions, K={}] patches times the weight packed as [{} panels][{}][16].\n",
+                     OH * OW, K, panels, K);
+    s += packedPointers(index);
+    s += "  auto gather = [&](int64_t i0, int64_t pos, float* PC_RESTRICT dst) {\n";
+    s += fmt::format("    const int64_t oh = pos / {}, ow = pos % {};\n", OW, OW);
+    s += fmt::format("    for (int64_t c = 0; c < {}; ++c) {{\n", C);
+    s += fmt::format("      for (int64_t kh = 0; kh < {}; ++kh, dst += {}) {{\n", KH, KW);
+    s += fmt::format("        const int64_t ih = oh*{} + kh*{} - {};\n", st[0], dil[0], pads[0]);
+    s += fmt::format("        if (ih < 0 || ih >= {}) {{ for (int64_t kw = 0; kw < {}; ++kw) dst[kw] = 0.0f; continue; }}\n", H, KW);
+    s += fmt::format("        for (int64_t kw = 0; kw < {}; ++kw) {{\n", KW);
+    s += fmt::format("          const int64_t iw = ow*{} + kw*{} - {};\n", st[1], dil[1], pads[1]);
+    s += fmt::format("          dst[kw] = iw >= 0 && iw < {} ? {} : 0.0f;\n", Wd, loadExpr(X.id, addressOf(X.id, {"i0", "c", "ih", "iw"})));
+    s += "        }\n      }\n    }\n  };\n";
+    // Windows inside the input read it directly through an offset table; others are gathered.
+    std::vector<std::string> offsets;
+    const std::vector<int64_t>& xs = X.strides;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw) offsets.push_back(std::to_string(c * xs[1] + kh * dil[0] * xs[2] + kw * dil[1] * xs[3]));
+    s += fmt::format("  static const int32_t window[{}] = {{{}}};\n", K, fmt::join(offsets, ","));
+    s += fmt::format("  auto inside = [&](int64_t pos) {{ const int64_t oh = pos / {}, ow = pos % {}; "
+                     "return oh*{} - {} >= 0 && oh*{} - {} + {} < {} && ow*{} - {} >= 0 && ow*{} - {} + {} < {}; }};\n",
+                     OW, OW, st[0], pads[0], st[0], pads[0], (KH - 1) * dil[0], H, st[1], pads[1], st[1], pads[1],
+                     (KW - 1) * dil[1], Wd);
+    s += fmt::format("  auto origin = [&](int64_t i0, int64_t pos) {{ const int64_t ih = pos / {} * {} - {}, iw = pos % {} * {} - {}, c = 0; "
+                     "return {} + {}; }};\n",
+                     OW, st[0], pads[0], OW, st[1], pads[1], ptrName(X.root), addressOf(X.id, {"i0", "c", "ih", "iw"}));
+    s += fmt::format("  alignas(32) float patch[4][{}];\n  float out[4][16];\n", K);
+    std::string call = fmt::format("epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, out[t][n - j*16])", OW, OW);
+    s += "  for (int64_t i0 = 0; i0 < batch; ++i0) {\n    int64_t pos = 0;\n";
+    s += fmt::format("    for (; pos + 4 <= {}; pos += 4) {{\n", OH * OW);
+    s += "      const bool direct = inside(pos) && inside(pos + 1) && inside(pos + 2) && inside(pos + 3);\n";
+    s += "      if (!direct) for (int64_t t = 0; t < 4; ++t) gather(i0, pos + t, patch[t]);\n";
+    s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
+    s += "        if (direct) {\n";
+    s += fmt::format("          pc::gemm_4x16_at({}, window, origin(i0, pos), origin(i0, pos + 1), origin(i0, pos + 2), "
+                     "origin(i0, pos + 3), wp + j*{}, bp + j*16, out);\n", K, K * kPanel);
+    s += "        } else {\n";
+    s += fmt::format("          pc::gemm_4x16({}, patch[0], patch[1], patch[2], patch[3], wp + j*{}, bp + j*16, out);\n", K, K * kPanel);
+    s += "        }\n";
+    s += "        for (int64_t t = 0; t < 4; ++t) {\n";
+    s += panelEpilogue(M, "          ", call);
+    s += "        }\n      }\n    }\n";
+    s += fmt::format("    for (; pos < {}; ++pos) {{\n", OH * OW);
+    s += "      const int64_t t = 0;\n      gather(i0, pos, patch[0]);\n";
+    s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
+    s += fmt::format("        pc::gemm_1x16({}, patch[0], wp + j*{}, bp + j*16, out[0]);\n", K, K * kPanel);
+    s += panelEpilogue(M, "        ", call);
+    s += "      }\n    }\n  }\n";
+    return s;
+  }
+
+  std::string emitConv(const Kernel& k) const {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const Buffer& W = p_.buffer(k.anchorInputs[1]);
+    size_t nsp = X.type.rank() - 2;
+    std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1);
+    std::vector<int64_t> dil = spatialList(n, "dilations", nsp, 1);
+    std::vector<int64_t> pads = spatialList(n, "pads", nsp * 2, 0);
+    int64_t group = n.attrInt("group");
+    int64_t C = X.type.shape[1].value();
+    int64_t M = k.domain[1].value();
+    int64_t gc = C / group, gm = M / group;
+    std::vector<std::string> vars = axisVars("i", k.domain.size());
+    std::string s = emitEpilogueLambda(k, accType(k));
+    s += anchorComment(k);
+    std::string indent = "  ";
+    s += openLoops(k.domain, vars, indent);
+    s += fmt::format("{}float acc = 0.0f;\n", indent);
+    s += fmt::format("{}const int64_t g = {} / {};\n", indent, vars[1], gm);
+    s += fmt::format("{}for (int64_t c = 0; c < {}; ++c) {{\n", indent, gc);
+    std::string in2 = indent + "  ";
+    std::string cur = in2;
+    std::vector<std::string> xIdx = {vars[0], fmt::format("g*{} + c", gc)};
+    std::vector<std::string> wIdx = {vars[1], "c"};
+    for (size_t d = 0; d < nsp; ++d) {
+      int64_t kd = W.type.shape[2 + d].value();
+      int64_t inD = X.type.shape[2 + d].value();
+      std::string kv = fmt::format("k{}", d), pv = fmt::format("p{}", d);
+      s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", cur, kv, kv, kd, kv);
+      cur += "  ";
+      s += fmt::format("{}const int64_t {} = {}*{} + {}*{} - {};\n", cur, pv, vars[2 + d], strides[d], kv, dil[d], pads[d]);
+      s += fmt::format("{}if ({} < 0 || {} >= {}) continue;\n", cur, pv, pv, inD);
+      xIdx.push_back(pv);
+      wIdx.push_back(kv);
+    }
+    s += fmt::format("{}acc += {} * {};\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)), loadExpr(W.id, addressOf(W.id, wIdx)));
+    for (size_t d = 0; d < nsp; ++d) {
+      cur.resize(cur.size() - 2);
+      s += cur + "}\n";
+    }
+    s += indent + "}\n";
+    if (k.anchorInputs.size() > 2) {
+      s += fmt::format("{}acc += {};\n", indent, loadExpr(k.anchorInputs[2], addressOf(k.anchorInputs[2], {vars[1]})));
+    }
+    s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
+    s += closeLoops(k.domain.size(), indent);
+    return s;
+  }
+
+  std::string emitPool(const Kernel& k) const {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    size_t nsp = X.type.rank() - 2;
+    const std::vector<int64_t>& kernel = n.attrInts("kernel_shape");
+    std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1);
+    std::vector<int64_t> dil = spatialList(n, "dilations", nsp, 1);
+    std::vector<int64_t> pads = spatialList(n, "pads", nsp * 2, 0);
+    bool isMax = n.isOp(Op::MaxPool);
+    std::vector<std::string> vars = axisVars("i", k.domain.size());
+    std::string s = emitEpilogueLambda(k, accType(k));
+    s += anchorComment(k);
+    std::string indent = "  ";
+    s += openLoops(k.domain, vars, indent);
+    std::vector<std::string> xIdx = {vars[0], vars[1]};
+    std::string cur = indent;
+    if (isMax) {
+      s += fmt::format("{}float acc = -pc::inf<float>();  // padding never wins\n", indent);
+      for (size_t d = 0; d < nsp; ++d) {
+        std::string kv = fmt::format("k{}", d), pv = fmt::format("p{}", d);
+        s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", cur, kv, kv, kernel[d], kv);
+        cur += "  ";
+        s += fmt::format("{}const int64_t {} = {}*{} + {}*{} - {};\n", cur, pv, vars[2 + d], strides[d], kv, dil[d], pads[d]);
+        s += fmt::format("{}if ({} < 0 || {} >= {}) continue;\n", cur, pv, pv, X.type.shape[2 + d].value());
+        xIdx.push_back(pv);
+      }
+      s += fmt::format("{}acc = pc::maxNaN<float>(acc, {});\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)));
+    } else {
+      // As onnxruntime: the window is clipped to the padded input; count_include_pad divides by
+      // the clipped window's size, otherwise by the in-bounds count (none gives 0).
+      s += fmt::format("{}float sum = 0.0f;\n{}int64_t count = 0, windowSize = 1;\n", indent, indent);
+      for (size_t d = 0; d < nsp; ++d) {
+        int64_t inD = X.type.shape[2 + d].value();
+        s += fmt::format("{}const int64_t b{} = {}*{} - {};\n", indent, d, vars[2 + d], strides[d], pads[d]);
+        s += fmt::format("{}const int64_t e{} = b{} + {} < {} ? b{} + {} : {};\n", indent, d, d, kernel[d],
+                         inD + pads[nsp + d], d, kernel[d], inD + pads[nsp + d]);
+        s += fmt::format("{}windowSize *= e{} - b{};\n", indent, d, d);
+      }
+      for (size_t d = 0; d < nsp; ++d) {
+        std::string pv = fmt::format("p{}", d);
+        s += fmt::format("{}for (int64_t {} = b{}; {} < e{}; ++{}) {{\n", cur, pv, d, pv, d, pv);
+        cur += "  ";
+        s += fmt::format("{}if ({} < 0 || {} >= {}) continue;\n", cur, pv, pv, X.type.shape[2 + d].value());
+        xIdx.push_back(pv);
+      }
+      s += fmt::format("{}sum += {};\n{}++count;\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)), cur);
+    }
+    for (size_t d = 0; d < nsp; ++d) {
+      cur.resize(cur.size() - 2);
+      s += cur + "}\n";
+    }
+    if (!isMax) {
+      bool includePad = n.attrInt("count_include_pad") != 0;
+      s += fmt::format("{}const float acc = count == 0 ? 0.0f : sum / static_cast<float>({});\n", indent,
+                       includePad ? "windowSize" : "count");
+    }
+    s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
+    s += closeLoops(k.domain.size(), indent);
+    return s;
+  }
+
+  // The reduced operand as a function of its own index: a load, or the fused prologue.
+  std::string emitOperandLambda(const Kernel& k, const Buffer& X) const {
+    std::vector<std::string> xv = axisVars("x", X.type.rank());
+    std::string params;
+    for (size_t d = 0; d < xv.size(); ++d) params += fmt::format("{}int64_t {}", d ? ", " : "", xv[d]);
+    DType t = X.type.dtype;
+    std::string s = fmt::format("  // the reduced operand {} at [{}]\n", commentSafe(X.type.str()), fmt::join(xv, ", "));
+    s += fmt::format("  auto operand = [&]({}) -> {} {{\n", params, ctype(t));
+    if (!k.prologue.empty()) {
+      BodyCtx c{"p", xv, ""};
+      s += "    // prologue\n";
+      s += emitBody(k.prologue, c, "    ");
+      s += fmt::format("    return static_cast<{}>(p{});\n", ctype(t), k.prologueResult);
+    } else {
+      std::vector<std::string> idx(xv.begin(), xv.end());
+      s += fmt::format("    return {};\n", loadExpr(X.id, addressOf(X.id, idx)));
+    }
+    s += "  };\n";
+    return s;
+  }
+
+  std::string operandCall(const std::vector<std::string>& idx) const {
+    return fmt::format("operand({})", fmt::join(idx, ", "));
+  }
+
+  std::string emitReduction(const Kernel& k) const {
+    const ir::Node& n = *k.anchor;
+    // The operand's type: with a prologue, anchorInputs[0] is never stored but keeps its type.
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    size_t r = X.type.rank();
+    std::vector<std::string> vars = axisVars("i", k.domain.size());
+    std::string s = emitEpilogueLambda(k, accType(k));
+    s += emitOperandLambda(k, X);
+    s += anchorComment(k);
+    DType outT = accType(k);
+    const char* OT = ctype(outT);
+
+    if (n.isOp(Op::Softmax) || n.isOp(Op::LogSoftmax) || n.isOp(Op::LayerNorm)) {
+      // Rows along the trailing axes (softmax: one axis), every other axis is a loop.
+      size_t axis = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
+      bool ln = n.isOp(Op::LayerNorm);
+      std::vector<size_t> reduced;
+      for (size_t d = axis; d < (ln ? r : axis + 1); ++d) reduced.push_back(d);
+      std::vector<size_t> outer;
+      for (size_t d = 0; d < r; ++d) {
+        if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) outer.push_back(d);
+      }
+      std::string indent = "  ";
+      for (size_t d : outer) {
+        s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, vars[d], vars[d], dimStr(k.domain[d]), vars[d]);
+        indent += "  ";
+      }
+      auto innerLoops = [&](const std::string& body) {
+        std::string t;
+        std::string ind = indent;
+        for (size_t d : reduced) {
+          t += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", ind, vars[d], vars[d], dimStr(k.domain[d]), vars[d]);
+          ind += "  ";
+        }
+        t += ind + body + "\n";
+        for (size_t i = 0; i < reduced.size(); ++i) {
+          ind.resize(ind.size() - 2);
+          t += ind + "}\n";
+        }
+        return t;
+      };
+      std::string x = operandCall(vars);
+      if (ln) {
+        int64_t cols = 1;
+        for (size_t d : reduced) cols *= k.domain[d].value();
+        s += fmt::format("{}double mean = 0, var = 0;\n", indent);
+        s += innerLoops(fmt::format("mean += {};", x));
+        s += fmt::format("{}mean /= {};\n", indent, cols);
+        s += innerLoops(fmt::format("{{ const double d = {} - mean; var += d * d; }}", x));
+        s += fmt::format("{}var /= {};\n", indent, cols);
+        s += fmt::format("{}const double invStd = 1.0 / std::sqrt(var + {});\n", indent, literal(n.attrFloat("epsilon"), DType::F64));
+        // scale and bias broadcast against the normalised shape.
+        auto paramAt = [&](int id) {
+          const Buffer& P = p_.buffer(id);
+          std::vector<std::string> idx(P.type.rank(), "0");
+          size_t lead = r - P.type.rank();
+          for (size_t d = 0; d < P.type.rank(); ++d) {
+            bool bc = P.type.shape[d].isStatic() && P.type.shape[d].value() == 1 &&
+                      !(k.domain[lead + d].isStatic() && k.domain[lead + d].value() == 1);
+            idx[d] = bc ? "0" : vars[lead + d];
+          }
+          return loadExpr(id, addressOf(id, idx));
+        };
+        std::string body = fmt::format("{{ double y = ({} - mean) * invStd * {};", x, paramAt(k.anchorInputs[1]));
+        if (k.anchorInputs.size() > 2) body += fmt::format(" y += {};", paramAt(k.anchorInputs[2]));
+        body += fmt::format(" {} }}", callEpilogue(vars, fmt::format("static_cast<{}>(y)", OT)));
+        s += innerLoops(body);
+      } else {
+        s += fmt::format("{}double maxValue = -pc::inf<double>(), sum = 0;\n", indent);
+        s += innerLoops(fmt::format("maxValue = pc::maxNaN<double>(maxValue, {});", x));
+        s += innerLoops(fmt::format("sum += std::exp(double({}) - maxValue);", x));
+        std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - std::log(sum)", x)
+                                               : fmt::format("std::exp(double({}) - maxValue) / sum", x);
+        s += innerLoops(callEpilogue(vars, fmt::format("static_cast<{}>({})", OT, y)));
+      }
+      for (size_t i = 0; i < outer.size(); ++i) {
+        indent.resize(indent.size() - 2);
+        s += indent + "}\n";
+      }
+      return s;
+    }
+
+    // reduce_* / argmax / global_avg_pool: which operand axes are reduced, and how the output
+    // (the domain) indexes the kept ones.
+    std::vector<bool> reduced(r, false);
+    bool keepdims = true;
+    if (n.isOp(Op::GlobalAvgPool)) {
+      for (size_t d = 2; d < r; ++d) reduced[d] = true;
+    } else if (n.isOp(Op::ArgMax)) {
+      reduced[static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r))] = true;
+      keepdims = n.attrInt("keepdims") != 0;
+    } else {
+      std::vector<int64_t> axes = n.attrInts("axes");
+      if (axes.empty()) std::fill(reduced.begin(), reduced.end(), true);
+      for (int64_t a : axes) reduced[static_cast<size_t>(normalizeAxis(a, r))] = true;
+      keepdims = n.attrInt("keepdims") != 0;
+    }
+    std::vector<std::string> xv = axisVars("x", r);
+    std::vector<std::string> outIdx;  // domain index in terms of x variables
+    for (size_t d = 0; d < r; ++d) {
+      if (!reduced[d]) outIdx.push_back(xv[d]);
+      else if (keepdims) outIdx.push_back("0");
+    }
+    if (outIdx.size() != k.domain.size()) fail("internal: reduction '{}' domain rank mismatch", n.name());
+    std::string indent = "  ";
+    for (size_t d = 0; d < r; ++d) {
+      if (reduced[d]) continue;
+      s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, xv[d], xv[d], dimStr(X.type.shape[d]), xv[d]);
+      indent += "  ";
+    }
+    int64_t count = 1;
+    for (size_t d = 0; d < r; ++d) {
+      if (reduced[d]) count *= X.type.shape[d].value();
+    }
+    std::string x = operandCall(xv);
+    bool isArg = n.isOp(Op::ArgMax);
+    bool isMax = n.isOp(Op::ReduceMax);
+    if (isArg) {
+      size_t ax = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
+      bool last = n.attrInt("select_last_index") != 0;
+      s += fmt::format("{}int64_t best = 0;\n", indent);
+      std::vector<std::string> first = xv;
+      first[ax] = "0";
+      s += fmt::format("{}double bestValue = {};\n", indent, operandCall(first));
+      s += fmt::format("{}for (int64_t {} = 1; {} < {}; ++{}) {{\n", indent, xv[ax], xv[ax], X.type.shape[ax].value(), xv[ax]);
+      s += fmt::format("{}  const double v = {};\n", indent, x);
+      s += fmt::format("{}  // NaN counts as the largest value, as in numpy.\n", indent);
+      s += fmt::format("{}  const bool better = bestValue != bestValue ? false : (v != v || v > bestValue);\n", indent);
+      if (last) {
+        s += fmt::format("{}  const bool tie = v != v ? bestValue != bestValue : v == bestValue;\n", indent);
+        s += fmt::format("{}  if (better || tie) {{ best = {}; bestValue = v; }}\n", indent, xv[ax]);
+      } else {
+        s += fmt::format("{}  if (better) {{ best = {}; bestValue = v; }}\n", indent, xv[ax]);
+      }
+      s += indent + "}\n";
+      s += fmt::format("{}{}\n", indent, callEpilogue(outIdx, fmt::format("static_cast<{}>(best)", OT)));
+    } else {
+      s += fmt::format("{}double acc = {};\n", indent, isMax ? "-pc::inf<double>()" : "0");
+      std::string ind = indent;
+      for (size_t d = 0; d < r; ++d) {
+        if (!reduced[d]) continue;
+        s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", ind, xv[d], xv[d], X.type.shape[d].value(), xv[d]);
+        ind += "  ";
+      }
+      s += isMax ? fmt::format("{}acc = pc::maxNaN<double>(acc, {});\n", ind, x) : fmt::format("{}acc += {};\n", ind, x);
+      for (size_t d = 0; d < r; ++d) {
+        if (!reduced[d]) continue;
+        ind.resize(ind.size() - 2);
+        s += ind + "}\n";
+      }
+      if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
+        s += fmt::format("{}acc /= {};\n", indent, static_cast<double>(count) == 0 ? "0.0" : std::to_string(count));
+        if (!ir::isFloat(outT)) s += fmt::format("{}acc = std::trunc(acc);\n", indent);
+      }
+      s += fmt::format("{}{}\n", indent, callEpilogue(outIdx, fmt::format("static_cast<{}>(acc)", OT)));
+    }
+    for (size_t d = 0; d < r; ++d) {
+      if (reduced[d]) continue;
+      indent.resize(indent.size() - 2);
+      s += indent + "}\n";
+    }
+    return s;
+  }
+
+  std::string emitCopy(const Kernel& k) const {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    std::vector<std::string> vars = axisVars("i", k.domain.size());
+    DType t = accType(k);
+    std::string s = emitEpilogueLambda(k, t);
+    s += anchorComment(k);
+    std::string indent = "  ";
+    s += openLoops(k.domain, vars, indent);
+    size_t r = X.type.rank();
+    if (n.isOp(Op::Pad)) {
+      const std::vector<int64_t>& pads = n.attrInts("pads");
+      const std::string& mode = n.attrString("mode");
+      std::vector<std::string> idx;
+      std::string inBounds;
+      for (size_t d = 0; d < r; ++d) {
+        std::string pv = fmt::format("p{}", d);
+        if (pads[d] == 0 && pads[r + d] == 0) {
+          idx.push_back(vars[d]);
+          continue;
+        }
+        int64_t size = X.type.shape[d].value();
+        s += fmt::format("{}int64_t {} = {} - {};\n", indent, pv, vars[d], pads[d]);
+        if (mode == "constant") {
+          inBounds += fmt::format("{}{} >= 0 && {} < {}", inBounds.empty() ? "" : " && ", pv, pv, size);
+        } else if (mode == "edge") {
+          s += fmt::format("{}{} = {} < 0 ? 0 : ({} >= {} ? {} : {});\n", indent, pv, pv, pv, size, size - 1, pv);
+        } else {  // reflect without repeating the edge
+          if (size == 1) {
+            s += fmt::format("{}{} = 0;\n", indent, pv);
+          } else {
+            s += fmt::format("{}while ({} < 0 || {} >= {}) {} = {} < 0 ? -{} : {} - {};\n", indent, pv, pv, size, pv, pv, pv,
+                             2 * (size - 1), pv);
+          }
+        }
+        idx.push_back(pv);
+      }
+      std::string load = loadExpr(X.id, addressOf(X.id, idx));
+      if (mode == "constant" && !inBounds.empty()) {
+        s += fmt::format("{}const {} acc = ({}) ? static_cast<{}>({}) : {};\n", indent, ctype(t), inBounds, ctype(t), load,
+                         literal(n.attrFloat("value"), t));
+      } else {
+        s += fmt::format("{}const {} acc = {};\n", indent, ctype(t), load);
+      }
+    } else if (n.isOp(Op::Gather)) {
+      const Buffer& I = p_.buffer(k.anchorInputs[1]);
+      size_t axis = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
+      size_t ri = I.type.rank();
+      std::vector<std::string> iIdx;
+      for (size_t d = 0; d < ri; ++d) iIdx.push_back(vars[axis + d]);
+      int64_t size = X.type.shape[axis].value();
+      s += fmt::format("{}int64_t at = static_cast<int64_t>({});\n", indent, loadExpr(I.id, addressOf(I.id, iIdx)));
+      s += fmt::format("{}if (at < 0) at += {};\n", indent, size);
+      s += fmt::format("{}at = at < 0 ? 0 : (at >= {} ? {} : at);  // out of range is an error in the reference\n",
+                       indent, size, size - 1);
+      std::vector<std::string> idx;
+      for (size_t d = 0; d < axis; ++d) idx.push_back(vars[d]);
+      idx.push_back("at");
+      for (size_t d = axis + 1; d < r; ++d) idx.push_back(vars[d - 1 + ri]);
+      s += fmt::format("{}const {} acc = {};\n", indent, ctype(t), loadExpr(X.id, addressOf(X.id, idx)));
+    } else {
+      fail("cpp backend: node '{}': copy template {} is not supported", n.name(), n.info().name);
+    }
+    s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
+    s += closeLoops(k.domain.size(), indent);
+    return s;
+  }
+
+  // ---- ABI
+
+  std::string tensorDescs(const char* what, const std::vector<int>& ids, const std::vector<std::string>& names) const {
+    std::string s;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Buffer& b = p_.buffer(ids[i]);
+      std::vector<std::string> dims;
+      for (const ir::Dim& d : b.type.shape) dims.push_back(d.isBatch() ? "-1" : std::to_string(d.value()));
+      if (dims.empty()) dims.push_back("0");  // a zero-length array is not C++
+      s += fmt::format("static const int64_t pc_{}_shape_{}[] = {{{}}};\n", what, i, fmt::join(dims, ", "));
+    }
+    s += fmt::format("static const policyc_tensor_desc pc_{}[] = {{\n", what);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Buffer& b = p_.buffer(ids[i]);
+      s += fmt::format("  {{\"{}\", {}, {}, pc_{}_shape_{}}},\n", cString(names[i]), abiDType(b.type.dtype), b.type.rank(),
+                       what, i);
+    }
+    if (ids.empty()) s += "  {nullptr, 0, 0, nullptr},\n";
+    s += "};\n";
+    return s;
+  }
+
+  std::string emitAbi(const std::string& name) const {
+    std::string s = "// ---- the C ABI (runtime/include/policyc/runtime/policyc_model.h)\n\n";
+    std::vector<int> ins = p_.inputs, outs;
+    std::vector<std::string> inNames, outNames;
+    for (int id : ins) inNames.push_back(p_.buffer(id).name);
+    for (const auto& [n, id] : p_.outputs) {
+      outs.push_back(id);
+      outNames.push_back(n);
+    }
+    s += tensorDescs("inputs", ins, inNames);
+    s += tensorDescs("outputs", outs, outNames);
+    s += "\nstatic size_t pc_workspace_bytes(int64_t batch) {\n";
+    s += "  return static_cast<size_t>(kStaticBytes + kPerBatchBytes * (batch < 0 ? 0 : batch));\n}\n\n";
+    s += "// Single-threaded: `threads` is accepted and ignored, so results are identical for every count.\n";
+    s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n";
+    s += "  if (batch < 0 || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
+    s += "  if (batch == 0) return POLICYC_OK;\n";
+    if (!ins.empty()) {
+      s += "  if (inputs == nullptr) return POLICYC_ERROR_ARGUMENT;\n";
+      s += fmt::format("  for (int i = 0; i < {}; ++i) if (inputs[i] == nullptr) return POLICYC_ERROR_ARGUMENT;\n", ins.size());
+    }
+    if (!outs.empty()) {
+      s += "  if (outputs == nullptr) return POLICYC_ERROR_ARGUMENT;\n";
+      s += fmt::format("  for (int i = 0; i < {}; ++i) if (outputs[i] == nullptr) return POLICYC_ERROR_ARGUMENT;\n", outs.size());
+    }
+    s += "  if (pc_workspace_bytes(batch) > 0 && workspace == nullptr) return POLICYC_ERROR_ARGUMENT;\n";
+    s += "  if (reinterpret_cast<uintptr_t>(workspace) % POLICYC_WORKSPACE_ALIGNMENT != 0) return POLICYC_ERROR_WORKSPACE;\n";
+    s += "  unsigned char* ws = static_cast<unsigned char*>(workspace);\n";
+    for (const Kernel& k : p_.kernels) s += fmt::format("  {}(inputs, outputs, batch, ws);\n", k.name);
+    s += "  return POLICYC_OK;\n}\n\n";
+    s += fmt::format("static const policyc_model pc_model = {{\n  POLICYC_ABI_VERSION, sizeof(policyc_model), \"{}\", \"{}\",\n",
+                     cString(p_.name), cString(o_.target));
+    s += fmt::format("  {}, pc_inputs, {}, pc_outputs, pc_workspace_bytes, pc_run}};\n\n", ins.size(), outs.size());
+    s += "#define PC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
+    s += "PC_EXPORT const policyc_model* policyc_model_descriptor(void) { return &pc_model; }\n";
+    s += fmt::format("PC_EXPORT const policyc_model* {}_descriptor(void) {{ return &pc_model; }}\n", name);
+    // The typed wrappers.
+    std::string params, ptrsIn, ptrsOut;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      params += fmt::format("const {}* {}, ", storageType(p_.buffer(ins[i]).type.dtype), paramNames_[i]);
+      ptrsIn += fmt::format("{}{}", i ? ", " : "", paramNames_[i]);
+    }
+    for (size_t i = 0; i < outs.size(); ++i) {
+      params += fmt::format("{}* {}, ", storageType(p_.buffer(outs[i]).type.dtype), paramNames_[ins.size() + i]);
+      ptrsOut += fmt::format("{}{}", i ? ", " : "", paramNames_[ins.size() + i]);
+    }
+    auto arrays = [&]() {
+      std::string t;
+      t += fmt::format("  const void* const ins[] = {{{}}};\n", ins.empty() ? "nullptr" : ptrsIn);
+      t += fmt::format("  void* const outs[] = {{{}}};\n", outs.empty() ? "nullptr" : ptrsOut);
+      return t;
+    };
+    s += fmt::format("PC_EXPORT int {}_run_with_workspace({}int64_t batch, void* workspace) {{\n", name, params);
+    s += arrays();
+    s += "  return pc_run(ins, outs, batch, workspace, 1);\n}\n";
+    s += "// Without a workspace: a per-thread one that grows when a larger batch needs it (allocation only then).\n";
+    s += fmt::format("PC_EXPORT int {}_run({}int64_t batch) {{\n", name, params);
+    s += "  struct Workspace { void* p = nullptr; size_t bytes = 0; ~Workspace() { std::free(p); } };\n";
+    s += "  static thread_local Workspace w;\n";
+    s += "  if (batch < 0) return POLICYC_ERROR_ARGUMENT;\n";
+    s += "  const size_t need = (pc_workspace_bytes(batch) + 63) / 64 * 64;\n";
+    s += "  if (need > w.bytes) {\n    std::free(w.p);\n    w.p = std::aligned_alloc(64, need);\n";
+    s += "    w.bytes = w.p ? need : 0;\n    if (!w.p) return POLICYC_ERROR_WORKSPACE;\n  }\n";
+    s += arrays();
+    s += "  return pc_run(ins, outs, batch, need ? w.p : nullptr, 1);\n}\n";
+    return s;
+  }
+
+  std::string emitHeader(const std::string& name) const {
+    std::string up;
+    for (char c : name) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    std::string s = fmt::format("/* {}.h: the C interface of the policyc-compiled model '{}' (target {}). */\n", name,
+                                commentSafe(p_.name), o_.target);
+    s += fmt::format("#ifndef POLICYC_MODEL_{}_H_\n#define POLICYC_MODEL_{}_H_\n\n", up, up);
+    s += kPolicycModelHeader;
+    s += "\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
+    s += fmt::format("#define {}_NUM_INPUTS {}\n#define {}_NUM_OUTPUTS {}\n", up, p_.inputs.size(), up, p_.outputs.size());
+    s += fmt::format("/* Workspace of a run: {}_WORKSPACE_STATIC_BYTES + {}_WORKSPACE_BYTES_PER_BATCH * batch. */\n", up, up);
+    s += fmt::format("#define {}_WORKSPACE_STATIC_BYTES {}\n#define {}_WORKSPACE_BYTES_PER_BATCH {}\n", up, plan_.staticBytes,
+                     up, plan_.perBatchBytes);
+    auto sizes = [&](int id, const std::string& n, const std::string& cName) {
+      const Buffer& b = p_.buffer(id);
+      std::string N = cName;
+      for (char& c : N) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      int64_t per = 1;
+      std::vector<std::string> dims;
+      for (const ir::Dim& d : b.type.shape) {
+        dims.push_back(d.isBatch() ? "batch" : std::to_string(d.value()));
+        if (d.isStatic()) per *= d.value();
+      }
+      return fmt::format("/* {} {}[{}] */\n#define {}_{}_SIZE {}  /* elements per batch row */\n", commentSafe(n),
+                         ir::dtypeName(b.type.dtype), fmt::join(dims, ","), up, N, per);
+    };
+    std::string params;
+    size_t pi = 0;
+    for (int id : p_.inputs) {
+      s += sizes(id, p_.buffer(id).name, paramNames_[pi]);
+      params += fmt::format("const {}* {}, ", storageType(p_.buffer(id).type.dtype), paramNames_[pi++]);
+    }
+    for (const auto& [n, id] : p_.outputs) {
+      s += sizes(id, n, paramNames_[pi]);
+      params += fmt::format("{}* {}, ", storageType(p_.buffer(id).type.dtype), paramNames_[pi++]);
+    }
+    s += "\n/* The model's descriptor (the same as policyc_model_descriptor()). */\n";
+    s += fmt::format("const policyc_model* {}_descriptor(void);\n", name);
+    s += "/* Runs the model on C-order arrays; returns POLICYC_OK or an error code. Uses a per-thread\n"
+         " * workspace that is allocated on the first call and when a larger batch needs more. */\n";
+    s += fmt::format("int {}_run({}int64_t batch);\n", name, params);
+    s += "/* Same, with the caller's workspace (POLICYC_WORKSPACE_ALIGNMENT-aligned, workspace_bytes(batch)). */\n";
+    s += fmt::format("int {}_run_with_workspace({}int64_t batch, void* workspace);\n", name, params);
+    s += "\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
+    return s;
+  }
+
+  const KernelProgram& p_;
+  const MemoryPlan& plan_;
+  const CppOptions& o_;
+  std::map<int, int> inputIndex_, outputIndex_;
+  std::vector<std::string> bufferNames_;
+  std::vector<std::string> paramNames_;
+  std::map<int, size_t> paramOffset_;
+  std::map<size_t, size_t> packedOffset_, packedBiasOffset_;
+  std::vector<unsigned char> weights_;
+};
+
+}  // namespace
+
+std::vector<std::string> cppTargets() { return {"native", "x86-64-v3", "x86-64-v4", "generic"}; }
+
+std::string marchFlag(const std::string& target) {
+  if (target == "native") return "-march=native";
+  if (target == "x86-64-v3") return "-march=x86-64-v3";
+  if (target == "x86-64-v4") return "-march=x86-64-v4";
+  if (target == "generic") return "-march=x86-64";
+  fail("unknown target '{}' (valid targets: {})", target, fmt::join(cppTargets(), ", "));
+}
+
+GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const CppOptions& options) {
+  return Emitter(program, plan, options).run();
+}
+
+}  // namespace policyc::codegen

@@ -1,0 +1,287 @@
+// The model loader: dlopen, descriptor validation, checked runs and per-thread workspaces.
+#include "policyc/runtime/loader.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <utility>
+
+namespace policyc::runtime {
+namespace {
+
+constexpr const char* kDTypeNames[] = {"f32", "f64", "i32", "i64", "u8", "i8", "bool"};
+constexpr size_t kDTypeSizes[] = {4, 8, 4, 8, 1, 1, 1};
+constexpr int32_t kNumDTypes = 7;
+
+bool validDType(int32_t dtype) { return dtype >= 0 && dtype < kNumDTypes; }
+
+std::string shapeStr(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += shape[i] == -1 ? std::string("batch") : std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string quoted(const std::string& path) { return "'" + path + "'"; }
+
+// Closes the handle unless released: load() must not leak it on a failed check.
+struct DlHandle {
+  void* handle = nullptr;
+  ~DlHandle() {
+    if (handle) dlclose(handle);
+  }
+  void* release() { return std::exchange(handle, nullptr); }
+};
+
+[[noreturn]] void invalid(const std::string& path, const std::string& what) {
+  throw ModelError(quoted(path) + ": invalid descriptor: " + what);
+}
+
+std::vector<TensorSpec> readSpecs(const std::string& path, const char* kind, int32_t count,
+                                  const policyc_tensor_desc* descs) {
+  if (count < 0) invalid(path, std::string("negative number of ") + kind + "s (" + std::to_string(count) + ")");
+  if (count > 0 && !descs) invalid(path, std::string(kind) + "s are null");
+  std::vector<TensorSpec> specs;
+  for (int32_t i = 0; i < count; ++i) {
+    const policyc_tensor_desc& d = descs[i];
+    std::string which = std::string(kind) + " " + std::to_string(i);
+    if (!d.name) invalid(path, which + " has no name");
+    which = std::string(kind) + " '" + d.name + "'";
+    if (!validDType(d.dtype)) invalid(path, which + " has dtype " + std::to_string(d.dtype));
+    if (d.rank < 0) invalid(path, which + " has rank " + std::to_string(d.rank));
+    if (d.rank > 0 && !d.shape) invalid(path, which + " has a null shape");
+    TensorSpec spec{d.name, static_cast<policyc_dtype>(d.dtype), {}};
+    for (int32_t k = 0; k < d.rank; ++k) {
+      if (d.shape[k] < 1 && d.shape[k] != -1) invalid(path, which + " has dimension " + std::to_string(d.shape[k]));
+      spec.shape.push_back(d.shape[k]);
+    }
+    for (const TensorSpec& earlier : specs) {
+      if (earlier.name == spec.name) invalid(path, "two " + std::string(kind) + "s are named '" + spec.name + "'");
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+// One thread's workspace for one model, plus the pointer arrays a run passes to the model.
+struct Workspace {
+  void* data = nullptr;
+  size_t capacity = 0;
+  std::vector<const void*> inputPtrs;
+  std::vector<void*> outputPtrs;
+
+  Workspace(size_t numInputs, size_t numOutputs) : inputPtrs(numInputs), outputPtrs(numOutputs) {}
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace() { std::free(data); }
+
+  // Allocates only when `bytes` exceeds what this workspace already holds.
+  void* reserve(size_t bytes) {
+    if (data && bytes <= capacity) return data;
+    size_t rounded = (std::max<size_t>(bytes, 1) + POLICYC_WORKSPACE_ALIGNMENT - 1) /
+                     POLICYC_WORKSPACE_ALIGNMENT * POLICYC_WORKSPACE_ALIGNMENT;
+    void* fresh = std::aligned_alloc(POLICYC_WORKSPACE_ALIGNMENT, rounded);
+    if (!fresh) throw std::bad_alloc();
+    std::free(data);
+    data = fresh;
+    capacity = rounded;
+    return data;
+  }
+};
+
+// The last few (model, workspace) pairs this thread used: a run finds its workspace here without a
+// lock. Models are identified by a never-reused id, so an entry of a destroyed model never matches.
+struct CacheEntry {
+  uint64_t modelId = 0;
+  Workspace* workspace = nullptr;
+};
+constexpr size_t kCacheSize = 8;
+thread_local CacheEntry tCache[kCacheSize];
+thread_local size_t tCacheNext = 0;
+
+std::atomic<uint64_t> gNextModelId{1};
+
+}  // namespace
+
+const char* dtypeName(policyc_dtype dtype) { return validDType(dtype) ? kDTypeNames[dtype] : "?"; }
+size_t dtypeSize(policyc_dtype dtype) { return validDType(dtype) ? kDTypeSizes[dtype] : 0; }
+
+std::vector<int64_t> TensorSpec::shapeAt(int64_t batch) const {
+  std::vector<int64_t> dims = shape;
+  for (int64_t& d : dims) {
+    if (d == -1) d = batch;
+  }
+  return dims;
+}
+
+int64_t TensorSpec::numelAt(int64_t batch) const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d == -1 ? batch : d;
+  return n;
+}
+
+std::string TensorSpec::str() const { return std::string(dtypeName(dtype)) + shapeStr(shape); }
+
+struct Model::State {
+  std::string path;
+  void* handle = nullptr;
+  const policyc_model* desc = nullptr;
+  std::string name;
+  std::string target;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  uint64_t id = gNextModelId.fetch_add(1);
+
+  std::mutex mutex;  // guards perThread
+  std::map<std::thread::id, std::unique_ptr<Workspace>> perThread;
+
+  ~State() {
+    perThread.clear();  // the workspaces go before the code that used them
+    if (handle) dlclose(handle);
+  }
+
+  Workspace& workspaceOfThisThread() {
+    for (const CacheEntry& e : tCache) {
+      if (e.modelId == id) return *e.workspace;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    std::unique_ptr<Workspace>& slot = perThread[std::this_thread::get_id()];
+    if (!slot) slot = std::make_unique<Workspace>(inputs.size(), outputs.size());
+    tCache[tCacheNext++ % kCacheSize] = {id, slot.get()};
+    return *slot;
+  }
+};
+
+Model::Model(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Model Model::load(const std::string& soPath) {
+  // A name without a slash would be searched on the library path instead of read as a file.
+  std::string openPath = soPath.find('/') == std::string::npos ? "./" + soPath : soPath;
+  DlHandle handle{dlopen(openPath.c_str(), RTLD_NOW | RTLD_LOCAL)};
+  if (!handle.handle) {
+    const char* err = dlerror();
+    throw ModelError(err ? err : "cannot load " + quoted(soPath));
+  }
+  dlerror();
+  void* sym = dlsym(handle.handle, "policyc_model_descriptor");
+  if (!sym) throw ModelError(quoted(soPath) + " is not a policyc model (no symbol policyc_model_descriptor)");
+  policyc_model_descriptor_fn get = nullptr;
+  static_assert(sizeof(get) == sizeof(sym));
+  std::memcpy(&get, &sym, sizeof(sym));
+  const policyc_model* desc = get();
+  if (!desc) throw ModelError(quoted(soPath) + ": policyc_model_descriptor() returned null");
+  if (desc->abi_version != POLICYC_ABI_VERSION) {
+    throw ModelError(quoted(soPath) + " was built for policyc ABI version " + std::to_string(desc->abi_version) +
+                     ", this runtime reads version " + std::to_string(POLICYC_ABI_VERSION));
+  }
+  if (desc->struct_size < sizeof(policyc_model)) {
+    invalid(soPath, "struct_size is " + std::to_string(desc->struct_size) + ", ABI version " +
+                        std::to_string(POLICYC_ABI_VERSION) + " needs at least " + std::to_string(sizeof(policyc_model)));
+  }
+  if (!desc->name) invalid(soPath, "no model name");
+  if (!desc->target) invalid(soPath, "no target");
+  if (!desc->workspace_bytes) invalid(soPath, "no workspace_bytes function");
+  if (!desc->run) invalid(soPath, "no run function");
+
+  auto state = std::make_unique<State>();
+  state->path = soPath;
+  state->desc = desc;
+  state->name = desc->name;
+  state->target = desc->target;
+  state->inputs = readSpecs(soPath, "input", desc->num_inputs, desc->inputs);
+  state->outputs = readSpecs(soPath, "output", desc->num_outputs, desc->outputs);
+  state->handle = handle.release();
+  return Model(std::move(state));
+}
+
+const std::string& Model::path() const { return state_->path; }
+const std::string& Model::name() const { return state_->name; }
+const std::string& Model::target() const { return state_->target; }
+const std::vector<TensorSpec>& Model::inputs() const { return state_->inputs; }
+const std::vector<TensorSpec>& Model::outputs() const { return state_->outputs; }
+const policyc_model& Model::descriptor() const { return *state_->desc; }
+
+size_t Model::workspaceBytes(int64_t batch) const {
+  if (batch < 0) throw ModelError("batch must be >= 0, got " + std::to_string(batch));
+  return state_->desc->workspace_bytes(batch);
+}
+
+namespace {
+
+// Whether `view` has the spec's dtype and shape at `batch`; never allocates when it matches.
+void checkTensor(const char* kind, const TensorSpec& spec, const TensorView& view, int64_t batch) {
+  bool sameDType = view.dtype == spec.dtype;
+  bool sameRank = view.shape.size() == spec.shape.size();
+  bool staticDimsMatch = sameRank;
+  bool batchDimsMatch = sameRank;
+  for (size_t i = 0; sameRank && i < spec.shape.size(); ++i) {
+    if (spec.shape[i] == -1) {
+      batchDimsMatch = batchDimsMatch && view.shape[i] == batch;
+    } else {
+      staticDimsMatch = staticDimsMatch && view.shape[i] == spec.shape[i];
+    }
+  }
+  if (!sameDType || !staticDimsMatch || !batchDimsMatch) {
+    std::string got = std::string(dtypeName(view.dtype)) + shapeStr(view.shape);
+    std::string at = sameDType && staticDimsMatch ? " at batch " + std::to_string(batch) : "";
+    throw ModelError(std::string(kind) + " '" + spec.name + "': expected " + spec.str() + at + ", got " + got);
+  }
+  if (!view.data && spec.numelAt(batch) > 0) {
+    throw ModelError(std::string(kind) + " '" + spec.name + "': the data pointer is null");
+  }
+}
+
+std::string countError(const char* kind, const std::vector<TensorSpec>& specs, size_t got) {
+  std::string names;
+  for (const TensorSpec& s : specs) names += (names.empty() ? "" : ", ") + s.name;
+  return "expected " + std::to_string(specs.size()) + " " + kind + "s (" + names + "), got " + std::to_string(got);
+}
+
+const char* codeName(int code) {
+  switch (code) {
+    case POLICYC_ERROR_ARGUMENT: return "invalid argument";
+    case POLICYC_ERROR_WORKSPACE: return "bad workspace";
+    default: return "unknown error";
+  }
+}
+
+}  // namespace
+
+void Model::run(std::span<const TensorView> inputs, std::span<TensorView> outputs, int64_t batch, int threads) const {
+  const State& s = *state_;
+  if (batch < 0) throw ModelError("batch must be >= 0, got " + std::to_string(batch));
+  if (threads < 1) throw ModelError("threads must be >= 1, got " + std::to_string(threads));
+  if (inputs.size() != s.inputs.size()) throw ModelError(countError("input", s.inputs, inputs.size()));
+  if (outputs.size() != s.outputs.size()) throw ModelError(countError("output", s.outputs, outputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) checkTensor("input", s.inputs[i], inputs[i], batch);
+  for (size_t i = 0; i < outputs.size(); ++i) checkTensor("output", s.outputs[i], outputs[i], batch);
+  if (batch == 0) return;
+
+  Workspace& ws = state_->workspaceOfThisThread();
+  void* memory = ws.reserve(s.desc->workspace_bytes(batch));
+  for (size_t i = 0; i < inputs.size(); ++i) ws.inputPtrs[i] = inputs[i].data;
+  for (size_t i = 0; i < outputs.size(); ++i) ws.outputPtrs[i] = outputs[i].data;
+  int code = s.desc->run(ws.inputPtrs.data(), ws.outputPtrs.data(), batch, memory, threads);
+  if (code != POLICYC_OK) {
+    throw ModelError("model '" + s.name + "' failed: run returned " + std::to_string(code) + " (" + codeName(code) + ")");
+  }
+}
+
+int Model::runUnchecked(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace,
+                        int threads) const {
+  return state_->desc->run(inputs, outputs, batch, workspace, threads);
+}
+
+}  // namespace policyc::runtime
