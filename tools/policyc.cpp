@@ -1,5 +1,6 @@
 // The policyc command line: dump a model's graph, run it, and (later) compile it.
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/memory_plan.h"
+#include "policyc/debug/debug_dir.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
@@ -106,6 +108,7 @@ struct RunOptions {
   PipelineFlags pipeline;
   bool optimize = false;
   int threads = 1;  // compiled models only: the interpreter runs on one thread
+  std::string target = "native";  // --backend cpp
 };
 
 // NAME=FILE.npy options read into tensors by name.
@@ -189,8 +192,11 @@ int runCompiled(const RunOptions& o) {
   return 0;
 }
 
+int runThroughCache(const RunOptions& o);
+
 int runRun(const RunOptions& o) {
   if (std::filesystem::path(o.model).extension() == ".so") return runCompiled(o);
+  if (o.backend == "cpp") return runThroughCache(o);
   auto graph = tools::loadModel(o.model);
   if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
     o.pipeline.optimize(*graph);
@@ -222,8 +228,7 @@ struct CompileOptions {
 };
 
 // MODEL -> optimised graph -> kernel program -> fusion -> memory plan -> C++ -> OUT.so (+ OUT.h).
-int runCompile(const CompileOptions& o) {
-  auto start = std::chrono::steady_clock::now();
+void compileModel(const CompileOptions& o) {
   codegen::marchFlag(o.target);  // an unknown target fails before any work
   auto graph = tools::loadModel(o.model);
   o.pipeline.optimize(*graph);
@@ -243,9 +248,54 @@ int runCompile(const CompileOptions& o) {
     f << generated.header;
     if (!f) fail("cannot write '{}'", o.header);
   }
+}
+
+int runCompile(const CompileOptions& o) {
+  auto start = std::chrono::steady_clock::now();
+  compileModel(o);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print("compiled {} in {:.2f} s\n", o.output, seconds);
   return 0;
+}
+
+// Where `run --backend cpp` keeps compiled models: $POLICYC_CACHE_DIR, else ~/.cache/policyc.
+std::filesystem::path cacheDir() {
+  if (const char* dir = std::getenv("POLICYC_CACHE_DIR"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "policyc";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache" / "policyc";
+  return std::filesystem::temp_directory_path() / "policyc-cache";
+}
+
+// `policyc run MODEL --backend cpp`: compiles into the cache unless an identical compile is
+// there — the key covers the model's bytes (and a .pir's sidecar), the pass options, the target
+// and the policyc binary itself, so a changed model or a rebuilt compiler never hits a stale .so.
+int runThroughCache(const RunOptions& o) {
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}", debug::fileHash(o.model), debug::fileHash(o.model + ".bin"),
+                                o.pipeline.passes, fmt::join(o.pipeline.disabled, ","), o.target,
+                                debug::fileHash("/proc/self/exe"));
+  if (debug::fileHash(o.model).empty()) fail("cannot read '{}': no such file or not readable", o.model);
+  uint64_t h = 14695981039346656037ull;
+  for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  std::filesystem::path dir = cacheDir();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("cannot create the cache directory '{}': {}", dir.string(), ec.message());
+  std::filesystem::path so = dir / fmt::format("{}-{:016x}.so", std::filesystem::path(o.model).stem().string(), h);
+  if (!std::filesystem::exists(so)) {
+    CompileOptions c;
+    c.model = o.model;
+    c.output = so.string();
+    c.name = "model";
+    c.target = o.target;
+    c.pipeline = o.pipeline;
+    compileModel(c);
+    fmt::print(stderr, "compiled {} into the cache: {}\n", o.model, so.string());
+  }
+  RunOptions compiled = o;
+  compiled.model = so.string();
+  compiled.pipeline = {};
+  compiled.optimize = false;
+  return runCompiled(compiled);
 }
 
 }  // namespace
@@ -266,7 +316,9 @@ int main(int argc, char** argv) {
   RunOptions run;
   CLI::App* runCmd = app.add_subcommand("run", "run a model on given or random inputs");
   runCmd->add_option("model", run.model, "model file (.onnx or .pir), or a compiled model (.so)")->required();
-  runCmd->add_option("--backend", run.backend, "how to run it")->check(CLI::IsMember({"interp"}));
+  runCmd->add_option("--backend", run.backend, "interp (reference interpreter) or cpp (compiled, cached in POLICYC_CACHE_DIR)")
+      ->check(CLI::IsMember({"interp", "cpp"}));
+  runCmd->add_option("--target", run.target, "with --backend cpp: native | x86-64-v3 | x86-64-v4 | generic");
   runCmd->add_option("--input", run.inputs, "NAME=FILE.npy, once per model input");
   runCmd->add_flag("--random", run.random, "use random inputs (see --batch, --seed)");
   runCmd->add_option("--batch", run.batch, "batch size for --random");

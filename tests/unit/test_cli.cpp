@@ -205,3 +205,34 @@ TEST_CASE("cli: dump stages and pass options", "[cli][passes]") {
   requireCleanError(cli("dump " + kPpo + " --stage optimized --passes=canonicalize,bogus"), "unknown pass 'bogus'");
   requireCleanError(cli("dump " + kPpo + " --stage optimized --disable-pass nope"), "unknown pass 'nope'");
 }
+
+TEST_CASE("cli: run --backend cpp compiles once into the cache and matches the interpreter", "[cli][cpp]") {
+  fs::path cache = scratch() / "cache";
+  fs::remove_all(cache);
+  std::string env = "POLICYC_CACHE_DIR=" + cache.string() + " ";
+  fs::path cppOut = scratch() / "cpp_out", refOut = scratch() / "ref_out";
+  std::string common = " --random --batch 3 --seed 5 --output-dir ";
+  auto runWithEnv = [&](const std::string& args) {
+    fs::path errFile = scratch() / "stderr_env.txt";
+    std::string cmd = env + POLICYC_CLI + " " + args + " > /dev/null 2>" + errFile.string();
+    int status = std::system(cmd.c_str());
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(errFile));
+  };
+  auto first = runWithEnv("run " + kPpo + " --backend cpp" + common + cppOut.string());
+  REQUIRE(first.first == 0);
+  CHECK(first.second.find("into the cache") != std::string::npos);
+  auto second = runWithEnv("run " + kPpo + " --backend cpp" + common + cppOut.string());
+  REQUIRE(second.first == 0);
+  CHECK(second.second.find("into the cache") == std::string::npos);  // the cached .so was used
+  CHECK(std::distance(fs::directory_iterator(cache), fs::directory_iterator()) == 1);
+  REQUIRE(cli("run " + kPpo + common + refOut.string()).exitCode == 0);
+  for (const char* name : {"action_dist_inputs", "vf"}) {
+    ir::Tensor got = tools::readTensor((cppOut / (std::string(name) + ".npy")).string());
+    ir::Tensor want = tools::readTensor((refOut / (std::string(name) + ".npy")).string());
+    REQUIRE(got.shape() == want.shape());
+    for (int64_t i = 0; i < got.numel(); ++i) CHECK(std::abs(got.getAsDouble(i) - want.getAsDouble(i)) < 1e-4);
+  }
+  // A different pass option is a different compile.
+  REQUIRE(runWithEnv("run " + kPpo + " --backend cpp --disable-pass fuse-horizontal" + common + cppOut.string()).first == 0);
+  CHECK(std::distance(fs::directory_iterator(cache), fs::directory_iterator()) == 2);
+}
