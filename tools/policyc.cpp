@@ -1,4 +1,5 @@
-// The policyc command line: dump a model's graph, run it, and (later) compile it.
+// The policyc command line: dump a model's graph, run it, compile it, and time the compiled model.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "model_io.h"
 #include "policyc/codegen/kernel_program.h"
@@ -232,13 +234,10 @@ void compileModel(const CompileOptions& o) {
   codegen::marchFlag(o.target);  // an unknown target fails before any work
   auto graph = tools::loadModel(o.model);
   o.pipeline.optimize(*graph);
-  codegen::KernelProgram program = codegen::lowerGraph(*graph);
-  codegen::fuseKernels(program);
-  codegen::MemoryPlan plan = codegen::planMemory(program);
   codegen::CppOptions cpp;
   cpp.name = o.name.empty() ? std::filesystem::path(o.output).stem().string() : o.name;
   cpp.target = o.target;
-  codegen::GeneratedCpp generated = codegen::emitCpp(program, plan, cpp);
+  codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
   codegen::BuildOptions build;
   build.workDir = o.debugDir;
   build.keepWorkDir = !o.debugDir.empty();
@@ -266,36 +265,152 @@ std::filesystem::path cacheDir() {
   return std::filesystem::temp_directory_path() / "policyc-cache";
 }
 
-// `policyc run MODEL --backend cpp`: compiles into the cache unless an identical compile is
+// The compiled form of `model` in the cache, compiled there unless an identical compile is
 // there — the key covers the model's bytes (and a .pir's sidecar), the pass options, the target
 // and the policyc binary itself, so a changed model or a rebuilt compiler never hits a stale .so.
-int runThroughCache(const RunOptions& o) {
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}", debug::fileHash(o.model), debug::fileHash(o.model + ".bin"),
-                                o.pipeline.passes, fmt::join(o.pipeline.disabled, ","), o.target,
+std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const std::string& target) {
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}", debug::fileHash(model), debug::fileHash(model + ".bin"),
+                                pipeline.passes, fmt::join(pipeline.disabled, ","), target,
                                 debug::fileHash("/proc/self/exe"));
-  if (debug::fileHash(o.model).empty()) fail("cannot read '{}': no such file or not readable", o.model);
+  if (debug::fileHash(model).empty()) fail("cannot read '{}': no such file or not readable", model);
   uint64_t h = 14695981039346656037ull;
   for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   std::filesystem::path dir = cacheDir();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail("cannot create the cache directory '{}': {}", dir.string(), ec.message());
-  std::filesystem::path so = dir / fmt::format("{}-{:016x}.so", std::filesystem::path(o.model).stem().string(), h);
+  std::filesystem::path so = dir / fmt::format("{}-{:016x}.so", std::filesystem::path(model).stem().string(), h);
   if (!std::filesystem::exists(so)) {
     CompileOptions c;
-    c.model = o.model;
+    c.model = model;
     c.output = so.string();
     c.name = "model";
-    c.target = o.target;
-    c.pipeline = o.pipeline;
+    c.target = target;
+    c.pipeline = pipeline;
     compileModel(c);
-    fmt::print(stderr, "compiled {} into the cache: {}\n", o.model, so.string());
+    fmt::print(stderr, "compiled {} into the cache: {}\n", model, so.string());
   }
+  return so.string();
+}
+
+// `policyc run MODEL --backend cpp`: the cached compile, run through the loader.
+int runThroughCache(const RunOptions& o) {
   RunOptions compiled = o;
-  compiled.model = so.string();
+  compiled.model = compileCached(o.model, o.pipeline, o.target);
   compiled.pipeline = {};
   compiled.optimize = false;
   return runCompiled(compiled);
+}
+
+struct BenchOptions {
+  std::string model;
+  std::vector<int64_t> batches = {1};
+  std::vector<int> threads = {1};
+  double minSeconds = 1.0;
+  int64_t minCalls = 200;
+  int64_t warmup = 50;
+  std::string target = "native";
+  std::string json;
+  PipelineFlags pipeline;
+};
+
+struct BenchRow {
+  int64_t batch = 0;
+  int threads = 0;
+  int64_t calls = 0;
+  double p10 = 0, median = 0, p90 = 0, mean = 0;  // microseconds per call
+};
+
+// Times one (batch, threads) point: warm-up calls, then calls timed one by one until both
+// minCalls and minSeconds are reached; the model's own run() in a workspace allocated beforehand.
+BenchRow benchPoint(const runtime::Model& model, int64_t batch, int threads, const BenchOptions& o) {
+  std::vector<ir::TensorType> types;
+  for (const runtime::TensorSpec& spec : model.inputs()) {
+    ir::Shape shape;
+    for (int64_t d : spec.shape) shape.push_back(d == -1 ? ir::Dim::batch() : ir::Dim(d));
+    types.push_back({static_cast<ir::DType>(spec.dtype), shape});
+  }
+  std::vector<ir::Tensor> inputs = tools::randomTensors(types, batch, 1);
+  std::vector<ir::Tensor> outputs;
+  for (const runtime::TensorSpec& spec : model.outputs()) outputs.emplace_back(static_cast<ir::DType>(spec.dtype), spec.shapeAt(batch));
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  for (const ir::Tensor& t : inputs) in.push_back(t.bytes());
+  for (ir::Tensor& t : outputs) out.push_back(t.bytes());
+  size_t bytes = (model.workspaceBytes(batch) + 63) / 64 * 64;
+  std::unique_ptr<void, decltype(&std::free)> ws(bytes ? std::aligned_alloc(64, bytes) : nullptr, &std::free);
+  if (bytes && !ws) fail("cannot allocate a {}-byte workspace for batch {}", bytes, batch);
+  auto call = [&] {
+    int code = model.runUnchecked(in.data(), out.data(), batch, ws.get(), threads);
+    if (code != POLICYC_OK) fail("'{}' returned error {} at batch {}, {} threads", model.path(), code, batch, threads);
+  };
+  for (int64_t i = 0; i < o.warmup; ++i) call();
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> us;
+  us.reserve(static_cast<size_t>(o.minCalls) * 4);
+  auto start = Clock::now();
+  while (static_cast<int64_t>(us.size()) < o.minCalls ||
+         std::chrono::duration<double>(Clock::now() - start).count() < o.minSeconds) {
+    auto t0 = Clock::now();
+    call();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  BenchRow row{batch, threads, static_cast<int64_t>(us.size())};
+  double sum = 0;
+  for (double v : us) sum += v;
+  row.mean = sum / static_cast<double>(us.size());
+  std::sort(us.begin(), us.end());
+  auto at = [&](double q) { return us[static_cast<size_t>(q * static_cast<double>(us.size() - 1) + 0.5)]; };
+  row.p10 = at(0.10);
+  row.median = at(0.50);
+  row.p90 = at(0.90);
+  return row;
+}
+
+// `policyc bench MODEL|OUT.so`: per-call latency of the compiled model at each batch size and
+// thread count (a measurement to read, never a pass/fail check).
+int runBench(const BenchOptions& o) {
+  if (o.minCalls < 1 || o.warmup < 0 || o.minSeconds < 0) fail("--min-calls must be >= 1, --warmup and --min-time >= 0");
+  for (int64_t b : o.batches) {
+    if (b < 1) fail("--batch must be >= 1, got {}", b);
+  }
+  for (int t : o.threads) {
+    if (t < 1) fail("--threads must be >= 1, got {}", t);
+  }
+  std::string so = o.model;
+  if (std::filesystem::path(o.model).extension() != ".so") {
+    so = compileCached(o.model, o.pipeline, o.target);
+  } else if (!o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
+    fail("'{}' is already compiled: the pass options apply to .onnx and .pir models", o.model);
+  }
+  runtime::Model model = runtime::Model::load(so);
+  fmt::print("{} ({}), target {}; microseconds per call, {} warm-up calls, then >= {} calls and >= {} s per row\n",
+             model.name(), so, model.target(), o.warmup, o.minCalls, o.minSeconds);
+  fmt::print("{:>6} {:>7} {:>10} {:>10} {:>10} {:>9} {:>12}\n", "batch", "threads", "median", "p10", "p90", "calls", "rows/s");
+  std::vector<BenchRow> rows;
+  for (int64_t b : o.batches) {
+    for (int t : o.threads) {
+      BenchRow r = benchPoint(model, b, t, o);
+      fmt::print("{:>6} {:>7} {:>10.2f} {:>10.2f} {:>10.2f} {:>9} {:>12.0f}\n", r.batch, r.threads, r.median, r.p10, r.p90,
+                 r.calls, static_cast<double>(r.batch) * 1e6 / r.median);
+      std::fflush(stdout);
+      rows.push_back(r);
+    }
+  }
+  if (!o.json.empty()) {
+    nlohmann::json j;
+    j["model"] = model.name();
+    j["so"] = so;
+    j["target"] = model.target();
+    for (const BenchRow& r : rows) {
+      j["rows"].push_back({{"batch", r.batch}, {"threads", r.threads}, {"calls", r.calls}, {"median_us", r.median},
+                           {"p10_us", r.p10}, {"p90_us", r.p90}, {"mean_us", r.mean}});
+    }
+    std::ofstream f(o.json);
+    f << j.dump(2) << "\n";
+    if (!f) fail("cannot write '{}'", o.json);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -338,6 +453,18 @@ int main(int argc, char** argv) {
   compileCmd->add_option("--debug-dir", compile.debugDir, "keep output_code.cpp, weights.bin and build.log here");
   compile.pipeline.addTo(compileCmd);
 
+  BenchOptions bench;
+  CLI::App* benchCmd = app.add_subcommand("bench", "time the compiled model per call (median, p10, p90)");
+  benchCmd->add_option("model", bench.model, "model file (.onnx or .pir, compiled through the cache) or OUT.so")->required();
+  benchCmd->add_option("--batch", bench.batches, "batch sizes (repeatable or comma-separated; default 1)")->delimiter(',');
+  benchCmd->add_option("--threads", bench.threads, "thread counts (repeatable or comma-separated; default 1)")->delimiter(',');
+  benchCmd->add_option("--min-time", bench.minSeconds, "seconds of timed calls per row at least (default 1)");
+  benchCmd->add_option("--min-calls", bench.minCalls, "timed calls per row at least (default 200)");
+  benchCmd->add_option("--warmup", bench.warmup, "untimed calls before each row (default 50)");
+  benchCmd->add_option("--target", bench.target, "native | x86-64-v3 | x86-64-v4 | generic (for .onnx/.pir)");
+  benchCmd->add_option("--json", bench.json, "also write the rows as JSON here");
+  bench.pipeline.addTo(benchCmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -355,6 +482,7 @@ int main(int argc, char** argv) {
     if (*dumpCmd) return runDump(dump);
     if (*runCmd) return runRun(run);
     if (*compileCmd) return runCompile(compile);
+    if (*benchCmd) return runBench(bench);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "policyc: error: {}\n", e.what());

@@ -1,11 +1,16 @@
 // policyc prelude: scalar semantics of the op table (as ir/src/reference_kernels.cpp) and the
 // vector types of the GEMM microkernels. Pasted at the top of every generated output_code.cpp.
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 #define PC_INLINE static inline __attribute__((always_inline))
 #define PC_RESTRICT __restrict__
@@ -180,6 +185,146 @@ PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const flo
   store8(out[3] + 8, d1);
 }
 #endif
+
+// ---- threads. A run with threads > 1 splits each large kernel's outer iteration space into
+// contiguous chunks of whole units (rows, row quads x weight panels, position quads); a unit is
+// computed by the same code whichever thread runs it, so results are bitwise identical for every
+// thread count. The workers live in one pool per loaded model, created on the first run that asks
+// for them; a dispatch allocates nothing. A run that finds the pool busy (another caller's run
+// is using it) runs its chunks itself.
+
+#if defined(__x86_64__) || defined(__i386__)
+PC_INLINE void cpuRelax() { __builtin_ia32_pause(); }
+#else
+PC_INLINE void cpuRelax() {}
+#endif
+
+class Pool {
+ public:
+  static constexpr int kMaxWorkers = 63;
+  typedef void (*Task)(void* ctx, int chunk);
+
+  static Pool& get() {
+    static Pool pool;
+    return pool;
+  }
+
+  // Runs task(ctx, c) for every c in [0, chunks), the caller taking part; returns when all ran.
+  void run(int chunks, Task task, void* ctx) {
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock()) {
+      for (int c = 0; c < chunks; ++c) task(ctx, c);
+      return;
+    }
+    ensureWorkers(chunks - 1);  // best effort: the caller claims whatever no worker does
+    task_ = task;
+    ctx_ = ctx;
+    done_.store(0, std::memory_order_relaxed);
+    const uint64_t gen = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+    {
+      std::lock_guard<std::mutex> lock(wake_);
+      // Generation in the high half, the number of chunks and the next unclaimed one below.
+      state_.store(gen << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
+    }
+    if (sleeping_.load(std::memory_order_acquire) > 0) wakeCv_.notify_all();
+    claim(gen);
+    for (int spin = 0; done_.load(std::memory_order_acquire) < chunks; ++spin) {
+      if (spin < 4096) {
+        cpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(wake_);
+      stop_ = true;
+    }
+    wakeCv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+ private:
+  void ensureWorkers(int n) {
+    if (n > kMaxWorkers) n = kMaxWorkers;
+    try {
+      while (static_cast<int>(workers_.size()) < n) workers_.emplace_back([this] { work(); });
+    } catch (...) {
+      // No thread could be started (a resource limit): the existing ones and the caller do the work.
+    }
+  }
+
+  // Claims and runs chunks of generation `gen` until none is left.
+  void claim(uint64_t gen) {
+    uint64_t s = state_.load(std::memory_order_acquire);
+    for (;;) {
+      if (s >> 32 != gen) return;
+      const uint64_t chunks = s >> 16 & 0xffff, next = s & 0xffff;
+      if (next >= chunks) return;
+      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      task_(ctx_, static_cast<int>(next));
+      done_.fetch_add(1, std::memory_order_release);
+      s = state_.load(std::memory_order_acquire);
+    }
+  }
+
+  void work() {
+    uint64_t seen = state_.load(std::memory_order_acquire) >> 32;
+    for (;;) {
+      uint64_t gen = seen;
+      // Spin a little first: a run dispatches its kernels back to back.
+      for (int spin = 0; spin < 10000 && gen == seen; ++spin) {
+        cpuRelax();
+        gen = state_.load(std::memory_order_acquire) >> 32;
+      }
+      if (gen == seen) {
+        std::unique_lock<std::mutex> lock(wake_);
+        sleeping_.fetch_add(1, std::memory_order_acq_rel);
+        wakeCv_.wait(lock, [&] { return stop_ || (state_.load(std::memory_order_acquire) >> 32) != seen; });
+        sleeping_.fetch_sub(1, std::memory_order_acq_rel);
+        if (stop_) return;
+        gen = state_.load(std::memory_order_acquire) >> 32;
+      }
+      seen = gen;
+      claim(gen);
+    }
+  }
+
+  std::mutex busy_;  // one run at a time uses the workers
+  std::mutex wake_;
+  std::condition_variable wakeCv_;
+  std::atomic<int> sleeping_{0};
+  bool stop_ = false;
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> done_{0};
+  Task task_ = nullptr;
+  void* ctx_ = nullptr;
+  std::vector<std::thread> workers_;
+};
+
+// Runs f(lo, hi) over [0, units) split into at most `threads` contiguous chunks, fewer when a
+// chunk would hold less than minChunkCost of work (costPerUnit: about one multiply-add each).
+template <class F>
+PC_INLINE void parallelFor(int32_t threads, int64_t units, double costPerUnit, double minChunkCost, const F& f) {
+  int64_t chunks = threads < units ? threads : units;
+  if (chunks > Pool::kMaxWorkers + 1) chunks = Pool::kMaxWorkers + 1;
+  const double byCost = static_cast<double>(units) * costPerUnit / (minChunkCost > 0 ? minChunkCost : 1e-300);
+  if (byCost < static_cast<double>(chunks)) chunks = static_cast<int64_t>(byCost);
+  if (chunks <= 1) {
+    if (units > 0) f(int64_t{0}, units);
+    return;
+  }
+  struct Ctx {
+    const F* f;
+    int64_t units, chunks;
+  } ctx{&f, units, chunks};
+  Pool::get().run(static_cast<int>(chunks), [](void* p, int c) {
+    const Ctx& x = *static_cast<const Ctx*>(p);
+    (*x.f)(x.units * c / x.chunks, x.units * (c + 1) / x.chunks);
+  }, &ctx);
+}
 
 template <class T> PC_INLINE T inf() { return std::numeric_limits<T>::infinity(); }
 template <class T> PC_INLINE T nan() { return std::numeric_limits<T>::quiet_NaN(); }

@@ -67,6 +67,9 @@ class Lowering {
           case ir::NodeKind::Op: lowerOp(n); break;
           case ir::NodeKind::Output: lowerOutputs(n); break;
         }
+      } catch (const UnsupportedError& e) {
+        if (n.kind() == ir::NodeKind::Op) unsupported("node '{}' ({}): {}", n.name(), n.info().name, e.what());
+        throw;
       } catch (const Error& e) {
         if (n.kind() == ir::NodeKind::Op) fail("codegen: node '{}' ({}): {}", n.name(), n.info().name, e.what());
         throw;
@@ -79,7 +82,7 @@ class Lowering {
   int newBuffer(const ir::Value* value, BufferKind kind) {
     const ir::Shape& shape = value->type().shape;
     for (size_t d = 1; d < shape.size(); ++d) {
-      if (shape[d].isBatch()) fail("value '{}' has 'batch' in dimension {}; codegen needs it outermost", value->name(), d);
+      if (shape[d].isBatch()) unsupported("value '{}' has 'batch' in dimension {}; codegen needs it outermost", value->name(), d);
     }
     Buffer b;
     b.id = static_cast<int>(program_.buffers.size());
@@ -105,7 +108,7 @@ class Lowering {
     if (n.op() == Op::Split) {
       int64_t axis = n.attrInt("axis");
       if (axis < 0) axis += static_cast<int64_t>(in.type.rank());
-      if (in.type.shape[static_cast<size_t>(axis)].isBatch()) fail("a split along 'batch' is not supported in codegen");
+      if (in.type.shape[static_cast<size_t>(axis)].isBatch()) unsupported("a split along 'batch'");
       int64_t start = 0;
       for (size_t i = 0; i < n.numOutputs(); ++i) {
         int id = newBuffer(n.output(i), BufferKind::Temp);
@@ -118,7 +121,7 @@ class Lowering {
       return;
     }
     std::optional<std::vector<int64_t>> strides = reshapeStrides(in, n.output()->type().shape);
-    if (!strides) fail("a reshape of the strided view '{}' that would need a copy is not supported in codegen", in.name);
+    if (!strides) unsupported("a reshape of the strided view '{}' that would need a copy", in.name);
     int id = newBuffer(n.output(), BufferKind::Temp);
     Buffer& v = program_.buffers[static_cast<size_t>(id)];
     v.root = in.root;
@@ -297,7 +300,7 @@ class Lowering {
       store(k, out, arg, std::move(map));
       program_.kernels.push_back(std::move(k));
       const ir::Dim& d = in->type().shape[static_cast<size_t>(axis)];
-      if (d.isBatch()) fail("a concat along 'batch' is not supported in codegen");
+      if (d.isBatch()) unsupported("a concat along 'batch'");
       start += d.value();
     }
   }
@@ -341,7 +344,7 @@ class Lowering {
       default: break;
     }
     if (n.info().fusion == ir::FusionKind::Elementwise) return lowerElementwise(n);
-    fail("operator {} has no lowering", n.info().name);
+    unsupported("operator {} has no lowering to kernels", n.info().name);
   }
 
   // Graph outputs get memory of their own (the caller's): a temporary that is computed by a kernel

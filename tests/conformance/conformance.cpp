@@ -1,12 +1,24 @@
-// ONNX conformance: runs Debian's libonnx-testdata node and PyTorch tests through the interpreter.
+// ONNX conformance: runs Debian's libonnx-testdata node and PyTorch tests through the interpreter
+// and, with --backend cpp, through the whole compiler into a shared object.
 //
 // A test is selected when every operator of its model is one policyc imports and every tensor it
 // feeds or expects has a dtype policyc handles; the others are skipped, with the reason. A selected
 // test passes when import succeeds and every output matches within ONNX's backend-test tolerance
-// (rtol 1e-3, atol 1e-7; NaN where NaN is expected).
+// (rtol 1e-3, atol 1e-7; NaN where NaN is expected). With --backend cpp, a test the interpreter
+// passes is also optimised, compiled (-O3, native) and run with 1 and 2 threads: it passes when
+// every output matches the interpreter within 1e-4 (relative and absolute; integers exactly) and
+// the two runs are bitwise equal; an "unsupported in backend cpp" error makes it unsupported.
 //
-//   policyc_conformance [--data DIR] [--min-passed N] [--report FILE] [--verbose] [--filter TEXT]
+//   policyc_conformance [--data DIR] [--backend interp|cpp] [--jobs N] [--min-passed N]
+//                       [--report FILE] [--verbose] [--filter TEXT]
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,16 +33,20 @@
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
 
+#include "policyc/codegen/cpp_backend.h"
 #include "policyc/frontend/onnx_import.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
+#include "policyc/passes/pass_manager.h"
+#include "policyc/runtime/policyc_model.h"
 
 namespace fs = std::filesystem;
 using namespace policyc;
 
 namespace {
 
-enum class Outcome { Passed, Failed, Skipped };
+// Unsupported: the interpreter passes, but the backend declares an operator or form unsupported.
+enum class Outcome { Passed, Failed, Skipped, Unsupported };
 
 struct Result {
   std::string name;  // "node/test_add"
@@ -137,7 +153,104 @@ std::unique_ptr<ir::Graph> importBinding(onnx::ModelProto model, const fs::path&
   }
 }
 
-Result runTest(const fs::path& dir, const std::string& name) {
+// Where compiled test models are built: one directory per run, removed at exit.
+const fs::path& scratchDir() {
+  struct Dir {
+    fs::path path;
+    Dir() {
+      std::string pattern = (fs::temp_directory_path() / "policyc-conformance-XXXXXX").string();
+      if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory");
+      path = pattern;
+    }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  return dir.path;
+}
+
+// Empty when `got` is within 1e-4 of the interpreter's `want` (relative and absolute; NaN where
+// NaN; integers and bools exactly); otherwise what differs.
+std::string compareCompiled(const ir::Tensor& got, const ir::Tensor& want) {
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double g = got.getAsDouble(i), w = want.getAsDouble(i);
+    if (std::isnan(w) && std::isnan(g)) continue;
+    if (g == w) continue;
+    if (!ir::isFloat(want.dtype()) || !(std::abs(g - w) <= 1e-4 + 1e-4 * std::abs(w))) {
+      return fmt::format("element {}: {} != interpreter's {}", i, g, w);
+    }
+  }
+  return "";
+}
+
+// Compiles the (imported, not yet optimised) graph with the default pipeline and the C++ backend
+// and runs it with 1 and 2 threads on `inputs`; empty when it matches `expected` (the
+// interpreter's outputs), else what went wrong. UnsupportedError passes through.
+std::string checkCpp(ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const std::vector<ir::Tensor>& expected,
+                     const std::string& id) {
+  passes::runPipeline(graph);
+  codegen::CppOptions options;
+  options.name = "model";
+  options.minChunkCost = 0;  // split every kernel as far as it goes: 2 threads exercise every split
+  codegen::GeneratedCpp generated = codegen::generateCpp(graph, options);
+  fs::path dir = scratchDir() / id;
+  codegen::BuildOptions build;
+  build.workDir = dir.string();
+  fs::path so = dir / "model.so";
+  codegen::buildSharedObject(generated, so.string(), build);
+  void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) return fmt::format("dlopen: {}", dlerror());
+  struct Close {
+    void* h;
+    fs::path dir;
+    ~Close() {
+      dlclose(h);
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } close{handle, dir};
+  auto fn = reinterpret_cast<policyc_model_descriptor_fn>(dlsym(handle, "policyc_model_descriptor"));
+  if (!fn) return "no policyc_model_descriptor";
+  const policyc_model* m = fn();
+  // The batch is the size of the first input dimension the importer made symbolic (none: 1).
+  int64_t batch = 1;
+  for (size_t i = 0; i < graph.inputs().size() && i < inputs.size(); ++i) {
+    const ir::Shape& shape = graph.inputs()[i]->type().shape;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d].isBatch()) batch = inputs[i].shape()[d];
+    }
+  }
+  if (static_cast<size_t>(m->num_outputs) != expected.size()) {
+    return fmt::format("the compiled model has {} outputs, the graph {}", m->num_outputs, expected.size());
+  }
+  std::vector<const void*> in;
+  for (const ir::Tensor& t : inputs) in.push_back(t.bytes());
+  size_t bytes = (m->workspace_bytes(batch) + 63) / 64 * 64;
+  std::unique_ptr<void, decltype(&std::free)> ws(bytes ? std::aligned_alloc(64, bytes) : nullptr, &std::free);
+  std::vector<ir::Tensor> first;
+  for (int threads : {1, 2}) {
+    std::vector<ir::Tensor> got;
+    std::vector<void*> out;
+    for (const ir::Tensor& e : expected) got.emplace_back(e.dtype(), e.shape());
+    for (ir::Tensor& g : got) out.push_back(g.bytes());
+    int code = m->run(in.data(), out.data(), batch, ws.get(), threads);
+    if (code != POLICYC_OK) return fmt::format("run with {} threads returned {}", threads, code);
+    for (size_t o = 0; o < expected.size(); ++o) {
+      if (std::string diff = compareCompiled(got[o], expected[o]); !diff.empty()) {
+        return fmt::format("compiled, {} threads: output {}: {}", threads, o, diff);
+      }
+      if (threads > 1 && std::memcmp(got[o].bytes(), first[o].bytes(), got[o].nbytes()) != 0) {
+        return fmt::format("output {} differs bitwise between 1 and {} threads", o, threads);
+      }
+    }
+    if (threads == 1) first = std::move(got);
+  }
+  return "";
+}
+
+Result runTest(const fs::path& dir, const std::string& name, bool cpp) {
   fs::path modelPath = dir / "model.onnx";
   onnx::ModelProto model;
   if (!readModel(modelPath, model)) return {name, Outcome::Skipped, "model.onnx does not parse"};
@@ -191,6 +304,18 @@ Result runTest(const fs::path& dir, const std::string& name) {
         return {name, Outcome::Failed, fmt::format("{}: output {}: {}", set.filename().string(), i, diff)};
       }
     }
+    if (!cpp) continue;
+    std::string id = name + "-" + set.filename().string();
+    std::replace(id.begin(), id.end(), '/', '_');
+    try {
+      if (std::string diff = checkCpp(*graph, inputs, outputs, id); !diff.empty()) {
+        return {name, Outcome::Failed, fmt::format("{}: backend cpp: {}", set.filename().string(), diff)};
+      }
+    } catch (const UnsupportedError& e) {
+      return {name, Outcome::Unsupported, e.what()};
+    } catch (const Error& e) {
+      return {name, Outcome::Failed, fmt::format("{}: backend cpp: {}", set.filename().string(), e.what())};
+    }
   }
   return {name, Outcome::Passed, ""};
 }
@@ -203,6 +328,8 @@ int main(int argc, char** argv) {
   std::string filter;
   long minPassed = -1;
   bool verbose = false;
+  std::string backend = "interp";
+  long jobs = std::max(1u, std::thread::hardware_concurrency());
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -217,16 +344,27 @@ int main(int argc, char** argv) {
     else if (a == "--filter") filter = value();
     else if (a == "--min-passed") minPassed = std::stol(value());
     else if (a == "--verbose") verbose = true;
+    else if (a == "--backend") backend = value();
+    else if (a == "--jobs") jobs = std::stol(value());
     else {
-      std::cerr << "usage: policyc_conformance [--data DIR] [--min-passed N] [--report FILE] [--verbose] [--filter TEXT]\n";
+      std::cerr << "usage: policyc_conformance [--data DIR] [--backend interp|cpp] [--jobs N] [--min-passed N] "
+                   "[--report FILE] [--verbose] [--filter TEXT]\n";
       return 2;
     }
+  }
+  if (backend != "interp" && backend != "cpp") {
+    std::cerr << "policyc_conformance: --backend is interp or cpp, got '" << backend << "'\n";
+    return 2;
+  }
+  if (jobs < 1) {
+    std::cerr << "policyc_conformance: --jobs must be >= 1\n";
+    return 2;
   }
   if (!fs::is_directory(data)) {
     std::cerr << "policyc_conformance: no test data at " << data << " (install Debian's libonnx-testdata)\n";
     return 2;
   }
-  std::vector<Result> results;
+  std::vector<std::pair<fs::path, std::string>> tests;
   for (const char* suite : {"node", "pytorch-converted", "pytorch-operator"}) {
     fs::path root = fs::path(data) / suite;
     if (!fs::is_directory(root)) continue;
@@ -238,26 +376,49 @@ int main(int argc, char** argv) {
     for (const fs::path& dir : dirs) {
       std::string name = std::string(suite) + "/" + dir.filename().string();
       if (!filter.empty() && name.find(filter) == std::string::npos) continue;
-      results.push_back(runTest(dir, name));
-      const Result& r = results.back();
-      if (r.outcome == Outcome::Failed || (verbose && r.outcome == Outcome::Skipped)) {
-        std::cout << (r.outcome == Outcome::Failed ? "FAIL " : "skip ") << r.name << ": " << r.reason << "\n";
-      }
+      tests.emplace_back(dir, name);
     }
   }
-  long passed = std::count_if(results.begin(), results.end(), [](const Result& r) { return r.outcome == Outcome::Passed; });
-  long failed = std::count_if(results.begin(), results.end(), [](const Result& r) { return r.outcome == Outcome::Failed; });
-  long skipped = static_cast<long>(results.size()) - passed - failed;
+  // Tests run on `jobs` threads (compiling dominates with --backend cpp); results keep their order.
+  const bool cpp = backend == "cpp";
+  std::vector<Result> results(tests.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < tests.size();) results[i] = runTest(tests[i].first, tests[i].second, cpp);
+  };
+  std::vector<std::thread> pool;
+  for (long j = 1; j < jobs; ++j) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  for (const Result& r : results) {
+    if (r.outcome == Outcome::Failed || (verbose && r.outcome != Outcome::Passed)) {
+      const char* what = r.outcome == Outcome::Failed ? "FAIL " : r.outcome == Outcome::Unsupported ? "unsupported " : "skip ";
+      std::cout << what << r.name << ": " << r.reason << "\n";
+    }
+  }
+  auto count = [&](Outcome o) {
+    return static_cast<long>(std::count_if(results.begin(), results.end(), [&](const Result& r) { return r.outcome == o; }));
+  };
+  long passed = count(Outcome::Passed), failed = count(Outcome::Failed), unsupportedCount = count(Outcome::Unsupported);
+  long skipped = count(Outcome::Skipped);
   if (!report.empty()) {
     std::ofstream out(report);
     for (const Result& r : results) {
-      const char* what = r.outcome == Outcome::Passed ? "pass" : r.outcome == Outcome::Failed ? "FAIL" : "skip";
+      const char* what = r.outcome == Outcome::Passed ? "pass"
+                         : r.outcome == Outcome::Failed ? "FAIL"
+                         : r.outcome == Outcome::Unsupported ? "unsupported" : "skip";
       out << what << "\t" << r.name << "\t" << r.reason << "\n";
     }
   }
   double rate = passed + failed ? 100.0 * static_cast<double>(passed) / static_cast<double>(passed + failed) : 0.0;
-  std::cout << fmt::format("selected {} of {} tests; pass rate {:.1f}%\n", passed + failed, results.size(), rate);
-  std::cout << fmt::format("{} passed, {} failed, {} skipped\n", passed, failed, skipped);
+  std::cout << fmt::format("backend {}: selected {} of {} tests; pass rate {:.1f}%\n", backend, passed + failed,
+                           results.size(), rate);
+  if (cpp) {
+    std::cout << fmt::format("{} passed, {} failed, {} unsupported in backend cpp, {} skipped\n", passed, failed,
+                             unsupportedCount, skipped);
+  } else {
+    std::cout << fmt::format("{} passed, {} failed, {} skipped\n", passed, failed, skipped);
+  }
   if (minPassed >= 0 && passed < minPassed) {
     std::cout << fmt::format("conformance dropped: {} passed, fewer than the recorded {}\n", passed, minPassed);
     return 1;

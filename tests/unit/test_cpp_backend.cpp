@@ -2,7 +2,9 @@
 // reference interpreter; the descriptor; batch 0; compiler failures.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -50,9 +52,7 @@ fs::path scratchDir() {
 codegen::GeneratedCpp generate(const std::string& model, const codegen::CppOptions& options = {}) {
   auto graph = tools::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
   passes::runPipeline(*graph);
-  codegen::KernelProgram program = codegen::lowerGraph(*graph);
-  codegen::fuseKernels(program);
-  return codegen::emitCpp(program, codegen::planMemory(program), options);
+  return codegen::generateCpp(*graph, options);
 }
 
 // Compiled once per test run and reused by every test case.
@@ -85,34 +85,51 @@ ir::DType dtypeOf(int32_t abi) {
   return table[abi];
 }
 
-// Runs `m` and the interpreter on `graph` at `batch`; every output within 1e-4 (integers exactly).
-void compareWithInterpreter(const policyc_model* m, const ir::Graph& graph, int64_t batch, const std::string& what) {
-  std::vector<ir::Tensor> inputs = tools::randomInputs(graph, batch, 7 + static_cast<uint64_t>(batch));
-  std::vector<ir::Tensor> expected = ir::interpret(graph, inputs);
-  REQUIRE(static_cast<size_t>(m->num_outputs) == expected.size());
+// Runs `m` with `threads` threads; the outputs are shaped as `like`.
+std::vector<ir::Tensor> runCompiled(const policyc_model* m, const std::vector<ir::Tensor>& inputs,
+                                    const std::vector<ir::Tensor>& like, int64_t batch, int threads) {
   std::vector<const void*> in;
   for (const ir::Tensor& t : inputs) in.push_back(t.bytes());
   std::vector<ir::Tensor> actual;
   std::vector<void*> out;
-  for (const ir::Tensor& e : expected) actual.emplace_back(e.dtype(), e.shape());
+  for (const ir::Tensor& e : like) actual.emplace_back(e.dtype(), e.shape());
   for (ir::Tensor& a : actual) out.push_back(a.bytes());
   auto ws = workspace(m, batch);
-  REQUIRE(m->run(in.data(), out.data(), batch, ws.get(), 1) == POLICYC_OK);
-  for (size_t o = 0; o < expected.size(); ++o) {
-    INFO(what << " batch " << batch << " output " << m->outputs[o].name);
-    REQUIRE(dtypeOf(m->outputs[o].dtype) == expected[o].dtype());
-    int64_t bad = 0;
-    double worst = 0;
-    for (int64_t i = 0; i < expected[o].numel(); ++i) {
-      double e = expected[o].getAsDouble(i), a = actual[o].getAsDouble(i);
-      bool ok = ir::isFloat(expected[o].dtype())
-                    ? (std::isnan(e) ? std::isnan(a) : std::abs(a - e) <= 1e-4 + 1e-4 * std::abs(e))
-                    : a == e;  // integers (argmax) exactly
-      if (!ok) ++bad;
-      if (!std::isnan(e)) worst = std::max(worst, std::abs(a - e));
+  REQUIRE(m->run(in.data(), out.data(), batch, ws.get(), threads) == POLICYC_OK);
+  return actual;
+}
+
+// Runs `m` with 1, 2 and 3 threads (in that order, on one loaded model) and the interpreter on
+// `graph` at `batch`: every output within 1e-4 (integers exactly), and bitwise the same for
+// every thread count.
+void compareWithInterpreter(const policyc_model* m, const ir::Graph& graph, int64_t batch, const std::string& what) {
+  std::vector<ir::Tensor> inputs = tools::randomInputs(graph, batch, 7 + static_cast<uint64_t>(batch));
+  std::vector<ir::Tensor> expected = ir::interpret(graph, inputs);
+  REQUIRE(static_cast<size_t>(m->num_outputs) == expected.size());
+  std::vector<ir::Tensor> single;
+  for (int threads : {1, 2, 3}) {
+    std::vector<ir::Tensor> actual = runCompiled(m, inputs, expected, batch, threads);
+    for (size_t o = 0; o < expected.size(); ++o) {
+      INFO(what << " batch " << batch << " threads " << threads << " output " << m->outputs[o].name);
+      REQUIRE(dtypeOf(m->outputs[o].dtype) == expected[o].dtype());
+      int64_t bad = 0;
+      double worst = 0;
+      for (int64_t i = 0; i < expected[o].numel(); ++i) {
+        double e = expected[o].getAsDouble(i), a = actual[o].getAsDouble(i);
+        bool ok = ir::isFloat(expected[o].dtype())
+                      ? (std::isnan(e) ? std::isnan(a) : std::abs(a - e) <= 1e-4 + 1e-4 * std::abs(e))
+                      : a == e;  // integers (argmax) exactly
+        if (!ok) ++bad;
+        if (!std::isnan(e)) worst = std::max(worst, std::abs(a - e));
+      }
+      INFO("largest difference " << worst);
+      CHECK(bad == 0);
+      if (threads > 1) {
+        INFO("compared bitwise with the 1-thread run");
+        CHECK(std::memcmp(actual[o].bytes(), single[o].bytes(), actual[o].nbytes()) == 0);
+      }
     }
-    INFO("largest difference " << worst);
-    CHECK(bad == 0);
+    if (threads == 1) single = std::move(actual);
   }
 }
 
@@ -123,7 +140,7 @@ void checkParity(const std::string& model, int64_t batch) {
 
 }  // namespace
 
-TEST_CASE("cpp backend: every fixture matches the interpreter at batch 1, 3 and 64", "[codegen][cpp]") {
+TEST_CASE("cpp backend: every fixture matches the interpreter at batch 1, 3 and 64 with 1, 2 and 3 threads", "[codegen][cpp]") {
   for (const std::string& model : kFixtures) {
     for (int64_t batch : {1, 3, 64}) {
       DYNAMIC_SECTION(model << " batch " << batch) { checkParity(model, batch); }
@@ -170,7 +187,8 @@ TEST_CASE("cpp backend: batch 0 touches nothing; bad arguments are refused", "[c
   CHECK(m->run(in1, out1, 1, nullptr, 0) == POLICYC_ERROR_ARGUMENT);
   auto ws = workspace(m, 2);
   CHECK(m->run(in1, out1, 1, static_cast<char*>(ws.get()) + 4, 1) == POLICYC_ERROR_WORKSPACE);
-  CHECK(m->run(in1, out1, 1, ws.get(), 4) == POLICYC_OK);  // threads > 1 run single-threaded
+  CHECK(m->run(in1, out1, 1, ws.get(), 4) == POLICYC_OK);
+  CHECK(m->run(in1, out1, 1, ws.get(), 1000) == POLICYC_OK);  // more threads than work: capped
 }
 
 TEST_CASE("cpp backend: the generated source is traceable and the header is C", "[codegen][cpp]") {
@@ -209,6 +227,12 @@ TEST_CASE("cpp backend: compiler failures and unknown targets are clear errors",
     CHECK(what.find("build.log") != std::string::npos);
     CHECK(what.find("output_code.cpp") != std::string::npos);
     CHECK(what.find("error") != std::string::npos);
+    // The compiler's first error points at the generated line.
+    size_t at = g.source.find(bad.injectLine);
+    REQUIRE(at != std::string::npos);
+    long line = 1 + std::count(g.source.begin(), g.source.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+    CHECK(what.find(fmt::format("output_code.cpp:{}:", line)) != std::string::npos);
+    CHECK(fs::exists(fs::path(options.workDir) / "build.log"));
   }
   CHECK_FALSE(fs::exists(so));
 
@@ -345,7 +369,10 @@ TEST_CASE("cpp backend: every elementwise op and template variant matches the in
   codegen::KernelProgram program = codegen::lowerGraph(*graph);
   codegen::fuseKernels(program);
   fs::path so = scratchDir() / "kitchen_sink.so";
-  codegen::GeneratedCpp generated = codegen::emitCpp(program, codegen::planMemory(program));
+  // Every kernel split as far as it goes, so that 2 and 3 threads exercise every template's split.
+  codegen::CppOptions options;
+  options.minChunkCost = 0;
+  codegen::GeneratedCpp generated = codegen::emitCpp(program, codegen::planMemory(program), options);
   codegen::buildSharedObject(generated, so.string());
   CHECK(generated.header.find("float* batch_1, float* int_1, int64_t batch);") != std::string::npos);
   fs::path h = scratchDir() / "kitchen_sink.h";

@@ -67,7 +67,7 @@ BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& 
   tmpOut += fmt::format(".tmp{}", getpid());
   for (const fs::path& p : {dir, out, tmpOut}) checkPath(p.string());
   std::string command = fmt::format(
-      "{} -std=c++17 -O3 -fPIC -shared {} -ffp-contract=fast -fno-math-errno -fvisibility=hidden "
+      "{} -std=c++17 -O3 -fPIC -shared -pthread {} -ffp-contract=fast -fno-math-errno -fvisibility=hidden "
       "-DPC_WEIGHTS_FILE='\"{}\"' -o '{}' '{}' > '{}' 2>&1",
       options.compiler, march, weights.string(), tmpOut.string(), source.string(), log.string());
   {

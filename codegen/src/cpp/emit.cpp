@@ -54,8 +54,14 @@ int abiDType(DType t) {
 // A C++ literal of `v` as dtype `t`.
 std::string literal(double v, DType t) {
   const char* ty = ctype(t);
-  if (std::isnan(v)) return fmt::format("pc::nan<{}>()", ty);
-  if (std::isinf(v)) return fmt::format("{}pc::inf<{}>()", v < 0 ? "-" : "", ty);
+  if (ir::isFloat(t)) {
+    if (std::isnan(v)) return fmt::format("pc::nan<{}>()", ty);
+    if (std::isinf(v)) return fmt::format("{}pc::inf<{}>()", v < 0 ? "-" : "", ty);
+  } else if (t != DType::Bool && (std::isnan(v) || std::isinf(v))) {
+    // An unbounded integer bound (Clip's default -inf/inf) is the type's own limit; NaN is 0.
+    if (std::isnan(v)) return fmt::format("{}(0)", ty);
+    return fmt::format("std::numeric_limits<{}>::{}()", ty, v < 0 ? "lowest" : "max");
+  }
   switch (t) {
     case DType::F32:
     case DType::F64: {
@@ -179,6 +185,8 @@ class Emitter {
     s += emitWeightsBlock();
     s += fmt::format("\n// Workspace: {} + {}*batch bytes.\nstatic const int64_t kStaticBytes = {};\nstatic const int64_t kPerBatchBytes = {};\n",
                      plan_.staticBytes, plan_.perBatchBytes, plan_.staticBytes, plan_.perBatchBytes);
+    s += fmt::format("// With threads > 1, a kernel is split only into chunks of at least this much work.\n"
+                     "static const double kMinChunkCost = {};\n", literal(o_.minChunkCost, DType::F64));
     s += "\n" + kernels;
     s += emitAbi(g.name);
     g.header = emitHeader(g.name);
@@ -424,7 +432,7 @@ class Emitter {
                            f("epsilon"));
       default: break;
     }
-    fail("cpp backend: node '{}': operator {} is not an elementwise op the backend knows", n.name(), n.info().name);
+    unsupported("node '{}' ({}): no C++ for this elementwise operator", n.name(), n.info().name);
   }
 
   // Emits `body` as statements at `indent`; returns the code. Loads and stores go through the
@@ -466,14 +474,58 @@ class Emitter {
   }
 
   // Opens loops over `domain` with variables `vars`; returns the code and the indentation inside.
+  // The loop of axis `split` runs over the kernel's chunk [lo, hi) instead of its whole extent.
   static std::string openLoops(const std::vector<ir::Dim>& domain, const std::vector<std::string>& vars,
-                               std::string& indent) {
+                               std::string& indent, int split = -1) {
     std::string s;
-    for (size_t d = 0; d < domain.size(); ++d) {
-      s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, vars[d], vars[d], dimStr(domain[d]), vars[d]);
-      indent += "  ";
-    }
+    for (size_t d = 0; d < domain.size(); ++d) s += loopHeader(vars[d], dimStr(domain[d]), static_cast<int>(d) == split, indent);
     return s;
+  }
+  static std::string loopHeader(const std::string& var, const std::string& extent, bool split, std::string& indent) {
+    std::string s = split ? fmt::format("{}for (int64_t {} = lo; {} < hi; ++{}) {{\n", indent, var, var, var)
+                          : fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, var, var, extent, var);
+    indent += "  ";
+    return s;
+  }
+
+  // ---- splitting a kernel between threads
+
+  // The first axis that is not statically 1: the loop a kernel over `dims` splits; -1 for none.
+  static int splitAxis(const std::vector<ir::Dim>& dims, const std::vector<bool>& eligible = {}) {
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (!eligible.empty() && !eligible[d]) continue;
+      if (dims[d].isBatch() || dims[d].value() != 1) return static_cast<int>(d);
+    }
+    return -1;
+  }
+  // The product of `dims` except axis `skip`, as a C++ expression in `batch`.
+  static std::string productExpr(const std::vector<ir::Dim>& dims, int skip = -1) {
+    int64_t fixed = 1;
+    bool hasBatch = false;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (static_cast<int>(d) == skip) continue;
+      if (dims[d].isBatch()) {
+        hasBatch = true;
+      } else {
+        fixed *= dims[d].value();
+      }
+    }
+    return hasBatch ? fmt::format("batch*{}", fixed) : std::to_string(fixed);
+  }
+  // Records how the kernel being emitted splits: `units` chunks of the iteration space, each
+  // costing about `costPerUnit` multiply-adds.
+  void setSplit(const std::string& units, const std::string& costPerUnit) const {
+    split_ = {units, costPerUnit};
+  }
+  // A kernel whose loops over `domain` split at axis `axis` (-1: runs whole), each domain point
+  // costing `pointCost`.
+  void setDomainSplit(const std::vector<ir::Dim>& domain, int axis, int64_t pointCost) const {
+    if (axis < 0) {
+      setSplit("1", "1.0");
+      return;
+    }
+    setSplit(dimStr(domain[static_cast<size_t>(axis)]),
+             fmt::format("{}.0 * ({})", std::max<int64_t>(pointCost, 1), productExpr(domain, axis)));
   }
   static std::string closeLoops(size_t count, std::string& indent) {
     std::string s;
@@ -511,11 +563,13 @@ class Emitter {
   // ---- kernels
 
   std::string emitKernel(const Kernel& k, size_t index) {
+    split_ = Split{};
     std::string s = fmt::format("// kernel {} ({}) domain {}\n", k.name, kernelKindName(k.kind), commentSafe(ir::shapeStr(k.domain)));
     for (const ir::Node* n : k.sources) s += fmt::format("//   {}\n", sourceStr(n));
-    s += fmt::format("PC_KERNEL void {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws) {{\n",
+    s += fmt::format("PC_KERNEL void {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
+                     "    int64_t lo, int64_t hi) {{\n",
                      k.name);
-    s += "  (void)inputs; (void)outputs; (void)batch; (void)ws;\n";
+    s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)lo; (void)hi;\n";
     std::set<int> roots;
     for (int id : k.reads()) roots.insert(p_.buffer(id).root);
     for (int id : k.writes()) roots.insert(p_.buffer(id).root);
@@ -536,13 +590,16 @@ class Emitter {
       case KernelKind::Copy: s += emitCopy(k); break;
     }
     s += "}\n\n";
+    splits_.push_back(split_);
     return s;
   }
 
   std::string emitPointwise(const Kernel& k) const {
     BodyCtx c{"v", axisVars("i", k.domain.size()), ""};
     std::string indent = "  ";
-    std::string s = openLoops(k.domain, c.vars, indent);
+    int axis = splitAxis(k.domain);
+    setDomainSplit(k.domain, axis, static_cast<int64_t>(k.body.size()) / 4);
+    std::string s = openLoops(k.domain, c.vars, indent, axis);
     s += emitBody(k.body, c, indent);
     s += closeLoops(k.domain.size(), indent);
     return s;
@@ -628,7 +685,9 @@ class Emitter {
     std::string s = emitEpilogueLambda(k, t);
     s += anchorComment(k);
     std::string indent = "  ";
-    s += openLoops(k.domain, vars, indent);
+    int axis = splitAxis(k.domain);
+    setDomainSplit(k.domain, axis, (kExtent == "batch" ? 64 : std::stoll(kExtent)));
+    s += openLoops(k.domain, vars, indent, axis);
     s += fmt::format("{}float acc = 0.0f;\n", indent);
     s += fmt::format("{}for (int64_t k = 0; k < {}; ++k) acc += {} * {};\n", indent, kExtent,
                      loadExpr(a, addressOf(a, aIdx)), loadExpr(b, addressOf(b, bIdx)));
@@ -743,26 +802,32 @@ class Emitter {
                        decomp, body);
     }
     s += fmt::format("  const int64_t rows = {};\n", rowsExpr);
-    // Panels outer, rows inner: one panel (K x 16 floats) stays in cache while every row passes.
+    // Units of work: a quad of rows times one panel, panel-major, so one panel (K x 16 floats)
+    // stays in cache while every row passes. A unit always runs the same microkernel (4 rows, or
+    // the last rows one by one), whichever chunk it falls in.
+    setSplit(fmt::format("({} + 3) / 4 * {}", rowsExpr, panels),
+             fmt::format("{}.0 * ({} < 4 ? {} : 4)", kPanel * K, rowsExpr, rowsExpr));
+    s += "  const int64_t quads = (rows + 3) / 4;\n";
     s += "  float out[4][16];\n";
-    s += fmt::format("  for (int64_t j = 0; j < {}; ++j) {{\n", panels);
+    s += "  for (int64_t u = lo; u < hi; ++u) {\n";
+    s += "    const int64_t j = u / quads, r = u % quads * 4;\n";
     s += fmt::format("    const float* PC_RESTRICT w = wp + j*{};\n", K * kPanel);
-    s += "    int64_t r = 0;\n";
-    s += "    for (; r + 4 <= rows; r += 4) {\n";
+    s += "    if (r + 4 <= rows) {\n";
     s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out);\n", K);
     if (vec) {
-      s += "      for (int64_t t = 0; t < 4; ++t) finish16(r + t, j*16, out[t]);\n    }\n";
-      s += "    for (; r < rows; ++r) {\n";
-      s += fmt::format("      pc::gemm_1x16({}, row(r), w, bp + j*16, out[0]);\n", K);
-      s += "      finish16(r, j*16, out[0]);\n    }\n  }\n";
+      s += "      for (int64_t t = 0; t < 4; ++t) finish16(r + t, j*16, out[t]);\n";
+      s += "      continue;\n    }\n";
+      s += "    for (int64_t t = r; t < rows; ++t) {\n";
+      s += fmt::format("      pc::gemm_1x16({}, row(t), w, bp + j*16, out[0]);\n", K);
+      s += "      finish16(t, j*16, out[0]);\n    }\n  }\n";
       return s;
     }
     s += "      for (int64_t t = 0; t < 4; ++t) {\n";
     s += panelEpilogue(N, "        ", "finish(r + t, n, out[t][n - j*16])");
-    s += "      }\n    }\n";
-    s += "    for (; r < rows; ++r) {\n";
-    s += fmt::format("      pc::gemm_1x16({}, row(r), w, bp + j*16, out[0]);\n", K);
-    s += panelEpilogue(N, "      ", "finish(r, n, out[0][n - j*16])");
+    s += "      }\n      continue;\n    }\n";
+    s += "    for (int64_t t = r; t < rows; ++t) {\n";
+    s += fmt::format("      pc::gemm_1x16({}, row(t), w, bp + j*16, out[0]);\n", K);
+    s += panelEpilogue(N, "      ", "finish(t, n, out[0][n - j*16])");
     s += "    }\n  }\n";
     return s;
   }
@@ -812,8 +877,13 @@ class Emitter {
                      OW, st[0], pads[0], OW, st[1], pads[1], ptrName(X.root), addressOf(X.id, {"i0", "c", "ih", "iw"}));
     s += fmt::format("  alignas(32) float patch[4][{}];\n  float out[4][16];\n", K);
     std::string call = fmt::format("epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, out[t][n - j*16])", OW, OW);
-    s += "  for (int64_t i0 = 0; i0 < batch; ++i0) {\n    int64_t pos = 0;\n";
-    s += fmt::format("    for (; pos + 4 <= {}; pos += 4) {{\n", OH * OW);
+    // Units of work: a quad of output positions of one image, every panel. The last positions
+    // that do not fill a quad run one by one, whichever chunk they fall in.
+    int64_t P = OH * OW, quads = (P + 3) / 4;
+    setSplit(fmt::format("batch * {}", quads), std::to_string(4 * kPanel * K * panels) + ".0");
+    s += "  for (int64_t u = lo; u < hi; ++u) {\n";
+    s += fmt::format("    const int64_t i0 = u / {}, pos = u % {} * 4;\n", quads, quads);
+    s += fmt::format("    if (pos + 4 <= {}) {{\n", P);
     s += "      const bool direct = inside(pos) && inside(pos + 1) && inside(pos + 2) && inside(pos + 3);\n";
     s += "      if (!direct) for (int64_t t = 0; t < 4; ++t) gather(i0, pos + t, patch[t]);\n";
     s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
@@ -825,12 +895,12 @@ class Emitter {
     s += "        }\n";
     s += "        for (int64_t t = 0; t < 4; ++t) {\n";
     s += panelEpilogue(M, "          ", call);
-    s += "        }\n      }\n    }\n";
-    s += fmt::format("    for (; pos < {}; ++pos) {{\n", OH * OW);
-    s += "      const int64_t t = 0;\n      gather(i0, pos, patch[0]);\n";
+    s += "        }\n      }\n      continue;\n    }\n";
+    s += fmt::format("    for (int64_t t0 = pos; t0 < {}; ++t0) {{\n", P);
+    s += "      const int64_t t = t0 - pos;\n      gather(i0, t0, patch[0]);\n";
     s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
     s += fmt::format("        pc::gemm_1x16({}, patch[0], wp + j*{}, bp + j*16, out[0]);\n", K, K * kPanel);
-    s += panelEpilogue(M, "        ", call);
+    s += panelEpilogue(M, "        ", fmt::format("epilogue(i0, n, t0 / {}, t0 % {}, out[0][n - j*16])", OW, OW));
     s += "      }\n    }\n  }\n";
     return s;
   }
@@ -851,7 +921,9 @@ class Emitter {
     std::string s = emitEpilogueLambda(k, accType(k));
     s += anchorComment(k);
     std::string indent = "  ";
-    s += openLoops(k.domain, vars, indent);
+    int axis = splitAxis(k.domain);
+    setDomainSplit(k.domain, axis, packedK(k));
+    s += openLoops(k.domain, vars, indent, axis);
     s += fmt::format("{}float acc = 0.0f;\n", indent);
     s += fmt::format("{}const int64_t g = {} / {};\n", indent, vars[1], gm);
     s += fmt::format("{}for (int64_t c = 0; c < {}; ++c) {{\n", indent, gc);
@@ -897,7 +969,11 @@ class Emitter {
     std::string s = emitEpilogueLambda(k, accType(k));
     s += anchorComment(k);
     std::string indent = "  ";
-    s += openLoops(k.domain, vars, indent);
+    int64_t window = 1;
+    for (int64_t kd : kernel) window *= kd;
+    int axis = splitAxis(k.domain);
+    setDomainSplit(k.domain, axis, window);
+    s += openLoops(k.domain, vars, indent, axis);
     std::vector<std::string> xIdx = {vars[0], vars[1]};
     std::string cur = indent;
     if (isMax) {
@@ -993,10 +1069,11 @@ class Emitter {
         if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) outer.push_back(d);
       }
       std::string indent = "  ";
-      for (size_t d : outer) {
-        s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, vars[d], vars[d], dimStr(k.domain[d]), vars[d]);
-        indent += "  ";
-      }
+      std::vector<bool> eligible(r, false);
+      for (size_t d : outer) eligible[d] = true;
+      int splitAt = splitAxis(k.domain, eligible);
+      setDomainSplit(k.domain, splitAt, 4);
+      for (size_t d : outer) s += loopHeader(vars[d], dimStr(k.domain[d]), static_cast<int>(d) == splitAt, indent);
       auto innerLoops = [&](const std::string& body) {
         std::string t;
         std::string ind = indent;
@@ -1075,10 +1152,16 @@ class Emitter {
     }
     if (outIdx.size() != k.domain.size()) fail("internal: reduction '{}' domain rank mismatch", n.name());
     std::string indent = "  ";
+    std::vector<bool> eligible(r);
+    for (size_t d = 0; d < r; ++d) eligible[d] = !reduced[d];
+    int axis = splitAxis(X.type.shape, eligible);
+    if (axis < 0) {
+      setSplit("1", "1.0");
+    } else {
+      setSplit(dimStr(X.type.shape[static_cast<size_t>(axis)]), fmt::format("1.0 * ({})", productExpr(X.type.shape, axis)));
+    }
     for (size_t d = 0; d < r; ++d) {
-      if (reduced[d]) continue;
-      s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, xv[d], xv[d], dimStr(X.type.shape[d]), xv[d]);
-      indent += "  ";
+      if (!reduced[d]) s += loopHeader(xv[d], dimStr(X.type.shape[d]), static_cast<int>(d) == axis, indent);
     }
     int64_t count = 1;
     for (size_t d = 0; d < r; ++d) {
@@ -1142,7 +1225,9 @@ class Emitter {
     std::string s = emitEpilogueLambda(k, t);
     s += anchorComment(k);
     std::string indent = "  ";
-    s += openLoops(k.domain, vars, indent);
+    int splitAt = splitAxis(k.domain);
+    setDomainSplit(k.domain, splitAt, 1);
+    s += openLoops(k.domain, vars, indent, splitAt);
     size_t r = X.type.rank();
     if (n.isOp(Op::Pad)) {
       const std::vector<int64_t>& pads = n.attrInts("pads");
@@ -1195,7 +1280,7 @@ class Emitter {
       for (size_t d = axis + 1; d < r; ++d) idx.push_back(vars[d - 1 + ri]);
       s += fmt::format("{}const {} acc = {};\n", indent, ctype(t), loadExpr(X.id, addressOf(X.id, idx)));
     } else {
-      fail("cpp backend: node '{}': copy template {} is not supported", n.name(), n.info().name);
+      unsupported("node '{}' ({}): no C++ for this copy template", n.name(), n.info().name);
     }
     s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
     s += closeLoops(k.domain.size(), indent);
@@ -1237,22 +1322,37 @@ class Emitter {
     s += tensorDescs("outputs", outs, outNames);
     s += "\nstatic size_t pc_workspace_bytes(int64_t batch) {\n";
     s += "  return static_cast<size_t>(kStaticBytes + kPerBatchBytes * (batch < 0 ? 0 : batch));\n}\n\n";
-    s += "// Single-threaded: `threads` is accepted and ignored, so results are identical for every count.\n";
+    s += "// With threads > 1 each large kernel is split into chunks of whole units (see pc::parallelFor);\n"
+         "// the kernels still run one after another.\n";
     s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n";
     s += "  if (batch < 0 || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
     s += "  if (batch == 0) return POLICYC_OK;\n";
-    if (!ins.empty()) {
-      s += "  if (inputs == nullptr) return POLICYC_ERROR_ARGUMENT;\n";
-      s += fmt::format("  for (int i = 0; i < {}; ++i) if (inputs[i] == nullptr) return POLICYC_ERROR_ARGUMENT;\n", ins.size());
-    }
-    if (!outs.empty()) {
-      s += "  if (outputs == nullptr) return POLICYC_ERROR_ARGUMENT;\n";
-      s += fmt::format("  for (int i = 0; i < {}; ++i) if (outputs[i] == nullptr) return POLICYC_ERROR_ARGUMENT;\n", outs.size());
-    }
+    // Every tensor with elements needs memory; an empty one (a zero in its shape) may be null.
+    auto nullChecks = [&](const char* array, const std::vector<int>& ids) {
+      std::string t;
+      if (ids.empty()) return t;
+      t += fmt::format("  if ({} == nullptr) return POLICYC_ERROR_ARGUMENT;\n", array);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        bool empty = false;
+        for (const ir::Dim& d : p_.buffer(ids[i]).type.shape) empty = empty || (d.isStatic() && d.value() == 0);
+        if (!empty) t += fmt::format("  if ({}[{}] == nullptr) return POLICYC_ERROR_ARGUMENT;\n", array, i);
+      }
+      return t;
+    };
+    s += nullChecks("inputs", ins);
+    s += nullChecks("outputs", outs);
     s += "  if (pc_workspace_bytes(batch) > 0 && workspace == nullptr) return POLICYC_ERROR_ARGUMENT;\n";
     s += "  if (reinterpret_cast<uintptr_t>(workspace) % POLICYC_WORKSPACE_ALIGNMENT != 0) return POLICYC_ERROR_WORKSPACE;\n";
     s += "  unsigned char* ws = static_cast<unsigned char*>(workspace);\n";
-    for (const Kernel& k : p_.kernels) s += fmt::format("  {}(inputs, outputs, batch, ws);\n", k.name);
+    for (size_t i = 0; i < p_.kernels.size(); ++i) {
+      const Split& sp = splits_.at(i);
+      if (sp.units == "1") {
+        s += fmt::format("  {}(inputs, outputs, batch, ws, 0, 1);\n", p_.kernels[i].name);
+      } else {
+        s += fmt::format("  pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{ {}(inputs, outputs, batch, ws, lo, hi); }});\n",
+                         sp.units, sp.costPerUnit, p_.kernels[i].name);
+      }
+    }
     s += "  return POLICYC_OK;\n}\n\n";
     s += fmt::format("static const policyc_model pc_model = {{\n  POLICYC_ABI_VERSION, sizeof(policyc_model), \"{}\", \"{}\",\n",
                      cString(p_.name), cString(o_.target));
@@ -1338,6 +1438,13 @@ class Emitter {
     return s;
   }
 
+  // How the kernel being emitted, and each emitted one, splits between threads.
+  struct Split {
+    std::string units = "1", costPerUnit = "1.0";
+  };
+  mutable Split split_;
+  std::vector<Split> splits_;
+
   const KernelProgram& p_;
   const MemoryPlan& plan_;
   const CppOptions& o_;
@@ -1363,6 +1470,16 @@ std::string marchFlag(const std::string& target) {
 
 GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const CppOptions& options) {
   return Emitter(program, plan, options).run();
+}
+
+GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options) {
+  try {
+    KernelProgram program = lowerGraph(graph);
+    fuseKernels(program);
+    return emitCpp(program, planMemory(program), options);
+  } catch (const UnsupportedError& e) {
+    unsupported("unsupported in backend cpp: {}", e.what());
+  }
 }
 
 }  // namespace policyc::codegen

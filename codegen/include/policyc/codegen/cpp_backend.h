@@ -22,6 +22,10 @@ std::string marchFlag(const std::string& target);
 struct CppOptions {
   std::string name;               // C identifier prefix of the typed wrapper; empty: the program's name
   std::string target = "native";  // one of cppTargets()
+  // With threads > 1 a kernel is split only into chunks of at least this much work (about one
+  // multiply-add each): smaller ones cost more to hand to a thread than to run. 0 splits every
+  // kernel as far as its units allow (tests use it to exercise every split).
+  double minChunkCost = 32768.0;
   // Test hook: a line inserted verbatim into the generated source (e.g. to provoke a compiler error).
   std::string injectLine;
 };
@@ -36,6 +40,10 @@ struct GeneratedCpp {
 
 // Emits the C++ for a (fused) kernel program and its memory plan.
 GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const CppOptions& options = {});
+
+// An optimised graph all the way to C++: lowering, fusion, the memory plan, emission. What the
+// backend does not implement is an UnsupportedError "unsupported in backend cpp: node 'x' (op): ...".
+GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options = {});
 
 struct BuildOptions {
   std::string compiler = "c++";  // the system compiler

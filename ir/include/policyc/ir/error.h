@@ -15,6 +15,18 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A valid model that uses something a backend does not implement (an operator, a layout); the
+// backend's driver names itself in the message ("unsupported in backend cpp: ...").
+class UnsupportedError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <typename... Args>
+[[noreturn]] void unsupported(fmt::format_string<Args...> format, Args&&... args) {
+  throw UnsupportedError(fmt::format(format, std::forward<Args>(args)...));
+}
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));
