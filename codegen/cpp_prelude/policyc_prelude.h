@@ -1,16 +1,15 @@
 // policyc prelude: scalar semantics of the op table (as ir/src/reference_kernels.cpp) and the
 // vector types of the GEMM microkernels. Pasted at the top of every generated output_code.cpp.
+#include <pthread.h>
+#include <sched.h>
+
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
-#include <thread>
 #include <type_traits>
-#include <vector>
 
 #define PC_INLINE static inline __attribute__((always_inline))
 #define PC_RESTRICT __restrict__
@@ -199,6 +198,7 @@ PC_INLINE void cpuRelax() { __builtin_ia32_pause(); }
 PC_INLINE void cpuRelax() {}
 #endif
 
+// (pthreads, not <thread>: the C++ thread headers would double the time to compile a model.)
 class Pool {
  public:
   static constexpr int kMaxWorkers = 63;
@@ -211,8 +211,7 @@ class Pool {
 
   // Runs task(ctx, c) for every c in [0, chunks), the caller taking part; returns when all ran.
   void run(int chunks, Task task, void* ctx) {
-    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
-    if (!busy.owns_lock()) {
+    if (pthread_mutex_trylock(&busy_) != 0) {
       for (int c = 0; c < chunks; ++c) task(ctx, c);
       return;
     }
@@ -221,39 +220,42 @@ class Pool {
     ctx_ = ctx;
     done_.store(0, std::memory_order_relaxed);
     const uint64_t gen = (state_.load(std::memory_order_relaxed) >> 32) + 1;
-    {
-      std::lock_guard<std::mutex> lock(wake_);
-      // Generation in the high half, the number of chunks and the next unclaimed one below.
-      state_.store(gen << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
-    }
-    if (sleeping_.load(std::memory_order_acquire) > 0) wakeCv_.notify_all();
+    pthread_mutex_lock(&wake_);
+    // Generation in the high half, the number of chunks and the next unclaimed one below.
+    state_.store(gen << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
+    const bool sleepers = sleeping_ > 0;
+    pthread_mutex_unlock(&wake_);
+    if (sleepers) pthread_cond_broadcast(&wakeCv_);
     claim(gen);
     for (int spin = 0; done_.load(std::memory_order_acquire) < chunks; ++spin) {
       if (spin < 4096) {
         cpuRelax();
       } else {
-        std::this_thread::yield();
+        sched_yield();
       }
     }
+    pthread_mutex_unlock(&busy_);
   }
 
   ~Pool() {
-    {
-      std::lock_guard<std::mutex> lock(wake_);
-      stop_ = true;
-    }
-    wakeCv_.notify_all();
-    for (std::thread& t : workers_) t.join();
+    pthread_mutex_lock(&wake_);
+    stop_ = true;
+    pthread_mutex_unlock(&wake_);
+    pthread_cond_broadcast(&wakeCv_);
+    for (int i = 0; i < workers_; ++i) pthread_join(threads_[i], nullptr);
   }
 
  private:
+  Pool() = default;
+
   void ensureWorkers(int n) {
     if (n > kMaxWorkers) n = kMaxWorkers;
-    try {
-      while (static_cast<int>(workers_.size()) < n) workers_.emplace_back([this] { work(); });
-    } catch (...) {
-      // No thread could be started (a resource limit): the existing ones and the caller do the work.
-    }
+    // A thread that cannot be started (a resource limit) leaves its chunks to the others.
+    while (workers_ < n && pthread_create(&threads_[workers_], nullptr, &Pool::main, this) == 0) ++workers_;
+  }
+  static void* main(void* self) {
+    static_cast<Pool*>(self)->work();
+    return nullptr;
   }
 
   // Claims and runs chunks of generation `gen` until none is left.
@@ -280,28 +282,30 @@ class Pool {
         gen = state_.load(std::memory_order_acquire) >> 32;
       }
       if (gen == seen) {
-        std::unique_lock<std::mutex> lock(wake_);
-        sleeping_.fetch_add(1, std::memory_order_acq_rel);
-        wakeCv_.wait(lock, [&] { return stop_ || (state_.load(std::memory_order_acquire) >> 32) != seen; });
-        sleeping_.fetch_sub(1, std::memory_order_acq_rel);
-        if (stop_) return;
-        gen = state_.load(std::memory_order_acquire) >> 32;
+        pthread_mutex_lock(&wake_);
+        ++sleeping_;
+        while (!stop_ && (gen = state_.load(std::memory_order_acquire) >> 32) == seen) pthread_cond_wait(&wakeCv_, &wake_);
+        --sleeping_;
+        const bool stop = stop_;
+        pthread_mutex_unlock(&wake_);
+        if (stop) return;
       }
       seen = gen;
       claim(gen);
     }
   }
 
-  std::mutex busy_;  // one run at a time uses the workers
-  std::mutex wake_;
-  std::condition_variable wakeCv_;
-  std::atomic<int> sleeping_{0};
+  pthread_mutex_t busy_ = PTHREAD_MUTEX_INITIALIZER;  // one run at a time uses the workers
+  pthread_mutex_t wake_ = PTHREAD_MUTEX_INITIALIZER;  // guards stop_, sleeping_ and the wake-up
+  pthread_cond_t wakeCv_ = PTHREAD_COND_INITIALIZER;
+  int sleeping_ = 0;
   bool stop_ = false;
   std::atomic<uint64_t> state_{0};
   std::atomic<int> done_{0};
   Task task_ = nullptr;
   void* ctx_ = nullptr;
-  std::vector<std::thread> workers_;
+  pthread_t threads_[kMaxWorkers];
+  int workers_ = 0;
 };
 
 // Runs f(lo, hi) over [0, units) split into at most `threads` contiguous chunks, fewer when a

@@ -387,3 +387,22 @@ TEST_CASE("cpp backend: every elementwise op and template variant matches the in
   REQUIRE(fn != nullptr);
   for (int64_t batch : {1, 3, 64}) compareWithInterpreter(fn(), *graph, batch, "kitchen_sink");
 }
+
+TEST_CASE("cpp backend: a form the backend does not implement is one 'unsupported in backend cpp' error", "[codegen][cpp]") {
+  // A transpose that moves 'batch' inward: valid for the interpreter, but codegen keeps 'batch'
+  // the outermost dimension of every buffer.
+  ir::Graph g("batch_inward");
+  Value* x = g.addInput("x", {ir::DType::F32, {ir::Dim::batch(), 4}});
+  Value* t = g.addOp(Op::Transpose, {x}, {{"perm", std::vector<int64_t>{1, 0}}}, "swap")->output();
+  Value* y = g.addOp(Op::Relu, {t}, {}, "act")->output();
+  g.setOutputs({{"y", y}});
+  CHECK_NOTHROW(ir::interpret(g, {f32Tensor({2, 4}, 1)}));
+  try {
+    codegen::generateCpp(g);
+    FAIL("generateCpp should have refused the graph");
+  } catch (const UnsupportedError& e) {
+    std::string what = e.what();
+    CHECK(what.rfind("unsupported in backend cpp: node 'swap' (transpose): ", 0) == 0);
+    CHECK(what.find("'batch' in dimension 1") != std::string::npos);
+  }
+}

@@ -25,7 +25,7 @@ struct CppOptions {
   // With threads > 1 a kernel is split only into chunks of at least this much work (about one
   // multiply-add each): smaller ones cost more to hand to a thread than to run. 0 splits every
   // kernel as far as its units allow (tests use it to exercise every split).
-  double minChunkCost = 32768.0;
+  double minChunkCost = 131072.0;
   // Test hook: a line inserted verbatim into the generated source (e.g. to provoke a compiler error).
   std::string injectLine;
 };
