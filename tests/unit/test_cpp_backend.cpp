@@ -1,6 +1,7 @@
 // The C++ backend: every fixture compiled to a .so, loaded with dlopen and compared with the
 // reference interpreter; the descriptor; batch 0; compiler failures.
 #include <dlfcn.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -259,6 +260,38 @@ TEST_CASE("cpp backend: policyc compile writes the .so and the header", "[codege
   std::ifstream l(log);
   std::string out((std::istreambuf_iterator<char>(l)), std::istreambuf_iterator<char>());
   CHECK(out.find("valid targets: native, x86-64-v3, x86-64-v4, generic") != std::string::npos);
+}
+
+TEST_CASE("cpp backend: a failing C++ compiler under policyc compile is one error line, exit 2, no .so", "[codegen][cpp][cli][bad-input]") {
+  fs::path so = scratchDir() / "never.so";
+  fs::path err = scratchDir() / "never.err";
+  fs::path out = scratchDir() / "never.out";
+  fs::path debug = scratchDir() / "never_debug";
+  // A "compiler" that reports an error on a generated line, as a real one would.
+  fs::path fake = scratchDir() / "fake_cxx.sh";
+  std::ofstream(fake) << "#!/bin/sh\necho \"output_code.cpp:42:7: error: something the backend emitted is wrong\" >&2\nexit 1\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  std::string cmd = "POLICYC_CXX='" + fake.string() + "' " + std::string(POLICYC_CLI) + " compile '" +
+                    testing::sourcePath("examples/models/ppo_mlp.onnx") + "' -o '" + so.string() + "' --debug-dir '" +
+                    debug.string() + "' > '" + out.string() + "' 2> '" + err.string() + "'";
+  int status = std::system(cmd.c_str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  std::ifstream e(err);
+  std::string text((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+  INFO(text);
+  CHECK(text.rfind("policyc: error: the C++ compiler failed", 0) == 0);
+  CHECK(text.find("output_code.cpp:42:7: error:") != std::string::npos);
+  CHECK(text.find((debug / "build.log").string()) != std::string::npos);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+  CHECK(fs::file_size(out) == 0);
+  CHECK_FALSE(fs::exists(so));
+  CHECK(fs::exists(debug / "build.log"));
+  CHECK(fs::exists(debug / "output_code.cpp"));
+}
+
+TEST_CASE("cpp backend: one .so runs batch 4096 like the interpreter, with 1 and 2 threads", "[codegen][cpp]") {
+  checkParity("ppo_mlp", 4096);
 }
 
 namespace {

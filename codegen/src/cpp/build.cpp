@@ -40,6 +40,11 @@ std::string firstErrorLine(const fs::path& log) {
 
 }  // namespace
 
+std::string defaultCompiler() {
+  const char* cxx = std::getenv("POLICYC_CXX");
+  return cxx && *cxx ? cxx : "c++";
+}
+
 BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& outSo, const BuildOptions& options) {
   std::string march = marchFlag(generated.target);
   BuildResult result;

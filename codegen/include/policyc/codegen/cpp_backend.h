@@ -45,8 +45,11 @@ GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const
 // backend does not implement is an UnsupportedError "unsupported in backend cpp: node 'x' (op): ...".
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options = {});
 
+// The C++ compiler models are built with: $POLICYC_CXX when set and not empty, else "c++".
+std::string defaultCompiler();
+
 struct BuildOptions {
-  std::string compiler = "c++";  // the system compiler
+  std::string compiler = defaultCompiler();  // $POLICYC_CXX if set, else the system compiler c++
   // Where output_code.cpp, weights.bin and build.log go; empty: a fresh temporary directory,
   // removed after a successful build (kept, and named in the error, after a failed one).
   std::string workDir;
