@@ -18,6 +18,7 @@
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/memory_plan.h"
+#include "policyc/debug/compile.h"
 #include "policyc/debug/debug_dir.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
@@ -46,6 +47,11 @@ struct PipelineFlags {
 
   // Runs the pipeline on `graph`; --print-after output goes to stderr.
   void optimize(ir::Graph& graph) const {
+    passes::PipelineResult result = passes::runPipeline(graph, options());
+    std::fwrite(result.printed.data(), 1, result.printed.size(), stderr);
+  }
+
+  passes::PipelineOptions options() const {
     passes::PipelineOptions options;
     if (!passes.empty()) {
       std::vector<std::string> names;
@@ -61,8 +67,7 @@ struct PipelineFlags {
     }
     options.disabled = disabled;
     options.printAfter = printAfter;
-    passes::PipelineResult result = passes::runPipeline(graph, options);
-    std::fwrite(result.printed.data(), 1, result.printed.size(), stderr);
+    return options;
   }
 };
 
@@ -111,6 +116,7 @@ struct RunOptions {
   bool optimize = false;
   int threads = 1;  // compiled models only: the interpreter runs on one thread
   std::string target = "native";  // --backend cpp
+  std::string debugDir;            // --backend cpp
 };
 
 // NAME=FILE.npy options read into tensors by name.
@@ -198,7 +204,7 @@ int runThroughCache(const RunOptions& o);
 
 int runRun(const RunOptions& o) {
   if (std::filesystem::path(o.model).extension() == ".so") return runCompiled(o);
-  if (o.backend == "cpp") return runThroughCache(o);
+  if (debug::isCodegenBackend(o.backend)) return runThroughCache(o);
   auto graph = tools::loadModel(o.model);
   if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
     o.pipeline.optimize(*graph);
@@ -225,28 +231,26 @@ struct CompileOptions {
   std::string header;
   std::string name;
   std::string target = "native";
+  std::string backend = "cpp";
   std::string debugDir;
   PipelineFlags pipeline;
 };
 
-// MODEL -> optimised graph -> kernel program -> fusion -> memory plan -> C++ -> OUT.so (+ OUT.h).
+// MODEL -> optimised graph -> kernel program -> fusion -> memory plan -> C++ -> OUT.so (+ OUT.h),
+// through the shared compile driver (debug/compile.h), which fills the debug directory.
 void compileModel(const CompileOptions& o) {
   codegen::marchFlag(o.target);  // an unknown target fails before any work
   auto graph = tools::loadModel(o.model);
-  o.pipeline.optimize(*graph);
-  codegen::CppOptions cpp;
-  cpp.name = o.name.empty() ? std::filesystem::path(o.output).stem().string() : o.name;
-  cpp.target = o.target;
-  codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  codegen::BuildOptions build;
-  build.workDir = o.debugDir;
-  build.keepWorkDir = !o.debugDir.empty();
-  codegen::buildSharedObject(generated, o.output, build);
-  if (!o.header.empty()) {
-    std::ofstream f(o.header, std::ios::binary);
-    f << generated.header;
-    if (!f) fail("cannot write '{}'", o.header);
-  }
+  debug::CompileRequest request;
+  request.modelPath = o.model;
+  request.output = o.output;
+  request.header = o.header;
+  request.backend = o.backend;
+  request.pipeline = o.pipeline.options();
+  request.cpp.name = o.name.empty() ? std::filesystem::path(o.output).stem().string() : o.name;
+  request.cpp.target = o.target;
+  request.debugDir = o.debugDir;
+  debug::compileGraph(*graph, request);
 }
 
 int runCompile(const CompileOptions& o) {
@@ -268,10 +272,14 @@ std::filesystem::path cacheDir() {
 // The compiled form of `model` in the cache, compiled there unless an identical compile is
 // there — the key covers the model's bytes (and a .pir's sidecar), the pass options, the target
 // and the policyc binary itself, so a changed model or a rebuilt compiler never hits a stale .so.
-std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const std::string& target) {
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}", debug::fileHash(model), debug::fileHash(model + ".bin"),
-                                pipeline.passes, fmt::join(pipeline.disabled, ","), target,
-                                debug::fileHash("/proc/self/exe"));
+// With a debug directory (--debug-dir or POLICYC_DEBUG=1) it always compiles, so that the
+// directory is filled. POLICYC_INJECT_FAULT is part of the key.
+std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const std::string& target,
+                          const std::string& backend = "cpp", const std::string& debugDir = "") {
+  const char* fault = std::getenv("POLICYC_INJECT_FAULT");
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", debug::fileHash(model), debug::fileHash(model + ".bin"),
+                                pipeline.passes, fmt::join(pipeline.disabled, ","), target, backend,
+                                fault ? fault : "", debug::fileHash("/proc/self/exe"));
   if (debug::fileHash(model).empty()) fail("cannot read '{}': no such file or not readable", model);
   uint64_t h = 14695981039346656037ull;
   for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
@@ -280,12 +288,16 @@ std::string compileCached(const std::string& model, const PipelineFlags& pipelin
   std::filesystem::create_directories(dir, ec);
   if (ec) fail("cannot create the cache directory '{}': {}", dir.string(), ec.message());
   std::filesystem::path so = dir / fmt::format("{}-{:016x}.so", std::filesystem::path(model).stem().string(), h);
-  if (!std::filesystem::exists(so)) {
+  const char* debugEnv = std::getenv("POLICYC_DEBUG");
+  bool debugging = !debugDir.empty() || (debugEnv && *debugEnv && std::string_view(debugEnv) != "0");
+  if (debugging || !std::filesystem::exists(so)) {
     CompileOptions c;
     c.model = model;
     c.output = so.string();
     c.name = "model";
     c.target = target;
+    c.backend = backend;
+    c.debugDir = debugDir;
     c.pipeline = pipeline;
     compileModel(c);
     fmt::print(stderr, "compiled {} into the cache: {}\n", model, so.string());
@@ -296,7 +308,7 @@ std::string compileCached(const std::string& model, const PipelineFlags& pipelin
 // `policyc run MODEL --backend cpp`: the cached compile, run through the loader.
 int runThroughCache(const RunOptions& o) {
   RunOptions compiled = o;
-  compiled.model = compileCached(o.model, o.pipeline, o.target);
+  compiled.model = compileCached(o.model, o.pipeline, o.target, o.backend, o.debugDir);
   compiled.pipeline = {};
   compiled.optimize = false;
   return runCompiled(compiled);
@@ -431,8 +443,10 @@ int main(int argc, char** argv) {
   RunOptions run;
   CLI::App* runCmd = app.add_subcommand("run", "run a model on given or random inputs");
   runCmd->add_option("model", run.model, "model file (.onnx or .pir), or a compiled model (.so)")->required();
-  runCmd->add_option("--backend", run.backend, "interp (reference interpreter) or cpp (compiled, cached in POLICYC_CACHE_DIR)")
-      ->check(CLI::IsMember({"interp", "cpp"}));
+  runCmd->add_option("--backend", run.backend,
+                     "interp (reference interpreter), cpp (compiled, cached in POLICYC_CACHE_DIR) or nofuse (cpp without fusion)")
+      ->check(CLI::IsMember({"interp", "cpp", "nofuse"}));
+  runCmd->add_option("--debug-dir", run.debugDir, "with a compiling backend: write every stage here");
   runCmd->add_option("--target", run.target, "with --backend cpp: native | x86-64-v3 | x86-64-v4 | generic");
   runCmd->add_option("--input", run.inputs, "NAME=FILE.npy, once per model input");
   runCmd->add_flag("--random", run.random, "use random inputs (see --batch, --seed)");
@@ -450,7 +464,11 @@ int main(int argc, char** argv) {
   compileCmd->add_option("--header", compile.header, "also write the model's C header here");
   compileCmd->add_option("--name", compile.name, "C name of the typed wrapper (NAME_run); default: OUT's stem");
   compileCmd->add_option("--target", compile.target, "native | x86-64-v3 | x86-64-v4 | generic");
-  compileCmd->add_option("--debug-dir", compile.debugDir, "keep output_code.cpp, weights.bin and build.log here");
+  compileCmd->add_option("--backend", compile.backend, "cpp (default) or nofuse (no fusion: one kernel per node)")
+      ->check(CLI::IsMember({"cpp", "nofuse"}));
+  compileCmd->add_option("--debug-dir", compile.debugDir,
+                         "write every stage here (graphs, passes.log, kernel programs, output_code.cpp, build.log, "
+                         "compile_times.txt); POLICYC_DEBUG=1 picks ./policyc_debug/MODEL-HASH");
   compile.pipeline.addTo(compileCmd);
 
   BenchOptions bench;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -463,11 +464,19 @@ class Emitter {
         case Opcode::Const:
           s += fmt::format("{}const {} {} = {};\n", indent, ctype(in.dtype), v, literal(in.constant, in.dtype));
           break;
-        case Opcode::Acc: s += fmt::format("{}const {} {} = {};\n", indent, ctype(in.dtype), v, c.acc); break;
-        case Opcode::Apply:
-          if (in.node) s += fmt::format("{}// {}\n", indent, sourceStr(in.node));
-          s += fmt::format("{}const {} {} = {};\n", indent, ctype(in.dtype), v, applyExpr(in, args, argTypes));
+        case Opcode::Acc:
+          s += fmt::format("{}const {} {} = {};\n", indent, ctype(in.dtype), v,
+                           faultyAnchor_ ? fmt::format("static_cast<{}>({} + 1)  /* INJECTED FAULT */", ctype(in.dtype), c.acc) : c.acc);
           break;
+        case Opcode::Apply: {
+          if (in.node) s += fmt::format("{}// {}\n", indent, sourceStr(in.node));
+          std::string expr = applyExpr(in, args, argTypes);
+          if (faulty(in.node, InjectedFault::Kind::Accuracy)) {
+            expr = fmt::format("static_cast<{}>(({}) + 1)  /* INJECTED FAULT */", ctype(in.dtype), expr);
+          }
+          s += fmt::format("{}const {} {} = {};\n", indent, ctype(in.dtype), v, expr);
+          break;
+        }
       }
     }
     return s;
@@ -562,14 +571,27 @@ class Emitter {
 
   // ---- kernels
 
+  // Whether node `n` is one POLICYC_INJECT_FAULT miscompiles in this way.
+  bool faulty(const ir::Node* n, InjectedFault::Kind kind) const {
+    return n && o_.fault && o_.fault->kind == kind && n->isOp() && o_.fault->op == n->info().name;
+  }
+
   std::string emitKernel(const Kernel& k, size_t index) {
     split_ = Split{};
+    faultyAnchor_ = k.kind != KernelKind::Pointwise && faulty(k.anchor, InjectedFault::Kind::Accuracy);
     std::string s = fmt::format("// kernel {} ({}) domain {}\n", k.name, kernelKindName(k.kind), commentSafe(ir::shapeStr(k.domain)));
     for (const ir::Node* n : k.sources) s += fmt::format("//   {}\n", sourceStr(n));
     s += fmt::format("PC_KERNEL void {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
                      "    int64_t lo, int64_t hi) {{\n",
                      k.name);
     s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)lo; (void)hi;\n";
+    for (const ir::Node* n : k.sources) {
+      if (faulty(n, InjectedFault::Kind::Compile)) {
+        s += fmt::format("  policyc_injected_compile_fault;  // INJECTED FAULT in {}\n", sourceStr(n));
+      } else if (faulty(n, InjectedFault::Kind::Crash)) {
+        s += fmt::format("  __builtin_trap();  // INJECTED FAULT in {}\n", sourceStr(n));
+      }
+    }
     std::set<int> roots;
     for (int id : k.reads()) roots.insert(p_.buffer(id).root);
     for (int id : k.writes()) roots.insert(p_.buffer(id).root);
@@ -718,12 +740,14 @@ class Emitter {
   // last axis runs on whole 16-column panels at once (pc::tanh16); else nullopt.
   std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars) const {
     const std::vector<Instr>& b = k.body;
+    if (faultyAnchor_) return std::nullopt;  // the scalar epilogue carries the injected fault
     if (b.size() < 2 || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
     std::string v = "v";
     std::string code;
     for (size_t i = 1; i + 1 < b.size(); ++i) {
       const Instr& in = b[i];
-      if (in.opcode != Opcode::Apply || in.args != std::vector<int>{static_cast<int>(i) - 1} || in.dtype != DType::F32) {
+      if (in.opcode != Opcode::Apply || in.args != std::vector<int>{static_cast<int>(i) - 1} || in.dtype != DType::F32 ||
+          faulty(in.node, InjectedFault::Kind::Accuracy)) {
         return std::nullopt;
       }
       if (in.op == Op::Tanh) {
@@ -1443,6 +1467,7 @@ class Emitter {
     std::string units = "1", costPerUnit = "1.0";
   };
   mutable Split split_;
+  bool faultyAnchor_ = false;  // the kernel being emitted is a template whose anchor gets the fault
   std::vector<Split> splits_;
 
   const KernelProgram& p_;
@@ -1472,11 +1497,38 @@ GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const
   return Emitter(program, plan, options).run();
 }
 
-GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options) {
+InjectedFault parseInjectedFault(const std::string& spec) {
+  size_t colon = spec.rfind(':');
+  std::string op = colon == std::string::npos ? "" : spec.substr(0, colon);
+  std::string kind = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  if (op.empty() || (kind != "accuracy" && kind != "compile" && kind != "crash")) {
+    fail("POLICYC_INJECT_FAULT='{}': expected <op>:accuracy|compile|crash, e.g. relu:accuracy", spec);
+  }
+  if (!ir::findOp(op)) fail("POLICYC_INJECT_FAULT='{}': '{}' is not an operator of the op table", spec, op);
+  InjectedFault f;
+  f.op = op;
+  f.kind = kind == "accuracy" ? InjectedFault::Kind::Accuracy
+           : kind == "compile" ? InjectedFault::Kind::Compile
+                               : InjectedFault::Kind::Crash;
+  return f;
+}
+
+std::optional<InjectedFault> injectedFaultFromEnv() {
+  const char* spec = std::getenv("POLICYC_INJECT_FAULT");
+  if (!spec || !*spec) return std::nullopt;
+  return parseInjectedFault(spec);
+}
+
+GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options) { return generateCpp(graph, options, {}); }
+
+GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options, const CodegenStages& stages) {
   try {
     KernelProgram program = lowerGraph(graph);
-    fuseKernels(program);
-    return emitCpp(program, planMemory(program), options);
+    if (stages.lowered) stages.lowered(program);
+    if (stages.fuse) fuseKernels(program);
+    MemoryPlan plan = planMemory(program);
+    if (stages.planned) stages.planned(program, plan);
+    return emitCpp(program, plan, options);
   } catch (const UnsupportedError& e) {
     unsupported("unsupported in backend cpp: {}", e.what());
   }

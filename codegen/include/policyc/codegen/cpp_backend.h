@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,19 @@ std::vector<std::string> cppTargets();
 // The -march flag of a target; policyc::Error listing the valid names for an unknown one.
 std::string marchFlag(const std::string& target);
 
+// A deliberate miscompilation: wrong arithmetic (accuracy: the node's result plus one), C++
+// that does not compile (compile), or a trap when the node's kernel runs (crash).
+struct InjectedFault {
+  enum class Kind { Accuracy, Compile, Crash };
+  std::string op;
+  Kind kind = Kind::Accuracy;
+};
+// Parses "<op>:accuracy|compile|crash" (POLICYC_INJECT_FAULT); Error naming the valid forms and
+// ops otherwise.
+InjectedFault parseInjectedFault(const std::string& spec);
+// The fault POLICYC_INJECT_FAULT asks for; nullopt when it is unset or empty.
+std::optional<InjectedFault> injectedFaultFromEnv();
+
 struct CppOptions {
   std::string name;               // C identifier prefix of the typed wrapper; empty: the program's name
   std::string target = "native";  // one of cppTargets()
@@ -28,6 +43,9 @@ struct CppOptions {
   double minChunkCost = 131072.0;
   // Test hook: a line inserted verbatim into the generated source (e.g. to provoke a compiler error).
   std::string injectLine;
+  // Fault injection for testing the debugging tools (POLICYC_INJECT_FAULT=<op>:<kind>): every
+  // node of operator `faultOp` (its op-table name, e.g. "relu", "conv") is miscompiled.
+  std::optional<InjectedFault> fault;
 };
 
 struct GeneratedCpp {
@@ -44,6 +62,14 @@ GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const
 // An optimised graph all the way to C++: lowering, fusion, the memory plan, emission. What the
 // backend does not implement is an UnsupportedError "unsupported in backend cpp: node 'x' (op): ...".
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options = {});
+
+// What a driver sees of generateCpp's stages (the debug directory dumps them).
+struct CodegenStages {
+  bool fuse = true;  // false: one kernel per graph node (the nofuse backend)
+  std::function<void(const KernelProgram&)> lowered;                        // before fusion
+  std::function<void(const KernelProgram&, const MemoryPlan&)> planned;     // after fusion and planning
+};
+GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options, const CodegenStages& stages);
 
 // The C++ compiler models are built with: $POLICYC_CXX when set and not empty, else "c++".
 std::string defaultCompiler();

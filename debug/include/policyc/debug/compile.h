@@ -1,0 +1,45 @@
+// The compile driver every compiling command shares: the pass pipeline, lowering, fusion, the
+// memory plan, the C++ backend and the build, each stage dumped into the debug directory.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "policyc/codegen/cpp_backend.h"
+#include "policyc/ir/graph.h"
+#include "policyc/passes/pass_manager.h"
+
+namespace policyc::debug {
+
+// The backends a compiled model can come from; `nofuse` is `cpp` with every fusion pass and
+// kernel fusion off (one kernel per graph node), for narrowing a bug down to fusion.
+bool isCodegenBackend(const std::string& backend);  // cpp | nofuse
+
+struct CompileRequest {
+  std::string modelPath;             // names and hashes the debug directory
+  std::string output;                // OUT.so
+  std::string header;                // also write the C header here (optional)
+  std::string backend = "cpp";       // cpp | nofuse
+  passes::PipelineOptions pipeline;  // the graph passes (noFusion is set for nofuse)
+  codegen::CppOptions cpp;           // fault: POLICYC_INJECT_FAULT unless already set
+  std::string debugDir;              // --debug-dir; empty: POLICYC_DEBUG=1 decides
+  bool optimize = true;              // false: the graph is already optimised
+};
+
+struct CompileResult {
+  std::string so;
+  std::string debugDir;  // where the stages went; empty when debugging is off
+  double seconds = 0;
+  // The kernel that computes each op node's value (by the node's name), for error reports.
+  std::map<std::string, std::string> kernelOfNode;
+};
+
+// Compiles `graph` (imported, or optimised with optimize = false) into request.output. With a
+// debug directory it writes graph_imported.pir, graph_optimized.pir (+ .bin sidecars),
+// passes.log, ir_pre_fusion.txt, ir_post_fusion.txt, output_code.cpp, weights.bin, build.log and
+// compile_times.txt, and says where on stderr. Errors (bad options, an unsupported form, a
+// compiler failure) are policyc::Error; the build leaves no partial .so.
+CompileResult compileGraph(const ir::Graph& graph, const CompileRequest& request);
+
+}  // namespace policyc::debug
