@@ -31,7 +31,8 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
 
   std::optional<DebugDir> dir = DebugDir::select(request.debugDir, request.modelPath, input.name());
   DebugDir* d = dir ? &*dir : nullptr;
-  if (d) fmt::print(stderr, "policyc: writing debug files to {}\n", d->path().string());
+  // POLICYC_DEBUG=1 chose the directory: say where it is (with --debug-dir the user knows).
+  if (d && request.debugDir.empty()) fmt::print(stderr, "policyc: writing debug files to {}\n", d->path().string());
 
   std::unique_ptr<ir::Graph> graph = input.clone();
   if (d) {

@@ -1,4 +1,5 @@
 // Building the generated C++ into a shared object with the system compiler.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -87,7 +88,7 @@ BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& 
     std::error_code ec;
     fs::remove(tmpOut, ec);
     fail("the C++ compiler failed (exit status {}) building '{}': {} -- see the log {} and the generated source {}",
-         status, out.string(), firstErrorLine(log), log.string(), source.string());
+         WIFEXITED(status) ? WEXITSTATUS(status) : status, out.string(), firstErrorLine(log), log.string(), source.string());
   }
   std::error_code ec;
   fs::rename(tmpOut, out, ec);
