@@ -18,6 +18,7 @@
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/memory_plan.h"
+#include "policyc/debug/check.h"
 #include "policyc/debug/compile.h"
 #include "policyc/debug/debug_dir.h"
 #include "policyc/ir/error.h"
@@ -314,6 +315,54 @@ int runThroughCache(const RunOptions& o) {
   return runCompiled(compiled);
 }
 
+struct CheckCliOptions {
+  std::string model;
+  std::string backend = "cpp";
+  std::vector<std::string> inputs;
+  int64_t batch = 1;
+  uint64_t seed = 0;
+  double rtol = 1e-4, atol = 1e-4;
+  int threads = 1;
+  bool perNode = false;
+  std::string target = "native";
+  std::string debugDir;
+  PipelineFlags pipeline;
+};
+
+// `policyc check MODEL`: the compiled model against the interpreter on the same inputs; exit 1
+// when an output does not match.
+int runCheck(const CheckCliOptions& o) {
+  if (o.threads < 1) fail("--threads must be >= 1, got {}", o.threads);
+  if (o.rtol < 0 || o.atol < 0) fail("--rtol and --atol must be >= 0");
+  auto graph = tools::loadModel(o.model);
+  std::vector<ir::Tensor> inputs;
+  if (o.inputs.empty()) {
+    if (o.batch < 0) fail("--batch must be >= 0, got {}", o.batch);
+    inputs = tools::randomInputs(*graph, o.batch, o.seed);
+  } else {
+    inputs = tools::orderInputs(*graph, readNamedInputs(o.inputs));
+  }
+  debug::CheckOptions c;
+  c.rtol = o.rtol;
+  c.atol = o.atol;
+  c.threads = o.threads;
+  c.perNode = o.perNode;
+  c.compile.modelPath = o.model;
+  c.compile.backend = o.backend;
+  c.compile.pipeline = o.pipeline.options();
+  c.compile.cpp.name = "model";
+  c.compile.cpp.target = o.target;
+  c.compile.debugDir = o.debugDir;
+  fmt::print("check {} (backend {}, {}, rtol {}, atol {}, {} thread{})\n", o.model, o.backend,
+             o.inputs.empty() ? fmt::format("random inputs: batch {}, seed {}", o.batch, o.seed) : std::string("given inputs"),
+             o.rtol, o.atol, o.threads, o.threads == 1 ? "" : "s");
+  std::fflush(stdout);
+  debug::CheckReport report = debug::checkModel(*graph, inputs, c);
+  std::string text = debug::formatCheckReport(report, c);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return report.pass && !report.firstDiverging ? 0 : 1;
+}
+
 struct BenchOptions {
   std::string model;
   std::vector<int64_t> batches = {1};
@@ -483,6 +532,21 @@ int main(int argc, char** argv) {
   benchCmd->add_option("--json", bench.json, "also write the rows as JSON here");
   bench.pipeline.addTo(benchCmd);
 
+  CheckCliOptions check;
+  CLI::App* checkCmd = app.add_subcommand("check", "compare the compiled model with the reference interpreter (exit 1 on a mismatch)");
+  checkCmd->add_option("model", check.model, "model file (.onnx or .pir)")->required();
+  checkCmd->add_option("--backend", check.backend, "cpp (default) or nofuse")->check(CLI::IsMember({"cpp", "nofuse"}));
+  checkCmd->add_option("--input", check.inputs, "NAME=FILE.npy, once per model input (default: random inputs)");
+  checkCmd->add_option("--batch", check.batch, "batch size of the random inputs (default 1)");
+  checkCmd->add_option("--seed", check.seed, "seed of the random inputs (default 0)");
+  checkCmd->add_option("--rtol", check.rtol, "relative tolerance (default 1e-4)");
+  checkCmd->add_option("--atol", check.atol, "absolute tolerance (default 1e-4)");
+  checkCmd->add_option("--threads", check.threads, "threads the compiled model runs with");
+  checkCmd->add_flag("--per-node", check.perNode, "expose every intermediate and report the first node that diverges");
+  checkCmd->add_option("--target", check.target, "native | x86-64-v3 | x86-64-v4 | generic");
+  checkCmd->add_option("--debug-dir", check.debugDir, "write every stage of the compile here");
+  check.pipeline.addTo(checkCmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -501,6 +565,7 @@ int main(int argc, char** argv) {
     if (*runCmd) return runRun(run);
     if (*compileCmd) return runCompile(compile);
     if (*benchCmd) return runBench(bench);
+    if (*checkCmd) return runCheck(check);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "policyc: error: {}\n", e.what());

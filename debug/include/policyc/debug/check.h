@@ -1,0 +1,68 @@
+// The accuracy checker: a compiled model against the reference interpreter on the same inputs,
+// per output, and per node to find the first one whose value diverges.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "policyc/debug/compile.h"
+#include "policyc/ir/graph.h"
+#include "policyc/ir/tensor.h"
+#include "policyc/runtime/loader.h"
+
+namespace policyc::debug {
+
+struct CheckOptions {
+  double rtol = 1e-4;
+  double atol = 1e-4;
+  // Where allclose fails, a float output still passes when its RMSE against a float64
+  // interpreter run is at most rmseMultiplier x the fp32 interpreter's own RMSE + atol / 10.
+  double rmseMultiplier = 2.0;
+  int threads = 1;
+  bool perNode = false;        // also find the first diverging node
+  CompileRequest compile;      // backend, passes, target, debug directory; output is chosen here
+};
+
+struct TensorCheck {
+  std::string name;   // output name, or the node's value name
+  std::string type;   // "f32[1,12]"
+  double maxAbs = 0, maxRel = 0;
+  bool allclose = true;
+  std::optional<double> rmse, refRmse;  // when the RMSE rule was consulted
+  bool pass = true;
+  std::string note;   // e.g. "shape [1,12] != [1,13]", "NaN where the reference has 2.5"
+};
+
+struct DivergingNode {
+  std::string node;        // the node's name
+  std::string op;          // its operator
+  std::string provenance;  // names in the source model, comma-separated
+  std::string kernel;      // the kernel that computes it
+  TensorCheck check;
+};
+
+struct CheckReport {
+  std::vector<TensorCheck> outputs;
+  bool pass = true;
+  std::optional<DivergingNode> firstDiverging;  // with perNode, when some node diverges
+  size_t nodesCompared = 0;                     // with perNode
+  std::string so;                               // the compiled model that was checked
+};
+
+// Compiles `graph` (as imported) with options.compile into a temporary directory, runs it and the
+// interpreter on `inputs` and compares every output. Compile errors are policyc::Error.
+CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options);
+
+// Runs a loaded model on tensors in its input order; outputs shaped for the batch the inputs
+// carry (the first input dimension the model declares -1).
+std::vector<ir::Tensor> runModel(const runtime::Model& model, const std::vector<ir::Tensor>& inputs, int threads = 1);
+
+// Compares `got` with the reference `want` under allclose(rtol, atol) (integers and bools exactly,
+// NaN matches NaN); fills maxAbs, maxRel, allclose, pass and note.
+TensorCheck compareTensors(const std::string& name, const ir::Tensor& got, const ir::Tensor& want, double rtol, double atol);
+
+// The report as the CLI prints it.
+std::string formatCheckReport(const CheckReport& report, const CheckOptions& options);
+
+}  // namespace policyc::debug

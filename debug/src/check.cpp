@@ -1,0 +1,221 @@
+// The accuracy checker: allclose per output with Inductor's float64 RMSE fallback, and the
+// per-node search for the first diverging value (every intermediate exposed as an output).
+#include "policyc/debug/check.h"
+
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "policyc/ir/error.h"
+#include "policyc/ir/interpreter.h"
+#include "policyc/ir/text.h"
+
+namespace policyc::debug {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A temporary directory removed when it goes out of scope.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "policyc-check-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) fail("cannot create a temporary directory '{}'", pattern);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string typeStr(const ir::Tensor& t) { return fmt::format("{}[{}]", ir::dtypeName(t.dtype()), fmt::join(t.shape(), ",")); }
+
+double rmse(const ir::Tensor& a, const ir::Tensor& b) {
+  double sum = 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double x = a.getAsDouble(i), y = b.getAsDouble(i);
+    if (std::isnan(x) || std::isnan(y)) continue;
+    sum += (x - y) * (x - y);
+    ++n;
+  }
+  return n ? std::sqrt(sum / static_cast<double>(n)) : 0.0;
+}
+
+// The prefix of the names given to exposed intermediates (never a name an output already has).
+constexpr const char* kExposed = "policyc.node.";
+
+}  // namespace
+
+TensorCheck compareTensors(const std::string& name, const ir::Tensor& got, const ir::Tensor& want, double rtol, double atol) {
+  TensorCheck c;
+  c.name = name;
+  c.type = typeStr(want);
+  if (got.shape() != want.shape()) {
+    c.allclose = c.pass = false;
+    c.note = fmt::format("shape [{}] != reference [{}]", fmt::join(got.shape(), ","), fmt::join(want.shape(), ","));
+    return c;
+  }
+  bool exact = !ir::isFloat(want.dtype());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    double g = got.getAsDouble(i), w = want.getAsDouble(i);
+    if (std::isnan(w) || std::isnan(g)) {
+      if (std::isnan(w) != std::isnan(g) && c.allclose) {
+        c.allclose = false;
+        c.note = fmt::format("element {}: {} where the reference has {}", i, g, w);
+      }
+      continue;
+    }
+    if (g == w) continue;  // also equal infinities
+    double abs = std::abs(g - w);
+    c.maxAbs = std::max(c.maxAbs, abs);
+    if (w != 0) c.maxRel = std::max(c.maxRel, abs / std::abs(w));
+    bool ok = exact ? false : abs <= atol + rtol * std::abs(w);
+    if (!ok && c.allclose) {
+      c.allclose = false;
+      c.note = fmt::format("element {}: {} != reference {}", i, g, w);
+    }
+  }
+  c.pass = c.allclose;
+  return c;
+}
+
+std::vector<ir::Tensor> runModel(const runtime::Model& model, const std::vector<ir::Tensor>& inputs, int threads) {
+  if (inputs.size() != model.inputs().size()) {
+    fail("'{}' takes {} inputs, got {}", model.path(), model.inputs().size(), inputs.size());
+  }
+  int64_t batch = 1;
+  bool found = false;
+  for (size_t i = 0; i < inputs.size() && !found; ++i) {
+    const std::vector<int64_t>& spec = model.inputs()[i].shape;
+    for (size_t d = 0; d < spec.size() && d < inputs[i].shape().size(); ++d) {
+      if (spec[d] == -1) {
+        batch = inputs[i].shape()[d];
+        found = true;
+        break;
+      }
+    }
+  }
+  std::vector<runtime::TensorView> in, out;
+  for (const ir::Tensor& t : inputs) {
+    in.emplace_back(static_cast<policyc_dtype>(t.dtype()), t.shape(), static_cast<const void*>(t.bytes()));
+  }
+  std::vector<ir::Tensor> outputs;
+  for (const runtime::TensorSpec& spec : model.outputs()) outputs.emplace_back(static_cast<ir::DType>(spec.dtype), spec.shapeAt(batch));
+  for (ir::Tensor& t : outputs) out.emplace_back(static_cast<policyc_dtype>(t.dtype()), t.shape(), static_cast<void*>(t.bytes()));
+  model.run(in, out, batch, threads);
+  return outputs;
+}
+
+CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options) {
+  CheckReport report;
+  TempDir tmp;
+  CompileRequest request = options.compile;
+  request.output = (tmp.path / "model.so").string();
+  request.header.clear();
+
+  // With --per-node the graph is optimised here, every op node's value becomes an extra output,
+  // and the backend compiles that graph as it is.
+  std::unique_ptr<ir::Graph> work = graph.clone();
+  size_t numOutputs = graph.outputs().size();
+  if (options.perNode) {
+    passes::PipelineOptions pipeline = request.pipeline;
+    pipeline.noFusion = pipeline.noFusion || request.backend == "nofuse";
+    passes::runPipeline(*work, pipeline);
+    std::vector<std::pair<std::string, ir::Value*>> outs = work->outputs();
+    std::set<const ir::Value*> already;
+    for (const auto& [n, v] : outs) already.insert(v);
+    for (const auto& node : work->nodes()) {
+      if (!node->isOp()) continue;
+      for (size_t i = 0; i < node->numOutputs(); ++i) {
+        ir::Value* v = node->output(i);
+        if (already.insert(v).second) outs.emplace_back(kExposed + v->name(), v);
+      }
+    }
+    work->setOutputs(outs);
+    request.optimize = false;
+  }
+  CompileResult compiled = compileGraph(*work, request);
+  runtime::Model model = runtime::Model::load(compiled.so);
+  std::vector<ir::Tensor> got = runModel(model, inputs, options.threads);
+
+  // The references: the imported graph for the outputs (what the user's model means), the
+  // optimised graph for the intermediates (the nodes the backend compiled).
+  std::vector<ir::Tensor> want = ir::interpret(graph, inputs);
+  std::vector<ir::Tensor> want64;
+  std::vector<std::pair<std::string, ir::Value*>> outs = graph.outputs();
+  for (size_t o = 0; o < numOutputs; ++o) {
+    TensorCheck c = compareTensors(outs[o].first, got[o], want[o], options.rtol, options.atol);
+    if (!c.allclose && c.note.rfind("shape", 0) != 0 && ir::isFloat(want[o].dtype())) {
+      if (want64.empty()) {
+        ir::InterpreterOptions f64;
+        f64.float64 = true;
+        want64 = ir::interpret(graph, inputs, f64);
+      }
+      c.rmse = rmse(got[o], want64[o]);
+      c.refRmse = rmse(want[o], want64[o]);
+      c.pass = *c.rmse <= options.rmseMultiplier * *c.refRmse + options.atol / 10;
+    }
+    report.pass = report.pass && c.pass;
+    report.outputs.push_back(std::move(c));
+  }
+  if (options.perNode) {
+    std::vector<ir::Tensor> ref = ir::interpret(*work, inputs);
+    std::vector<std::pair<std::string, ir::Value*>> exposed = work->outputs();
+    // Topological order: the graph's nodes in order, each value looked up among the outputs.
+    std::map<const ir::Value*, size_t> index;
+    for (size_t i = 0; i < exposed.size(); ++i) index.emplace(exposed[i].second, i);
+    for (const auto& node : work->nodes()) {
+      if (!node->isOp()) continue;
+      for (size_t k = 0; k < node->numOutputs() && !report.firstDiverging; ++k) {
+        size_t i = index.at(node->output(k));
+        ++report.nodesCompared;
+        TensorCheck c = compareTensors(node->output(k)->name(), got[i], ref[i], options.rtol, options.atol);
+        if (c.pass) continue;
+        DivergingNode d;
+        d.node = node->name();
+        d.op = node->info().name;
+        d.provenance = fmt::format("{}", fmt::join(node->provenance(), ", "));
+        auto kernel = compiled.kernelOfNode.find(node->name());
+        d.kernel = kernel == compiled.kernelOfNode.end() ? "(no kernel: a view)" : kernel->second;
+        d.check = std::move(c);
+        report.firstDiverging = std::move(d);
+      }
+      if (report.firstDiverging) break;
+    }
+  }
+  report.so = compiled.so;
+  return report;
+}
+
+std::string formatCheckReport(const CheckReport& report, const CheckOptions& options) {
+  std::string s;
+  for (const TensorCheck& c : report.outputs) {
+    s += fmt::format("  {:<24} {:<16} max abs {:.3g}  max rel {:.3g}  {}", c.name, c.type, c.maxAbs, c.maxRel,
+                     c.pass ? (c.allclose ? "PASS" : "PASS (RMSE)") : "FAIL");
+    if (c.rmse) s += fmt::format("  [rmse vs float64 {:.3g}, fp32 reference's {:.3g}]", *c.rmse, *c.refRmse);
+    if (!c.allclose && !c.note.empty()) s += fmt::format("  ({})", c.note);
+    s += "\n";
+  }
+  if (options.perNode) {
+    if (report.firstDiverging) {
+      const DivergingNode& d = *report.firstDiverging;
+      s += fmt::format("first diverging node (of {} compared in order): %{} ({}){} in kernel {}: max abs {:.3g}, max rel {:.3g}{}\n",
+                       report.nodesCompared, ir::formatName(d.node), d.op,
+                       d.provenance.empty() ? "" : fmt::format(" from \"{}\"", d.provenance), d.kernel, d.check.maxAbs,
+                       d.check.maxRel, d.check.note.empty() ? "" : fmt::format(" ({})", d.check.note));
+    } else {
+      s += fmt::format("every node matches ({} compared)\n", report.nodesCompared);
+    }
+  }
+  s += report.pass ? "PASS\n" : "FAIL\n";
+  return s;
+}
+
+}  // namespace policyc::debug
