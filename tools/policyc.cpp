@@ -21,6 +21,7 @@
 #include "policyc/debug/check.h"
 #include "policyc/debug/compile.h"
 #include "policyc/debug/debug_dir.h"
+#include "policyc/debug/minify.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
@@ -363,6 +364,51 @@ int runCheck(const CheckCliOptions& o) {
   return report.pass && !report.firstDiverging ? 0 : 1;
 }
 
+struct MinifyCliOptions {
+  std::string model;
+  std::string failure;
+  std::string backend = "cpp";
+  std::string match;
+  std::string outDir;
+  std::vector<std::string> inputs;
+  int64_t batch = 1;
+  uint64_t seed = 0;
+  double rtol = 1e-4, atol = 1e-4;
+  double timeout = 60;
+};
+
+// `policyc minify MODEL --failure KIND -o DIR`: the fewest nodes that still fail that way.
+int runMinify(const MinifyCliOptions& o) {
+  debug::MinifyOptions m;
+  m.failure = debug::parseFailureKind(o.failure);
+  m.backend = o.backend;
+  m.match = o.match;
+  m.outDir = o.outDir;
+  m.rtol = o.rtol;
+  m.atol = o.atol;
+  m.timeoutSeconds = o.timeout;
+  if (o.timeout <= 0) fail("--timeout must be > 0, got {}", o.timeout);
+  std::error_code ec;
+  m.policyc = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) fail("cannot find the policyc executable: {}", ec.message());
+  m.progress = [](const std::string& line) {
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+  };
+  auto graph = tools::loadModel(o.model);
+  std::vector<ir::Tensor> inputs;
+  if (o.inputs.empty()) {
+    if (o.batch < 1) fail("--batch must be >= 1, got {}", o.batch);
+    inputs = tools::randomInputs(*graph, o.batch, o.seed);
+  } else {
+    inputs = tools::orderInputs(*graph, readNamedInputs(o.inputs));
+  }
+  debug::MinifyResult r = debug::minify(*graph, inputs, m);
+  if (!r.reproduced) return 0;
+  fmt::print("wrote {0}/repro.pir, {0}/inputs/, {0}/repro.sh\n", o.outDir);
+  return 0;
+}
+
 struct BenchOptions {
   std::string model;
   std::vector<int64_t> batches = {1};
@@ -532,6 +578,20 @@ int main(int argc, char** argv) {
   benchCmd->add_option("--json", bench.json, "also write the rows as JSON here");
   bench.pipeline.addTo(benchCmd);
 
+  MinifyCliOptions minify;
+  CLI::App* minifyCmd = app.add_subcommand("minify", "shrink a failing model to the few nodes that still fail the same way");
+  minifyCmd->add_option("model", minify.model, "model file (.onnx or .pir)")->required();
+  minifyCmd->add_option("--failure", minify.failure, "accuracy | compile | crash")->required();
+  minifyCmd->add_option("-o,--output-dir", minify.outDir, "write repro.pir, inputs/*.npy and repro.sh here")->required();
+  minifyCmd->add_option("--backend", minify.backend, "cpp (default) or nofuse")->check(CLI::IsMember({"cpp", "nofuse"}));
+  minifyCmd->add_option("--match", minify.match, "the failure's output must contain this text too");
+  minifyCmd->add_option("--input", minify.inputs, "NAME=FILE.npy, once per model input (default: random inputs)");
+  minifyCmd->add_option("--batch", minify.batch, "batch size of the random inputs (default 1)");
+  minifyCmd->add_option("--seed", minify.seed, "seed of the random inputs (default 0)");
+  minifyCmd->add_option("--rtol", minify.rtol, "relative tolerance of the accuracy check (default 1e-4)");
+  minifyCmd->add_option("--atol", minify.atol, "absolute tolerance of the accuracy check (default 1e-4)");
+  minifyCmd->add_option("--timeout", minify.timeout, "seconds a candidate may run before it counts as a hang (default 60)");
+
   CheckCliOptions check;
   CLI::App* checkCmd = app.add_subcommand("check", "compare the compiled model with the reference interpreter (exit 1 on a mismatch)");
   checkCmd->add_option("model", check.model, "model file (.onnx or .pir)")->required();
@@ -566,6 +626,7 @@ int main(int argc, char** argv) {
     if (*compileCmd) return runCompile(compile);
     if (*benchCmd) return runBench(bench);
     if (*checkCmd) return runCheck(check);
+    if (*minifyCmd) return runMinify(minify);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "policyc: error: {}\n", e.what());

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -37,6 +38,35 @@ std::string firstErrorLine(const fs::path& log) {
     if (line.find("error") != std::string::npos) return line;
   }
   return first.empty() ? "(the log is empty)" : first;
+}
+
+// For an error at "output_code.cpp:LINE:...", the kernel whose function holds that line and the
+// graph nodes its header comment names: " (in kernel K: %a (conv), %b (relu))"; "" otherwise.
+std::string kernelAt(const std::string& source, const std::string& errorLine) {
+  size_t at = errorLine.find("output_code.cpp:");
+  if (at == std::string::npos) return "";
+  long line = std::strtol(errorLine.c_str() + at + 16, nullptr, 10);
+  if (line <= 0) return "";
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (long i = 0; i < line && start <= source.size(); ++i) {
+    size_t end = source.find('\n', start);
+    lines.push_back(source.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  for (size_t i = lines.size(); i-- > 0;) {
+    if (lines[i].rfind("// kernel ", 0) != 0) continue;
+    std::string name = lines[i].substr(10, lines[i].find(' ', 10) - 10);
+    std::vector<std::string> nodes;
+    for (size_t j = i + 1; j < lines.size() && lines[j].rfind("//   %", 0) == 0; ++j) {
+      std::string n = lines[j].substr(5);
+      size_t from = n.find(" from \"");
+      nodes.push_back(from == std::string::npos ? n : n.substr(0, from));
+    }
+    return fmt::format(" (in kernel {}: {})", name, fmt::join(nodes, ", "));
+  }
+  return "";
 }
 
 }  // namespace
@@ -87,8 +117,10 @@ BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& 
   if (status != 0) {
     std::error_code ec;
     fs::remove(tmpOut, ec);
-    fail("the C++ compiler failed (exit status {}) building '{}': {} -- see the log {} and the generated source {}",
-         WIFEXITED(status) ? WEXITSTATUS(status) : status, out.string(), firstErrorLine(log), log.string(), source.string());
+    std::string error = firstErrorLine(log);
+    fail("the C++ compiler failed (exit status {}) building '{}': {}{} -- see the log {} and the generated source {}",
+         WIFEXITED(status) ? WEXITSTATUS(status) : status, out.string(), error, kernelAt(generated.source, error),
+         log.string(), source.string());
   }
   std::error_code ec;
   fs::rename(tmpOut, out, ec);
