@@ -293,7 +293,7 @@ class Minifier {
     std::error_code ec;
     fs::remove_all(dir / "inputs", ec);
     std::string cmd = write(c, dir);
-    std::string script = "#!/bin/sh\n# policyc minify: " + std::to_string(best_.size()) + " nodes that show the " +
+    std::string script = "#!/bin/sh\n# policyc minify: " + std::to_string(best_.size()) + (best_.size() == 1 ? " node that shows" : " nodes that show") + " the " +
                          failureKindName(o_.failure) + " failure\n";
     if (const char* fault = std::getenv("POLICYC_INJECT_FAULT"); fault && *fault) {
       script += "export POLICYC_INJECT_FAULT=" + shellQuote(fault) + "\n";
