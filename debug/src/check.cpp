@@ -2,8 +2,6 @@
 // per-node search for the first diverging value (every intermediate exposed as an output).
 #include "policyc/debug/check.h"
 
-#include <stdlib.h>
-
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -13,26 +11,13 @@
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
+#include "temp_dir.h"
 
 namespace policyc::debug {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// A temporary directory removed when it goes out of scope.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "policyc-check-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) fail("cannot create a temporary directory '{}'", pattern);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::string typeStr(const ir::Tensor& t) { return fmt::format("{}[{}]", ir::dtypeName(t.dtype()), fmt::join(t.shape(), ",")); }
 
@@ -115,7 +100,7 @@ std::vector<ir::Tensor> runModel(const runtime::Model& model, const std::vector<
 
 CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options) {
   CheckReport report;
-  TempDir tmp;
+  TempDir tmp("policyc-check");
   CompileRequest request = options.compile;
   request.output = (tmp.path / "model.so").string();
   request.header.clear();

@@ -26,6 +26,7 @@
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
 #include "policyc/runtime/npy.h"
+#include "temp_dir.h"
 
 extern char** environ;
 
@@ -102,13 +103,6 @@ class Minifier {
     for (const auto& node : g.nodes()) {
       if (node->isOp()) ops_.push_back(node.get());
     }
-    std::string pattern = (fs::temp_directory_path() / "policyc-minify-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) fail("cannot create a temporary directory '{}'", pattern);
-    scratch_ = pattern;
-  }
-  ~Minifier() {
-    std::error_code ec;
-    fs::remove_all(scratch_, ec);
   }
 
   MinifyResult run() {
@@ -358,7 +352,8 @@ class Minifier {
   std::vector<const ir::Node*> ops_;  // op nodes in topological order
   std::vector<size_t> best_;
   size_t tried_ = 0;
-  fs::path scratch_;
+  TempDir scratchDir_{"policyc-minify"};
+  const fs::path& scratch_ = scratchDir_.path;
 };
 
 }  // namespace
