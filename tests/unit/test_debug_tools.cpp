@@ -24,18 +24,24 @@ struct Outcome {
   std::string output;  // stdout and stderr
 };
 
+// This process's directory for outputs and for the temporary files of the commands it runs (a
+// crashing `check` cannot clean up after itself), removed at exit.
 fs::path scratch() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("policyc_test_debug_tools_" + std::to_string(getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  struct Dir {
+    fs::path path = fs::temp_directory_path() / ("policyc_test_debug_tools_" + std::to_string(getpid()));
+    Dir() { fs::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  return dir.path;
 }
 
 Outcome sh(const std::string& command) {
   fs::path log = scratch() / "out.txt";
-  std::string cmd = command + " > '" + log.string() + "' 2>&1";
+  std::string cmd = "TMPDIR='" + scratch().string() + "' " + command + " > '" + log.string() + "' 2>&1";
   int status = std::system(cmd.c_str());
   Outcome o;
   if (WIFEXITED(status)) o.exitCode = WEXITSTATUS(status);
