@@ -2,7 +2,13 @@
 // per-node search for the first diverging value (every intermediate exposed as an output).
 #include "policyc/debug/check.h"
 
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -35,6 +41,53 @@ double rmse(const ir::Tensor& a, const ir::Tensor& b) {
 
 // The prefix of the names given to exposed intermediates (never a name an output already has).
 constexpr const char* kExposed = "policyc.node.";
+
+// What the crash handler of the child process needs: the model's running-kernel query and the pipe.
+const char* (*gRunningKernel)() = nullptr;
+int gCrashPipe = -1;
+
+void onCrash(int sig) {
+  const char* name = gRunningKernel ? gRunningKernel() : "";
+  ssize_t ignored = write(gCrashPipe, name, strlen(name));
+  (void)ignored;
+  _exit(128 + sig);
+}
+
+// Runs the model once in a forked child. Empty when it finished; otherwise the signal that
+// killed it and the kernel it was in ("" if unknown), as "signal 4 (Illegal instruction)".
+std::pair<std::string, std::string> crashProbe(const runtime::Model& model, const std::vector<ir::Tensor>& inputs,
+                                               int threads) {
+  void* handle = dlopen(model.path().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  gRunningKernel = handle ? reinterpret_cast<const char* (*)()>(dlsym(handle, "policyc_debug_running_kernel")) : nullptr;
+  int fds[2];
+  if (pipe(fds) != 0) fail("cannot create a pipe for the crash probe");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) fail("cannot fork the crash probe");
+  if (pid == 0) {
+    close(fds[0]);
+    gCrashPipe = fds[1];
+    for (int sig : {SIGILL, SIGSEGV, SIGBUS, SIGFPE, SIGTRAP, SIGABRT}) signal(sig, onCrash);
+    try {
+      runModel(model, inputs, threads);
+    } catch (...) {
+      _exit(0);  // an error, not a crash: the parent's own run reports it
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string kernel;
+  char buf[256];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) kernel.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  if (handle) dlclose(handle);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : (WIFEXITED(status) && WEXITSTATUS(status) > 128 ? WEXITSTATUS(status) - 128 : 0);
+  if (sig == 0) return {"", ""};
+  return {fmt::format("signal {} ({})", sig, strsignal(sig)), kernel};
+}
 
 }  // namespace
 
@@ -128,6 +181,29 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
   }
   CompileResult compiled = compileGraph(*work, request);
   runtime::Model model = runtime::Model::load(compiled.so);
+  report.so = compiled.so;
+  if (options.perNode) {
+    auto [crash, kernel] = crashProbe(model, inputs, options.threads);
+    if (!crash.empty()) {
+      report.pass = false;
+      report.crash = kernel.empty() ? crash : fmt::format("{} in kernel {}", crash, kernel);
+      // The crashing kernel's nodes, in graph order; the first stands for the kernel.
+      for (const auto& node : work->nodes()) {
+        auto k = compiled.kernelOfNode.find(node->name());
+        if (!node->isOp() || k == compiled.kernelOfNode.end() || k->second != kernel) continue;
+        if (!report.firstDiverging) {
+          DivergingNode d;
+          d.node = node->name();
+          d.op = node->info().name;
+          d.provenance = fmt::format("{}", fmt::join(node->provenance(), ", "));
+          d.kernel = kernel;
+          report.firstDiverging = std::move(d);
+        }
+        report.firstDiverging->kernelNodes.push_back(fmt::format("%{} ({})", ir::formatName(node->name()), node->info().name));
+      }
+      return report;
+    }
+  }
   std::vector<ir::Tensor> got = runModel(model, inputs, options.threads);
 
   // The references: the imported graph for the outputs (what the user's model means), the
@@ -175,7 +251,6 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
       if (report.firstDiverging) break;
     }
   }
-  report.so = compiled.so;
   return report;
 }
 
@@ -187,6 +262,11 @@ std::string formatCheckReport(const CheckReport& report, const CheckOptions& opt
     if (c.rmse) s += fmt::format("  [rmse vs float64 {:.3g}, fp32 reference's {:.3g}]", *c.rmse, *c.refRmse);
     if (!c.allclose && !c.note.empty()) s += fmt::format("  ({})", c.note);
     s += "\n";
+  }
+  if (!report.crash.empty()) {
+    s += fmt::format("the compiled model crashed: {}", report.crash);
+    if (report.firstDiverging) s += fmt::format(", which computes {}", fmt::join(report.firstDiverging->kernelNodes, ", "));
+    return s + "\nFAIL\n";
   }
   if (options.perNode) {
     if (report.firstDiverging) {

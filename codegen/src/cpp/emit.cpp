@@ -1348,6 +1348,13 @@ class Emitter {
     s += "  return static_cast<size_t>(kStaticBytes + kPerBatchBytes * (batch < 0 ? 0 : batch));\n}\n\n";
     s += "// With threads > 1 each large kernel is split into chunks of whole units (see pc::parallelFor);\n"
          "// the kernels still run one after another.\n";
+    // Which kernel a run is in: `policyc check --per-node` reads it from a signal handler when the
+    // model crashes (one relaxed store per kernel; concurrent runs may overwrite each other's).
+    std::vector<std::string> names;
+    for (const Kernel& k : p_.kernels) names.push_back(fmt::format("\"{}\"", k.name));
+    if (names.empty()) names.push_back("\"\"");
+    s += fmt::format("static const char* const pc_kernel_names[] = {{{}}};\n", fmt::join(names, ", "));
+    s += "static int pc_running_kernel = -1;\n\n";
     s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n";
     s += "  if (batch < 0 || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
     s += "  if (batch == 0) return POLICYC_OK;\n";
@@ -1370,6 +1377,7 @@ class Emitter {
     s += "  unsigned char* ws = static_cast<unsigned char*>(workspace);\n";
     for (size_t i = 0; i < p_.kernels.size(); ++i) {
       const Split& sp = splits_.at(i);
+      s += fmt::format("  __atomic_store_n(&pc_running_kernel, {}, __ATOMIC_RELAXED);\n", i);
       if (sp.units == "1") {
         s += fmt::format("  {}(inputs, outputs, batch, ws, 0, 1);\n", p_.kernels[i].name);
       } else {
@@ -1383,6 +1391,10 @@ class Emitter {
     s += fmt::format("  {}, pc_inputs, {}, pc_outputs, pc_workspace_bytes, pc_run}};\n\n", ins.size(), outs.size());
     s += "#define PC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
     s += "PC_EXPORT const policyc_model* policyc_model_descriptor(void) { return &pc_model; }\n";
+    s += "// Debugging aid, not part of the ABI: the kernel the last run entered (\"\" before any).\n";
+    s += "PC_EXPORT const char* policyc_debug_running_kernel(void) {\n"
+         "  const int k = __atomic_load_n(&pc_running_kernel, __ATOMIC_RELAXED);\n"
+         "  return k < 0 ? \"\" : pc_kernel_names[k];\n}\n";
     s += fmt::format("PC_EXPORT const policyc_model* {}_descriptor(void) {{ return &pc_model; }}\n", name);
     // The typed wrappers.
     std::string params, ptrsIn, ptrsOut;

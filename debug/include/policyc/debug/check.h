@@ -39,6 +39,7 @@ struct DivergingNode {
   std::string op;          // its operator
   std::string provenance;  // names in the source model, comma-separated
   std::string kernel;      // the kernel that computes it
+  std::vector<std::string> kernelNodes;  // every node that kernel computes ("%name (op)")
   TensorCheck check;
 };
 
@@ -47,11 +48,14 @@ struct CheckReport {
   bool pass = true;
   std::optional<DivergingNode> firstDiverging;  // with perNode, when some node diverges
   size_t nodesCompared = 0;                     // with perNode
+  std::string crash;  // with perNode: "signal 4 (Illegal instruction) in kernel relu_2" when the model crashed
   std::string so;                               // the compiled model that was checked
 };
 
 // Compiles `graph` (as imported) with options.compile into a temporary directory, runs it and the
-// interpreter on `inputs` and compares every output. Compile errors are policyc::Error.
+// interpreter on `inputs` and compares every output. Compile errors are policyc::Error. With
+// perNode the model first runs in a child process: a crash is reported (report.crash, and the
+// crashing kernel's first node as firstDiverging) instead of taking the checker down.
 CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options);
 
 // Runs a loaded model on tensors in its input order; outputs shaped for the batch the inputs
