@@ -263,48 +263,18 @@ int runCompile(const CompileOptions& o) {
   return 0;
 }
 
-// Where `run --backend cpp` keeps compiled models: $POLICYC_CACHE_DIR, else ~/.cache/policyc.
-std::filesystem::path cacheDir() {
-  if (const char* dir = std::getenv("POLICYC_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "policyc";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache" / "policyc";
-  return std::filesystem::temp_directory_path() / "policyc-cache";
-}
-
-// The compiled form of `model` in the cache, compiled there unless an identical compile is
-// there — the key covers the model's bytes (and a .pir's sidecar), the pass options, the target
-// and the policyc binary itself, so a changed model or a rebuilt compiler never hits a stale .so.
-// With a debug directory (--debug-dir or POLICYC_DEBUG=1) it always compiles, so that the
-// directory is filled. POLICYC_INJECT_FAULT is part of the key.
+// The cached compile of `model` (debug::compileCached), keyed also by this policyc binary.
 std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const std::string& target,
                           const std::string& backend = "cpp", const std::string& debugDir = "") {
-  const char* fault = std::getenv("POLICYC_INJECT_FAULT");
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", debug::fileHash(model), debug::fileHash(model + ".bin"),
-                                pipeline.passes, fmt::join(pipeline.disabled, ","), target, backend,
-                                fault ? fault : "", debug::fileHash("/proc/self/exe"));
-  if (debug::fileHash(model).empty()) fail("cannot read '{}': no such file or not readable", model);
-  uint64_t h = 14695981039346656037ull;
-  for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  std::filesystem::path dir = cacheDir();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) fail("cannot create the cache directory '{}': {}", dir.string(), ec.message());
-  std::filesystem::path so = dir / fmt::format("{}-{:016x}.so", std::filesystem::path(model).stem().string(), h);
-  const char* debugEnv = std::getenv("POLICYC_DEBUG");
-  bool debugging = !debugDir.empty() || (debugEnv && *debugEnv && std::string_view(debugEnv) != "0");
-  if (debugging || !std::filesystem::exists(so)) {
-    CompileOptions c;
-    c.model = model;
-    c.output = so.string();
-    c.name = "model";
-    c.target = target;
-    c.backend = backend;
-    c.debugDir = debugDir;
-    c.pipeline = pipeline;
-    compileModel(c);
-    fmt::print(stderr, "compiled {} into the cache: {}\n", model, so.string());
-  }
-  return so.string();
+  debug::CompileRequest request;
+  request.modelPath = model;
+  request.backend = backend;
+  request.pipeline = pipeline.options();
+  request.cpp.name = "model";
+  request.cpp.target = target;
+  request.debugDir = debugDir;
+  codegen::marchFlag(target);  // an unknown target fails before any work
+  return debug::compileCached(request, debug::fileHash("/proc/self/exe"), [&] { return tools::loadModel(model); });
 }
 
 // `policyc run MODEL --backend cpp`: the cached compile, run through the loader.

@@ -3,6 +3,7 @@
 #include "policyc/debug/compile.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,40 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   out.so = request.output;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+fs::path cacheDir() {
+  if (const char* dir = std::getenv("POLICYC_CACHE_DIR"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "policyc";
+  if (const char* home = std::getenv("HOME"); home && *home) return fs::path(home) / ".cache" / "policyc";
+  return fs::temp_directory_path() / "policyc-cache";
+}
+
+std::string compileCached(CompileRequest request, const std::string& compilerId,
+                          const std::function<std::unique_ptr<ir::Graph>()>& load) {
+  const std::string& model = request.modelPath;
+  if (fileHash(model).empty()) fail("cannot read '{}': no such file or not readable", model);
+  const passes::PipelineOptions& p = request.pipeline;
+  const char* fault = std::getenv("POLICYC_INJECT_FAULT");
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", fileHash(model), fileHash(model + ".bin"),
+                                p.passes ? fmt::format("{}", fmt::join(*p.passes, ",")) : "default",
+                                fmt::join(p.disabled, ","), request.backend, request.cpp.target, request.cpp.name,
+                                fault ? fault : "", compilerId);
+  uint64_t h = 14695981039346656037ull;
+  for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  fs::path dir = cacheDir();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create the cache directory '{}': {}", dir.string(), ec.message());
+  fs::path so = dir / fmt::format("{}-{:016x}.so", fs::path(model).stem().string(), h);
+  const char* debugEnv = std::getenv("POLICYC_DEBUG");
+  bool debugging = !request.debugDir.empty() || (debugEnv && *debugEnv && std::string_view(debugEnv) != "0");
+  if (debugging || !fs::exists(so)) {
+    request.output = so.string();
+    compileGraph(*load(), request);
+    fmt::print(stderr, "compiled {} into the cache: {}\n", model, so.string());
+  }
+  return so.string();
 }
 
 }  // namespace policyc::debug

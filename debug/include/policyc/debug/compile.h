@@ -2,7 +2,10 @@
 // memory plan, the C++ backend and the build, each stage dumped into the debug directory.
 #pragma once
 
+#include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -41,5 +44,18 @@ struct CompileResult {
 // compile_times.txt, and says where on stderr. Errors (bad options, an unsupported form, a
 // compiler failure) are policyc::Error; the build leaves no partial .so.
 CompileResult compileGraph(const ir::Graph& graph, const CompileRequest& request);
+
+// Where compiled models are cached: $POLICYC_CACHE_DIR, else $XDG_CACHE_HOME/policyc, else
+// ~/.cache/policyc.
+std::filesystem::path cacheDir();
+
+// The compiled form of request.modelPath in the cache, compiled there (with `load` giving the
+// graph) unless an identical compile is there. The key covers the model's bytes (and a .pir's
+// sidecar), the pass options, backend, target, POLICYC_INJECT_FAULT and `compilerId` (a hash of
+// the compiler's own binary), so a changed model or a rebuilt compiler never hits a stale .so.
+// With a debug directory (request.debugDir or POLICYC_DEBUG=1) it always compiles, to fill it.
+// request.output is ignored.
+std::string compileCached(CompileRequest request, const std::string& compilerId,
+                          const std::function<std::unique_ptr<ir::Graph>()>& load);
 
 }  // namespace policyc::debug
