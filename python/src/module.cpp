@@ -1,0 +1,238 @@
+// The Python binding (_policyc): compile or load a model and call it on numpy arrays, with the GIL
+// released while the model runs. policyc/__init__.py adds from_torch and re-exports this.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <span>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "model_io.h"
+#include "policyc/codegen/cpp_backend.h"
+#include "policyc/debug/compile.h"
+#include "policyc/debug/debug_dir.h"
+#include "policyc/ir/error.h"
+#include "policyc/runtime/loader.h"
+
+namespace py = pybind11;
+using namespace policyc;
+
+namespace {
+
+// numpy's name of a policyc dtype.
+const char* numpyDType(policyc_dtype d) {
+  switch (d) {
+    case POLICYC_F32: return "float32";
+    case POLICYC_F64: return "float64";
+    case POLICYC_I32: return "int32";
+    case POLICYC_I64: return "int64";
+    case POLICYC_U8: return "uint8";
+    case POLICYC_I8: return "int8";
+    case POLICYC_BOOL: return "bool";
+  }
+  return "?";
+}
+
+// This module's own file, for the cache key: a rebuilt binding never reuses an old compile.
+std::string moduleId() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&moduleId), &info) && info.dli_fname) return debug::fileHash(info.dli_fname);
+  return "unknown";
+}
+
+class Policy {
+ public:
+  Policy(runtime::Model model, int threads) : model_(std::move(model)), threads_(threads) {
+    if (threads < 1) throw py::value_error("threads must be >= 1, got " + std::to_string(threads));
+  }
+
+  // Inputs by position and by name, in the model's order; outputs as a tuple or dict.
+  py::tuple call(const py::args& args, const py::kwargs& kwargs) {
+    std::vector<py::array> outs = run(args, kwargs);
+    py::tuple t(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) t[i] = outs[i];
+    return t;
+  }
+  py::dict callDict(const py::args& args, const py::kwargs& kwargs) {
+    std::vector<py::array> outs = run(args, kwargs);
+    py::dict d;
+    for (size_t i = 0; i < outs.size(); ++i) d[py::str(model_.outputs()[i].name)] = outs[i];
+    return d;
+  }
+
+  py::list describe(const std::vector<runtime::TensorSpec>& specs) const {
+    py::list l;
+    for (const runtime::TensorSpec& s : specs) {
+      py::list shape;
+      for (int64_t d : s.shape) shape.append(d == -1 ? py::object(py::none()) : py::object(py::int_(d)));
+      py::dict e;
+      e["name"] = s.name;
+      e["dtype"] = numpyDType(s.dtype);
+      e["shape"] = py::tuple(shape);
+      l.append(e);
+    }
+    return l;
+  }
+  py::list inputs() const { return describe(model_.inputs()); }
+  py::list outputs() const { return describe(model_.outputs()); }
+  const std::string& name() const { return model_.name(); }
+  const std::string& path() const { return model_.path(); }
+  int threads() const { return threads_; }
+  void setThreads(int t) {
+    if (t < 1) throw py::value_error("threads must be >= 1, got " + std::to_string(t));
+    threads_ = t;
+  }
+
+  // Median nanoseconds of `calls` runs of the C ABI itself on these inputs (no Python, no checks):
+  // the baseline the binding's own overhead is measured against.
+  double abiCallNs(const py::tuple& inputs, int calls) {
+    Call c = prepare(inputs, py::dict());
+    std::vector<const void*> ip;
+    std::vector<void*> op;
+    for (const auto& v : c.in) ip.push_back(v.data);
+    for (const auto& v : c.out) op.push_back(v.data);
+    size_t bytes = (model_.workspaceBytes(c.batch) + 63) / 64 * 64;
+    std::unique_ptr<void, decltype(&std::free)> ws(bytes ? std::aligned_alloc(64, bytes) : nullptr, &std::free);
+    std::vector<double> ns;
+    py::gil_scoped_release release;
+    for (int i = 0; i < calls; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      model_.runUnchecked(ip.data(), op.data(), c.batch, ws.get(), threads_);
+      ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ns.begin(), ns.end());
+    return ns.empty() ? 0.0 : ns[ns.size() / 2];
+  }
+
+ private:
+  // Everything one call needs, owned by the call: two Python threads may call one Policy at once
+  // (the GIL is released while the model runs).
+  struct Call {
+    std::vector<py::array> inputs, outputs;
+    std::deque<std::vector<int64_t>> shapes;  // the views point into these
+    std::vector<runtime::TensorView> in, out;
+    int64_t batch = 1;
+  };
+
+  // Checks the arguments against the signature; the views use the input arrays without a copy
+  // when they are C-contiguous (else one contiguous copy); the outputs are new arrays.
+  Call prepare(const py::tuple& args, const py::dict& kwargs) {
+    const auto& specs = model_.inputs();
+    if (args.size() > specs.size()) {
+      throw py::value_error(model_.name() + " takes " + std::to_string(specs.size()) + " inputs, got " + std::to_string(args.size()));
+    }
+    std::vector<py::object> given(specs.size());
+    for (size_t i = 0; i < args.size(); ++i) given[i] = args[i];
+    for (const auto& [k, v] : kwargs) {
+      std::string key = py::str(k);
+      auto it = std::find_if(specs.begin(), specs.end(), [&](const runtime::TensorSpec& s) { return s.name == key; });
+      if (it == specs.end()) {
+        std::string names;
+        for (const auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
+        throw py::value_error("unknown input '" + key + "' (the model's inputs: " + names + ")");
+      }
+      size_t i = static_cast<size_t>(it - specs.begin());
+      if (given[i]) throw py::value_error("input '" + key + "' is given twice");
+      given[i] = py::reinterpret_borrow<py::object>(v);
+    }
+    Call c;
+    int64_t batch = -1;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (!given[i]) throw py::value_error("missing input '" + specs[i].name + "'");
+      py::array a = py::array::ensure(given[i]);
+      if (!a) throw py::value_error("input '" + specs[i].name + "' is not an array");
+      std::string want = numpyDType(specs[i].dtype);
+      std::string got = py::str(a.dtype());
+      if (got != want) throw py::value_error("input '" + specs[i].name + "': expected dtype " + want + ", got " + got);
+      if (!(a.flags() & py::array::c_style)) a = py::array::ensure(a, py::array::c_style);
+      c.inputs.push_back(a);
+      c.shapes.emplace_back(a.shape(), a.shape() + a.ndim());
+      const std::vector<int64_t>& shape = c.shapes.back();
+      for (size_t d = 0; d < specs[i].shape.size() && d < shape.size(); ++d) {
+        if (specs[i].shape[d] == -1 && batch < 0) batch = shape[d];
+      }
+      c.in.emplace_back(specs[i].dtype, std::span<const int64_t>(shape), static_cast<const void*>(a.data()));
+    }
+    c.batch = batch < 0 ? 1 : batch;
+    for (const runtime::TensorSpec& s : model_.outputs()) {
+      c.shapes.push_back(s.shapeAt(c.batch));
+      const std::vector<int64_t>& shape = c.shapes.back();
+      c.outputs.emplace_back(py::dtype(numpyDType(s.dtype)), std::vector<py::ssize_t>(shape.begin(), shape.end()));
+      c.out.emplace_back(s.dtype, std::span<const int64_t>(shape), c.outputs.back().mutable_data());
+    }
+    return c;
+  }
+
+  std::vector<py::array> run(const py::tuple& args, const py::dict& kwargs) {
+    Call c = prepare(args, kwargs);
+    {
+      py::gil_scoped_release release;
+      model_.run(c.in, c.out, c.batch, threads_);  // ModelError (shapes) becomes ValueError
+    }
+    return std::move(c.outputs);
+  }
+
+  runtime::Model model_;
+  int threads_;
+};
+
+std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::string& backend, const std::string& mode,
+                                      const std::string& target, int threads, const std::optional<std::string>& debugDir) {
+  if (backend != "cpp" && backend != "nofuse") throw py::value_error("backend must be 'cpp' or 'nofuse', got '" + backend + "'");
+  if (mode != "default") throw py::value_error("mode must be 'default', got '" + mode + "'");
+  debug::CompileRequest request;
+  request.modelPath = path;
+  request.backend = backend;
+  request.cpp.name = "model";
+  request.cpp.target = target;
+  request.debugDir = debugDir.value_or("");
+  std::string so;
+  {
+    py::gil_scoped_release release;
+    codegen::marchFlag(target);
+    so = debug::compileCached(request, moduleId(), [&] { return tools::loadModel(path); });
+  }
+  return std::make_unique<Policy>(runtime::Model::load(so), threads);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_policyc, m) {
+  m.doc() = "policyc: compiled RL policies callable on numpy arrays";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const runtime::ModelError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+  py::class_<Policy>(m, "Policy")
+      .def("__call__", &Policy::call, "run the model: inputs by position or name; the outputs as a tuple of arrays")
+      .def("run_dict", &Policy::callDict, "run the model; the outputs as a dict by name")
+      .def_property_readonly("inputs", &Policy::inputs, "[{'name', 'dtype', 'shape' (None: batch)}] of the inputs")
+      .def_property_readonly("outputs", &Policy::outputs, "the same for the outputs")
+      .def_property_readonly("name", &Policy::name)
+      .def_property_readonly("path", &Policy::path, "the compiled .so")
+      .def_property("threads", &Policy::threads, &Policy::setThreads, "threads each call uses")
+      .def("_abi_call_ns", &Policy::abiCallNs, py::arg("inputs"), py::arg("calls") = 10000,
+           "median ns of the C ABI run itself on these inputs (for measuring the binding's overhead)")
+      .def("__repr__", [](const Policy& p) { return "<policyc.Policy " + p.name() + " from " + p.path() + ">"; });
+  m.def("compile", &compilePolicy, py::arg("path"), py::arg("backend") = "cpp", py::arg("mode") = "default",
+        py::arg("target") = "native", py::arg("threads") = 1, py::arg("debug_dir") = py::none(),
+        "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it");
+  m.def(
+      "load", [](const std::string& so, int threads) { return std::make_unique<Policy>(runtime::Model::load(so), threads); },
+      py::arg("path"), py::arg("threads") = 1, "load a compiled model (.so)");
+}
