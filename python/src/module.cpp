@@ -54,6 +54,9 @@ class Policy {
  public:
   Policy(runtime::Model model, int threads) : model_(std::move(model)), threads_(threads) {
     if (threads < 1) throw py::value_error("threads must be >= 1, got " + std::to_string(threads));
+    // numpy dtypes made once: a call compares type numbers instead of building strings.
+    for (const runtime::TensorSpec& s : model_.inputs()) inDTypes_.push_back(py::dtype(numpyDType(s.dtype)));
+    for (const runtime::TensorSpec& s : model_.outputs()) outDTypes_.push_back(py::dtype(numpyDType(s.dtype)));
   }
 
   // Inputs by position and by name, in the model's order; outputs as a tuple or dict.
@@ -91,6 +94,13 @@ class Policy {
   void setThreads(int t) {
     if (t < 1) throw py::value_error("threads must be >= 1, got " + std::to_string(t));
     threads_ = t;
+  }
+
+  std::vector<uintptr_t> inputAddresses(const py::args& args, const py::kwargs& kwargs) {
+    Call c = prepare(args, kwargs);
+    std::vector<uintptr_t> a;
+    for (const auto& v : c.in) a.push_back(reinterpret_cast<uintptr_t>(v.data));
+    return a;
   }
 
   // Median nanoseconds of `calls` runs of the C ABI itself on these inputs (no Python, no checks):
@@ -151,9 +161,10 @@ class Policy {
       if (!given[i]) throw py::value_error("missing input '" + specs[i].name + "'");
       py::array a = py::array::ensure(given[i]);
       if (!a) throw py::value_error("input '" + specs[i].name + "' is not an array");
-      std::string want = numpyDType(specs[i].dtype);
-      std::string got = py::str(a.dtype());
-      if (got != want) throw py::value_error("input '" + specs[i].name + "': expected dtype " + want + ", got " + got);
+      if (a.dtype().num() != inDTypes_[i].num()) {
+        throw py::value_error("input '" + specs[i].name + "': expected dtype " + std::string(numpyDType(specs[i].dtype)) +
+                              ", got " + std::string(py::str(a.dtype())));
+      }
       if (!(a.flags() & py::array::c_style)) a = py::array::ensure(a, py::array::c_style);
       c.inputs.push_back(a);
       c.shapes.emplace_back(a.shape(), a.shape() + a.ndim());
@@ -164,10 +175,11 @@ class Policy {
       c.in.emplace_back(specs[i].dtype, std::span<const int64_t>(shape), static_cast<const void*>(a.data()));
     }
     c.batch = batch < 0 ? 1 : batch;
-    for (const runtime::TensorSpec& s : model_.outputs()) {
+    for (size_t o = 0; o < model_.outputs().size(); ++o) {
+      const runtime::TensorSpec& s = model_.outputs()[o];
       c.shapes.push_back(s.shapeAt(c.batch));
       const std::vector<int64_t>& shape = c.shapes.back();
-      c.outputs.emplace_back(py::dtype(numpyDType(s.dtype)), std::vector<py::ssize_t>(shape.begin(), shape.end()));
+      c.outputs.emplace_back(outDTypes_[o], std::vector<py::ssize_t>(shape.begin(), shape.end()));
       c.out.emplace_back(s.dtype, std::span<const int64_t>(shape), c.outputs.back().mutable_data());
     }
     return c;
@@ -184,6 +196,7 @@ class Policy {
 
   runtime::Model model_;
   int threads_;
+  std::vector<py::dtype> inDTypes_, outDTypes_;
 };
 
 std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::string& backend, const std::string& mode,
@@ -226,6 +239,8 @@ PYBIND11_MODULE(_policyc, m) {
       .def_property_readonly("name", &Policy::name)
       .def_property_readonly("path", &Policy::path, "the compiled .so")
       .def_property("threads", &Policy::threads, &Policy::setThreads, "threads each call uses")
+      .def("_input_addresses", &Policy::inputAddresses,
+           "the addresses a call would read its inputs from (tests: contiguous arrays are not copied)")
       .def("_abi_call_ns", &Policy::abiCallNs, py::arg("inputs"), py::arg("calls") = 10000,
            "median ns of the C ABI run itself on these inputs (for measuring the binding's overhead)")
       .def("__repr__", [](const Policy& p) { return "<policyc.Policy " + p.name() + " from " + p.path() + ">"; });

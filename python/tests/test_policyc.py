@@ -1,0 +1,143 @@
+"""Tests of the Python binding (run by CTest with /usr/bin/python3 and PYTHONPATH=build/python)."""
+import json
+import os
+import re
+import tempfile
+import threading
+import unittest
+
+import numpy as np
+
+import policyc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PPO = os.path.join(ROOT, "examples", "models", "ppo_mlp.onnx")
+
+
+def reference(name, batch):
+    """The fixture's PyTorch inputs and outputs at a batch size (tests/data/manifest.json)."""
+    with open(os.path.join(ROOT, "tests", "data", "manifest.json")) as f:
+        manifest = json.load(f)
+    model = next(m for m in manifest["models"] if m["name"] == name)
+    ref = model["reference"][str(batch)]
+    load = lambda d: {k: np.load(os.path.join(ROOT, v)) for k, v in d.items()}  # noqa: E731
+    return load(ref["inputs"]), load(ref["outputs"])
+
+
+class PolicyTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.policy = policyc.compile(PPO)
+
+    def test_call_matches_pytorch(self):
+        inputs, outputs = reference("ppo_mlp", 3)
+        logits, value = self.policy(inputs["obs"])
+        np.testing.assert_allclose(logits, outputs["action_dist_inputs"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(value, outputs["vf"], rtol=1e-4, atol=1e-5)
+        self.assertEqual(logits.dtype, np.float32)
+        self.assertEqual(logits.shape, (3, 12))
+
+    def test_signature(self):
+        self.assertEqual(self.policy.inputs, [{"name": "obs", "dtype": "float32", "shape": (None, 17)}])
+        self.assertEqual([o["name"] for o in self.policy.outputs], ["action_dist_inputs", "vf"])
+        self.assertEqual(self.policy.name, "ppo_mlp")
+
+    def test_dict_and_named_inputs(self):
+        obs = np.random.default_rng(0).standard_normal((5, 17)).astype(np.float32)
+        d = self.policy.run_dict(obs=obs)
+        self.assertEqual(sorted(d), ["action_dist_inputs", "vf"])
+        np.testing.assert_array_equal(d["action_dist_inputs"], self.policy(obs)[0])
+
+    def test_load_the_compiled_file(self):
+        again = policyc.load(self.policy.path)
+        obs = np.ones((2, 17), np.float32)
+        np.testing.assert_array_equal(again(obs)[1], self.policy(obs)[1])
+
+    def test_contiguous_inputs_are_not_copied(self):
+        obs = np.zeros((4, 17), np.float32)
+        self.assertEqual(self.policy._input_addresses(obs), [obs.ctypes.data])
+        strided = np.zeros((4, 34), np.float32)[:, ::2]  # not contiguous: one copy, same result
+        self.assertNotEqual(self.policy._input_addresses(strided), [strided.ctypes.data])
+        np.testing.assert_array_equal(self.policy(strided)[0], self.policy(np.ascontiguousarray(strided))[0])
+
+    def test_batch_zero_and_large(self):
+        self.assertEqual(self.policy(np.zeros((0, 17), np.float32))[0].shape, (0, 12))
+        self.assertEqual(self.policy(np.zeros((4096, 17), np.float32))[1].shape, (4096, 1))
+
+    def test_wrong_inputs_are_value_errors(self):
+        with self.assertRaisesRegex(ValueError, r"input 'obs': expected f32\[batch,17\], got f32\[1,16\]"):
+            self.policy(np.zeros((1, 16), np.float32))
+        with self.assertRaisesRegex(ValueError, "expected dtype float32, got float64"):
+            self.policy(np.zeros((1, 17)))
+        with self.assertRaisesRegex(ValueError, "unknown input 'goal'"):
+            self.policy(goal=np.zeros((1, 17), np.float32))
+        with self.assertRaisesRegex(ValueError, "missing input 'obs'"):
+            self.policy()
+        with self.assertRaisesRegex(ValueError, "threads must be >= 1"):
+            self.policy.threads = 0
+
+    def test_compile_failures_are_runtime_errors(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = os.path.join(tmp, "bad.onnx")
+            with open(bad, "wb") as f:
+                f.write(b"not a model")
+            with self.assertRaisesRegex(RuntimeError, "bad.onnx"):
+                policyc.compile(bad)
+            old = os.environ.get("POLICYC_CXX")
+            os.environ["POLICYC_CXX"] = "false"
+            try:
+                debug = os.path.join(tmp, "debug")
+                with self.assertRaisesRegex(RuntimeError, re.escape("the C++ compiler failed") + ".*" + re.escape(debug)):
+                    policyc.compile(PPO, debug_dir=debug)
+                self.assertTrue(os.path.exists(os.path.join(debug, "output_code.cpp")))
+            finally:
+                if old is None:
+                    del os.environ["POLICYC_CXX"]
+                else:
+                    os.environ["POLICYC_CXX"] = old
+        with self.assertRaisesRegex(ValueError, "mode must be 'default'"):
+            policyc.compile(PPO, mode="max-autotune")
+        with self.assertRaisesRegex(ValueError, "invalid ELF header"):
+            policyc.load(os.path.join(ROOT, "README.md"))
+
+    def test_two_python_threads_share_one_policy(self):
+        rng = np.random.default_rng(1)
+        cases = [rng.standard_normal((b, 17)).astype(np.float32) for b in (1, 7)]
+        expected = [self.policy(x) for x in cases]
+        wrong = []
+        self.policy.threads = 2
+
+        def work(i):
+            for _ in range(2000):
+                out = self.policy(cases[i])
+                if not all(np.array_equal(a, b) for a, b in zip(out, expected[i])):
+                    wrong.append(i)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.policy.threads = 1
+        self.assertEqual(wrong, [])
+
+
+class FromTorchTest(unittest.TestCase):
+    def test_from_torch(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("PyTorch is not installed for /usr/bin/python3 (apt install python3-torch)")
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+        policy = policyc.from_torch(net, torch.zeros(2, 6))
+        x = np.random.default_rng(2).standard_normal((9, 6)).astype(np.float32)
+        (got,) = policy(x)
+        with torch.no_grad():
+            want = net(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        self.assertEqual(policy.inputs[0]["shape"], (None, 6))
+
+
+if __name__ == "__main__":
+    unittest.main()
