@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <span>
 #include <filesystem>
 #include <memory>
@@ -129,7 +128,7 @@ class Policy {
   // (the GIL is released while the model runs).
   struct Call {
     std::vector<py::array> inputs, outputs;
-    std::deque<std::vector<int64_t>> shapes;  // the views point into these
+    std::vector<std::vector<int64_t>> shapes;  // the views point into these (reserved: never moved)
     std::vector<runtime::TensorView> in, out;
     int64_t batch = 1;
   };
@@ -156,10 +155,18 @@ class Policy {
       given[i] = py::reinterpret_borrow<py::object>(v);
     }
     Call c;
+    const size_t n = specs.size() + model_.outputs().size();
+    c.shapes.reserve(n);
+    c.inputs.reserve(specs.size());
+    c.in.reserve(specs.size());
+    c.outputs.reserve(model_.outputs().size());
+    c.out.reserve(model_.outputs().size());
     int64_t batch = -1;
     for (size_t i = 0; i < specs.size(); ++i) {
       if (!given[i]) throw py::value_error("missing input '" + specs[i].name + "'");
-      py::array a = py::array::ensure(given[i]);
+      // An ndarray is used as it is; anything else goes through numpy's conversion.
+      py::array a = py::isinstance<py::array>(given[i]) ? py::reinterpret_borrow<py::array>(given[i])
+                                                        : py::array::ensure(given[i]);
       if (!a) throw py::value_error("input '" + specs[i].name + "' is not an array");
       if (a.dtype().num() != inDTypes_[i].num()) {
         throw py::value_error("input '" + specs[i].name + "': expected dtype " + std::string(numpyDType(specs[i].dtype)) +

@@ -2,7 +2,7 @@
 """The binding's own cost per call: a Policy call from Python against the C ABI call it makes, at
 batch 1 (median of many calls each; the clock's own cost subtracted).
 
-    PYTHONPATH=build/python /usr/bin/python3 python/bench_overhead.py [MODEL.onnx] [--calls N]
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py [MODEL.onnx] [--calls N]
 """
 import argparse
 import os
