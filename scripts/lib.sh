@@ -11,6 +11,7 @@ POLICYC_PACKAGES=(
   libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
   libonnx-dev libprotobuf-dev libonnx-testdata
   python3-dev python3-numpy python3-onnx pybind11-dev
+  python3-torch  # the rollout example and from_torch compare with PyTorch
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
