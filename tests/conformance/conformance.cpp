@@ -39,6 +39,7 @@
 #include "policyc/ir/interpreter.h"
 #include "policyc/passes/pass_manager.h"
 #include "policyc/runtime/policyc_model.h"
+#include "support/scratch_dir.h"
 
 namespace fs = std::filesystem;
 using namespace policyc;
@@ -154,22 +155,7 @@ std::unique_ptr<ir::Graph> importBinding(onnx::ModelProto model, const fs::path&
 }
 
 // Where compiled test models are built: one directory per run, removed at exit.
-const fs::path& scratchDir() {
-  struct Dir {
-    fs::path path;
-    Dir() {
-      std::string pattern = (fs::temp_directory_path() / "policyc-conformance-XXXXXX").string();
-      if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory");
-      path = pattern;
-    }
-    ~Dir() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static Dir dir;
-  return dir.path;
-}
+const fs::path& scratchDir() { return testing::scratchDir("policyc-conformance"); }
 
 // Empty when `got` is within 1e-4 of the interpreter's `want` (relative and absolute; NaN where
 // NaN; integers and bools exactly); otherwise what differs.

@@ -23,6 +23,7 @@
 #include "policyc/ir/interpreter.h"
 #include "policyc/passes/pass_manager.h"
 #include "policyc/runtime/policyc_model.h"
+#include "support/scratch_dir.h"
 #include "unit/fixtures.h"
 
 using namespace policyc;
@@ -32,22 +33,7 @@ namespace {
 
 
 // A temporary directory for this test run, removed at exit.
-fs::path scratchDir() {
-  struct Dir {
-    fs::path path;
-    Dir() {
-      std::string pattern = (fs::temp_directory_path() / "policyc-cpp-test-XXXXXX").string();
-      if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-      path = pattern;
-    }
-    ~Dir() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static Dir dir;
-  return dir.path;
-}
+const fs::path& scratchDir() { return testing::scratchDir("policyc-cpp-test"); }
 
 codegen::GeneratedCpp generate(const std::string& model, const codegen::CppOptions& options = {}) {
   auto graph = tools::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));

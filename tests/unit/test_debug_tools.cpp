@@ -11,6 +11,7 @@
 
 #include "policyc/ir/text.h"
 #include "policyc/passes/pass_manager.h"
+#include "support/scratch_dir.h"
 #include "unit/fixtures.h"
 
 using namespace policyc;
@@ -26,18 +27,7 @@ struct Outcome {
 
 // This process's directory for outputs and for the temporary files of the commands it runs (a
 // crashing `check` cannot clean up after itself), removed at exit.
-fs::path scratch() {
-  struct Dir {
-    fs::path path = fs::temp_directory_path() / ("policyc_test_debug_tools_" + std::to_string(getpid()));
-    Dir() { fs::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static Dir dir;
-  return dir.path;
-}
+fs::path scratch() { return testing::scratchDir("policyc-test-debug-tools"); }
 
 Outcome sh(const std::string& command) {
   fs::path log = scratch() / "out.txt";
