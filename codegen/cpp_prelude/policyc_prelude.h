@@ -2,6 +2,7 @@
 // vector types of the GEMM microkernels. Pasted at the top of every generated output_code.cpp.
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -211,6 +212,7 @@ class Pool {
 
   // Runs task(ctx, c) for every c in [0, chunks), the caller taking part; returns when all ran.
   void run(int chunks, Task task, void* ctx) {
+    if (getpid() != pid_) afterFork();
     if (pthread_mutex_trylock(&busy_) != 0) {
       for (int c = 0; c < chunks; ++c) task(ctx, c);
       return;
@@ -219,7 +221,7 @@ class Pool {
     task_ = task;
     ctx_ = ctx;
     done_.store(0, std::memory_order_relaxed);
-    const uint64_t gen = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+    const uint64_t gen = ((state_.load(std::memory_order_relaxed) >> 32) + 1) & 0xffffffffu;
     pthread_mutex_lock(&wake_);
     // Generation in the high half, the number of chunks and the next unclaimed one below.
     state_.store(gen << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
@@ -238,6 +240,9 @@ class Pool {
   }
 
   ~Pool() {
+    // Held for good: a run that starts after this (a thread still calling at exit) finds the pool
+    // busy and runs its chunks itself.
+    pthread_mutex_lock(&busy_);
     pthread_mutex_lock(&wake_);
     stop_ = true;
     pthread_mutex_unlock(&wake_);
@@ -247,6 +252,18 @@ class Pool {
 
  private:
   Pool() = default;
+
+  // In a child of fork() the workers do not exist and the locks may have been copied held: start
+  // over with none (they are created again on demand).
+  void afterFork() {
+    pid_ = getpid();
+    workers_ = 0;
+    sleeping_ = 0;
+    stop_ = false;
+    pthread_mutex_init(&busy_, nullptr);
+    pthread_mutex_init(&wake_, nullptr);
+    pthread_cond_init(&wakeCv_, nullptr);
+  }
 
   void ensureWorkers(int n) {
     if (n > kMaxWorkers) n = kMaxWorkers;
@@ -306,6 +323,7 @@ class Pool {
   void* ctx_ = nullptr;
   pthread_t threads_[kMaxWorkers];
   int workers_ = 0;
+  pid_t pid_ = getpid();
 };
 
 // Runs f(lo, hi) over [0, units) split into at most `threads` contiguous chunks, fewer when a

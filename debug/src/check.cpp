@@ -3,10 +3,12 @@
 #include "policyc/debug/check.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -46,10 +48,15 @@ constexpr const char* kExposed = "policyc.node.";
 const char* (*gRunningKernel)() = nullptr;
 int gCrashPipe = -1;
 
+int gCrashReported = 0;
+
 void onCrash(int sig) {
-  const char* name = gRunningKernel ? gRunningKernel() : "";
-  ssize_t ignored = write(gCrashPipe, name, strlen(name));
-  (void)ignored;
+  // Several threads may fault at once: the first one reports.
+  if (__atomic_exchange_n(&gCrashReported, 1, __ATOMIC_SEQ_CST) == 0) {
+    const char* name = gRunningKernel ? gRunningKernel() : "";
+    ssize_t ignored = write(gCrashPipe, name, strlen(name));
+    (void)ignored;
+  }
   _exit(128 + sig);
 }
 
@@ -60,15 +67,29 @@ std::pair<std::string, std::string> crashProbe(const runtime::Model& model, cons
   void* handle = dlopen(model.path().c_str(), RTLD_NOW | RTLD_NOLOAD);
   gRunningKernel = handle ? reinterpret_cast<const char* (*)()>(dlsym(handle, "policyc_debug_running_kernel")) : nullptr;
   int fds[2];
-  if (pipe(fds) != 0) fail("cannot create a pipe for the crash probe");
+  if (pipe2(fds, O_CLOEXEC) != 0) fail("cannot create a pipe for the crash probe");
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t pid = fork();
-  if (pid < 0) fail("cannot fork the crash probe");
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    fail("cannot fork the crash probe");
+  }
   if (pid == 0) {
     close(fds[0]);
     gCrashPipe = fds[1];
-    for (int sig : {SIGILL, SIGSEGV, SIGBUS, SIGFPE, SIGTRAP, SIGABRT}) signal(sig, onCrash);
+    // On an alternate stack, so that a stack overflow can be reported too.
+    static char altStack[64 * 1024];
+    stack_t ss{};
+    ss.ss_sp = altStack;
+    ss.ss_size = sizeof altStack;
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa {};
+    sa.sa_handler = onCrash;
+    sa.sa_flags = SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGILL, SIGSEGV, SIGBUS, SIGFPE, SIGTRAP, SIGABRT}) sigaction(sig, &sa, nullptr);
     try {
       runModel(model, inputs, threads);
     } catch (...) {
@@ -79,11 +100,20 @@ std::pair<std::string, std::string> crashProbe(const runtime::Model& model, cons
   close(fds[1]);
   std::string kernel;
   char buf[256];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) kernel.append(buf, static_cast<size_t>(n));
+  for (;;) {
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n > 0) {
+      kernel.append(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
   close(fds[0]);
   if (handle) dlclose(handle);
   int status = 0;
-  waitpid(pid, &status, 0);
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) fail("cannot wait for the crash probe: {}", strerror(errno));
+  }
   int sig = WIFSIGNALED(status) ? WTERMSIG(status) : (WIFEXITED(status) && WEXITSTATUS(status) > 128 ? WEXITSTATUS(status) - 128 : 0);
   if (sig == 0) return {"", ""};
   return {fmt::format("signal {} ({})", sig, strsignal(sig)), kernel};

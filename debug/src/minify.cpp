@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -225,8 +227,15 @@ class Minifier {
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
+    // Its own process group, so that a timeout also stops the C++ compiler it started.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
     pid_t pid;
-    if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), envp.data()) != 0) {
+    int spawned = posix_spawn(&pid, "/bin/sh", nullptr, &attr, const_cast<char* const*>(argv), envp.data());
+    posix_spawnattr_destroy(&attr);
+    if (spawned != 0) {
       fail("cannot start a child process for '{}'", command);
     }
     ChildOutcome out;
@@ -235,9 +244,11 @@ class Minifier {
     for (;;) {
       pid_t done = waitpid(pid, &status, WNOHANG);
       if (done == pid) break;
+      if (done < 0 && errno != EINTR) fail("cannot wait for a candidate's process: {}", strerror(errno));
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > o_.timeoutSeconds) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
+        kill(-pid, SIGKILL);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
         out.timedOut = true;
         break;
       }

@@ -168,7 +168,7 @@ class Policy {
       py::array a = py::isinstance<py::array>(given[i]) ? py::reinterpret_borrow<py::array>(given[i])
                                                         : py::array::ensure(given[i]);
       if (!a) throw py::value_error("input '" + specs[i].name + "' is not an array");
-      if (a.dtype().num() != inDTypes_[i].num()) {
+      if (!a.dtype().equal(inDTypes_[i])) {  // also catches a non-native byte order
         throw py::value_error("input '" + specs[i].name + "': expected dtype " + std::string(numpyDType(specs[i].dtype)) +
                               ", got " + std::string(py::str(a.dtype())));
       }
@@ -194,9 +194,10 @@ class Policy {
 
   std::vector<py::array> run(const py::tuple& args, const py::dict& kwargs) {
     Call c = prepare(args, kwargs);
+    const int threads = threads_;  // read under the GIL: another thread may set it meanwhile
     {
       py::gil_scoped_release release;
-      model_.run(c.in, c.out, c.batch, threads_);  // ModelError (shapes) becomes ValueError
+      model_.run(c.in, c.out, c.batch, threads);  // ModelError (shapes) becomes ValueError
     }
     return std::move(c.outputs);
   }

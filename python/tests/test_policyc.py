@@ -122,6 +122,26 @@ class PolicyTest(unittest.TestCase):
         self.assertEqual(wrong, [])
 
 
+    def test_fork_after_a_threaded_run(self):
+        # A child of fork() (multiprocessing, DataLoader workers) has no copy of the model's worker
+        # threads: its runs must start over with new ones, not wait for the old ones.
+        x = np.random.default_rng(3).standard_normal((64, 17)).astype(np.float32)
+        self.policy.threads = 2
+        try:
+            want = self.policy(x)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    ok = all(np.array_equal(a, b) for a, b in zip(self.policy(x), want))
+                    os._exit(0 if ok else 1)
+                except BaseException:
+                    os._exit(2)
+            _, status = os.waitpid(pid, 0)
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        finally:
+            self.policy.threads = 1
+
+
 class FromTorchTest(unittest.TestCase):
     def test_from_torch(self):
         try:
