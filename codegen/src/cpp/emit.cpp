@@ -917,9 +917,11 @@ class Emitter {
     s += "        } else {\n";
     s += fmt::format("          pc::gemm_4x16({}, patch[0], patch[1], patch[2], patch[3], wp + j*{}, bp + j*16, out);\n", K, K * kPanel);
     s += "        }\n";
-    s += "        for (int64_t t = 0; t < 4; ++t) {\n";
-    s += panelEpilogue(M, "          ", call);
-    s += "        }\n      }\n      continue;\n    }\n";
+    // Channel outer, position inner: the four positions of a channel are adjacent in memory,
+    // while channels are a plane apart (often 4 KB: every channel maps to the same cache set).
+    s += fmt::format("        const int64_t nEnd = j*16 + 16 < {} ? j*16 + 16 : {};\n", M, M);
+    s += fmt::format("        for (int64_t n = j*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < 4; ++t) {};\n        }}\n", call);
+    s += "      }\n      continue;\n    }\n";
     s += fmt::format("    for (int64_t t0 = pos; t0 < {}; ++t0) {{\n", P);
     s += "      const int64_t t = t0 - pos;\n      gather(i0, t0, patch[0]);\n";
     s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
