@@ -134,6 +134,27 @@ std::map<std::string, ir::Tensor> readNamedInputs(const std::vector<std::string>
   return named;
 }
 
+// A command's inputs for a signature (types and names in order): random ones for `batch` and
+// `seed`, or the NAME=FILE.npy options in signature order.
+std::vector<ir::Tensor> commandInputs(const std::vector<ir::TensorType>& types, const std::vector<std::string>& names,
+                                      bool random, const std::vector<std::string>& given, int64_t batch, uint64_t seed,
+                                      int64_t minBatch = 0) {
+  if (!random) return tools::orderInputs(names, readNamedInputs(given));
+  if (!given.empty()) fail("give either --input or --random, not both");
+  if (batch < minBatch) fail("--batch must be >= {}, got {}", minBatch, batch);
+  return tools::randomTensors(types, batch, seed);
+}
+std::vector<ir::Tensor> commandInputs(const ir::Graph& graph, bool random, const std::vector<std::string>& given,
+                                      int64_t batch, uint64_t seed, int64_t minBatch = 0) {
+  std::vector<ir::TensorType> types;
+  std::vector<std::string> names;
+  for (const ir::Value* in : graph.inputs()) {
+    types.push_back(in->type());
+    names.push_back(in->name());
+  }
+  return commandInputs(types, names, random, given, batch, seed, minBatch);
+}
+
 // Writes NAME.npy for every output into `outputDir` (if given), then prints one summary line each.
 void reportOutputs(const std::vector<std::string>& names, const std::vector<ir::Tensor>& outputs,
                    const std::string& outputDir) {
@@ -156,48 +177,13 @@ int runCompiled(const RunOptions& o) {
   }
   if (o.threads < 1) fail("--threads must be >= 1, got {}", o.threads);
   runtime::Model model = runtime::Model::load(o.model);
-  static_assert(static_cast<int>(ir::DType::Bool) == POLICYC_BOOL, "ir::DType and policyc_dtype share their order");
-  std::vector<ir::TensorType> types;
-  std::vector<std::string> inputNames;
-  for (const runtime::TensorSpec& spec : model.inputs()) {
-    ir::Shape shape;
-    for (int64_t d : spec.shape) shape.push_back(d == -1 ? ir::Dim::batch() : ir::Dim(d));
-    types.push_back({static_cast<ir::DType>(spec.dtype), shape});
-    inputNames.push_back(spec.name);
-  }
-  std::vector<ir::Tensor> inputs;
-  int64_t batch = o.batch;
-  if (o.random) {
-    if (!o.inputs.empty()) fail("give either --input or --random, not both");
-    if (o.batch < 0) fail("--batch must be >= 0, got {}", o.batch);
-    inputs = tools::randomTensors(types, o.batch, o.seed);
-  } else {
-    inputs = tools::orderInputs(inputNames, readNamedInputs(o.inputs));
-    // The batch is that of the first input with a batch dimension; run() checks the others.
-    for (size_t i = 0; i < inputs.size() && batch == o.batch; ++i) {
-      const std::vector<int64_t>& spec = model.inputs()[i].shape;
-      for (size_t k = 0; k < spec.size() && k < inputs[i].shape().size(); ++k) {
-        if (spec[k] == -1) {
-          batch = inputs[i].shape()[k];
-          break;
-        }
-      }
-    }
-  }
-  std::vector<runtime::TensorView> inViews, outViews;
-  for (ir::Tensor& t : inputs) {
-    inViews.emplace_back(static_cast<policyc_dtype>(t.dtype()), t.shape(), static_cast<const void*>(t.bytes()));
-  }
-  std::vector<ir::Tensor> outputs;
-  std::vector<std::string> outputNames;
-  for (const runtime::TensorSpec& spec : model.outputs()) {
-    outputs.emplace_back(static_cast<ir::DType>(spec.dtype), spec.shapeAt(batch));
-    outputNames.push_back(spec.name);
-  }
-  for (ir::Tensor& t : outputs) {
-    outViews.emplace_back(static_cast<policyc_dtype>(t.dtype()), t.shape(), static_cast<void*>(t.bytes()));
-  }
-  model.run(inViews, outViews, batch, o.threads);
+  std::vector<std::string> inputNames, outputNames;
+  for (const runtime::TensorSpec& spec : model.inputs()) inputNames.push_back(spec.name);
+  for (const runtime::TensorSpec& spec : model.outputs()) outputNames.push_back(spec.name);
+  std::vector<ir::Tensor> inputs =
+      commandInputs(debug::inputTypes(model), inputNames, o.random, o.inputs, o.batch, o.seed);
+  // The batch is that of the first input with a batch dimension; run() checks the others.
+  std::vector<ir::Tensor> outputs = debug::runModel(model, inputs, o.threads);
   reportOutputs(outputNames, outputs, o.outputDir);
   return 0;
 }
@@ -211,14 +197,7 @@ int runRun(const RunOptions& o) {
   if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
     o.pipeline.optimize(*graph);
   }
-  std::vector<ir::Tensor> inputs;
-  if (o.random) {
-    if (!o.inputs.empty()) fail("give either --input or --random, not both");
-    if (o.batch < 0) fail("--batch must be >= 0, got {}", o.batch);
-    inputs = tools::randomInputs(*graph, o.batch, o.seed);
-  } else {
-    inputs = tools::orderInputs(*graph, readNamedInputs(o.inputs));
-  }
+  std::vector<ir::Tensor> inputs = commandInputs(*graph, o.random, o.inputs, o.batch, o.seed);
   std::vector<ir::Tensor> outputs = ir::interpret(*graph, inputs);
   std::vector<std::string> names;
   for (const auto& output : graph->outputs()) names.push_back(output.first);
@@ -306,13 +285,7 @@ int runCheck(const CheckCliOptions& o) {
   if (o.threads < 1) fail("--threads must be >= 1, got {}", o.threads);
   if (o.rtol < 0 || o.atol < 0) fail("--rtol and --atol must be >= 0");
   auto graph = tools::loadModel(o.model);
-  std::vector<ir::Tensor> inputs;
-  if (o.inputs.empty()) {
-    if (o.batch < 0) fail("--batch must be >= 0, got {}", o.batch);
-    inputs = tools::randomInputs(*graph, o.batch, o.seed);
-  } else {
-    inputs = tools::orderInputs(*graph, readNamedInputs(o.inputs));
-  }
+  std::vector<ir::Tensor> inputs = commandInputs(*graph, o.inputs.empty(), o.inputs, o.batch, o.seed);
   debug::CheckOptions c;
   c.rtol = o.rtol;
   c.atol = o.atol;
@@ -366,13 +339,7 @@ int runMinify(const MinifyCliOptions& o) {
     std::fflush(stdout);
   };
   auto graph = tools::loadModel(o.model);
-  std::vector<ir::Tensor> inputs;
-  if (o.inputs.empty()) {
-    if (o.batch < 1) fail("--batch must be >= 1, got {}", o.batch);
-    inputs = tools::randomInputs(*graph, o.batch, o.seed);
-  } else {
-    inputs = tools::orderInputs(*graph, readNamedInputs(o.inputs));
-  }
+  std::vector<ir::Tensor> inputs = commandInputs(*graph, o.inputs.empty(), o.inputs, o.batch, o.seed, 1);
   debug::MinifyResult r = debug::minify(*graph, inputs, m);
   if (!r.reproduced) return 0;
   fmt::print("wrote {0}/repro.pir, {0}/inputs/, {0}/repro.sh\n", o.outDir);
@@ -401,13 +368,7 @@ struct BenchRow {
 // Times one (batch, threads) point: warm-up calls, then calls timed one by one until both
 // minCalls and minSeconds are reached; the model's own run() in a workspace allocated beforehand.
 BenchRow benchPoint(const runtime::Model& model, int64_t batch, int threads, const BenchOptions& o) {
-  std::vector<ir::TensorType> types;
-  for (const runtime::TensorSpec& spec : model.inputs()) {
-    ir::Shape shape;
-    for (int64_t d : spec.shape) shape.push_back(d == -1 ? ir::Dim::batch() : ir::Dim(d));
-    types.push_back({static_cast<ir::DType>(spec.dtype), shape});
-  }
-  std::vector<ir::Tensor> inputs = tools::randomTensors(types, batch, 1);
+  std::vector<ir::Tensor> inputs = tools::randomTensors(debug::inputTypes(model), batch, 1);
   std::vector<ir::Tensor> outputs;
   for (const runtime::TensorSpec& spec : model.outputs()) outputs.emplace_back(static_cast<ir::DType>(spec.dtype), spec.shapeAt(batch));
   std::vector<const void*> in;

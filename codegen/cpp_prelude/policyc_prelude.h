@@ -62,33 +62,15 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_
   store16(out, (a + b) + (c + d));
 }
 
-// Four rows share every weight load.
-PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                         const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
-                         const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
+// Four rows share every weight load; row t's element k is x_t[at(k)].
+template <class At>
+PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
+                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
   f32x16 a = load16(bias), b = a, c = a, d = a;
   for (int64_t k = 0; k < K; ++k) {
     const f32x16 wk = load16(w + k * 16);
-    a += splat16(x0[k]) * wk;
-    b += splat16(x1[k]) * wk;
-    c += splat16(x2[k]) * wk;
-    d += splat16(x3[k]) * wk;
-  }
-  store16(out[0], a);
-  store16(out[1], b);
-  store16(out[2], c);
-  store16(out[3], d);
-}
-
-// Same, reading x_t[k] at x_t[off[k]]: a convolution's patches straight from the input when the
-// window lies inside it (off is the window's offset table, the same for every position).
-PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
-                            const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
-                            const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
-  f32x16 a = load16(bias), b = a, c = a, d = a;
-  for (int64_t k = 0; k < K; ++k) {
-    const f32x16 wk = load16(w + k * 16);
-    const int32_t o = off[k];
+    const int64_t o = at(k);
     a += splat16(x0[o]) * wk;
     b += splat16(x1[o]) * wk;
     c += splat16(x2[o]) * wk;
@@ -99,6 +81,7 @@ PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const flo
   store16(out[2], c);
   store16(out[3], d);
 }
+
 #else
 // Without AVX-512 a panel row is two f32x8 (GCC would spill a 16-float vector type).
 PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_RESTRICT w,
@@ -124,44 +107,15 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_
   store8(out + 8, (a1 + b1) + (c1 + d1));
 }
 
-PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                         const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
-                         const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
+template <class At>
+PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
+                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
   const f32x8 bl = load8(bias), bh = load8(bias + 8);
   f32x8 a0 = bl, a1 = bh, b0 = bl, b1 = bh, c0 = bl, c1 = bh, d0 = bl, d1 = bh;
   for (int64_t k = 0; k < K; ++k) {
     const f32x8 wl = load8(w + k * 16), wh = load8(w + k * 16 + 8);
-    f32x8 v = splat8(x0[k]);
-    a0 += v * wl;
-    a1 += v * wh;
-    v = splat8(x1[k]);
-    b0 += v * wl;
-    b1 += v * wh;
-    v = splat8(x2[k]);
-    c0 += v * wl;
-    c1 += v * wh;
-    v = splat8(x3[k]);
-    d0 += v * wl;
-    d1 += v * wh;
-  }
-  store8(out[0], a0);
-  store8(out[0] + 8, a1);
-  store8(out[1], b0);
-  store8(out[1] + 8, b1);
-  store8(out[2], c0);
-  store8(out[2] + 8, c1);
-  store8(out[3], d0);
-  store8(out[3] + 8, d1);
-}
-
-PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
-                            const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
-                            const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
-  const f32x8 bl = load8(bias), bh = load8(bias + 8);
-  f32x8 a0 = bl, a1 = bh, b0 = bl, b1 = bh, c0 = bl, c1 = bh, d0 = bl, d1 = bh;
-  for (int64_t k = 0; k < K; ++k) {
-    const f32x8 wl = load8(w + k * 16), wh = load8(w + k * 16 + 8);
-    const int32_t o = off[k];
+    const int64_t o = at(k);
     f32x8 v = splat8(x0[o]);
     a0 += v * wl;
     a1 += v * wh;
@@ -184,7 +138,22 @@ PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const flo
   store8(out[3], d0);
   store8(out[3] + 8, d1);
 }
+
 #endif
+
+// Four rows of x, contiguous.
+PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                         const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
+                         const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
+  gemm_4x16_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, out);
+}
+// Reading x_t[k] at x_t[off[k]]: a convolution's patches straight from the input when the window
+// lies inside it (off is the window's offset table, the same for every position).
+PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
+                            const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
+                            const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
+  gemm_4x16_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, bias, out);
+}
 
 // ---- threads. A run with threads > 1 splits each large kernel's outer iteration space into
 // contiguous chunks of whole units (rows, row quads x weight panels, position quads); a unit is

@@ -154,6 +154,18 @@ TensorCheck compareTensors(const std::string& name, const ir::Tensor& got, const
   return c;
 }
 
+static_assert(static_cast<int>(ir::DType::Bool) == POLICYC_BOOL, "ir::DType and policyc_dtype share their order");
+
+std::vector<ir::TensorType> inputTypes(const runtime::Model& model) {
+  std::vector<ir::TensorType> types;
+  for (const runtime::TensorSpec& spec : model.inputs()) {
+    ir::Shape shape;
+    for (int64_t d : spec.shape) shape.push_back(d == -1 ? ir::Dim::batch() : ir::Dim(d));
+    types.push_back({static_cast<ir::DType>(spec.dtype), shape});
+  }
+  return types;
+}
+
 std::vector<ir::Tensor> runModel(const runtime::Model& model, const std::vector<ir::Tensor>& inputs, int threads) {
   if (inputs.size() != model.inputs().size()) {
     fail("'{}' takes {} inputs, got {}", model.path(), model.inputs().size(), inputs.size());

@@ -34,6 +34,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "policyc/codegen/cpp_backend.h"
+#include "policyc/debug/check.h"
 #include "policyc/frontend/onnx_import.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
@@ -157,20 +158,6 @@ std::unique_ptr<ir::Graph> importBinding(onnx::ModelProto model, const fs::path&
 // Where compiled test models are built: one directory per run, removed at exit.
 const fs::path& scratchDir() { return testing::scratchDir("policyc-conformance"); }
 
-// Empty when `got` is within 1e-4 of the interpreter's `want` (relative and absolute; NaN where
-// NaN; integers and bools exactly); otherwise what differs.
-std::string compareCompiled(const ir::Tensor& got, const ir::Tensor& want) {
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    double g = got.getAsDouble(i), w = want.getAsDouble(i);
-    if (std::isnan(w) && std::isnan(g)) continue;
-    if (g == w) continue;
-    if (!ir::isFloat(want.dtype()) || !(std::abs(g - w) <= 1e-4 + 1e-4 * std::abs(w))) {
-      return fmt::format("element {}: {} != interpreter's {}", i, g, w);
-    }
-  }
-  return "";
-}
-
 // Compiles the (imported, not yet optimised) graph with the default pipeline and the C++ backend
 // and runs it with 1 and 2 threads on `inputs`; empty when it matches `expected` (the
 // interpreter's outputs), else what went wrong. UnsupportedError passes through.
@@ -224,9 +211,9 @@ std::string checkCpp(ir::Graph& graph, const std::vector<ir::Tensor>& inputs, co
     int code = m->run(in.data(), out.data(), batch, ws.get(), threads);
     if (code != POLICYC_OK) return fmt::format("run with {} threads returned {}", threads, code);
     for (size_t o = 0; o < expected.size(); ++o) {
-      if (std::string diff = compareCompiled(got[o], expected[o]); !diff.empty()) {
-        return fmt::format("compiled, {} threads: output {}: {}", threads, o, diff);
-      }
+      // Within 1e-4 (relative and absolute; NaN where NaN; integers and bools exactly).
+      debug::TensorCheck c = debug::compareTensors("", got[o], expected[o], 1e-4, 1e-4);
+      if (!c.pass) return fmt::format("compiled, {} threads: output {}: {}", threads, o, c.note);
       if (threads > 1 && got[o].nbytes() > 0 && std::memcmp(got[o].bytes(), first[o].bytes(), got[o].nbytes()) != 0) {
         return fmt::format("output {} differs bitwise between 1 and {} threads", o, threads);
       }

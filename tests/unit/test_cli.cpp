@@ -10,6 +10,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "model_io.h"
+#include "support/cli.h"
 #include "unit/fixtures.h"
 
 using namespace policyc;
@@ -17,43 +18,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CliResult {
-  int exitCode;
-  std::string out;
-  std::string err;
-};
+using testing::CliResult;
+using testing::slurp;
 
-fs::path scratch() {
-  fs::path dir = fs::temp_directory_path() / "policyc_test_cli";
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string slurp(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-CliResult cli(const std::string& args) {
-  fs::path errFile = scratch() / "stderr.txt";
-  std::string cmd = std::string(POLICYC_CLI) + " " + args + " 2>" + errFile.string();
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, slurp(errFile)};
-}
-
+fs::path scratch() { return testing::scratchDir("policyc-test-cli"); }
+CliResult cli(const std::string& args) { return testing::runCli(args); }
 // A bad-input failure: exit code 2 and exactly one line on stderr containing `text`.
-void requireCleanError(const CliResult& r, const std::string& text) {
-  INFO("stderr: " << r.err);
-  CHECK(r.exitCode == 2);
-  CHECK(r.err.find(text) != std::string::npos);
-  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-  CHECK(r.err.rfind("policyc: error: ", 0) == 0);
-}
+void requireCleanError(const CliResult& r, const std::string& text) { testing::requireCleanError(r, text, false); }
 
 const std::string kPpo = testing::sourcePath("examples/models/ppo_mlp.onnx");
 

@@ -19,6 +19,7 @@
 
 #include "model_io.h"
 #include "policyc/runtime/loader.h"
+#include "support/cli.h"
 #include "unit/fixtures.h"
 
 using namespace policyc;
@@ -106,10 +107,7 @@ const fs::path& scratch() {
   return dir.path;
 }
 
-std::string slurp(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+using testing::slurp;
 
 // Builds the hand-written test model with extra -D flags, once per variant; returns the .so path.
 std::string testModel(const std::string& variant = "affine", const std::string& defines = "") {
@@ -428,32 +426,11 @@ TEST_CASE("runtime: Model is move-only and unloads on destruction", "[runtime]")
 
 namespace {
 
-struct CliResult {
-  int exitCode;
-  std::string out;
-  std::string err;
-};
+using testing::CliResult;
 
-CliResult cli(const std::string& args) {
-  fs::path errFile = scratch() / "stderr.txt";
-  std::string cmd = std::string(POLICYC_CLI) + " " + args + " 2>" + errFile.string();
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, slurp(errFile)};
-}
-
-void requireCleanError(const CliResult& r, const std::string& text) {
-  INFO("stderr: " << r.err);
-  CHECK(r.exitCode == 2);
-  CHECK(r.err.find(text) != std::string::npos);
-  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-  CHECK(r.err.rfind("policyc: error: ", 0) == 0);
-  CHECK(r.out.empty());
-}
+CliResult cli(const std::string& args) { return testing::runCli(args); }
+// A bad-input failure: exit 2, one error line, nothing on stdout.
+void requireCleanError(const CliResult& r, const std::string& text) { testing::requireCleanError(r, text, true); }
 
 // The CLI's summary of the test model's outputs for given inputs.
 std::string affineSummary(const ir::Tensor& obs, const ir::Tensor& bias) {

@@ -58,6 +58,9 @@ struct CheckReport {
 // crashing kernel's first node as firstDiverging) instead of taking the checker down.
 CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options);
 
+// A loaded model's input types (batch dimensions symbolic), for making inputs that fit it.
+std::vector<ir::TensorType> inputTypes(const runtime::Model& model);
+
 // Runs a loaded model on tensors in its input order; outputs shaped for the batch the inputs
 // carry (the first input dimension the model declares -1).
 std::vector<ir::Tensor> runModel(const runtime::Model& model, const std::vector<ir::Tensor>& inputs, int threads = 1);
