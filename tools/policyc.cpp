@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench.h"
 #include "model_io.h"
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/cpp_backend.h"
@@ -214,6 +215,7 @@ struct CompileOptions {
   std::string target = "native";
   std::string backend = "cpp";
   std::string debugDir;
+  bool profile = false;
   PipelineFlags pipeline;
 };
 
@@ -230,6 +232,7 @@ void compileModel(const CompileOptions& o) {
   request.pipeline = o.pipeline.options();
   request.cpp.name = o.name.empty() ? std::filesystem::path(o.output).stem().string() : o.name;
   request.cpp.target = o.target;
+  request.cpp.profile = o.profile;
   request.debugDir = o.debugDir;
   debug::compileGraph(*graph, request);
 }
@@ -244,7 +247,7 @@ int runCompile(const CompileOptions& o) {
 
 // The cached compile of `model` (debug::compileCached), keyed also by this policyc binary.
 std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const std::string& target,
-                          const std::string& backend = "cpp", const std::string& debugDir = "") {
+                          const std::string& backend = "cpp", const std::string& debugDir = "", bool profile = false) {
   debug::CompileRequest request;
   request.modelPath = model;
   request.backend = backend;
@@ -252,6 +255,7 @@ std::string compileCached(const std::string& model, const PipelineFlags& pipelin
   request.cpp.name = "model";
   request.cpp.target = target;
   request.debugDir = debugDir;
+  request.cpp.profile = profile;
   codegen::marchFlag(target);  // an unknown target fails before any work
   return debug::compileCached(request, debug::fileHash("/proc/self/exe"), [&] { return tools::loadModel(model); });
 }
@@ -346,111 +350,6 @@ int runMinify(const MinifyCliOptions& o) {
   return 0;
 }
 
-struct BenchOptions {
-  std::string model;
-  std::vector<int64_t> batches = {1};
-  std::vector<int> threads = {1};
-  double minSeconds = 1.0;
-  int64_t minCalls = 200;
-  int64_t warmup = 50;
-  std::string target = "native";
-  std::string json;
-  PipelineFlags pipeline;
-};
-
-struct BenchRow {
-  int64_t batch = 0;
-  int threads = 0;
-  int64_t calls = 0;
-  double p10 = 0, median = 0, p90 = 0, mean = 0;  // microseconds per call
-};
-
-// Times one (batch, threads) point: warm-up calls, then calls timed one by one until both
-// minCalls and minSeconds are reached; the model's own run() in a workspace allocated beforehand.
-BenchRow benchPoint(const runtime::Model& model, int64_t batch, int threads, const BenchOptions& o) {
-  std::vector<ir::Tensor> inputs = tools::randomTensors(debug::inputTypes(model), batch, 1);
-  std::vector<ir::Tensor> outputs;
-  for (const runtime::TensorSpec& spec : model.outputs()) outputs.emplace_back(static_cast<ir::DType>(spec.dtype), spec.shapeAt(batch));
-  std::vector<const void*> in;
-  std::vector<void*> out;
-  for (const ir::Tensor& t : inputs) in.push_back(t.bytes());
-  for (ir::Tensor& t : outputs) out.push_back(t.bytes());
-  size_t bytes = (model.workspaceBytes(batch) + 63) / 64 * 64;
-  std::unique_ptr<void, decltype(&std::free)> ws(bytes ? std::aligned_alloc(64, bytes) : nullptr, &std::free);
-  if (bytes && !ws) fail("cannot allocate a {}-byte workspace for batch {}", bytes, batch);
-  auto call = [&] {
-    int code = model.runUnchecked(in.data(), out.data(), batch, ws.get(), threads);
-    if (code != POLICYC_OK) fail("'{}' returned error {} at batch {}, {} threads", model.path(), code, batch, threads);
-  };
-  for (int64_t i = 0; i < o.warmup; ++i) call();
-  using Clock = std::chrono::steady_clock;
-  std::vector<double> us;
-  us.reserve(static_cast<size_t>(o.minCalls) * 4);
-  auto start = Clock::now();
-  while (static_cast<int64_t>(us.size()) < o.minCalls ||
-         std::chrono::duration<double>(Clock::now() - start).count() < o.minSeconds) {
-    auto t0 = Clock::now();
-    call();
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  BenchRow row{batch, threads, static_cast<int64_t>(us.size())};
-  double sum = 0;
-  for (double v : us) sum += v;
-  row.mean = sum / static_cast<double>(us.size());
-  std::sort(us.begin(), us.end());
-  auto at = [&](double q) { return us[static_cast<size_t>(q * static_cast<double>(us.size() - 1) + 0.5)]; };
-  row.p10 = at(0.10);
-  row.median = at(0.50);
-  row.p90 = at(0.90);
-  return row;
-}
-
-// `policyc bench MODEL|OUT.so`: per-call latency of the compiled model at each batch size and
-// thread count (a measurement to read, never a pass/fail check).
-int runBench(const BenchOptions& o) {
-  if (o.minCalls < 1 || o.warmup < 0 || o.minSeconds < 0) fail("--min-calls must be >= 1, --warmup and --min-time >= 0");
-  for (int64_t b : o.batches) {
-    if (b < 1) fail("--batch must be >= 1, got {}", b);
-  }
-  for (int t : o.threads) {
-    if (t < 1) fail("--threads must be >= 1, got {}", t);
-  }
-  std::string so = o.model;
-  if (std::filesystem::path(o.model).extension() != ".so") {
-    so = compileCached(o.model, o.pipeline, o.target);
-  } else if (!o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
-    fail("'{}' is already compiled: the pass options apply to .onnx and .pir models", o.model);
-  }
-  runtime::Model model = runtime::Model::load(so);
-  fmt::print("{} ({}), target {}; microseconds per call, {} warm-up calls, then >= {} calls and >= {} s per row\n",
-             model.name(), so, model.target(), o.warmup, o.minCalls, o.minSeconds);
-  fmt::print("{:>6} {:>7} {:>10} {:>10} {:>10} {:>9} {:>12}\n", "batch", "threads", "median", "p10", "p90", "calls", "rows/s");
-  std::vector<BenchRow> rows;
-  for (int64_t b : o.batches) {
-    for (int t : o.threads) {
-      BenchRow r = benchPoint(model, b, t, o);
-      fmt::print("{:>6} {:>7} {:>10.2f} {:>10.2f} {:>10.2f} {:>9} {:>12.0f}\n", r.batch, r.threads, r.median, r.p10, r.p90,
-                 r.calls, static_cast<double>(r.batch) * 1e6 / r.median);
-      std::fflush(stdout);
-      rows.push_back(r);
-    }
-  }
-  if (!o.json.empty()) {
-    nlohmann::json j;
-    j["model"] = model.name();
-    j["so"] = so;
-    j["target"] = model.target();
-    for (const BenchRow& r : rows) {
-      j["rows"].push_back({{"batch", r.batch}, {"threads", r.threads}, {"calls", r.calls}, {"median_us", r.median},
-                           {"p10_us", r.p10}, {"p90_us", r.p90}, {"mean_us", r.mean}});
-    }
-    std::ofstream f(o.json);
-    f << j.dump(2) << "\n";
-    if (!f) fail("cannot write '{}'", o.json);
-  }
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -495,19 +394,29 @@ int main(int argc, char** argv) {
   compileCmd->add_option("--debug-dir", compile.debugDir,
                          "write every stage here (graphs, passes.log, kernel programs, output_code.cpp, build.log, "
                          "compile_times.txt); POLICYC_DEBUG=1 picks ./policyc_debug/MODEL-HASH");
+  compileCmd->add_flag("--profile", compile.profile, "time every kernel of every run (for `policyc bench --profile OUT.so`)");
   compile.pipeline.addTo(compileCmd);
 
-  BenchOptions bench;
-  CLI::App* benchCmd = app.add_subcommand("bench", "time the compiled model per call (median, p10, p90)");
+  tools::BenchOptions bench;
+  PipelineFlags benchPipeline;
+  std::string benchTarget = "native";
+  CLI::App* benchCmd = app.add_subcommand("bench", "time the compiled model per call (median, p10, p90), against a baseline, per kernel");
   benchCmd->add_option("model", bench.model, "model file (.onnx or .pir, compiled through the cache) or OUT.so")->required();
+  benchCmd->add_option("--backend", bench.backend, "cpp (default) or nofuse, for .onnx/.pir")->check(CLI::IsMember({"cpp", "nofuse"}));
   benchCmd->add_option("--batch", bench.batches, "batch sizes (repeatable or comma-separated; default 1)")->delimiter(',');
   benchCmd->add_option("--threads", bench.threads, "thread counts (repeatable or comma-separated; default 1)")->delimiter(',');
   benchCmd->add_option("--min-time", bench.minSeconds, "seconds of timed calls per row at least (default 1)");
   benchCmd->add_option("--min-calls", bench.minCalls, "timed calls per row at least (default 200)");
   benchCmd->add_option("--warmup", bench.warmup, "untimed calls before each row (default 50)");
-  benchCmd->add_option("--target", bench.target, "native | x86-64-v3 | x86-64-v4 | generic (for .onnx/.pir)");
+  benchCmd->add_option("--target", benchTarget, "native | x86-64-v3 | x86-64-v4 | generic (for .onnx/.pir)");
+  benchCmd->add_option("--baseline", bench.baseline,
+                       "compare throughput with: interp (the reference interpreter), nofuse, or FILE.csv "
+                       "(columns batch, samples_per_s, optionally threads)");
+  benchCmd->add_flag("--profile", bench.profile, "compile with a timer around every kernel; print a table per row");
+  benchCmd->add_option("--trace", bench.trace, "with --profile: write a Chrome trace (chrome://tracing, Perfetto) here");
   benchCmd->add_option("--json", bench.json, "also write the rows as JSON here");
-  bench.pipeline.addTo(benchCmd);
+  benchCmd->add_option("--csv", bench.csv, "also write the rows as CSV here");
+  benchPipeline.addTo(benchCmd);
 
   MinifyCliOptions minify;
   CLI::App* minifyCmd = app.add_subcommand("minify", "shrink a failing model to the few nodes that still fail the same way");
@@ -555,7 +464,15 @@ int main(int argc, char** argv) {
     if (*dumpCmd) return runDump(dump);
     if (*runCmd) return runRun(run);
     if (*compileCmd) return runCompile(compile);
-    if (*benchCmd) return runBench(bench);
+    if (*benchCmd) {
+      if (std::filesystem::path(bench.model).extension() == ".so" &&
+          (!benchPipeline.passes.empty() || !benchPipeline.disabled.empty() || !benchPipeline.printAfter.empty())) {
+        fail("'{}' is already compiled: the pass options apply to .onnx and .pir models", bench.model);
+      }
+      return tools::runBench(bench, [&](const std::string& model, const std::string& backend, bool profile) {
+        return compileCached(model, benchPipeline, benchTarget, backend, "", profile);
+      });
+    }
     if (*checkCmd) return runCheck(check);
     if (*minifyCmd) return runMinify(minify);
   } catch (const std::exception& e) {

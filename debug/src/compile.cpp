@@ -112,10 +112,10 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
   if (fileHash(model).empty()) fail("cannot read '{}': no such file or not readable", model);
   const passes::PipelineOptions& p = request.pipeline;
   const char* fault = std::getenv("POLICYC_INJECT_FAULT");
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", fileHash(model), fileHash(model + ".bin"),
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fileHash(model), fileHash(model + ".bin"),
                                 p.passes ? fmt::format("{}", fmt::join(*p.passes, ",")) : "default",
                                 fmt::join(p.disabled, ","), request.backend, request.cpp.target, request.cpp.name,
-                                fault ? fault : "", compilerId);
+                                fault ? fault : "", compilerId, request.cpp.profile ? "profile" : "");
   uint64_t h = 14695981039346656037ull;
   for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   fs::path dir = cacheDir();

@@ -135,6 +135,7 @@ struct Model::State {
   std::string path;
   void* handle = nullptr;
   const policyc_model* desc = nullptr;
+  const policyc_profile* profile = nullptr;
   std::string name;
   std::string target;
   std::vector<TensorSpec> inputs;
@@ -202,6 +203,12 @@ Model Model::load(const std::string& soPath) {
   state->target = desc->target;
   state->inputs = readSpecs(soPath, "input", desc->num_inputs, desc->inputs);
   state->outputs = readSpecs(soPath, "output", desc->num_outputs, desc->outputs);
+  // The profiling extension is optional: a model without it simply has none.
+  if (void* p = dlsym(handle.handle, "policyc_profile_data")) {
+    policyc_profile_data_fn profileData = nullptr;
+    std::memcpy(&profileData, &p, sizeof(p));
+    state->profile = profileData();
+  }
   state->handle = handle.release();
   return Model(std::move(state));
 }
@@ -212,6 +219,7 @@ const std::string& Model::target() const { return state_->target; }
 const std::vector<TensorSpec>& Model::inputs() const { return state_->inputs; }
 const std::vector<TensorSpec>& Model::outputs() const { return state_->outputs; }
 const policyc_model& Model::descriptor() const { return *state_->desc; }
+const policyc_profile* Model::profile() const { return state_->profile; }
 
 size_t Model::workspaceBytes(int64_t batch) const {
   if (batch < 0) throw ModelError("batch must be >= 0, got " + std::to_string(batch));

@@ -1335,6 +1335,48 @@ class Emitter {
     return s;
   }
 
+  // policyc_profile_data(): every kernel's name, nodes and cost; with o_.profile also the counters
+  // pc_run updates after each kernel (on the calling thread; a kernel split between threads is
+  // timed as a whole).
+  std::string emitProfile() const {
+    std::string s = "// ---- profiling data (policyc_profile_data(), policyc_model.h)\n\n";
+    s += "static const policyc_kernel_info pc_kernel_info[] = {\n";
+    for (const Kernel& k : p_.kernels) {
+      std::vector<std::string> nodes;
+      for (const ir::Node* n : k.sources) nodes.push_back(n->name());
+      const KernelCost c = kernelCost(p_, k);
+      s += fmt::format("  {{\"{}\", \"{}\", \"{}\", {:.17g}, {:.17g}, {:.17g}, {:.17g}}},\n", k.name,
+                       cString(fmt::format("{}", fmt::join(nodes, ","))), kernelKindName(k.kind), c.flopsStatic,
+                       c.flopsPerRow, c.bytesStatic, c.bytesPerRow);
+    }
+    if (p_.kernels.empty()) s += "  {\"\", \"\", \"\", 0, 0, 0, 0},\n";
+    s += "};\n";
+    const size_t n = std::max<size_t>(p_.kernels.size(), 1);
+    if (o_.profile) {
+      s += fmt::format("static uint64_t pc_profile_ns[{}];\nstatic uint64_t pc_profile_calls[{}];\n", n, n);
+      s += "static constexpr int64_t kTraceCapacity = 1 << 16;\n";
+      s += "static policyc_trace_event pc_trace[kTraceCapacity];\nstatic int64_t pc_trace_count = 0;\n";
+      s += "static void pc_profile_reset() {\n"
+           "  std::memset(pc_profile_ns, 0, sizeof pc_profile_ns);\n"
+           "  std::memset(pc_profile_calls, 0, sizeof pc_profile_calls);\n"
+           "  __atomic_store_n(&pc_trace_count, 0, __ATOMIC_RELAXED);\n}\n";
+      s += "static void pc_profile_record(int kernel, int64_t batch, uint64_t t0) {\n"
+           "  const uint64_t dt = pc::nowNs() - t0;\n"
+           "  __atomic_fetch_add(&pc_profile_ns[kernel], dt, __ATOMIC_RELAXED);\n"
+           "  __atomic_fetch_add(&pc_profile_calls[kernel], 1, __ATOMIC_RELAXED);\n"
+           "  if (__atomic_load_n(&pc_trace_count, __ATOMIC_RELAXED) >= kTraceCapacity) return;\n"
+           "  const int64_t e = __atomic_fetch_add(&pc_trace_count, 1, __ATOMIC_RELAXED);\n"
+           "  if (e < kTraceCapacity) pc_trace[e] = {kernel, 0, batch, t0, dt};\n"
+           "  else __atomic_store_n(&pc_trace_count, kTraceCapacity, __ATOMIC_RELAXED);\n}\n";
+      s += fmt::format("static const policyc_profile pc_profile = {{{}, 1, pc_kernel_info, {}, pc_profile_ns, pc_profile_calls, pc_trace, kTraceCapacity, &pc_trace_count, pc_profile_reset}};\n\n",
+                       p_.kernels.size(), paramBytes(p_));
+    } else {
+      s += fmt::format("static const policyc_profile pc_profile = {{{}, 0, pc_kernel_info, {}, nullptr, nullptr, nullptr, 0, nullptr, nullptr}};\n\n",
+                       p_.kernels.size(), paramBytes(p_));
+    }
+    return s;
+  }
+
   std::string emitAbi(const std::string& name) const {
     std::string s = "// ---- the C ABI (runtime/include/policyc/runtime/policyc_model.h)\n\n";
     std::vector<int> ins = p_.inputs, outs;
@@ -1357,8 +1399,10 @@ class Emitter {
     if (names.empty()) names.push_back("\"\"");
     s += fmt::format("static const char* const pc_kernel_names[] = {{{}}};\n", fmt::join(names, ", "));
     s += "static int pc_running_kernel = -1;\n\n";
+    s += emitProfile();
     s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n";
     s += "  if (batch < 0 || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
+    if (o_.profile) s += "  uint64_t pc_profile_t0 = 0;\n";
     s += "  if (batch == 0) return POLICYC_OK;\n";
     // Every tensor with elements needs memory; an empty one (a zero in its shape) may be null.
     auto nullChecks = [&](const char* array, const std::vector<int>& ids) {
@@ -1380,12 +1424,14 @@ class Emitter {
     for (size_t i = 0; i < p_.kernels.size(); ++i) {
       const Split& sp = splits_.at(i);
       s += fmt::format("  __atomic_store_n(&pc_running_kernel, {}, __ATOMIC_RELAXED);\n", i);
+      if (o_.profile) s += "  pc_profile_t0 = pc::nowNs();\n";
       if (sp.units == "1") {
         s += fmt::format("  {}(inputs, outputs, batch, ws, 0, 1);\n", p_.kernels[i].name);
       } else {
         s += fmt::format("  pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{ {}(inputs, outputs, batch, ws, lo, hi); }});\n",
                          sp.units, sp.costPerUnit, p_.kernels[i].name);
       }
+      if (o_.profile) s += fmt::format("  pc_profile_record({}, batch, pc_profile_t0);\n", i);
     }
     s += "  return POLICYC_OK;\n}\n\n";
     s += fmt::format("static const policyc_model pc_model = {{\n  POLICYC_ABI_VERSION, sizeof(policyc_model), \"{}\", \"{}\",\n",
@@ -1393,6 +1439,7 @@ class Emitter {
     s += fmt::format("  {}, pc_inputs, {}, pc_outputs, pc_workspace_bytes, pc_run}};\n\n", ins.size(), outs.size());
     s += "#define PC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
     s += "PC_EXPORT const policyc_model* policyc_model_descriptor(void) { return &pc_model; }\n";
+    s += "PC_EXPORT const policyc_profile* policyc_profile_data(void) { return &pc_profile; }\n";
     s += "// Debugging aid, not part of the ABI: the kernel the last run entered (\"\" before any).\n";
     s += "PC_EXPORT const char* policyc_debug_running_kernel(void) {\n"
          "  const int k = __atomic_load_n(&pc_running_kernel, __ATOMIC_RELAXED);\n"

@@ -46,6 +46,9 @@ struct CppOptions {
   // Fault injection for testing the debugging tools (POLICYC_INJECT_FAULT=<op>:<kind>): every
   // node of operator `faultOp` (its op-table name, e.g. "relu", "conv") is miscompiled.
   std::optional<InjectedFault> fault;
+  // Times every kernel of every run (policyc_profile_data(): totals and a trace); costs two clock
+  // reads per kernel, so it is for `policyc bench --profile`, not for deployment.
+  bool profile = false;
 };
 
 struct GeneratedCpp {

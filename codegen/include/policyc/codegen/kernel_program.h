@@ -134,6 +134,20 @@ struct FusionStats {
 // exactly as the producer wrote it (no duplicated work, no value lost). Renames the kernels.
 FusionStats fuseKernels(KernelProgram& program);
 
+// ---- cost (the profiler's GFLOP/s and GB/s, the roofline's bound)
+
+// What one call of a kernel does at batch size b: flops = flopsStatic + flopsPerRow * b, and the
+// same for bytes. FLOPs count a multiply-add as two and every elementwise op as one; bytes count
+// every buffer the kernel reads or writes once (its cache traffic if nothing is re-fetched).
+struct KernelCost {
+  double flopsStatic = 0, flopsPerRow = 0;
+  double bytesStatic = 0, bytesPerRow = 0;
+  double flops(int64_t batch) const { return flopsStatic + flopsPerRow * static_cast<double>(batch); }
+  double bytes(int64_t batch) const { return bytesStatic + bytesPerRow * static_cast<double>(batch); }
+};
+KernelCost kernelCost(const KernelProgram& program, const Kernel& kernel);
+int64_t paramBytes(const KernelProgram& program);  // the weights every call reads (unpacked sizes)
+
 // ---- printing (ir_pre_fusion.txt / ir_post_fusion.txt)
 
 std::string printKernelProgram(const KernelProgram& program);

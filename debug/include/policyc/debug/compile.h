@@ -51,7 +51,7 @@ std::filesystem::path cacheDir();
 
 // The compiled form of request.modelPath in the cache, compiled there (with `load` giving the
 // graph) unless an identical compile is there. The key covers the model's bytes (and a .pir's
-// sidecar), the pass options, backend, target, POLICYC_INJECT_FAULT and `compilerId` (a hash of
+// sidecar), the pass options, backend, target, profiling, POLICYC_INJECT_FAULT and `compilerId` (a hash of
 // the compiler's own binary), so a changed model or a rebuilt compiler never hits a stale .so.
 // With a debug directory (request.debugDir or POLICYC_DEBUG=1) it always compiles, to fill it.
 // request.output is ignored.

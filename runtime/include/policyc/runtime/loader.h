@@ -74,6 +74,9 @@ class Model {
   const std::vector<TensorSpec>& inputs() const;
   const std::vector<TensorSpec>& outputs() const;
   const policyc_model& descriptor() const;
+  // The kernels' names, nodes and costs, and in a model compiled with profiling their timers
+  // (policyc_model.h); null for a model that does not export policyc_profile_data.
+  const policyc_profile* profile() const;
 
   // Bytes of workspace a run at this batch size needs; throws for a negative batch.
   size_t workspaceBytes(int64_t batch) const;

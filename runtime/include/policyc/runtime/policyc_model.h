@@ -65,6 +65,46 @@ typedef struct policyc_model {
 const policyc_model* policyc_model_descriptor(void);
 typedef const policyc_model* (*policyc_model_descriptor_fn)(void);
 
+/* ---- Profiling (an extension for `policyc bench --profile`; a loader may ignore it)
+ *
+ * Every compiled model also exports policyc_profile_data(): what each kernel is and costs. A model
+ * built with profiling (`policyc compile --profile`) also times every kernel of every run on the
+ * calling thread: per-kernel totals, and the first trace_capacity kernel calls as trace events. */
+
+typedef struct policyc_kernel_info {
+  const char* name;        /* the kernel function, e.g. "fused_conv_bias_relu_3" */
+  const char* nodes;       /* the graph nodes it computes, comma-separated */
+  const char* kind;        /* linear, conv, pool, reduction, copy, pointwise */
+  double flops_static;     /* FLOPs per call: flops_static + flops_per_row * batch */
+  double flops_per_row;
+  double bytes_static;     /* bytes read and written per call, the same way */
+  double bytes_per_row;
+} policyc_kernel_info;
+
+typedef struct policyc_trace_event {
+  int32_t kernel;          /* index into kernels */
+  int32_t reserved;
+  int64_t batch;
+  uint64_t start_ns;       /* CLOCK_MONOTONIC */
+  uint64_t duration_ns;
+} policyc_trace_event;
+
+typedef struct policyc_profile {
+  int32_t num_kernels;
+  int32_t instrumented;    /* 1: the counters below are kept; 0: they are null */
+  const policyc_kernel_info* kernels;  /* in execution order */
+  int64_t weight_bytes;    /* parameters the model reads per call */
+  uint64_t* kernel_ns;     /* per kernel: nanoseconds summed over calls */
+  uint64_t* kernel_calls;  /* per kernel: calls */
+  policyc_trace_event* trace;
+  int64_t trace_capacity;
+  int64_t* trace_count;    /* events recorded (stops at trace_capacity) */
+  void (*reset)(void);     /* zeroes the counters and the trace */
+} policyc_profile;
+
+const policyc_profile* policyc_profile_data(void);
+typedef const policyc_profile* (*policyc_profile_data_fn)(void);
+
 #ifdef __cplusplus
 }
 #endif

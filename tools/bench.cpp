@@ -1,0 +1,389 @@
+// `policyc bench`: times a compiled model per call, compares it with a baseline, and prints the
+// per-kernel profile (and a Chrome trace) of a model compiled with profiling.
+#include "bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "model_io.h"
+#include "policyc/debug/check.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/interpreter.h"
+#include "policyc/runtime/loader.h"
+
+namespace policyc::tools {
+namespace {
+
+struct Timing {
+  int64_t batch = 0;
+  int threads = 0;
+  int64_t calls = 0;
+  double p10 = 0, median = 0, p90 = 0, mean = 0;  // microseconds per call
+  double totalUs = 0;                              // all timed calls together
+  double samplesPerSecond() const { return static_cast<double>(batch) * 1e6 / median; }
+};
+
+// Warm-up calls, then calls timed one by one (steady_clock) until both `minCalls` and
+// `minSeconds` are reached.
+template <typename Call>
+Timing timeCalls(int64_t batch, int threads, int64_t warmup, int64_t minCalls, double minSeconds, Call&& call) {
+  for (int64_t i = 0; i < warmup; ++i) call();
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> us;
+  us.reserve(static_cast<size_t>(minCalls) * 4);
+  auto start = Clock::now();
+  while (static_cast<int64_t>(us.size()) < minCalls || std::chrono::duration<double>(Clock::now() - start).count() < minSeconds) {
+    auto t0 = Clock::now();
+    call();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  Timing t{batch, threads, static_cast<int64_t>(us.size())};
+  for (double v : us) t.totalUs += v;
+  t.mean = t.totalUs / static_cast<double>(us.size());
+  std::sort(us.begin(), us.end());
+  auto at = [&](double q) { return us[static_cast<size_t>(q * static_cast<double>(us.size() - 1) + 0.5)]; };
+  t.p10 = at(0.10);
+  t.median = at(0.50);
+  t.p90 = at(0.90);
+  return t;
+}
+
+// Inputs, outputs and a workspace for one batch size of a loaded model, allocated once.
+struct Buffers {
+  std::vector<ir::Tensor> inputs, outputs;
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  std::unique_ptr<void, decltype(&std::free)> workspace{nullptr, &std::free};
+
+  Buffers(const runtime::Model& model, int64_t batch) {
+    inputs = randomTensors(debug::inputTypes(model), batch, 1);
+    for (const runtime::TensorSpec& spec : model.outputs()) {
+      outputs.emplace_back(static_cast<ir::DType>(spec.dtype), spec.shapeAt(batch));
+    }
+    for (const ir::Tensor& t : inputs) in.push_back(t.bytes());
+    for (ir::Tensor& t : outputs) out.push_back(t.bytes());
+    size_t bytes = (model.workspaceBytes(batch) + 63) / 64 * 64;
+    workspace.reset(bytes ? std::aligned_alloc(64, bytes) : nullptr);
+    if (bytes && !workspace) fail("cannot allocate a {}-byte workspace for batch {}", bytes, batch);
+  }
+};
+
+// The model's own run() (no shape checks) on buffers allocated beforehand.
+Timing timeModel(const runtime::Model& model, int64_t batch, int threads, const BenchOptions& o,
+                 const std::function<void()>& afterWarmup = {}) {
+  Buffers b(model, batch);
+  auto call = [&] {
+    int code = model.runUnchecked(b.in.data(), b.out.data(), batch, b.workspace.get(), threads);
+    if (code != POLICYC_OK) fail("'{}' returned error {} at batch {}, {} threads", model.path(), code, batch, threads);
+  };
+  for (int64_t i = 0; i < o.warmup; ++i) call();
+  if (afterWarmup) afterWarmup();
+  return timeCalls(batch, threads, 0, o.minCalls, o.minSeconds, call);
+}
+
+// ---- the baseline a run is compared with
+
+class Baseline {
+ public:
+  virtual ~Baseline() = default;
+  virtual std::string name() const = 0;
+  // Samples per second at this point; nullopt when the baseline has no figure for it.
+  virtual std::optional<double> samplesPerSecond(int64_t batch, int threads) = 0;
+};
+
+// Another compiled form of the model (the nofuse backend), timed like the model itself.
+class CompiledBaseline : public Baseline {
+ public:
+  CompiledBaseline(std::string name, runtime::Model model, const BenchOptions& o)
+      : name_(std::move(name)), model_(std::move(model)), o_(o) {}
+  std::string name() const override { return name_; }
+  std::optional<double> samplesPerSecond(int64_t batch, int threads) override {
+    return timeModel(model_, batch, threads, o_).samplesPerSecond();
+  }
+
+ private:
+  std::string name_;
+  runtime::Model model_;
+  const BenchOptions& o_;
+};
+
+// The reference interpreter on the imported graph (single-threaded; at most 10 timed calls).
+class InterpreterBaseline : public Baseline {
+ public:
+  InterpreterBaseline(std::unique_ptr<ir::Graph> graph, const BenchOptions& o) : graph_(std::move(graph)), o_(o) {}
+  std::string name() const override { return "interp"; }
+  std::optional<double> samplesPerSecond(int64_t batch, int threads) override {
+    std::vector<ir::Tensor> inputs = randomInputs(*graph_, batch, 1);
+    auto call = [&] { (void)ir::interpret(*graph_, inputs); };
+    return timeCalls(batch, threads, 1, std::min<int64_t>(o_.minCalls, 10), o_.minSeconds, call).samplesPerSecond();
+  }
+
+ private:
+  std::unique_ptr<ir::Graph> graph_;
+  const BenchOptions& o_;
+};
+
+// Figures measured elsewhere (e.g. bench/peers), read from a CSV file with a header naming at
+// least `batch` and `samples_per_s`; with a `threads` column rows match the thread count too.
+class CsvBaseline : public Baseline {
+ public:
+  explicit CsvBaseline(const std::string& path) : path_(path) {
+    std::ifstream f(path);
+    if (!f) fail("cannot read the baseline '{}'", path);
+    std::string line;
+    std::vector<std::string> header;
+    int lineNo = 0;
+    auto split = [](const std::string& s) {
+      std::vector<std::string> cells;
+      std::stringstream ss(s);
+      std::string cell;
+      while (std::getline(ss, cell, ',')) cells.push_back(cell);
+      return cells;
+    };
+    auto column = [&](const std::string& n) -> int {
+      auto it = std::find(header.begin(), header.end(), n);
+      return it == header.end() ? -1 : static_cast<int>(it - header.begin());
+    };
+    int batchCol = -1, threadsCol = -1, valueCol = -1;
+    while (std::getline(f, line)) {
+      ++lineNo;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty()) continue;
+      if (header.empty()) {
+        header = split(line);
+        batchCol = column("batch");
+        threadsCol = column("threads");
+        valueCol = column("samples_per_s");
+        if (batchCol < 0 || valueCol < 0) {
+          fail("baseline '{}': the header must name the columns 'batch' and 'samples_per_s', got '{}'", path, line);
+        }
+        continue;
+      }
+      std::vector<std::string> cells = split(line);
+      try {
+        int64_t batch = std::stoll(cells.at(static_cast<size_t>(batchCol)));
+        int threads = threadsCol < 0 ? 0 : std::stoi(cells.at(static_cast<size_t>(threadsCol)));
+        rows_[{batch, threads}] = std::stod(cells.at(static_cast<size_t>(valueCol)));
+      } catch (const std::exception&) {
+        fail("baseline '{}' line {}: expected numbers in 'batch'{} and 'samples_per_s', got '{}'", path, lineNo,
+             threadsCol < 0 ? "" : ", 'threads'", line);
+      }
+    }
+    if (rows_.empty()) fail("baseline '{}' has no rows", path);
+    anyThreads_ = threadsCol < 0;
+  }
+  std::string name() const override { return std::filesystem::path(path_).filename().string(); }
+  std::optional<double> samplesPerSecond(int64_t batch, int threads) override {
+    auto it = rows_.find({batch, anyThreads_ ? 0 : threads});
+    if (it == rows_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  std::string path_;
+  std::map<std::pair<int64_t, int>, double> rows_;
+  bool anyThreads_ = false;
+};
+
+// ---- the profile of one row
+
+struct KernelRow {
+  int kernel = 0;
+  uint64_t ns = 0, calls = 0;
+};
+
+struct RowProfile {
+  Timing timing;
+  std::vector<KernelRow> kernels;             // execution order
+  std::vector<policyc_trace_event> trace;     // the first kTraceEvents kernel calls of the row
+};
+
+constexpr int64_t kTraceEvents = 20000;  // per row: enough to see many calls, a trace of a few MB
+
+RowProfile readProfile(const policyc_profile& p, const Timing& t) {
+  RowProfile r{t, {}, {}};
+  for (int k = 0; k < p.num_kernels; ++k) r.kernels.push_back({k, p.kernel_ns[k], p.kernel_calls[k]});
+  int64_t n = std::min({*p.trace_count, p.trace_capacity, kTraceEvents});
+  r.trace.assign(p.trace, p.trace + n);
+  return r;
+}
+
+void printProfile(const policyc_profile& p, const RowProfile& r) {
+  std::vector<KernelRow> rows = r.kernels;
+  std::sort(rows.begin(), rows.end(), [](const KernelRow& a, const KernelRow& b) { return a.ns > b.ns; });
+  double kernelUs = 0;
+  for (const KernelRow& k : rows) kernelUs += static_cast<double>(k.ns) / 1e3;
+  const double wallUs = r.timing.totalUs;
+  fmt::print("\nprofile: batch {}, {} thread{}, {} calls; kernels take {:.1f}% of the run time\n", r.timing.batch,
+             r.timing.threads, r.timing.threads == 1 ? "" : "s", r.timing.calls, 100.0 * kernelUs / wallUs);
+  fmt::print("{:<40} {:>8} {:>12} {:>6} {:>10} {:>8} {:>8}  {}\n", "kernel", "calls", "total us", "%", "us/call",
+             "GFLOP/s", "GB/s", "nodes");
+  for (const KernelRow& k : rows) {
+    const policyc_kernel_info& info = p.kernels[k.kernel];
+    const double us = static_cast<double>(k.ns) / 1e3;
+    const double b = static_cast<double>(r.timing.batch);
+    const double flops = (info.flops_static + info.flops_per_row * b) * static_cast<double>(k.calls);
+    const double bytes = (info.bytes_static + info.bytes_per_row * b) * static_cast<double>(k.calls);
+    std::string nodes = info.nodes;
+    if (nodes.size() > 40) nodes = nodes.substr(0, 37) + "...";
+    fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f} {:>8.1f} {:>8.1f}  {}\n", info.name, k.calls, us,
+               100.0 * us / wallUs, k.calls ? us / static_cast<double>(k.calls) : 0.0, k.ns ? flops / static_cast<double>(k.ns) : 0.0,
+               k.ns ? bytes / static_cast<double>(k.ns) : 0.0, nodes);
+  }
+  fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f}\n", "(outside kernels: entry, timers, loop)", r.timing.calls,
+             wallUs - kernelUs, 100.0 * (wallUs - kernelUs) / wallUs, (wallUs - kernelUs) / static_cast<double>(r.timing.calls));
+}
+
+// Chrome's trace event format (chrome://tracing, Perfetto): one process per row, one complete
+// ("X") event per kernel call, timestamps in microseconds from the row's first call.
+void writeTrace(const std::string& path, const policyc_profile& p, const std::string& model, const std::vector<RowProfile>& rows) {
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowProfile& r = rows[i];
+    const int pid = static_cast<int>(i) + 1;
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid},
+                      {"args", {{"name", fmt::format("{} batch {}, {} threads", model, r.timing.batch, r.timing.threads)}}}});
+    if (r.trace.empty()) continue;
+    const uint64_t base = r.trace.front().start_ns;
+    for (const policyc_trace_event& e : r.trace) {
+      const policyc_kernel_info& info = p.kernels[e.kernel];
+      events.push_back({{"name", info.name}, {"cat", info.kind}, {"ph", "X"}, {"pid", pid}, {"tid", 1},
+                        {"ts", static_cast<double>(e.start_ns - base) / 1e3}, {"dur", static_cast<double>(e.duration_ns) / 1e3},
+                        {"args", {{"nodes", info.nodes}, {"batch", e.batch}}}});
+    }
+  }
+  nlohmann::json j = {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
+  std::ofstream f(path);
+  f << j.dump() << "\n";
+  if (!f) fail("cannot write the trace '{}'", path);
+}
+
+double flopsPerCall(const policyc_profile* p, int64_t batch) {
+  double f = 0;
+  for (int k = 0; p && k < p->num_kernels; ++k) f += p->kernels[k].flops_static + p->kernels[k].flops_per_row * static_cast<double>(batch);
+  return f;
+}
+
+}  // namespace
+
+int runBench(const BenchOptions& o, const BenchCompile& compile) {
+  if (o.minCalls < 1 || o.warmup < 0 || o.minSeconds < 0) fail("--min-calls must be >= 1, --warmup and --min-time >= 0");
+  for (int64_t b : o.batches) {
+    if (b < 1) fail("--batch must be >= 1, got {}", b);
+  }
+  for (int t : o.threads) {
+    if (t < 1) fail("--threads must be >= 1, got {}", t);
+  }
+  if (!o.trace.empty() && !o.profile) fail("--trace needs --profile");
+  const bool compiled = std::filesystem::path(o.model).extension() == ".so";
+  std::string so = compiled ? o.model : compile(o.model, o.backend, o.profile);
+  runtime::Model model = runtime::Model::load(so);
+  const policyc_profile* prof = model.profile();
+  if (o.profile && (!prof || !prof->instrumented)) {
+    fail("'{}' was compiled without profiling: pass the .onnx/.pir model, or build it with `policyc compile --profile`", so);
+  }
+
+  std::unique_ptr<Baseline> baseline;
+  if (o.baseline == "nofuse" || o.baseline == "interp") {
+    if (compiled) fail("--baseline {} needs the .onnx/.pir model, not the compiled '{}'", o.baseline, o.model);
+    if (o.baseline == "nofuse") {
+      baseline = std::make_unique<CompiledBaseline>("nofuse", runtime::Model::load(compile(o.model, "nofuse", false)), o);
+    } else {
+      baseline = std::make_unique<InterpreterBaseline>(loadModel(o.model), o);
+    }
+  } else if (!o.baseline.empty()) {
+    baseline = std::make_unique<CsvBaseline>(o.baseline);
+  }
+
+  fmt::print("{} ({}), target {}{}; microseconds per call, {} warm-up calls, then >= {} calls and >= {} s per row\n",
+             model.name(), so, model.target(), o.profile ? ", profiled (timers around every kernel)" : "", o.warmup,
+             o.minCalls, o.minSeconds);
+  fmt::print("{:>6} {:>7} {:>10} {:>10} {:>10} {:>9} {:>12} {:>8}\n", "batch", "threads", "median", "p10", "p90", "calls",
+             "samples/s", "GFLOP/s");
+  std::vector<Timing> rows;
+  std::vector<RowProfile> profiles;
+  for (int64_t b : o.batches) {
+    for (int t : o.threads) {
+      Timing r = timeModel(model, b, t, o, [&] {
+        if (o.profile) prof->reset();
+      });
+      fmt::print("{:>6} {:>7} {:>10.2f} {:>10.2f} {:>10.2f} {:>9} {:>12.0f} {:>8.1f}\n", r.batch, r.threads, r.median,
+                 r.p10, r.p90, r.calls, r.samplesPerSecond(), flopsPerCall(prof, b) / (r.median * 1e3));
+      std::fflush(stdout);
+      rows.push_back(r);
+      if (o.profile) profiles.push_back(readProfile(*prof, r));
+    }
+  }
+  for (const RowProfile& r : profiles) printProfile(*prof, r);
+  if (!o.trace.empty()) {
+    writeTrace(o.trace, *prof, model.name(), profiles);
+    fmt::print("\nwrote the trace {} (chrome://tracing or https://ui.perfetto.dev)\n", o.trace);
+  }
+
+  // The seed benchmark's layout: throughput against the baseline, per thread count.
+  std::vector<std::optional<double>> base(rows.size());
+  if (baseline) {
+    for (int t : o.threads) {
+      fmt::print("\n{} thread{}: throughput in samples/s, baseline {}\n", t, t == 1 ? "" : "s", baseline->name());
+      fmt::print("{:>10} {:>14} {:>14} {:>9}\n", "batch size", "baseline", "compiled", "speedup");
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].threads != t) continue;
+        base[i] = baseline->samplesPerSecond(rows[i].batch, t);
+        const double c = rows[i].samplesPerSecond();
+        if (base[i]) {
+          fmt::print("{:>10} {:>14.0f} {:>14.0f} {:>8.2f}x\n", rows[i].batch, *base[i], c, c / *base[i]);
+        } else {
+          fmt::print("{:>10} {:>14} {:>14.0f} {:>9}\n", rows[i].batch, "-", c, "-");
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  if (!o.json.empty()) {
+    nlohmann::json j;
+    j["model"] = model.name();
+    j["so"] = so;
+    j["target"] = model.target();
+    j["profiled"] = o.profile;
+    if (prof) j["weight_bytes"] = prof->weight_bytes;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Timing& r = rows[i];
+      nlohmann::json row = {{"batch", r.batch},        {"threads", r.threads},         {"calls", r.calls},
+                            {"median_us", r.median},   {"p10_us", r.p10},              {"p90_us", r.p90},
+                            {"mean_us", r.mean},       {"samples_per_s", r.samplesPerSecond()}};
+      if (prof) row["flops"] = flopsPerCall(prof, r.batch);
+      if (base[i]) row["baseline_samples_per_s"] = *base[i];
+      j["rows"].push_back(row);
+    }
+    std::ofstream f(o.json);
+    f << j.dump(2) << "\n";
+    if (!f) fail("cannot write '{}'", o.json);
+  }
+  if (!o.csv.empty()) {
+    std::ofstream f(o.csv);
+    f << "model,batch,threads,calls,median_us,p10_us,p90_us,samples_per_s,gflops,baseline_samples_per_s,speedup\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Timing& r = rows[i];
+      f << fmt::format("{},{},{},{},{:.3f},{:.3f},{:.3f},{:.1f},{:.3f},{},{}\n", model.name(), r.batch, r.threads, r.calls,
+                       r.median, r.p10, r.p90, r.samplesPerSecond(), flopsPerCall(prof, r.batch) / (r.median * 1e3),
+                       base[i] ? fmt::format("{:.1f}", *base[i]) : "",
+                       base[i] ? fmt::format("{:.3f}", r.samplesPerSecond() / *base[i]) : "");
+    }
+    if (!f) fail("cannot write '{}'", o.csv);
+  }
+  return 0;
+}
+
+}  // namespace policyc::tools

@@ -1,0 +1,33 @@
+// `policyc bench`: per-call latency of a compiled model, a baseline to compare with, and the
+// per-kernel profile (table and Chrome trace) of a model compiled with profiling.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace policyc::tools {
+
+struct BenchOptions {
+  std::string model;                 // .onnx / .pir (compiled through the cache) or OUT.so
+  std::string backend = "cpp";       // cpp | nofuse, for .onnx/.pir
+  std::vector<int64_t> batches = {1};
+  std::vector<int> threads = {1};
+  double minSeconds = 1.0;
+  int64_t minCalls = 200;
+  int64_t warmup = 50;
+  std::string json;                  // write the rows as JSON here
+  std::string csv;                   // write the rows as CSV here
+  std::string baseline;              // interp | nofuse | FILE.csv (batch, [threads,] samples_per_s)
+  bool profile = false;              // compile with profiling and print the per-kernel table
+  std::string trace;                 // with profile: a Chrome trace of every row
+};
+
+// Compiles an .onnx/.pir model into a cached .so: (model, backend, profile) -> path.
+using BenchCompile = std::function<std::string(const std::string&, const std::string&, bool)>;
+
+// Runs the benchmark and prints its tables; errors are policyc::Error. Returns the exit code.
+int runBench(const BenchOptions& options, const BenchCompile& compile);
+
+}  // namespace policyc::tools
