@@ -12,6 +12,7 @@ POLICYC_PACKAGES=(
   libonnx-dev libprotobuf-dev libonnx-testdata
   python3-dev python3-numpy python3-onnx pybind11-dev
   python3-torch  # the rollout example and from_torch compare with PyTorch
+  libopenblas0   # PyTorch's BLAS (libblas.so.3) for the peer benchmarks, instead of the reference BLAS
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
