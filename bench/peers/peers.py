@@ -253,7 +253,7 @@ def main():
                 data = weight_bytes + in_bytes[b] + out_bytes
                 bound = bound_us(roof, flops.get(b, 0.0), data, roof["peak_gflops"]) if flops else None
                 bound512 = bound_us(roof, flops.get(b, 0.0), data, roof["peak_avx512_gflops"]) if flops and roof["peak_avx512_gflops"] else None
-                line = f"{b:>6} {bound if bound else float("nan"):>9.1f}"
+                line = f"{b:>6} {bound if bound else float('nan'):>9.1f}"
                 med = {}
                 for p in peers:
                     us, outs = results[p][b]

@@ -90,6 +90,41 @@ PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const
   store16(out[3], d);
 }
 
+// Four rows times two panels (32 columns): eight independent accumulators, enough to keep both
+// 512-bit FMA pipes busy through the FMA latency, where four (one panel) leave them half idle.
+// Every output element sums over k in the same order as gemm_4x16_by: the results are identical.
+template <class At>
+PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT wa,
+                            const float* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32]) {
+  const f32x16 ba = load16(bias), bb = load16(bias + 16);
+  f32x16 a0 = ba, a1 = bb, b0 = ba, b1 = bb, c0 = ba, c1 = bb, d0 = ba, d1 = bb;
+  for (int64_t k = 0; k < K; ++k) {
+    const f32x16 wka = load16(wa + k * 16), wkb = load16(wb + k * 16);
+    const int64_t o = at(k);
+    f32x16 v = splat16(x0[o]);
+    a0 += v * wka;
+    a1 += v * wkb;
+    v = splat16(x1[o]);
+    b0 += v * wka;
+    b1 += v * wkb;
+    v = splat16(x2[o]);
+    c0 += v * wka;
+    c1 += v * wkb;
+    v = splat16(x3[o]);
+    d0 += v * wka;
+    d1 += v * wkb;
+  }
+  store16(out[0], a0);
+  store16(out[0] + 16, a1);
+  store16(out[1], b0);
+  store16(out[1] + 16, b1);
+  store16(out[2], c0);
+  store16(out[2] + 16, c1);
+  store16(out[3], d0);
+  store16(out[3] + 16, d1);
+}
+
 #else
 // Without AVX-512 a panel row is two f32x8 (GCC would spill a 16-float vector type).
 PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_RESTRICT w,
@@ -147,6 +182,18 @@ PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const
   store8(out[3] + 8, d1);
 }
 
+// Sixteen 8-float registers of accumulators would not fit beside the weights: one panel at a time.
+template <class At>
+PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT wa,
+                            const float* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32]) {
+  float half[4][16];
+  gemm_4x16_by(K, at, x0, x1, x2, x3, wa, bias, half);
+  for (int t = 0; t < 4; ++t) std::memcpy(out[t], half[t], sizeof half[t]);
+  gemm_4x16_by(K, at, x0, x1, x2, x3, wb, bias + 16, half);
+  for (int t = 0; t < 4; ++t) std::memcpy(out[t] + 16, half[t], sizeof half[t]);
+}
+
 #endif
 
 // Four rows of x, contiguous.
@@ -154,6 +201,17 @@ PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC
                          const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
                          const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
   gemm_4x16_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, out);
+}
+// Four contiguous rows times two adjacent panels (wa and wb = wa + 16 * K).
+PC_INLINE void gemm_4x32(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                         const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
+                         const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32]) {
+  gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + 16 * K, bias, out);
+}
+PC_INLINE void gemm_4x32_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
+                            const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
+                            const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32]) {
+  gemm_4x32_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, w + 16 * K, bias, out);
 }
 // Reading x_t[k] at x_t[off[k]]: a convolution's patches straight from the input when the window
 // lies inside it (off is the window's offset table, the same for every position).

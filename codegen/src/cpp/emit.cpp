@@ -730,9 +730,11 @@ class Emitter {
   }
 
   // Stores panel j of `out` (16 columns, the last panel clipped to N) through the epilogue.
-  static std::string panelEpilogue(int64_t N, const std::string& indent, const std::string& call) {
-    std::string s = fmt::format("{}const int64_t nEnd = j*16 + 16 < {} ? j*16 + 16 : {};\n", indent, N, N);
-    s += fmt::format("{}for (int64_t n = j*16; n < nEnd; ++n) {};\n", indent, call);
+  // The scalar epilogue over the `width` columns from panel `j` on (the last ones may not exist).
+  static std::string panelEpilogue(int64_t N, const std::string& indent, const std::string& call, int64_t width = 16,
+                                   const std::string& j = "j") {
+    std::string s = fmt::format("{}const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", indent, j, width, N, j, width, N);
+    s += fmt::format("{}for (int64_t n = {}*16; n < nEnd; ++n) {};\n", indent, j, call);
     return s;
   }
 
@@ -826,33 +828,47 @@ class Emitter {
                        decomp, body);
     }
     s += fmt::format("  const int64_t rows = {};\n", rowsExpr);
-    // Units of work: a quad of rows times one panel, panel-major, so one panel (K x 16 floats)
-    // stays in cache while every row passes. A unit always runs the same microkernel (4 rows, or
-    // the last rows one by one), whichever chunk it falls in.
-    setSplit(fmt::format("({} + 3) / 4 * {}", rowsExpr, panels),
-             fmt::format("{}.0 * ({} < 4 ? {} : 4)", kPanel * K, rowsExpr, rowsExpr));
+    // Units of work: a quad of rows times a pair of panels (32 columns; the last may be single),
+    // pair-major, so the pair (2 x K x 16 floats) stays in cache while every row passes. A unit
+    // always runs the same microkernel (4 rows, or the last rows one by one), whichever chunk it
+    // falls in.
+    const int64_t pairs = (panels + 1) / 2;
+    setSplit(fmt::format("({} + 3) / 4 * {}", rowsExpr, pairs),
+             fmt::format("{}.0 * ({} < 4 ? {} : 4)", 2 * kPanel * K, rowsExpr, rowsExpr));
     s += "  const int64_t quads = (rows + 3) / 4;\n";
-    s += "  float out[4][16];\n";
+    s += "  float out[4][32];\n  float out16[4][16];\n";
     s += "  for (int64_t u = lo; u < hi; ++u) {\n";
-    s += "    const int64_t j = u / quads, r = u % quads * 4;\n";
+    s += "    const int64_t j = u / quads * 2, r = u % quads * 4;\n";
     s += fmt::format("    const float* PC_RESTRICT w = wp + j*{};\n", K * kPanel);
-    s += "    if (r + 4 <= rows) {\n";
-    s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out);\n", K);
+    s += fmt::format("    const int64_t jEnd = j + 2 < {} ? j + 2 : {};  // one past the unit's last panel\n", panels, panels);
+    s += "    if (r + 4 <= rows && jEnd == j + 2) {\n";
+    s += fmt::format("      pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out);\n", K);
     if (vec) {
-      s += "      for (int64_t t = 0; t < 4; ++t) finish16(r + t, j*16, out[t]);\n";
+      s += "      for (int64_t t = 0; t < 4; ++t) {\n        finish16(r + t, j*16, out[t]);\n        finish16(r + t, j*16 + 16, out[t] + 16);\n      }\n";
+      s += "      continue;\n    }\n";
+      s += "    if (r + 4 <= rows) {\n";
+      s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out16);\n", K);
+      s += "      for (int64_t t = 0; t < 4; ++t) finish16(r + t, j*16, out16[t]);\n";
       s += "      continue;\n    }\n";
       s += "    for (int64_t t = r; t < rows; ++t) {\n";
-      s += fmt::format("      pc::gemm_1x16({}, row(t), w, bp + j*16, out[0]);\n", K);
-      s += "      finish16(t, j*16, out[0]);\n    }\n  }\n";
+      s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
+      s += fmt::format("        pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]);\n", K, K * kPanel);
+      s += "        finish16(t, jj*16, out16[0]);\n      }\n    }\n  }\n";
       return s;
     }
     s += "      for (int64_t t = 0; t < 4; ++t) {\n";
-    s += panelEpilogue(N, "        ", "finish(r + t, n, out[t][n - j*16])");
+    s += panelEpilogue(N, "        ", "finish(r + t, n, out[t][n - j*16])", 32);
+    s += "      }\n      continue;\n    }\n";
+    s += "    if (r + 4 <= rows) {\n";
+    s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out16);\n", K);
+    s += "      for (int64_t t = 0; t < 4; ++t) {\n";
+    s += panelEpilogue(N, "        ", "finish(r + t, n, out16[t][n - j*16])");
     s += "      }\n      continue;\n    }\n";
     s += "    for (int64_t t = r; t < rows; ++t) {\n";
-    s += fmt::format("      pc::gemm_1x16({}, row(t), w, bp + j*16, out[0]);\n", K);
-    s += panelEpilogue(N, "      ", "finish(t, n, out[0][n - j*16])");
-    s += "    }\n  }\n";
+    s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
+    s += fmt::format("        pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]);\n", K, K * kPanel);
+    s += panelEpilogue(N, "        ", "finish(t, n, out16[0][n - jj*16])", 16, "jj");
+    s += "      }\n    }\n  }\n";
     return s;
   }
 
@@ -899,8 +915,8 @@ class Emitter {
     s += fmt::format("  auto origin = [&](int64_t i0, int64_t pos) {{ const int64_t ih = pos / {} * {} - {}, iw = pos % {} * {} - {}, c = 0; "
                      "return {} + {}; }};\n",
                      OW, st[0], pads[0], OW, st[1], pads[1], ptrName(X.root), addressOf(X.id, {"i0", "c", "ih", "iw"}));
-    s += fmt::format("  alignas(32) float patch[4][{}];\n  float out[4][16];\n", K);
-    std::string call = fmt::format("epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, out[t][n - j*16])", OW, OW);
+    s += fmt::format("  alignas(32) float patch[4][{}];\n  float out[4][32];\n", K);
+    if (panels % 2) s += "  float out16[4][16];\n";
     // Units of work: a quad of output positions of one image, every panel. The last positions
     // that do not fill a quad run one by one, whichever chunk they fall in.
     int64_t P = OH * OW, quads = (P + 3) / 4;
@@ -910,18 +926,35 @@ class Emitter {
     s += fmt::format("    if (pos + 4 <= {}) {{\n", P);
     s += "      const bool direct = inside(pos) && inside(pos + 1) && inside(pos + 2) && inside(pos + 3);\n";
     s += "      if (!direct) for (int64_t t = 0; t < 4; ++t) gather(i0, pos + t, patch[t]);\n";
-    s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
-    s += "        if (direct) {\n";
-    s += fmt::format("          pc::gemm_4x16_at({}, window, origin(i0, pos), origin(i0, pos + 1), origin(i0, pos + 2), "
-                     "origin(i0, pos + 3), wp + j*{}, bp + j*16, out);\n", K, K * kPanel);
-    s += "        } else {\n";
-    s += fmt::format("          pc::gemm_4x16({}, patch[0], patch[1], patch[2], patch[3], wp + j*{}, bp + j*16, out);\n", K, K * kPanel);
-    s += "        }\n";
-    // Channel outer, position inner: the four positions of a channel are adjacent in memory,
-    // while channels are a plane apart (often 4 KB: every channel maps to the same cache set).
-    s += fmt::format("        const int64_t nEnd = j*16 + 16 < {} ? j*16 + 16 : {};\n", M, M);
-    s += fmt::format("        for (int64_t n = j*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < 4; ++t) {};\n        }}\n", call);
-    s += "      }\n      continue;\n    }\n";
+    // Panels two at a time (pc::gemm_4x32: twice the accumulators), an odd last one alone.
+    // Channel outer, position inner in the epilogue: the four positions of a channel are adjacent
+    // in memory, while channels are a plane apart (often 4 KB: every channel in one cache set).
+    auto block = [&](const std::string& j, int width) {
+      const std::string kern = width == 32 ? "4x32" : "4x16";
+      const std::string o = width == 32 ? "out" : "out16";
+      std::string t = fmt::format("        if (direct) {{\n          pc::gemm_{}_at({}, window, origin(i0, pos), origin(i0, pos + 1), "
+                                  "origin(i0, pos + 2), origin(i0, pos + 3), wp + {}*{}, bp + {}*16, {});\n",
+                                  kern, K, j, K * kPanel, j, o);
+      t += fmt::format("        }} else {{\n          pc::gemm_{}({}, patch[0], patch[1], patch[2], patch[3], wp + {}*{}, bp + {}*16, {});\n        }}\n",
+                       kern, K, j, K * kPanel, j, o);
+      const std::string value = o + "[t][n - j*16]";
+      t += fmt::format("        const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
+      t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < 4; ++t) "
+                       "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {});\n        }}\n",
+                       j, OW, OW, value);
+      return t;
+    };
+    if (panels >= 2) {
+      s += fmt::format("      for (int64_t j = 0; j + 2 <= {}; j += 2) {{\n", panels);
+      s += block("j", 32);
+      s += "      }\n";
+    }
+    if (panels % 2) {
+      s += fmt::format("      {{\n        const int64_t j = {};\n", panels - 1);
+      s += block("j", 16);
+      s += "      }\n";
+    }
+    s += "      continue;\n    }\n";
     s += fmt::format("    for (int64_t t0 = pos; t0 < {}; ++t0) {{\n", P);
     s += "      const int64_t t = t0 - pos;\n      gather(i0, t0, patch[0]);\n";
     s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
