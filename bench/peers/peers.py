@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import subprocess
+import time
 import sys
 import tempfile
 from pathlib import Path
@@ -42,7 +43,6 @@ def quantiles(us):
 
 
 def time_calls(call, args):
-    import time
     for _ in range(args.warmup):
         call()
     us = []

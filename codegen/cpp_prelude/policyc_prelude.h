@@ -53,6 +53,56 @@ PC_INLINE f32x16 splat16(float x) { return f32x16{x, x, x, x, x, x, x, x, x, x, 
 // weight of column c for input k. Each computes out[t][c] = bias[c] + sum_k x_t[k] * panel[k][c].
 // A panel row is one f32x16 with AVX-512, two f32x8 otherwise (AVX registers, or SSE pairs).
 
+// Width-generic helpers for the microkernels below (V is f32x8 or f32x16).
+template <class V>
+PC_INLINE V loadv(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+PC_INLINE void storev(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+PC_INLINE f32x8 splatv(f32x8, float x) { return splat8(x); }
+PC_INLINE f32x16 splatv(f32x16, float x) { return splat16(x); }
+
+// Four rows times two vectors of columns, eight independent accumulators: out[t][0, W) from the
+// weight rows at wa, out[t][W, 2W) from those at wb (W = V's lanes; weight rows 16 floats apart,
+// i.e. panel rows), each column starting from its bias. Row t's element k is x_t[at(k)]; every
+// output sums over k in order. Serves as the AVX2 4x16 (one panel as two halves) and the AVX-512
+// 4x32 (two panels) kernel.
+template <class V, class At>
+PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT wa,
+                            const float* PC_RESTRICT wb, const float* PC_RESTRICT bias, float* PC_RESTRICT out) {
+  constexpr int W = sizeof(V) / sizeof(float);
+  const V ba = loadv<V>(bias), bb = loadv<V>(bias + W);
+  V a0 = ba, a1 = bb, b0 = ba, b1 = bb, c0 = ba, c1 = bb, d0 = ba, d1 = bb;
+  for (int64_t k = 0; k < K; ++k) {
+    const V wka = loadv<V>(wa + k * 16), wkb = loadv<V>(wb + k * 16);
+    const int64_t o = at(k);
+    V v = splatv(V{}, x0[o]);
+    a0 += v * wka;
+    a1 += v * wkb;
+    v = splatv(V{}, x1[o]);
+    b0 += v * wka;
+    b1 += v * wkb;
+    v = splatv(V{}, x2[o]);
+    c0 += v * wka;
+    c1 += v * wkb;
+    v = splatv(V{}, x3[o]);
+    d0 += v * wka;
+    d1 += v * wkb;
+  }
+  storev(out, a0);
+  storev(out + W, a1);
+  storev(out + 2 * W, b0);
+  storev(out + 3 * W, b1);
+  storev(out + 4 * W, c0);
+  storev(out + 5 * W, c1);
+  storev(out + 6 * W, d0);
+  storev(out + 7 * W, d1);
+}
+
 #if defined(__AVX512F__)
 // One row: four accumulators over interleaved k for instruction-level parallelism.
 PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_RESTRICT w,
@@ -90,39 +140,14 @@ PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const
   store16(out[3], d);
 }
 
-// Four rows times two panels (32 columns): eight independent accumulators, enough to keep both
-// 512-bit FMA pipes busy through the FMA latency, where four (one panel) leave them half idle.
-// Every output element sums over k in the same order as gemm_4x16_by: the results are identical.
+// Four rows times two panels (32 columns): eight accumulators, enough to keep both 512-bit FMA
+// pipes busy through the FMA latency, where four (one panel) leave them half idle. Every output
+// element sums over k in the same order as gemm_4x16_by: the results are identical.
 template <class At>
 PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT wa,
                             const float* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32]) {
-  const f32x16 ba = load16(bias), bb = load16(bias + 16);
-  f32x16 a0 = ba, a1 = bb, b0 = ba, b1 = bb, c0 = ba, c1 = bb, d0 = ba, d1 = bb;
-  for (int64_t k = 0; k < K; ++k) {
-    const f32x16 wka = load16(wa + k * 16), wkb = load16(wb + k * 16);
-    const int64_t o = at(k);
-    f32x16 v = splat16(x0[o]);
-    a0 += v * wka;
-    a1 += v * wkb;
-    v = splat16(x1[o]);
-    b0 += v * wka;
-    b1 += v * wkb;
-    v = splat16(x2[o]);
-    c0 += v * wka;
-    c1 += v * wkb;
-    v = splat16(x3[o]);
-    d0 += v * wka;
-    d1 += v * wkb;
-  }
-  store16(out[0], a0);
-  store16(out[0] + 16, a1);
-  store16(out[1], b0);
-  store16(out[1] + 16, b1);
-  store16(out[2], c0);
-  store16(out[2] + 16, c1);
-  store16(out[3], d0);
-  store16(out[3] + 16, d1);
+  gemm_4x2v_by<f32x16>(K, at, x0, x1, x2, x3, wa, wb, bias, out[0]);
 }
 
 #else
@@ -150,36 +175,12 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_
   store8(out + 8, (a1 + b1) + (c1 + d1));
 }
 
+// One panel as two 8-float halves.
 template <class At>
 PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
                             const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
-  const f32x8 bl = load8(bias), bh = load8(bias + 8);
-  f32x8 a0 = bl, a1 = bh, b0 = bl, b1 = bh, c0 = bl, c1 = bh, d0 = bl, d1 = bh;
-  for (int64_t k = 0; k < K; ++k) {
-    const f32x8 wl = load8(w + k * 16), wh = load8(w + k * 16 + 8);
-    const int64_t o = at(k);
-    f32x8 v = splat8(x0[o]);
-    a0 += v * wl;
-    a1 += v * wh;
-    v = splat8(x1[o]);
-    b0 += v * wl;
-    b1 += v * wh;
-    v = splat8(x2[o]);
-    c0 += v * wl;
-    c1 += v * wh;
-    v = splat8(x3[o]);
-    d0 += v * wl;
-    d1 += v * wh;
-  }
-  store8(out[0], a0);
-  store8(out[0] + 8, a1);
-  store8(out[1], b0);
-  store8(out[1] + 8, b1);
-  store8(out[2], c0);
-  store8(out[2] + 8, c1);
-  store8(out[3], d0);
-  store8(out[3] + 8, d1);
+  gemm_4x2v_by<f32x8>(K, at, x0, x1, x2, x3, w, w + 8, bias, out[0]);
 }
 
 // Sixteen 8-float registers of accumulators would not fit beside the weights: one panel at a time.

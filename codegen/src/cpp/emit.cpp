@@ -841,33 +841,30 @@ class Emitter {
     s += "    const int64_t j = u / quads * 2, r = u % quads * 4;\n";
     s += fmt::format("    const float* PC_RESTRICT w = wp + j*{};\n", K * kPanel);
     s += fmt::format("    const int64_t jEnd = j + 2 < {} ? j + 2 : {};  // one past the unit's last panel\n", panels, panels);
+    // The epilogue of `width` columns from panel `panel` of row `row`, held at `acc` (column n at
+    // acc[n - panel*16]): whole panels at once, or column by column.
+    auto finishing = [&](const std::string& indent, const std::string& row, const std::string& panel,
+                         const std::string& acc, int64_t width) {
+      if (!vec) return panelEpilogue(N, indent, fmt::format("finish({}, n, {}[n - {}*16])", row, acc, panel), width, panel);
+      std::string t;
+      for (int64_t c = 0; c < width; c += kPanel) {
+        t += fmt::format("{}finish16({}, {}*16{}, {}{});\n", indent, row, panel, c ? fmt::format(" + {}", c) : "", acc,
+                         c ? fmt::format(" + {}", c) : "");
+      }
+      return t;
+    };
     s += "    if (r + 4 <= rows && jEnd == j + 2) {\n";
     s += fmt::format("      pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out);\n", K);
-    if (vec) {
-      s += "      for (int64_t t = 0; t < 4; ++t) {\n        finish16(r + t, j*16, out[t]);\n        finish16(r + t, j*16 + 16, out[t] + 16);\n      }\n";
-      s += "      continue;\n    }\n";
-      s += "    if (r + 4 <= rows) {\n";
-      s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out16);\n", K);
-      s += "      for (int64_t t = 0; t < 4; ++t) finish16(r + t, j*16, out16[t]);\n";
-      s += "      continue;\n    }\n";
-      s += "    for (int64_t t = r; t < rows; ++t) {\n";
-      s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
-      s += fmt::format("        pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]);\n", K, K * kPanel);
-      s += "        finish16(t, jj*16, out16[0]);\n      }\n    }\n  }\n";
-      return s;
-    }
-    s += "      for (int64_t t = 0; t < 4; ++t) {\n";
-    s += panelEpilogue(N, "        ", "finish(r + t, n, out[t][n - j*16])", 32);
-    s += "      }\n      continue;\n    }\n";
+    s += "      for (int64_t t = 0; t < 4; ++t) {\n" + finishing("        ", "r + t", "j", "out[t]", 32) + "      }\n";
+    s += "      continue;\n    }\n";
     s += "    if (r + 4 <= rows) {\n";
     s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out16);\n", K);
-    s += "      for (int64_t t = 0; t < 4; ++t) {\n";
-    s += panelEpilogue(N, "        ", "finish(r + t, n, out16[t][n - j*16])");
-    s += "      }\n      continue;\n    }\n";
+    s += "      for (int64_t t = 0; t < 4; ++t) {\n" + finishing("        ", "r + t", "j", "out16[t]", 16) + "      }\n";
+    s += "      continue;\n    }\n";
     s += "    for (int64_t t = r; t < rows; ++t) {\n";
     s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
     s += fmt::format("        pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]);\n", K, K * kPanel);
-    s += panelEpilogue(N, "        ", "finish(t, n, out16[0][n - jj*16])", 16, "jj");
+    s += finishing("        ", "t", "jj", "out16[0]", 16);
     s += "      }\n    }\n  }\n";
     return s;
   }
