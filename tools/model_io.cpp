@@ -51,27 +51,6 @@ std::vector<ir::Tensor> randomInputs(const ir::Graph& graph, int64_t batch, uint
   return randomTensors(types, batch, seed);
 }
 
-std::vector<ir::Tensor> randomTensors(const std::vector<ir::TensorType>& types, int64_t batch, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<ir::Tensor> inputs;
-  for (const ir::TensorType& type : types) {
-    ir::Tensor t(type.dtype, ir::evalShape(type.shape, batch));
-    std::normal_distribution<double> normal(0.0, 1.0);
-    std::uniform_int_distribution<int> byte(0, 255);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (ir::isFloat(t.dtype())) {
-        t.setAsDouble(i, normal(rng));
-      } else if (t.dtype() == ir::DType::Bool) {
-        t.setAsDouble(i, byte(rng) & 1);
-      } else {
-        t.setAsDouble(i, byte(rng));
-      }
-    }
-    inputs.push_back(std::move(t));
-  }
-  return inputs;
-}
-
 std::vector<ir::Tensor> orderInputs(const ir::Graph& graph, std::map<std::string, ir::Tensor> named) {
   std::vector<std::string> expected;
   for (const ir::Value* in : graph.inputs()) expected.push_back(in->name());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "policyc/debug/check.h"
 #include "policyc/ir/graph.h"
 #include "policyc/ir/tensor.h"
 
@@ -22,9 +23,8 @@ void writeTensor(const std::string& npyPath, const ir::Tensor& tensor);
 // Random inputs for every graph input at the given batch size: f32/f64 standard normal, integers
 // and u8 uniform in [0, 255] (bool 0/1), reproducible for a seed.
 std::vector<ir::Tensor> randomInputs(const ir::Graph& graph, int64_t batch, uint64_t seed);
-// The same for a list of input types (a compiled model's signature): equal types, batch and seed
-// give the same tensors as randomInputs.
-std::vector<ir::Tensor> randomTensors(const std::vector<ir::TensorType>& types, int64_t batch, uint64_t seed);
+// The same for a list of input types (a compiled model's signature): debug::randomTensors.
+using debug::randomTensors;
 
 // Orders named inputs by the graph's signature; unknown or missing names are errors.
 std::vector<ir::Tensor> orderInputs(const ir::Graph& graph, std::map<std::string, ir::Tensor> named);

@@ -33,6 +33,33 @@ namespace {
 
 using namespace policyc;
 
+// Options that choose the implementation of each GEMM/conv kernel (generated or oneDNN).
+struct ImplFlags {
+  std::string mode = "default";
+  std::vector<int64_t> tuneBatch;
+  bool noExtern = false;
+  std::string forceImpl;
+
+  void addTo(CLI::App* cmd) {
+    cmd->add_option("--mode", mode,
+                    "default (a heuristic picks each GEMM/conv kernel's implementation) or max-autotune (times them all on "
+                    "this machine)")
+        ->check(CLI::IsMember({"default", "max-autotune"}));
+    cmd->add_option("--tune-batch", tuneBatch, "batch sizes the choice is made for (comma-separated; default 1,16,64)")
+        ->delimiter(',');
+    cmd->add_flag("--no-extern", noExtern, "no oneDNN kernels: a self-contained artifact that needs no libdnnl");
+    cmd->add_option("--force-impl", forceImpl,
+                    "run every GEMM/conv kernel with this implementation where it has it: gemm4x32, gemm4x16, onednn, "
+                    "onednn_postops (debugging)");
+  }
+  void applyTo(debug::CompileRequest& r) const {
+    r.mode = mode;
+    if (!tuneBatch.empty()) r.cpp.tuneBatches = tuneBatch;
+    r.cpp.externKernels = !noExtern;
+    r.cpp.forceImpl = forceImpl;
+  }
+};
+
 // Exit codes: 0 success, 1 a check that ran and failed (later), 2 bad input or a compiler failure.
 constexpr int kExitBadInput = 2;
 
@@ -120,6 +147,7 @@ struct RunOptions {
   int threads = 1;  // compiled models only: the interpreter runs on one thread
   std::string target = "native";  // --backend cpp
   std::string debugDir;            // --backend cpp
+  ImplFlags impl;                  // --backend cpp
 };
 
 // NAME=FILE.npy options read into tensors by name.
@@ -217,6 +245,7 @@ struct CompileOptions {
   std::string debugDir;
   bool profile = false;
   PipelineFlags pipeline;
+  ImplFlags impl;
 };
 
 // MODEL -> optimised graph -> kernel program -> fusion -> memory plan -> C++ -> OUT.so (+ OUT.h),
@@ -234,6 +263,7 @@ void compileModel(const CompileOptions& o) {
   request.cpp.target = o.target;
   request.cpp.profile = o.profile;
   request.debugDir = o.debugDir;
+  o.impl.applyTo(request);
   debug::compileGraph(*graph, request);
 }
 
@@ -246,9 +276,11 @@ int runCompile(const CompileOptions& o) {
 }
 
 // The cached compile of `model` (debug::compileCached), keyed also by this policyc binary.
-std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const std::string& target,
-                          const std::string& backend = "cpp", const std::string& debugDir = "", bool profile = false) {
+std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const ImplFlags& impl,
+                          const std::string& target, const std::string& backend = "cpp", const std::string& debugDir = "",
+                          bool profile = false) {
   debug::CompileRequest request;
+  impl.applyTo(request);
   request.modelPath = model;
   request.backend = backend;
   request.pipeline = pipeline.options();
@@ -263,7 +295,7 @@ std::string compileCached(const std::string& model, const PipelineFlags& pipelin
 // `policyc run MODEL --backend cpp`: the cached compile, run through the loader.
 int runThroughCache(const RunOptions& o) {
   RunOptions compiled = o;
-  compiled.model = compileCached(o.model, o.pipeline, o.target, o.backend, o.debugDir);
+  compiled.model = compileCached(o.model, o.pipeline, o.impl, o.target, o.backend, o.debugDir);
   compiled.pipeline = {};
   compiled.optimize = false;
   return runCompiled(compiled);
@@ -281,6 +313,7 @@ struct CheckCliOptions {
   std::string target = "native";
   std::string debugDir;
   PipelineFlags pipeline;
+  ImplFlags impl;
 };
 
 // `policyc check MODEL`: the compiled model against the interpreter on the same inputs; exit 1
@@ -301,6 +334,7 @@ int runCheck(const CheckCliOptions& o) {
   c.compile.cpp.name = "model";
   c.compile.cpp.target = o.target;
   c.compile.debugDir = o.debugDir;
+  o.impl.applyTo(c.compile);
   fmt::print("check {} (backend {}, {}, rtol {}, atol {}, {} thread{})\n", o.model, o.backend,
              o.inputs.empty() ? fmt::format("random inputs: batch {}, seed {}", o.batch, o.seed) : std::string("given inputs"),
              o.rtol, o.atol, o.threads, o.threads == 1 ? "" : "s");
@@ -381,6 +415,7 @@ int main(int argc, char** argv) {
   runCmd->add_option("--threads", run.threads, "threads a compiled model (.so) may use");
   runCmd->add_flag("--optimize", run.optimize, "run the optimised graph (implied by the pass options)");
   run.pipeline.addTo(runCmd);
+  run.impl.addTo(runCmd);
 
   CompileOptions compile;
   CLI::App* compileCmd = app.add_subcommand("compile", "compile a model into a shared object (C++ backend)");
@@ -396,9 +431,11 @@ int main(int argc, char** argv) {
                          "compile_times.txt); POLICYC_DEBUG=1 picks ./policyc_debug/MODEL-HASH");
   compileCmd->add_flag("--profile", compile.profile, "time every kernel of every run (for `policyc bench --profile OUT.so`)");
   compile.pipeline.addTo(compileCmd);
+  compile.impl.addTo(compileCmd);
 
   tools::BenchOptions bench;
   PipelineFlags benchPipeline;
+  ImplFlags benchImpl;
   std::string benchTarget = "native";
   CLI::App* benchCmd = app.add_subcommand("bench", "time the compiled model per call (median, p10, p90), against a baseline, per kernel");
   benchCmd->add_option("model", bench.model, "model file (.onnx or .pir, compiled through the cache) or OUT.so")->required();
@@ -417,6 +454,7 @@ int main(int argc, char** argv) {
   benchCmd->add_option("--json", bench.json, "also write the rows as JSON here");
   benchCmd->add_option("--csv", bench.csv, "also write the rows as CSV here");
   benchPipeline.addTo(benchCmd);
+  benchImpl.addTo(benchCmd);
 
   MinifyCliOptions minify;
   CLI::App* minifyCmd = app.add_subcommand("minify", "shrink a failing model to the few nodes that still fail the same way");
@@ -446,6 +484,7 @@ int main(int argc, char** argv) {
   checkCmd->add_option("--target", check.target, "native | x86-64-v3 | x86-64-v4 | generic");
   checkCmd->add_option("--debug-dir", check.debugDir, "write every stage of the compile here");
   check.pipeline.addTo(checkCmd);
+  check.impl.addTo(checkCmd);
 
   try {
     app.parse(argc, argv);
@@ -470,7 +509,7 @@ int main(int argc, char** argv) {
         fail("'{}' is already compiled: the pass options apply to .onnx and .pir models", bench.model);
       }
       return tools::runBench(bench, [&](const std::string& model, const std::string& backend, bool profile) {
-        return compileCached(model, benchPipeline, benchTarget, backend, "", profile);
+        return compileCached(model, benchPipeline, benchImpl, benchTarget, backend, "", profile);
       });
     }
     if (*checkCmd) return runCheck(check);

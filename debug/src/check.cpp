@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <set>
 
 #include <fmt/format.h>
@@ -155,6 +156,27 @@ TensorCheck compareTensors(const std::string& name, const ir::Tensor& got, const
 }
 
 static_assert(static_cast<int>(ir::DType::Bool) == POLICYC_BOOL, "ir::DType and policyc_dtype share their order");
+
+std::vector<ir::Tensor> randomTensors(const std::vector<ir::TensorType>& types, int64_t batch, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<ir::Tensor> inputs;
+  for (const ir::TensorType& type : types) {
+    ir::Tensor t(type.dtype, ir::evalShape(type.shape, batch));
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (ir::isFloat(t.dtype())) {
+        t.setAsDouble(i, normal(rng));
+      } else if (t.dtype() == ir::DType::Bool) {
+        t.setAsDouble(i, byte(rng) & 1);
+      } else {
+        t.setAsDouble(i, byte(rng));
+      }
+    }
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
 
 std::vector<ir::TensorType> inputTypes(const runtime::Model& model) {
   std::vector<ir::TensorType> types;

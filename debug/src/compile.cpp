@@ -12,6 +12,7 @@
 
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/memory_plan.h"
+#include "policyc/debug/autotune.h"
 #include "policyc/debug/debug_dir.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
@@ -21,10 +22,12 @@ namespace policyc::debug {
 namespace fs = std::filesystem;
 
 bool isCodegenBackend(const std::string& backend) { return backend == "cpp" || backend == "nofuse"; }
+bool isCompileMode(const std::string& mode) { return mode == "default" || mode == "max-autotune"; }
 
 CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request) {
   if (!isCodegenBackend(request.backend)) fail("backend '{}' does not compile (compiling backends: cpp, nofuse)", request.backend);
   codegen::marchFlag(request.cpp.target);  // an unknown target fails before any work
+  if (!isCompileMode(request.mode)) fail("unknown mode '{}' (valid: default, max-autotune)", request.mode);
   auto start = std::chrono::steady_clock::now();
   const bool nofuse = request.backend == "nofuse";
   codegen::CppOptions cpp = request.cpp;
@@ -66,6 +69,24 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
       for (const ir::Node* n : k.sources) out.kernelOfNode[n->name()] = k.name;
     }
   };
+  if (request.mode == "max-autotune") {
+    AutotuneOptions tune;
+    tune.cpp = cpp;
+    tune.fuse = !nofuse;
+    tune.progress = request.progress;
+    AutotuneResult tuned;
+    {
+      StageTimer t(d, "autotune");
+      tuned = autotune(*graph, tune);
+    }
+    if (d) d->write("autotune.txt", tuned.report);
+    if (request.progress) {
+      fmt::print(stderr, "autotune: {} kernels, {} timed now, {} from the cache, {:.1f} s{}\n", tuned.kernels, tuned.timed,
+                 tuned.kernels * static_cast<int>(cpp.tuneBatches.size()) - tuned.timed, tuned.seconds,
+                 d ? fmt::format(" (choices in {})", (d->path() / "autotune.txt").string()) : "");
+    }
+    cpp.choice = tuned.choice;
+  }
   codegen::GeneratedCpp generated;
   {
     StageTimer t(d, "codegen");
@@ -95,6 +116,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     out.debugDir = d->path().string();
   }
   out.so = request.output;
+  out.dispatch = generated.dispatch;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
@@ -112,12 +134,13 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
   if (fileHash(model).empty()) fail("cannot read '{}': no such file or not readable", model);
   const passes::PipelineOptions& p = request.pipeline;
   const char* fault = std::getenv("POLICYC_INJECT_FAULT");
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fileHash(model), fileHash(model + ".bin"),
+  const codegen::CppOptions& cpp = request.cpp;
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fileHash(model), fileHash(model + ".bin"),
                                 p.passes ? fmt::format("{}", fmt::join(*p.passes, ",")) : "default",
-                                fmt::join(p.disabled, ","), request.backend, request.cpp.target, request.cpp.name,
-                                fault ? fault : "", compilerId, request.cpp.profile ? "profile" : "");
-  uint64_t h = 14695981039346656037ull;
-  for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+                                fmt::join(p.disabled, ","), request.backend, cpp.target, cpp.name,
+                                fault ? fault : "", compilerId, cpp.profile ? "profile" : "", request.mode,
+                                fmt::join(cpp.tuneBatches, ","), cpp.externKernels ? "extern" : "no-extern", cpp.forceImpl);
+  const uint64_t h = textHash(key);
   fs::path dir = cacheDir();
   std::error_code ec;
   fs::create_directories(dir, ec);

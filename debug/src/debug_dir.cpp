@@ -71,18 +71,23 @@ StageTimer::~StageTimer() {
   dir_->recordTime(stage_, ms);
 }
 
+namespace {
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+uint64_t fnv1a(uint64_t h, std::string_view bytes) {
+  for (char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
 std::string fileHash(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return "";
-  uint64_t h = 14695981039346656037ull;
+  uint64_t h = kFnvOffset;
   char buf[1 << 16];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
-    for (std::streamsize i = 0; i < f.gcount(); ++i) {
-      h ^= static_cast<unsigned char>(buf[i]);
-      h *= 1099511628211ull;
-    }
-  }
+  while (f.read(buf, sizeof buf) || f.gcount() > 0) h = fnv1a(h, std::string_view(buf, static_cast<size_t>(f.gcount())));
   return fmt::format("{:016x}", h);
 }
+
+uint64_t textHash(std::string_view text) { return fnv1a(kFnvOffset, text); }
 
 }  // namespace policyc::debug

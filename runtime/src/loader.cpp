@@ -221,6 +221,8 @@ const std::vector<TensorSpec>& Model::outputs() const { return state_->outputs; 
 const policyc_model& Model::descriptor() const { return *state_->desc; }
 const policyc_profile* Model::profile() const { return state_->profile; }
 
+void* Model::symbol(const char* name) const { return dlsym(state_->handle, name); }
+
 size_t Model::workspaceBytes(int64_t batch) const {
   if (batch < 0) throw ModelError("batch must be >= 0, got " + std::to_string(batch));
   return state_->desc->workspace_bytes(batch);
@@ -261,6 +263,7 @@ const char* codeName(int code) {
   switch (code) {
     case POLICYC_ERROR_ARGUMENT: return "invalid argument";
     case POLICYC_ERROR_WORKSPACE: return "bad workspace";
+    case POLICYC_ERROR_EXTERN: return "an extern kernel (oneDNN) failed; see stderr";
     default: return "unknown error";
   }
 }

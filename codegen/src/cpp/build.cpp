@@ -102,10 +102,12 @@ BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& 
   fs::path tmpOut = out;
   tmpOut += fmt::format(".tmp{}", getpid());
   for (const fs::path& p : {dir, out, tmpOut}) checkPath(p.string());
+  std::string libs;
+  for (const std::string& l : generated.libraries) libs += " -l" + l;
   std::string command = fmt::format(
       "{} -std=c++17 -O3 -fPIC -shared -pthread {} -ffp-contract=fast -fno-math-errno -fvisibility=hidden "
-      "-DPC_WEIGHTS_FILE='\"{}\"' -o '{}' '{}' > '{}' 2>&1",
-      options.compiler, march, weights.string(), tmpOut.string(), source.string(), log.string());
+      "-DPC_WEIGHTS_FILE='\"{}\"' -o '{}' '{}'{} > '{}' 2>&1",
+      options.compiler, march, weights.string(), tmpOut.string(), source.string(), libs, log.string());
   {
     std::ofstream f(log);
     f << command << "\n";

@@ -155,6 +155,176 @@ struct Affine {
   }
 };
 
+// ---- kernels with packed weights, and their implementations
+
+// The weight as an [N, K] matrix: linear [N,K]; conv [M, C*KH*KW].
+int64_t packedN(const KernelProgram& p, const Kernel& k) { return p.buffer(k.anchorInputs[1]).type.shape[0].value(); }
+int64_t packedK(const KernelProgram& p, const Kernel& k) {
+  int64_t kk = 1;
+  const ir::Shape& s = p.buffer(k.anchorInputs[1]).type.shape;
+  for (size_t d = 1; d < s.size(); ++d) kk *= s[d].value();
+  return kk;
+}
+
+// Linear and (2-D, ungrouped) conv kernels with constant f32 weights run on packed weight panels.
+bool packable(const KernelProgram& p, const Kernel& k) {
+  bool linear = k.kind == KernelKind::Linear && k.anchor->isOp(Op::Linear);
+  bool conv = k.kind == KernelKind::Conv && k.anchor->attrInt("group") == 1 && p.buffer(k.anchorInputs[0]).type.rank() == 4;
+  if (!linear && !conv) return false;
+  const Buffer& w = p.buffer(k.anchorInputs[1]);
+  const Buffer& x = p.buffer(k.anchorInputs[0]);
+  if (linear && x.strides.back() != 1) return false;
+  if (conv && packedK(p, k) * 4 * 4 > 128 * 1024) return false;  // four patches on the stack
+  if (conv && x.strides[0] >= (int64_t{1} << 31)) return false;  // window offsets are int32
+  bool biasOk = k.anchorInputs.size() < 3 || (p.buffer(k.anchorInputs[2]).kind == BufferKind::Param &&
+                                               !p.buffer(k.anchorInputs[2]).isView() &&
+                                               p.buffer(k.anchorInputs[2]).type.dtype == DType::F32);
+  return w.kind == BufferKind::Param && !w.isView() && w.type.dtype == DType::F32 && x.type.dtype == DType::F32 && biasOk;
+}
+
+enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps };
+constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops"};
+const char* implName(Impl i) { return kImplNames[static_cast<int>(i)]; }
+bool isExtern(Impl i) { return i == Impl::Onednn || i == Impl::OnednnPostOps; }
+std::optional<Impl> implByName(const std::string& name) {
+  for (int i = 0; i < 4; ++i) {
+    if (name == kImplNames[i]) return static_cast<Impl>(i);
+  }
+  return std::nullopt;
+}
+
+// Whether buffer `id` is a dense, non-view f32 array indexed by `index` exactly as the domain
+// (element [i0, i1, ...] at the C-order position): what oneDNN reads or writes as a plain tensor.
+bool plainOverDomain(const KernelProgram& p, const Kernel& k, int id, const IndexMap& index) {
+  const Buffer& b = p.buffer(id);
+  if (b.isView() || b.type.dtype != DType::F32 || b.type.rank() != k.domain.size() || index.size() != k.domain.size()) return false;
+  int64_t stride = 1;
+  for (size_t d = k.domain.size(); d-- > 0;) {
+    if (index[d].axis != static_cast<int>(d) || index[d].scale != 1 || index[d].offset != 0) return false;
+    if (!(b.type.shape[d] == k.domain[d])) return false;
+    if (d > 0 && b.strides[d] != stride) return false;
+    if (d > 0) stride *= k.domain[d].value();
+  }
+  return true;
+}
+
+// oneDNN runs linear on a row-major [batch, K] operand and conv on an NCHW one whose channel,
+// row and column strides are dense (any batch stride, any offset).
+bool onednnEligible(const KernelProgram& p, const Kernel& k) {
+  if (!packable(p, k)) return false;
+  const Buffer& x = p.buffer(k.anchorInputs[0]);
+  if (k.domain.empty() || !k.domain[0].isBatch()) return false;
+  for (const Instr& in : k.body) {
+    if (in.opcode == Opcode::Acc && in.dtype != DType::F32) return false;
+  }
+  if (k.kind == KernelKind::Linear) return x.type.rank() == 2 && x.type.shape[0].isBatch() && x.strides[1] == 1;
+  int64_t h = x.type.shape[2].value(), w = x.type.shape[3].value();
+  return x.type.shape[0].isBatch() && x.strides[3] == 1 && x.strides[2] == w && x.strides[1] == h * w;
+}
+
+// The epilogue as oneDNN post-ops: eltwise ops and x*a+b on the running value, at most one
+// residual add (a sum post-op: the residual is copied into the destination first), then one
+// plain store.
+struct PostOp {
+  std::string alg;  // dnnl::algorithm enumerator; empty: sum
+  double alpha = 0, beta = 0;
+  const ir::Node* node = nullptr;
+};
+struct PostOpPlan {
+  std::vector<PostOp> ops;
+  int store = -1;      // the buffer the result goes to
+  int residual = -1;   // the buffer a sum post-op adds (-1: none)
+};
+
+std::optional<PostOpPlan> postOpPlan(const KernelProgram& p, const Kernel& k) {
+  const std::vector<Instr>& b = k.body;
+  if (b.empty() || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
+  PostOpPlan plan;
+  int cur = 0;
+  auto isConst = [&](int i) { return b[static_cast<size_t>(i)].opcode == Opcode::Const; };
+  for (size_t i = 1; i < b.size(); ++i) {
+    const Instr& in = b[i];
+    if (in.opcode == Opcode::Const) continue;
+    if (in.opcode == Opcode::Load) {
+      if (!plainOverDomain(p, k, in.buffer, in.index)) return std::nullopt;
+      continue;
+    }
+    if (in.opcode == Opcode::Store) {
+      if (i + 1 != b.size() || in.args[0] != cur || !plainOverDomain(p, k, in.buffer, in.index)) return std::nullopt;
+      plan.store = in.buffer;
+      return plan;
+    }
+    if (in.opcode != Opcode::Apply || in.dtype != DType::F32) return std::nullopt;
+    const ir::Node& n = *in.node;
+    PostOp op{"", 0, 0, in.node};
+    if (in.args.size() == 1) {
+      if (in.args[0] != cur) return std::nullopt;
+      switch (in.op) {
+        case Op::Relu: op.alg = "eltwise_relu"; break;
+        case Op::LeakyRelu: op.alg = "eltwise_relu"; op.alpha = n.attrFloat("alpha"); break;
+        case Op::Tanh: op.alg = "eltwise_tanh"; break;
+        case Op::Sigmoid: op.alg = "eltwise_logistic"; break;
+        case Op::Elu: op.alg = "eltwise_elu"; op.alpha = n.attrFloat("alpha"); break;
+        case Op::Exp: op.alg = "eltwise_exp"; break;
+        case Op::Abs: op.alg = "eltwise_abs"; break;
+        case Op::Sqrt: op.alg = "eltwise_sqrt"; break;
+        case Op::Log: op.alg = "eltwise_log"; break;
+        case Op::Gelu: op.alg = "eltwise_gelu_erf"; break;
+        case Op::Silu: op.alg = "eltwise_swish"; op.alpha = 1; break;
+        case Op::Softplus: op.alg = "eltwise_soft_relu"; break;
+        case Op::HardSwish: op.alg = "eltwise_hardswish"; break;
+        default: return std::nullopt;
+      }
+    } else if (in.args.size() == 2 && (in.args[0] == cur || in.args[1] == cur) && in.args[0] != in.args[1]) {
+      const int other = in.args[0] == cur ? in.args[1] : in.args[0];
+      const bool first = in.args[0] == cur;
+      const Instr& o = b[static_cast<size_t>(other)];
+      if (isConst(other) && o.dtype == DType::F32) {
+        op.alg = "eltwise_linear";
+        const double c = o.constant;
+        if (in.op == Op::Add) {
+          op.alpha = 1, op.beta = c;
+        } else if (in.op == Op::Sub) {
+          op.alpha = first ? 1 : -1, op.beta = first ? -c : c;
+        } else if (in.op == Op::Mul) {
+          op.alpha = c;
+        } else {
+          return std::nullopt;
+        }
+      } else if (in.op == Op::Add && o.opcode == Opcode::Load && plan.residual < 0) {
+        plan.residual = o.buffer;  // op.alg stays empty: a sum
+      } else {
+        return std::nullopt;
+      }
+    } else {
+      return std::nullopt;
+    }
+    plan.ops.push_back(op);
+    cur = static_cast<int>(i);
+  }
+  return std::nullopt;  // no store
+}
+
+std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern) {
+  if (!packable(p, k)) return {};
+  std::vector<Impl> v = {Impl::Gemm4x32, Impl::Gemm4x16};
+  if (allowExtern && onednnEligible(p, k)) {
+    v.push_back(Impl::Onednn);
+    if (postOpPlan(p, k)) v.push_back(Impl::OnednnPostOps);
+  }
+  return v;
+}
+
+// The heuristic of --mode default for a kernel at batch sizes up to `batch`: oneDNN's convolution
+// for convs at batch 16 and more (generated code wins at small batches, where oneDNN's fixed
+// per-call cost and the NHWC copies dominate); the generated two-panel microkernel otherwise.
+Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern) {
+  std::vector<Impl> c = candidatesOf(p, k, allowExtern);
+  auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
+  if (k.kind == KernelKind::Conv && batch >= 16 && has(Impl::Onednn)) return Impl::Onednn;
+  return Impl::Gemm4x32;
+}
+
 class Emitter {
  public:
   Emitter(const KernelProgram& p, const MemoryPlan& plan, const CppOptions& o) : p_(p), plan_(plan), o_(o) {}
@@ -167,6 +337,7 @@ class Emitter {
     for (size_t i = 0; i < p_.inputs.size(); ++i) inputIndex_[p_.inputs[i]] = static_cast<int>(i);
     for (size_t i = 0; i < p_.outputs.size(); ++i) outputIndex_[p_.outputs[i].second] = static_cast<int>(i);
     for (const Buffer& b : p_.buffers) bufferNames_.push_back(uniqueBufferName(b));
+    planImpls();
     layoutWeights();
     nameWrapperParams();
 
@@ -182,16 +353,28 @@ class Emitter {
     s += "\n";
     s += kPolicycPrelude;
     s += "\n";
+    if (usesExtern()) {
+      s += kPolicycOnednnPrelude;
+      s += "\n";
+      g.libraries = {"dnnl", "gomp"};
+    }
     if (!o_.injectLine.empty()) s += o_.injectLine + "\n";
     s += emitWeightsBlock();
     s += fmt::format("\n// Workspace: {} + {}*batch bytes.\nstatic const int64_t kStaticBytes = {};\nstatic const int64_t kPerBatchBytes = {};\n",
-                     plan_.staticBytes, plan_.perBatchBytes, plan_.staticBytes, plan_.perBatchBytes);
+                     workspaceStatic(), workspacePerBatch(), plan_.staticBytes, plan_.perBatchBytes);
+    if (usesExtern()) {
+      s += fmt::format("// oneDNN kernels' NHWC copies and results, after the buffers of the memory plan.\n"
+                       "static const int64_t kExternPerBatchBytes = {};\n"
+                       "static inline int64_t pc_extern_offset(int64_t batch) {{ return (kStaticBytes + kPerBatchBytes * batch + 63) / 64 * 64; }}\n",
+                       externPerBatch_);
+    }
     s += fmt::format("// With threads > 1, a kernel is split only into chunks of at least this much work.\n"
                      "static const double kMinChunkCost = {};\n", literal(o_.minChunkCost, DType::F64));
     s += "\n" + kernels;
     s += emitAbi(g.name);
     g.header = emitHeader(g.name);
     g.weights = std::move(weights_);
+    for (const auto& [ki, d] : dispatch_) g.dispatch[p_.kernels[ki].name] = d;
     return g;
   }
 
@@ -293,29 +476,9 @@ class Emitter {
     weights_.insert(weights_.end(), c, c + bytes);
   }
 
-  // Linear and (2-D, ungrouped) conv kernels with constant f32 weights run on packed weight panels.
-  bool packable(const Kernel& k) const {
-    bool linear = k.kind == KernelKind::Linear && k.anchor->isOp(Op::Linear);
-    bool conv = k.kind == KernelKind::Conv && k.anchor->attrInt("group") == 1 && p_.buffer(k.anchorInputs[0]).type.rank() == 4;
-    if (!linear && !conv) return false;
-    const Buffer& w = p_.buffer(k.anchorInputs[1]);
-    const Buffer& x = p_.buffer(k.anchorInputs[0]);
-    if (linear && x.strides.back() != 1) return false;
-    if (conv && packedK(k) * 4 * 4 > 128 * 1024) return false;  // four patches on the stack
-    if (conv && x.strides[0] >= (int64_t{1} << 31)) return false;  // window offsets are int32
-    bool biasOk = k.anchorInputs.size() < 3 || (p_.buffer(k.anchorInputs[2]).kind == BufferKind::Param &&
-                                                 !p_.buffer(k.anchorInputs[2]).isView() &&
-                                                 p_.buffer(k.anchorInputs[2]).type.dtype == DType::F32);
-    return w.kind == BufferKind::Param && !w.isView() && w.type.dtype == DType::F32 && x.type.dtype == DType::F32 && biasOk;
-  }
-  // The weight as an [N, K] matrix: linear [N,K]; conv [M, C*KH*KW].
-  int64_t packedN(const Kernel& k) const { return p_.buffer(k.anchorInputs[1]).type.shape[0].value(); }
-  int64_t packedK(const Kernel& k) const {
-    int64_t kk = 1;
-    const ir::Shape& s = p_.buffer(k.anchorInputs[1]).type.shape;
-    for (size_t d = 1; d < s.size(); ++d) kk *= s[d].value();
-    return kk;
-  }
+  bool packable(const Kernel& k) const { return codegen::packable(p_, k); }
+  int64_t packedN(const Kernel& k) const { return codegen::packedN(p_, k); }
+  int64_t packedK(const Kernel& k) const { return codegen::packedK(p_, k); }
 
   void layoutWeights() {
     std::set<int> raw;
@@ -325,7 +488,12 @@ class Emitter {
       for (int id : reads) {
         int root = p_.buffer(id).root;
         if (p_.buffer(root).kind != BufferKind::Param) continue;
-        // Weights and biases of packed kernels are read only through their packed copies.
+        // Weights and biases of packed kernels are read only through their packed copies, except
+        // the weight of a oneDNN kernel (reordered into oneDNN's layout when the model loads).
+        if (packable(k) && id == k.anchorInputs[1] && needsRawWeight(ki)) {
+          raw.insert(root);
+          continue;
+        }
         if (packable(k) && (id == k.anchorInputs[1] || (k.anchorInputs.size() > 2 && id == k.anchorInputs[2]))) continue;
         raw.insert(root);
       }
@@ -375,6 +543,178 @@ class Emitter {
          "        \".incbin \\\"\" PC_WEIGHTS_FILE \"\\\"\\n\"\n        \".previous\\n\");\n";
     s += "extern \"C\" const unsigned char pc_weights_blob[] __attribute__((visibility(\"hidden\")));\n";
     s += "static const unsigned char* const pc_weights = pc_weights_blob;\n";
+    return s;
+  }
+
+  // ---- implementations of GEMM/conv kernels
+
+  void planImpls() {
+    std::vector<int64_t> batches = o_.tuneBatches;
+    std::sort(batches.begin(), batches.end());
+    batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+    if (batches.empty() || batches.front() < 1) fail("the tuning batch sizes must be positive (got {})", fmt::join(o_.tuneBatches, ","));
+    batches_ = batches;
+    std::optional<Impl> forced;
+    if (!o_.forceImpl.empty()) {
+      forced = implByName(o_.forceImpl);
+      if (!forced) fail("unknown implementation '{}' (valid: {})", o_.forceImpl, fmt::join(kImplNames, ", "));
+    }
+    const ImplChoice heuristic = heuristicChoice(p_, batches, o_.externKernels);
+    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
+      const Kernel& k = p_.kernels[ki];
+      std::vector<Impl> c = candidatesOf(p_, k, o_.externKernels);
+      if (c.empty()) continue;
+      // An injected fault lives in the generated epilogue: keep the epilogue generated.
+      bool faultyKernel = false;
+      for (const ir::Node* n : k.sources) faultyKernel = faultyKernel || faulty(n, InjectedFault::Kind::Accuracy);
+      if (faultyKernel) c.erase(std::remove(c.begin(), c.end(), Impl::OnednnPostOps), c.end());
+      if (o_.tuning) {
+        impls_[ki] = c;
+        continue;
+      }
+      ImplDispatch d = heuristic.at(k.name);
+      if (o_.choice && o_.choice->count(k.name)) d = o_.choice->at(k.name);
+      if (forced && std::find(c.begin(), c.end(), *forced) != c.end()) d = {{-1, implName(*forced)}};
+      if (d.empty() || d.back().maxBatch != -1) fail("internal: the implementation choice of kernel '{}' has no range for every batch", k.name);
+      std::vector<Impl> used;
+      for (ImplRange& r : d) {
+        std::optional<Impl> im = implByName(r.impl);
+        if (im == Impl::OnednnPostOps && faultyKernel) im = Impl::Onednn, r.impl = implName(Impl::Onednn);
+        if (!im || std::find(c.begin(), c.end(), *im) == c.end()) {
+          std::vector<std::string> names;
+          for (Impl i : c) names.push_back(implName(i));
+          fail("kernel '{}' has no implementation '{}' (candidates: {})", k.name, r.impl, fmt::join(names, ", "));
+        }
+        if (std::find(used.begin(), used.end(), *im) == used.end()) used.push_back(*im);
+      }
+      impls_[ki] = used;
+      dispatch_[ki] = d;
+    }
+    for (const auto& [ki, v] : impls_) {
+      for (Impl im : v) {
+        if (!isExtern(im)) continue;
+        const Kernel& k = p_.kernels[ki];
+        int64_t floats = 0;
+        if (k.kind == KernelKind::Conv) {
+          const ir::Shape& x = p_.buffer(k.anchorInputs[0]).type.shape;
+          floats = x[1].value() * x[2].value() * x[3].value() + k.domain[1].value() * k.domain[2].value() * k.domain[3].value();
+        } else if (im == Impl::Onednn) {
+          floats = k.domain[1].value();
+        }
+        externPerBatch_ = std::max(externPerBatch_, (floats * 4 + 63) / 64 * 64);
+      }
+    }
+  }
+
+  bool needsRawWeight(size_t ki) const {
+    auto it = impls_.find(ki);
+    if (it == impls_.end()) return false;
+    return std::any_of(it->second.begin(), it->second.end(), isExtern);
+  }
+  bool usesExtern() const {
+    for (const auto& [ki, v] : impls_) {
+      if (needsRawWeight(ki)) return true;
+    }
+    return false;
+  }
+  // The workspace as a + b * batch: the memory plan's, then (rounded to 64 bytes) the extern kernels' scratch.
+  int64_t workspaceStatic() const { return usesExtern() ? (plan_.staticBytes + 63) / 64 * 64 : plan_.staticBytes; }
+  int64_t workspacePerBatch() const {
+    return usesExtern() ? (plan_.perBatchBytes + 63) / 64 * 64 + externPerBatch_ : plan_.perBatchBytes;
+  }
+
+  std::string objectName(size_t index, Impl im) const { return fmt::format("pc_dnnl_{}_{}", index, implName(im)); }
+
+  // The oneDNN object of kernel `index` (its primitives per batch size and its reordered weight).
+  std::string emitOnednnObject(const Kernel& k, size_t index, Impl im) const {
+    std::optional<PostOpPlan> plan = im == Impl::OnednnPostOps ? postOpPlan(p_, k) : std::nullopt;
+    std::string post;
+    if (plan) {
+      for (const PostOp& op : plan->ops) {
+        if (!post.empty()) post += ", ";
+        post += op.alg.empty() ? "{dnnl::algorithm::undef, 0.0f, 0.0f, true}"
+                               : fmt::format("{{dnnl::algorithm::{}, {}, {}, false}}", op.alg, literal(op.alpha, DType::F32),
+                                             literal(op.beta, DType::F32));
+      }
+    }
+    const std::string weight = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", paramOffset_.at(p_.buffer(k.anchorInputs[1]).root));
+    const std::string bias = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", packedBiasOffset_.at(index));
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    if (k.kind == KernelKind::Linear) {
+      return fmt::format("static pc::dnnl_ext::Linear {}({{{}, {}, {}, {{{}}}}}, {}, {});\n", objectName(index, im), packedK(k),
+                         packedN(k), X.strides[0], post, weight, bias);
+    }
+    const ir::Node& n = *k.anchor;
+    const Buffer& W = p_.buffer(k.anchorInputs[1]);
+    std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+    return fmt::format("static pc::dnnl_ext::Conv {}({{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {{{}}}}}, {}, {});\n",
+                       objectName(index, im), X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(),
+                       k.domain[1].value(), W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(),
+                       k.domain[3].value(), st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0], post,
+                       weight, bias);
+  }
+
+  // The body of an extern kernel: oneDNN computes the anchor (and with post-ops the epilogue);
+  // otherwise the generated epilogue runs on oneDNN's result, split between the threads.
+  std::string emitOnednnCall(const Kernel& k, size_t index, Impl im) const {
+    std::optional<PostOpPlan> plan = im == Impl::OnednnPostOps ? postOpPlan(p_, k) : std::nullopt;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const std::string obj = objectName(index, im);
+    const std::string x = fmt::format("{} + {}", ptrName(X.root), X.offset);
+    std::string s = anchorComment(k);
+    s += "  try {\n";
+    auto ptrOf = [&](int id) { return ptrName(p_.buffer(id).root); };
+    if (k.kind == KernelKind::Linear) {
+      const int64_t N = packedN(k);
+      if (plan) {
+        if (plan->residual >= 0 && p_.buffer(plan->residual).root != p_.buffer(plan->store).root) {
+          s += fmt::format("    // the residual first: oneDNN's sum post-op adds what the destination holds\n"
+                           "    std::memcpy({}, {}, sizeof(float) * {} * batch);\n",
+                           ptrOf(plan->store), ptrOf(plan->residual), N);
+        }
+        s += fmt::format("    {}.run({}, {}, batch, threads);\n", obj, x, ptrOf(plan->store));
+      } else {
+        s += "    float* acc = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n";
+        s += fmt::format("    {}.run({}, acc, batch, threads);\n", obj, x);
+        std::string body = emitEpilogueLambda(k, DType::F32);
+        for (size_t p0 = 0; p0 < body.size();) {  // indent the lambda into the try block
+          size_t p1 = body.find('\n', p0);
+          s += "  " + body.substr(p0, p1 - p0 + 1);
+          p0 = p1 + 1;
+        }
+        s += fmt::format("    pc::parallelFor(threads, batch, {}.0, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
+                         "      for (int64_t i0 = lo; i0 < hi; ++i0) {{\n"
+                         "        for (int64_t i1 = 0; i1 < {}; ++i1) epilogue(i0, i1, acc[i0*{} + i1]);\n"
+                         "      }}\n    }});\n",
+                         N * static_cast<int64_t>(k.body.size()), N, N);
+      }
+    } else {
+      const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value(), OW = k.domain[3].value();
+      const std::string residual = plan && plan->residual >= 0 ? ptrOf(plan->residual) : "nullptr";
+      s += fmt::format("    float* scratch = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n"
+                       "    const float* acc = {}.run({}, {}, batch, threads, scratch);  // NHWC\n",
+                       obj, x, residual);
+      if (plan) {
+        s += fmt::format("    {}.store(acc, {}, batch, threads);\n", obj, ptrOf(plan->store));
+      } else {
+        std::string body = emitEpilogueLambda(k, DType::F32);
+        for (size_t p0 = 0; p0 < body.size();) {
+          size_t p1 = body.find('\n', p0);
+          s += "  " + body.substr(p0, p1 - p0 + 1);
+          p0 = p1 + 1;
+        }
+        s += fmt::format("    pc::parallelFor(threads, batch * {}, {}.0, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
+                         "      for (int64_t u = lo; u < hi; ++u) {{\n"
+                         "        const int64_t i0 = u / {}, i1 = u % {};\n"
+                         "        const float* a = acc + i0*{} + i1;\n"
+                         "        for (int64_t pos = 0; pos < {}; ++pos) epilogue(i0, i1, pos / {}, pos % {}, a[pos*{}]);\n"
+                         "      }}\n    }});\n",
+                         M, P * static_cast<int64_t>(k.body.size()), M, M, P * M, P, OW, OW, M);
+      }
+    }
+    s += fmt::format("  }} catch (const std::exception& e) {{\n"
+                     "    pc_extern_failed(\"{}\", e.what());\n    return false;\n  }}\n  return true;\n",
+                     fnName(k, im));
     return s;
   }
 
@@ -576,15 +916,40 @@ class Emitter {
     return n && o_.fault && o_.fault->kind == kind && n->isOp() && o_.fault->op == n->info().name;
   }
 
+  // The kernel's function, or one per implementation for a kernel with several.
   std::string emitKernel(const Kernel& k, size_t index) {
+    auto it = impls_.find(index);
+    if (it == impls_.end()) return emitKernelFn(k, index, std::nullopt);
+    std::string s;
+    for (Impl im : it->second) s += emitKernelFn(k, index, im);
+    return s;
+  }
+
+  static std::string fnName(const Kernel& k, std::optional<Impl> im) {
+    return im ? fmt::format("{}__{}", k.name, implName(*im)) : k.name;
+  }
+
+  std::string emitKernelFn(const Kernel& k, size_t index, std::optional<Impl> impl) {
     split_ = Split{};
     faultyAnchor_ = k.kind != KernelKind::Pointwise && faulty(k.anchor, InjectedFault::Kind::Accuracy);
-    std::string s = fmt::format("// kernel {} ({}) domain {}\n", k.name, kernelKindName(k.kind), commentSafe(ir::shapeStr(k.domain)));
+    const std::string name = fnName(k, impl);
+    const bool ext = impl && isExtern(*impl);
+    std::string s = fmt::format("// kernel {} ({}) domain {}{}\n", name, kernelKindName(k.kind), commentSafe(ir::shapeStr(k.domain)),
+                                impl ? fmt::format(", implementation {}", implName(*impl)) : "");
     for (const ir::Node* n : k.sources) s += fmt::format("//   {}\n", sourceStr(n));
-    s += fmt::format("PC_KERNEL void {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
-                     "    int64_t lo, int64_t hi) {{\n",
-                     k.name);
-    s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)lo; (void)hi;\n";
+    std::string objects = ext ? emitOnednnObject(k, index, *impl) : "";
+    s += objects;
+    if (ext) {
+      s += fmt::format("PC_KERNEL bool {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
+                       "    int32_t threads) {{\n",
+                       name);
+      s += "  (void)inputs; (void)outputs;\n";
+    } else {
+      s += fmt::format("PC_KERNEL void {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
+                       "    int64_t lo, int64_t hi) {{\n",
+                       name);
+      s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)lo; (void)hi;\n";
+    }
     for (const ir::Node* n : k.sources) {
       if (faulty(n, InjectedFault::Kind::Compile)) {
         s += fmt::format("  policyc_injected_compile_fault;  // INJECTED FAULT in {}\n", sourceStr(n));
@@ -603,16 +968,21 @@ class Emitter {
       if (p_.buffer(r).kind == BufferKind::Param && !paramOffset_.count(r)) continue;
       s += "  " + rootDecl(r) + "\n";
     }
-    switch (k.kind) {
-      case KernelKind::Pointwise: s += emitPointwise(k); break;
-      case KernelKind::Linear: s += packable(k) ? emitPackedLinear(k, index) : emitLinear(k); break;
-      case KernelKind::Conv: s += packable(k) ? emitPackedConv(k, index) : emitConv(k); break;
-      case KernelKind::Pool: s += emitPool(k); break;
-      case KernelKind::Reduction: s += emitReduction(k); break;
-      case KernelKind::Copy: s += emitCopy(k); break;
+    const int64_t per = impl == Impl::Gemm4x16 ? 1 : 2;
+    if (ext) {
+      s += emitOnednnCall(k, index, *impl);
+    } else {
+      switch (k.kind) {
+        case KernelKind::Pointwise: s += emitPointwise(k); break;
+        case KernelKind::Linear: s += packable(k) ? emitPackedLinear(k, index, per) : emitLinear(k); break;
+        case KernelKind::Conv: s += packable(k) ? emitPackedConv(k, index, per) : emitConv(k); break;
+        case KernelKind::Pool: s += emitPool(k); break;
+        case KernelKind::Reduction: s += emitReduction(k); break;
+        case KernelKind::Copy: s += emitCopy(k); break;
+      }
     }
     s += "}\n\n";
-    splits_.push_back(split_);
+    splits_[{index, impl ? static_cast<int>(*impl) : -1}] = split_;
     return s;
   }
 
@@ -775,7 +1145,8 @@ class Emitter {
   }
 
   // linear with a constant weight: rows of x times weight panels of 16 columns, 4 rows at a time.
-  std::string emitPackedLinear(const Kernel& k, size_t index) const {
+  // `per` panels per unit of work: 2 runs the 4x32 microkernel (two panels), 1 the 4x16 one.
+  std::string emitPackedLinear(const Kernel& k, size_t index, int64_t per = 2) const {
     const Buffer& X = p_.buffer(k.anchorInputs[0]);
     int64_t N = packedN(k), K = packedK(k);
     int64_t panels = (N + kPanel - 1) / kPanel;
@@ -832,15 +1203,15 @@ class Emitter {
     // pair-major, so the pair (2 x K x 16 floats) stays in cache while every row passes. A unit
     // always runs the same microkernel (4 rows, or the last rows one by one), whichever chunk it
     // falls in.
-    const int64_t pairs = (panels + 1) / 2;
+    const int64_t pairs = (panels + per - 1) / per;
     setSplit(fmt::format("({} + 3) / 4 * {}", rowsExpr, pairs),
-             fmt::format("{}.0 * ({} < 4 ? {} : 4)", 2 * kPanel * K, rowsExpr, rowsExpr));
+             fmt::format("{}.0 * ({} < 4 ? {} : 4)", per * kPanel * K, rowsExpr, rowsExpr));
     s += "  const int64_t quads = (rows + 3) / 4;\n";
     s += "  float out[4][32];\n  float out16[4][16];\n";
     s += "  for (int64_t u = lo; u < hi; ++u) {\n";
-    s += "    const int64_t j = u / quads * 2, r = u % quads * 4;\n";
+    s += fmt::format("    const int64_t j = u / quads * {}, r = u % quads * 4;\n", per);
     s += fmt::format("    const float* PC_RESTRICT w = wp + j*{};\n", K * kPanel);
-    s += fmt::format("    const int64_t jEnd = j + 2 < {} ? j + 2 : {};  // one past the unit's last panel\n", panels, panels);
+    s += fmt::format("    const int64_t jEnd = j + {} < {} ? j + {} : {};  // one past the unit's last panel\n", per, panels, per, panels);
     // The epilogue of `width` columns from panel `panel` of row `row`, held at `acc` (column n at
     // acc[n - panel*16]): whole panels at once, or column by column.
     auto finishing = [&](const std::string& indent, const std::string& row, const std::string& panel,
@@ -853,10 +1224,12 @@ class Emitter {
       }
       return t;
     };
-    s += "    if (r + 4 <= rows && jEnd == j + 2) {\n";
-    s += fmt::format("      pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out);\n", K);
-    s += "      for (int64_t t = 0; t < 4; ++t) {\n" + finishing("        ", "r + t", "j", "out[t]", 32) + "      }\n";
-    s += "      continue;\n    }\n";
+    if (per == 2) {
+      s += "    if (r + 4 <= rows && jEnd == j + 2) {\n";
+      s += fmt::format("      pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out);\n", K);
+      s += "      for (int64_t t = 0; t < 4; ++t) {\n" + finishing("        ", "r + t", "j", "out[t]", 32) + "      }\n";
+      s += "      continue;\n    }\n";
+    }
     s += "    if (r + 4 <= rows) {\n";
     s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out16);\n", K);
     s += "      for (int64_t t = 0; t < 4; ++t) {\n" + finishing("        ", "r + t", "j", "out16[t]", 16) + "      }\n";
@@ -871,7 +1244,8 @@ class Emitter {
 
   // 2-D conv with a constant weight as an implicit GEMM: the patches of four output positions are
   // gathered (im2col, zeros for padding) into a stack buffer and multiplied by the weight panels.
-  std::string emitPackedConv(const Kernel& k, size_t index) const {
+  // `per` panels per microkernel call: 2 runs the 4x32 microkernel (an odd last panel 4x16), 1 only 4x16.
+  std::string emitPackedConv(const Kernel& k, size_t index, int64_t per = 2) const {
     const ir::Node& n = *k.anchor;
     const Buffer& X = p_.buffer(k.anchorInputs[0]);
     const Buffer& W = p_.buffer(k.anchorInputs[1]);
@@ -913,7 +1287,7 @@ class Emitter {
                      "return {} + {}; }};\n",
                      OW, st[0], pads[0], OW, st[1], pads[1], ptrName(X.root), addressOf(X.id, {"i0", "c", "ih", "iw"}));
     s += fmt::format("  alignas(32) float patch[4][{}];\n  float out[4][32];\n", K);
-    if (panels % 2) s += "  float out16[4][16];\n";
+    if (panels % 2 || per == 1) s += "  float out16[4][16];\n";
     // Units of work: a quad of output positions of one image, every panel. The last positions
     // that do not fill a quad run one by one, whichever chunk they fall in.
     int64_t P = OH * OW, quads = (P + 3) / 4;
@@ -941,12 +1315,17 @@ class Emitter {
                        j, OW, OW, value);
       return t;
     };
-    if (panels >= 2) {
+    if (per == 1) {
+      s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
+      s += block("j", 16);
+      s += "      }\n";
+    }
+    if (per == 2 && panels >= 2) {
       s += fmt::format("      for (int64_t j = 0; j + 2 <= {}; j += 2) {{\n", panels);
       s += block("j", 32);
       s += "      }\n";
     }
-    if (panels % 2) {
+    if (per == 2 && panels % 2) {
       s += fmt::format("      {{\n        const int64_t j = {};\n", panels - 1);
       s += block("j", 16);
       s += "      }\n";
@@ -1407,6 +1786,64 @@ class Emitter {
     return s;
   }
 
+  // The statement of pc_run that runs kernel i (with implementation `im`), split between threads.
+  std::string kernelCall(size_t i, std::optional<Impl> im) const {
+    const Kernel& k = p_.kernels[i];
+    const std::string fn = fnName(k, im);
+    if (im && isExtern(*im)) return fmt::format("if (!{}(inputs, outputs, batch, ws, threads)) return POLICYC_ERROR_EXTERN;\n", fn);
+    const Split& sp = splits_.at({i, im ? static_cast<int>(*im) : -1});
+    if (sp.units == "1") return fmt::format("{}(inputs, outputs, batch, ws, 0, 1);\n", fn);
+    return fmt::format("pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{ {}(inputs, outputs, batch, ws, lo, hi); }});\n",
+                       sp.units, sp.costPerUnit, fn);
+  }
+
+  // The autotuner's hooks (tuning builds), or the creation of the oneDNN primitives the model's
+  // dispatch uses at the tuning batch sizes when the model is loaded.
+  std::string emitTuning() const {
+    std::string s;
+    if (o_.tuning) {
+      const size_t n = std::max<size_t>(p_.kernels.size(), 1);
+      std::vector<std::string> lists(n, "\"\"");
+      std::vector<size_t> counts(n, 0);
+      for (const auto& [ki, v] : impls_) {
+        std::vector<std::string> names;
+        for (Impl im : v) names.push_back(implName(im));
+        lists[ki] = fmt::format("\"{}\"", fmt::join(names, ","));
+        counts[ki] = v.size();
+      }
+      s += "// ---- autotuning: every implementation of every GEMM/conv kernel, chosen at run time\n";
+      s += fmt::format("static int pc_tune_choice[{}] = {{}};\n", n);
+      s += fmt::format("static const int pc_tune_count[{}] = {{{}}};\n", n, fmt::join(counts, ", "));
+      s += fmt::format("static const char* const pc_tune_names[{}] = {{{}}};\n", n, fmt::join(lists, ", "));
+      s += "#define PC_TUNE_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
+      s += fmt::format("// The implementations of kernel `kernel`, comma-separated (\"\" for one without).\n"
+                       "PC_TUNE_EXPORT const char* policyc_tune_candidates(int kernel) {{\n"
+                       "  return kernel >= 0 && kernel < {} ? pc_tune_names[kernel] : nullptr;\n}}\n", p_.kernels.size());
+      s += fmt::format("// Runs kernel `kernel` with its implementation `candidate` from now on; -1 when it has none such.\n"
+                       "PC_TUNE_EXPORT int policyc_tune_select(int kernel, int candidate) {{\n"
+                       "  if (kernel < 0 || kernel >= {} || candidate < 0 || candidate >= pc_tune_count[kernel]) return -1;\n"
+                       "  pc_tune_choice[kernel] = candidate;\n  return 0;\n}}\n\n", p_.kernels.size());
+      return s;
+    }
+    std::string prep;
+    for (const auto& [ki, d] : dispatch_) {
+      for (int64_t b : batches_) {
+        for (const ImplRange& r : d) {
+          if (r.maxBatch >= 0 && b > r.maxBatch) continue;
+          std::optional<Impl> im = implByName(r.impl);
+          if (im && isExtern(*im)) prep += fmt::format("    {}.prepare({}, 1);\n", objectName(ki, *im), b);
+          break;
+        }
+      }
+    }
+    if (prep.empty()) return s;
+    s += "// oneDNN JIT-compiles a primitive when it is created (tens of ms): create the ones the tuning\n"
+         "// batch sizes use (1 thread) now, when the model is loaded; others on their first run.\n";
+    s += "static const bool pc_extern_prepared = [] {\n  try {\n" + prep +
+         "  } catch (const std::exception&) {\n    // The first run at that batch size reports the error.\n  }\n  return true;\n}();\n\n";
+    return s;
+  }
+
   std::string emitAbi(const std::string& name) const {
     std::string s = "// ---- the C ABI (runtime/include/policyc/runtime/policyc_model.h)\n\n";
     std::vector<int> ins = p_.inputs, outs;
@@ -1419,7 +1856,7 @@ class Emitter {
     s += tensorDescs("inputs", ins, inNames);
     s += tensorDescs("outputs", outs, outNames);
     s += "\nstatic size_t pc_workspace_bytes(int64_t batch) {\n";
-    s += "  return static_cast<size_t>(kStaticBytes + kPerBatchBytes * (batch < 0 ? 0 : batch));\n}\n\n";
+    s += fmt::format("  return static_cast<size_t>({} + {} * (batch < 0 ? 0 : batch));\n}}\n\n", workspaceStatic(), workspacePerBatch());
     s += "// With threads > 1 each large kernel is split into chunks of whole units (see pc::parallelFor);\n"
          "// the kernels still run one after another.\n";
     // Which kernel a run is in: `policyc check --per-node` reads it from a signal handler when the
@@ -1430,6 +1867,7 @@ class Emitter {
     s += fmt::format("static const char* const pc_kernel_names[] = {{{}}};\n", fmt::join(names, ", "));
     s += "static int pc_running_kernel = -1;\n\n";
     s += emitProfile();
+    s += emitTuning();
     s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n";
     s += "  if (batch < 0 || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
     if (o_.profile) s += "  uint64_t pc_profile_t0 = 0;\n";
@@ -1452,14 +1890,30 @@ class Emitter {
     s += "  if (reinterpret_cast<uintptr_t>(workspace) % POLICYC_WORKSPACE_ALIGNMENT != 0) return POLICYC_ERROR_WORKSPACE;\n";
     s += "  unsigned char* ws = static_cast<unsigned char*>(workspace);\n";
     for (size_t i = 0; i < p_.kernels.size(); ++i) {
-      const Split& sp = splits_.at(i);
       s += fmt::format("  __atomic_store_n(&pc_running_kernel, {}, __ATOMIC_RELAXED);\n", i);
       if (o_.profile) s += "  pc_profile_t0 = pc::nowNs();\n";
-      if (sp.units == "1") {
-        s += fmt::format("  {}(inputs, outputs, batch, ws, 0, 1);\n", p_.kernels[i].name);
+      auto it = impls_.find(i);
+      if (it == impls_.end()) {
+        s += "  " + kernelCall(i, std::nullopt);
+      } else if (o_.tuning) {
+        s += fmt::format("  switch (pc_tune_choice[{}]) {{\n", i);
+        for (size_t c = 0; c < it->second.size(); ++c) {
+          s += fmt::format("    {}: {}      break;\n", c + 1 == it->second.size() ? "default" : fmt::format("case {}", c),
+                           kernelCall(i, it->second[c]));
+        }
+        s += "  }\n";
       } else {
-        s += fmt::format("  pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{ {}(inputs, outputs, batch, ws, lo, hi); }});\n",
-                         sp.units, sp.costPerUnit, p_.kernels[i].name);
+        const ImplDispatch& d = dispatch_.at(i);
+        for (size_t r = 0; r < d.size(); ++r) {
+          std::optional<Impl> im = implByName(d[r].impl);
+          if (d.size() == 1) {
+            s += "  " + kernelCall(i, im);
+          } else {
+            s += fmt::format("  {}{{\n    {}  }}\n", r == 0 ? fmt::format("if (batch <= {}) ", d[r].maxBatch)
+                                                    : d[r].maxBatch < 0 ? "else " : fmt::format("else if (batch <= {}) ", d[r].maxBatch),
+                             kernelCall(i, im));
+          }
+        }
       }
       if (o_.profile) s += fmt::format("  pc_profile_record({}, batch, pc_profile_t0);\n", i);
     }
@@ -1517,8 +1971,8 @@ class Emitter {
     s += "\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
     s += fmt::format("#define {}_NUM_INPUTS {}\n#define {}_NUM_OUTPUTS {}\n", up, p_.inputs.size(), up, p_.outputs.size());
     s += fmt::format("/* Workspace of a run: {}_WORKSPACE_STATIC_BYTES + {}_WORKSPACE_BYTES_PER_BATCH * batch. */\n", up, up);
-    s += fmt::format("#define {}_WORKSPACE_STATIC_BYTES {}\n#define {}_WORKSPACE_BYTES_PER_BATCH {}\n", up, plan_.staticBytes,
-                     up, plan_.perBatchBytes);
+    s += fmt::format("#define {}_WORKSPACE_STATIC_BYTES {}\n#define {}_WORKSPACE_BYTES_PER_BATCH {}\n", up, workspaceStatic(),
+                     up, workspacePerBatch());
     auto sizes = [&](int id, const std::string& n, const std::string& cName) {
       const Buffer& b = p_.buffer(id);
       std::string N = cName;
@@ -1559,7 +2013,11 @@ class Emitter {
   };
   mutable Split split_;
   bool faultyAnchor_ = false;  // the kernel being emitted is a template whose anchor gets the fault
-  std::vector<Split> splits_;
+  std::map<std::pair<size_t, int>, Split> splits_;  // by (kernel, implementation or -1)
+  std::map<size_t, std::vector<Impl>> impls_;       // the implementations emitted per tunable kernel
+  std::map<size_t, ImplDispatch> dispatch_;         // which one runs for which batch sizes (not tuning)
+  std::vector<int64_t> batches_;                    // the tuning batch sizes, sorted
+  int64_t externPerBatch_ = 0;                      // workspace bytes per batch row of oneDNN kernels
 
   const KernelProgram& p_;
   const MemoryPlan& plan_;
@@ -1573,6 +2031,40 @@ class Emitter {
 };
 
 }  // namespace
+
+std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern) {
+  std::vector<std::string> names;
+  for (Impl i : candidatesOf(program, kernel, allowExtern)) names.push_back(implName(i));
+  return names;
+}
+
+std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches) {
+  std::vector<int64_t> bounds;
+  for (size_t i = 0; i + 1 < batches.size(); ++i) {
+    bounds.push_back(static_cast<int64_t>(std::floor(std::sqrt(static_cast<double>(batches[i]) * static_cast<double>(batches[i + 1])))));
+  }
+  bounds.push_back(-1);
+  return bounds;
+}
+
+ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern) {
+  ImplChoice choice;
+  std::vector<int64_t> bounds = batchRangeBounds(batches);
+  for (const Kernel& k : program.kernels) {
+    if (candidatesOf(program, k, allowExtern).empty()) continue;
+    ImplDispatch d;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern));
+      if (!d.empty() && d.back().impl == impl) {
+        d.back().maxBatch = bounds[i];
+      } else {
+        d.push_back({bounds[i], impl});
+      }
+    }
+    choice[k.name] = d;
+  }
+  return choice;
+}
 
 std::vector<std::string> cppTargets() { return {"native", "x86-64-v3", "x86-64-v4", "generic"}; }
 

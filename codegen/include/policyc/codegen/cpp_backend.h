@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,35 @@ InjectedFault parseInjectedFault(const std::string& spec);
 // The fault POLICYC_INJECT_FAULT asks for; nullopt when it is unset or empty.
 std::optional<InjectedFault> injectedFaultFromEnv();
 
+// ---- implementations of GEMM and conv kernels (--mode, --no-extern, max-autotune)
+//
+// A linear or 2-D conv kernel with a constant f32 weight can run as one of several
+// implementations, by name:
+//   gemm4x32        generated microkernel, 4 rows x 2 panels of 16 columns (8 accumulators)
+//   gemm4x16        generated microkernel, 4 rows x 1 panel (4 accumulators)
+//   onednn          a oneDNN primitive (conv on NHWC copies), the epilogue as generated code
+//   onednn_postops  a oneDNN primitive with the epilogue as oneDNN post-ops (eltwise, sum);
+//                   only for epilogues that are a chain of such ops ending in a plain store
+// The oneDNN ones are extern kernels: the model then links libdnnl.
+std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern);
+
+// Which implementation a kernel runs for a range of batch sizes: `impl` up to `maxBatch`
+// (inclusive; -1: every larger batch). Ranges are in increasing order, the last unbounded.
+struct ImplRange {
+  int64_t maxBatch = -1;
+  std::string impl;
+  bool operator==(const ImplRange&) const = default;
+};
+using ImplDispatch = std::vector<ImplRange>;
+using ImplChoice = std::map<std::string, ImplDispatch>;  // by kernel name
+
+// The upper bounds of the batch ranges that tuning at `batches` (sorted) decides: the geometric
+// middle between neighbours ({1,16,64} -> 4, 32, unbounded).
+std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
+
+// `--mode default`: the cheap heuristic's choice for every tunable kernel, per range of `batches`.
+ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern);
+
 struct CppOptions {
   std::string name;               // C identifier prefix of the typed wrapper; empty: the program's name
   std::string target = "native";  // one of cppTargets()
@@ -49,6 +79,19 @@ struct CppOptions {
   // Times every kernel of every run (policyc_profile_data(): totals and a trace); costs two clock
   // reads per kernel, so it is for `policyc bench --profile`, not for deployment.
   bool profile = false;
+  // oneDNN extern kernels may be used (--no-extern: false, the artifact needs no libdnnl).
+  bool externKernels = true;
+  // The implementation of each tunable kernel; kernels it does not name follow the heuristic.
+  std::optional<ImplChoice> choice;
+  // The batch sizes the choice was made for (--tune-batch): their ranges, and the batch sizes
+  // whose oneDNN primitives are created when the model is loaded.
+  std::vector<int64_t> tuneBatches = {1, 16, 64};
+  // Forces every tunable kernel to this implementation where it has it (a debugging aid and
+  // the tests' way to reach every implementation); empty: off.
+  std::string forceImpl;
+  // The autotuner's build: every candidate of every tunable kernel, selected at run time through
+  // the exported policyc_tune_select(kernel, candidate) (policyc_tune_candidates lists them).
+  bool tuning = false;
 };
 
 struct GeneratedCpp {
@@ -57,6 +100,8 @@ struct GeneratedCpp {
   std::string source;               // output_code.cpp: prelude, weights blob, one function per kernel, ABI
   std::string header;               // NAME.h, #include-able by C
   std::vector<unsigned char> weights;  // every param the program reads, 64-byte aligned, packed layouts
+  std::vector<std::string> libraries;  // what the shared object links besides libc/libstdc++ (dnnl)
+  ImplChoice dispatch;                 // the implementations the model runs (empty for tuning builds)
 };
 
 // Emits the C++ for a (fused) kernel program and its memory plan.

@@ -58,6 +58,10 @@ struct CheckReport {
 // crashing kernel's first node as firstDiverging) instead of taking the checker down.
 CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options);
 
+// Random inputs of these types at `batch`: floats normal(0, 1), integers and u8 uniform in
+// [0, 255], bool 0/1; reproducible for a seed.
+std::vector<ir::Tensor> randomTensors(const std::vector<ir::TensorType>& types, int64_t batch, uint64_t seed);
+
 // A loaded model's input types (batch dimensions symbolic), for making inputs that fit it.
 std::vector<ir::TensorType> inputTypes(const runtime::Model& model);
 

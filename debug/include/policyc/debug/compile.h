@@ -28,7 +28,14 @@ struct CompileRequest {
   codegen::CppOptions cpp;           // fault: POLICYC_INJECT_FAULT unless already set
   std::string debugDir;              // --debug-dir; empty: POLICYC_DEBUG=1 decides
   bool optimize = true;              // false: the graph is already optimised
+  // default: the heuristic picks each GEMM/conv kernel's implementation; max-autotune: the
+  // autotuner times them (debug/autotune.h) at cpp.tuneBatches and writes autotune.txt.
+  std::string mode = "default";
+  bool progress = true;              // the autotuner's progress on stderr
 };
+
+// The valid values of CompileRequest::mode / --mode.
+bool isCompileMode(const std::string& mode);  // default | max-autotune
 
 struct CompileResult {
   std::string so;
@@ -36,6 +43,7 @@ struct CompileResult {
   double seconds = 0;
   // The kernel that computes each op node's value (by the node's name), for error reports.
   std::map<std::string, std::string> kernelOfNode;
+  codegen::ImplChoice dispatch;  // the implementation of each GEMM/conv kernel per batch range
 };
 
 // Compiles `graph` (imported, or optimised with optimize = false) into request.output. With a

@@ -57,5 +57,7 @@ class StageTimer {
 
 // 16 hex digits of FNV-1a over a file's bytes ("" if it cannot be read).
 std::string fileHash(const std::string& path);
+// FNV-1a over a string (cache keys).
+uint64_t textHash(std::string_view text);
 
 }  // namespace policyc::debug

@@ -77,6 +77,8 @@ class Model {
   // The kernels' names, nodes and costs, and in a model compiled with profiling their timers
   // (policyc_model.h); null for a model that does not export policyc_profile_data.
   const policyc_profile* profile() const;
+  // Another symbol the shared object exports (e.g. the autotuner's policyc_tune_select); null if none.
+  void* symbol(const char* name) const;
 
   // Bytes of workspace a run at this batch size needs; throws for a negative batch.
   size_t workspaceBytes(int64_t batch) const;

@@ -44,6 +44,7 @@ typedef struct policyc_tensor_desc {
 #define POLICYC_OK 0
 #define POLICYC_ERROR_ARGUMENT (-1)  /* a null pointer, a negative batch or thread count */
 #define POLICYC_ERROR_WORKSPACE (-2) /* a workspace that is not aligned */
+#define POLICYC_ERROR_EXTERN (-3)    /* an extern library kernel (oneDNN) failed; it said why on stderr */
 
 typedef struct policyc_model {
   uint32_t abi_version;   /* POLICYC_ABI_VERSION of the compiler that built the model */

@@ -1,0 +1,283 @@
+// Extern kernels of the generated C++: convolution and inner product run as oneDNN 2.x primitives.
+// Included into output_code.cpp (after the prelude) only when a kernel calls oneDNN; the model then
+// links libdnnl. The compiled model keeps the graph's plain (C-order) layout in its own buffers;
+// oneDNN convolutions run on NHWC copies in the workspace (the reorders are part of the kernel's
+// measured time, so the autotuner weighs them).
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+extern "C" int omp_get_max_threads(void);
+extern "C" void omp_set_num_threads(int);
+
+namespace pc {
+namespace dnnl_ext {
+
+using tag = dnnl::memory::format_tag;
+using dims = dnnl::memory::dims;
+
+// The engine and stream every extern kernel of the model shares (one CPU engine per process).
+inline dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// oneDNN (OpenMP build) sizes its work split by omp_get_max_threads() both when it creates a
+// primitive and when it runs one; a primitive run under another thread count than it was created
+// for can compute wrong results. Every extern call therefore sets the calling thread's OpenMP
+// thread count to the run's `threads` (restoring the caller's afterwards), and primitives are
+// cached per (batch, threads).
+class ThreadsGuard {
+ public:
+  explicit ThreadsGuard(int threads) : saved_(omp_get_max_threads()) {
+    if (saved_ != threads) omp_set_num_threads(threads);
+  }
+  ~ThreadsGuard() {
+    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+  }
+  ThreadsGuard(const ThreadsGuard&) = delete;
+  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+
+ private:
+  int saved_;
+};
+
+// One element of a post-op chain: eltwise (alg, alpha, beta) or, with sum = true, dst += result.
+struct PostOp {
+  dnnl::algorithm alg;
+  float alpha, beta;
+  bool sum;
+};
+
+inline dnnl::primitive_attr attrOf(const std::vector<PostOp>& ops) {
+  dnnl::post_ops po;
+  for (const PostOp& p : ops) {
+    if (p.sum) {
+      po.append_sum(1.0f);
+    } else {
+      po.append_eltwise(1.0f, p.alg, p.alpha, p.beta);
+    }
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  return attr;
+}
+
+// Weights reordered into the layout a primitive asked for, shared by every batch size whose
+// primitive asks for the same one.
+class WeightCache {
+ public:
+  dnnl::memory get(const dnnl::memory::desc& want, const dnnl::memory::desc& plain, const float* data) {
+    for (auto& [d, m] : cache_) {
+      if (d == want) return m;
+    }
+    dnnl::memory user(plain, engine(), const_cast<float*>(data));
+    dnnl::memory packed(want, engine());
+    dnnl::stream s(engine());
+    dnnl::reorder(user, packed).execute(s, user, packed);
+    s.wait();
+    cache_.emplace_back(want, packed);
+    return packed;
+  }
+
+ private:
+  std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> cache_;
+};
+
+// A 2-D convolution with a constant weight [M, C, KH, KW] and bias [M]; src and dst are plain
+// NCHW arrays with the given batch strides (elements), possibly views.
+struct ConvShape {
+  int64_t C, H, W, M, KH, KW, OH, OW;
+  int64_t strideH, strideW, dilH, dilW, padT, padL, padB, padR;
+  int64_t srcBatchStride;
+  std::vector<PostOp> post;  // empty: conv + bias only
+  bool sum() const {
+    for (const PostOp& p : post) {
+      if (p.sum) return true;
+    }
+    return false;
+  }
+};
+
+class Conv {
+ public:
+  Conv(ConvShape s, const float* weight, const float* bias) : s_(std::move(s)), weight_(weight), bias_(bias) {}
+
+  // Workspace floats per batch row: the NHWC copies of src and dst.
+  static int64_t scratchPerRow(const ConvShape& s) { return s.C * s.H * s.W + s.M * s.OH * s.OW; }
+
+  // dst_nhwc (in the workspace, scratch) = conv(src) with the post-ops; with a sum post-op the
+  // residual `sumSrc` (plain NCHW, dense) is first copied into dst_nhwc. Returns dst_nhwc.
+  float* run(const float* src, const float* sumSrc, int64_t batch, int threads, float* scratch) {
+    ThreadsGuard guard(threads);
+    Entry& e = entry(batch, threads);
+    dnnl::stream st(engine());
+    float* srcNhwc = scratch;
+    float* dstNhwc = scratch + batch * s_.C * s_.H * s_.W;
+    dnnl::memory userSrc(e.userSrc, engine(), const_cast<float*>(src));
+    dnnl::memory convSrc(e.convSrc, engine(), srcNhwc);
+    dnnl::memory convDst(e.convDst, engine(), dstNhwc);
+    e.srcReorder.execute(st, userSrc, convSrc);
+    if (sumSrc) {
+      dnnl::memory userSum(e.userDst, engine(), const_cast<float*>(sumSrc));
+      e.dstIn.execute(st, userSum, convDst);
+    }
+    e.conv.execute(st, {{DNNL_ARG_SRC, convSrc}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, bias()}, {DNNL_ARG_DST, convDst}});
+    st.wait();
+    return dstNhwc;
+  }
+  // dst (plain NCHW, dense) = the NHWC result run() returned.
+  void store(const float* dstNhwc, float* dst, int64_t batch, int threads) {
+    ThreadsGuard guard(threads);
+    Entry& e = entry(batch, threads);
+    dnnl::stream st(engine());
+    dnnl::memory from(e.convDst, engine(), const_cast<float*>(dstNhwc));
+    dnnl::memory to(e.userDst, engine(), dst);
+    e.dstOut.execute(st, from, to);
+    st.wait();
+  }
+  // Creates the primitives of (batch, threads) ahead of the first run (they JIT their code).
+  void prepare(int64_t batch, int threads) {
+    ThreadsGuard guard(threads);
+    entry(batch, threads);
+  }
+
+ private:
+  struct Entry {
+    int64_t batch;
+    int threads;
+    dnnl::memory::desc userSrc, convSrc, convDst, userDst;
+    dnnl::convolution_forward conv;
+    dnnl::reorder srcReorder, dstIn, dstOut;
+    dnnl::memory weights;
+  };
+
+  dnnl::memory bias() {
+    if (!biasMem_) biasMem_ = std::make_unique<dnnl::memory>(dnnl::memory::desc({s_.M}, dnnl::memory::data_type::f32, tag::x), engine(), const_cast<float*>(bias_));
+    return *biasMem_;
+  }
+
+  Entry& entry(int64_t batch, int threads) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : entries_) {
+      if (e->batch == batch && e->threads == threads) return *e;
+    }
+    const auto f32 = dnnl::memory::data_type::f32;
+    auto e = std::make_unique<Entry>();
+    e->batch = batch;
+    e->threads = threads;
+    const dims src = {batch, s_.C, s_.H, s_.W}, dst = {batch, s_.M, s_.OH, s_.OW};
+    e->userSrc = dnnl::memory::desc(src, f32, dims{s_.srcBatchStride, s_.H * s_.W, s_.W, 1});
+    e->convSrc = dnnl::memory::desc(src, f32, tag::nhwc);
+    e->convDst = dnnl::memory::desc(dst, f32, tag::nhwc);
+    e->userDst = dnnl::memory::desc(dst, f32, tag::nchw);
+    const dnnl::memory::desc w({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::any), b({s_.M}, f32, tag::x);
+    auto d = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                             e->convSrc, w, b, e->convDst, {s_.strideH, s_.strideW},
+                                             {s_.dilH - 1, s_.dilW - 1}, {s_.padT, s_.padL}, {s_.padB, s_.padR});
+    auto pd = dnnl::convolution_forward::primitive_desc(d, attrOf(s_.post), engine());
+    e->conv = dnnl::convolution_forward(pd);
+    e->weights = weights_.get(pd.weights_desc(), dnnl::memory::desc({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::oihw), weight_);
+    e->srcReorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e->userSrc, engine(), e->convSrc));
+    e->dstIn = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e->userDst, engine(), e->convDst));
+    e->dstOut = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e->convDst, engine(), e->userDst));
+    entries_.push_back(std::move(e));
+    return *entries_.back();
+  }
+
+  ConvShape s_;
+  const float* weight_;
+  const float* bias_;
+  std::unique_ptr<dnnl::memory> biasMem_;
+  WeightCache weights_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
+
+// An inner product y[rows, N] = x[rows, K] W^T + b with a constant weight [N, K]; x rows may be
+// strided (xRowStride elements apart), y is dense. With post-ops they apply before the store; a
+// sum post-op adds what y holds (the caller copies the residual there first).
+struct LinearShape {
+  int64_t K, N, xRowStride;
+  std::vector<PostOp> post;
+};
+
+class Linear {
+ public:
+  Linear(LinearShape s, const float* weight, const float* bias) : s_(std::move(s)), weight_(weight), bias_(bias) {}
+
+  void run(const float* x, float* y, int64_t batch, int threads) {
+    ThreadsGuard guard(threads);
+    Entry& e = entry(batch, threads);
+    dnnl::stream st(engine());
+    dnnl::memory src(e.src, engine(), const_cast<float*>(x));
+    dnnl::memory dst(e.dst, engine(), y);
+    e.ip.execute(st, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, bias()}, {DNNL_ARG_DST, dst}});
+    st.wait();
+  }
+  void prepare(int64_t batch, int threads) {
+    ThreadsGuard guard(threads);
+    entry(batch, threads);
+  }
+
+ private:
+  struct Entry {
+    int64_t batch;
+    int threads;
+    dnnl::memory::desc src, dst;
+    dnnl::inner_product_forward ip;
+    dnnl::memory weights;
+  };
+
+  dnnl::memory bias() {
+    if (!biasMem_) biasMem_ = std::make_unique<dnnl::memory>(dnnl::memory::desc({s_.N}, dnnl::memory::data_type::f32, tag::x), engine(), const_cast<float*>(bias_));
+    return *biasMem_;
+  }
+
+  Entry& entry(int64_t batch, int threads) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : entries_) {
+      if (e->batch == batch && e->threads == threads) return *e;
+    }
+    const auto f32 = dnnl::memory::data_type::f32;
+    auto e = std::make_unique<Entry>();
+    e->batch = batch;
+    e->threads = threads;
+    e->src = dnnl::memory::desc({batch, s_.K}, f32, dims{s_.xRowStride, 1});
+    e->dst = dnnl::memory::desc({batch, s_.N}, f32, tag::nc);
+    const dnnl::memory::desc w({s_.N, s_.K}, f32, tag::any), b({s_.N}, f32, tag::x);
+    auto d = dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, e->src, w, b, e->dst);
+    auto pd = dnnl::inner_product_forward::primitive_desc(d, attrOf(s_.post), engine());
+    e->ip = dnnl::inner_product_forward(pd);
+    e->weights = weights_.get(pd.weights_desc(), dnnl::memory::desc({s_.N, s_.K}, f32, tag::oi), weight_);
+    entries_.push_back(std::move(e));
+    return *entries_.back();
+  }
+
+  LinearShape s_;
+  const float* weight_;
+  const float* bias_;
+  std::unique_ptr<dnnl::memory> biasMem_;
+  WeightCache weights_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
+
+}  // namespace dnnl_ext
+}  // namespace pc
+
+// An extern kernel that throws (oneDNN cannot create or run a primitive) makes run() return
+// POLICYC_ERROR_EXTERN; what oneDNN said goes to stderr, once per kernel and process.
+static inline void pc_extern_failed(const char* kernel, const char* what) {
+  static std::mutex mu;
+  static std::vector<const char*> reported;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const char* k : reported) {
+    if (k == kernel) return;
+  }
+  reported.push_back(kernel);
+  std::fprintf(stderr, "policyc model: oneDNN failed in kernel %s: %s\n", kernel, what);
+}
