@@ -217,7 +217,9 @@ bool onednnEligible(const KernelProgram& p, const Kernel& k) {
   for (const Instr& in : k.body) {
     if (in.opcode == Opcode::Acc && in.dtype != DType::F32) return false;
   }
-  if (k.kind == KernelKind::Linear) return x.type.rank() == 2 && x.type.shape[0].isBatch() && x.strides[1] == 1;
+  // Linear rows must be dense too: oneDNN 2.6 runs an inner product on strided rows (a split
+  // view) with its reference implementation, hundreds of times slower.
+  if (k.kind == KernelKind::Linear) return x.type.rank() == 2 && x.type.shape[0].isBatch() && x.strides[1] == 1 && x.strides[0] == packedK(p, k);
   int64_t h = x.type.shape[2].value(), w = x.type.shape[3].value();
   return x.type.shape[0].isBatch() && x.strides[3] == 1 && x.strides[2] == w && x.strides[1] == h * w;
 }
@@ -299,7 +301,15 @@ std::optional<PostOpPlan> postOpPlan(const KernelProgram& p, const Kernel& k) {
     } else {
       return std::nullopt;
     }
-    plan.ops.push_back(op);
+    // Consecutive x*a+b fold into one: oneDNN 2.6's GEMM inner product computes a chain of two
+    // eltwise_linear post-ops wrongly (measured: the second one's b is lost).
+    if (op.alg == "eltwise_linear" && !plan.ops.empty() && plan.ops.back().alg == "eltwise_linear") {
+      PostOp& prev = plan.ops.back();
+      prev.beta = op.alpha * prev.beta + op.beta;
+      prev.alpha = op.alpha * prev.alpha;
+    } else {
+      plan.ops.push_back(op);
+    }
     cur = static_cast<int>(i);
   }
   return std::nullopt;  // no store
@@ -315,13 +325,16 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
   return v;
 }
 
-// The heuristic of --mode default for a kernel at batch sizes up to `batch`: oneDNN's convolution
-// for convs at batch 16 and more (generated code wins at small batches, where oneDNN's fixed
-// per-call cost and the NHWC copies dominate); the generated two-panel microkernel otherwise.
+// The heuristic of --mode default for a kernel at batch sizes around `batch` (measured on the
+// reference policies, docs/performance.md): oneDNN's convolution for convs (its direct NHWC
+// kernels beat the generated implicit GEMM at every batch size, the NHWC copies included); the
+// generated two-panel microkernel for linear layers, where oneDNN's fixed per-call cost is
+// larger than the whole layer at small batches and it gains little at batch 64.
 Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern) {
+  (void)batch;
   std::vector<Impl> c = candidatesOf(p, k, allowExtern);
   auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
-  if (k.kind == KernelKind::Conv && batch >= 16 && has(Impl::Onednn)) return Impl::Onednn;
+  if (k.kind == KernelKind::Conv && has(Impl::Onednn)) return Impl::Onednn;
   return Impl::Gemm4x32;
 }
 
@@ -925,8 +938,12 @@ class Emitter {
     return s;
   }
 
-  static std::string fnName(const Kernel& k, std::optional<Impl> im) {
-    return im ? fmt::format("{}__{}", k.name, implName(*im)) : k.name;
+  // A kernel's function; one of several implementations of it has the implementation's name appended.
+  std::string fnName(const Kernel& k, std::optional<Impl> im) const {
+    for (const auto& [ki, v] : impls_) {
+      if (&p_.kernels[ki] == &k && v.size() > 1 && im) return fmt::format("{}__{}", k.name, implName(*im));
+    }
+    return k.name;
   }
 
   std::string emitKernelFn(const Kernel& k, size_t index, std::optional<Impl> impl) {
@@ -1400,6 +1417,9 @@ class Emitter {
     std::vector<int64_t> dil = spatialList(n, "dilations", nsp, 1);
     std::vector<int64_t> pads = spatialList(n, "pads", nsp * 2, 0);
     bool isMax = n.isOp(Op::MaxPool);
+    if (isMax && nsp == 2 && X.type.dtype == DType::F32 && X.strides[3] == 1 && X.type.shape[3].value() <= 4096) {
+      return emitMaxPoolRows(k);
+    }
     std::vector<std::string> vars = axisVars("i", k.domain.size());
     std::string s = emitEpilogueLambda(k, accType(k));
     s += anchorComment(k);
@@ -1453,6 +1473,42 @@ class Emitter {
     }
     s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
     s += closeLoops(k.domain.size(), indent);
+    return s;
+  }
+
+  // 2-D max pooling an output row at a time: first the column-wise maximum over the window's
+  // input rows (contiguous, branch-free: it vectorises), then each output the maximum of its
+  // window's columns of that.
+  std::string emitMaxPoolRows(const Kernel& k) const {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const std::vector<int64_t>& kernel = n.attrInts("kernel_shape");
+    std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+    const int64_t C = k.domain[1].value(), OH = k.domain[2].value(), OW = k.domain[3].value();
+    const int64_t H = X.type.shape[2].value(), W = X.type.shape[3].value();
+    std::string s = emitEpilogueLambda(k, accType(k));
+    s += anchorComment(k);
+    setSplit(fmt::format("batch * {}", C * OH), fmt::format("{}.0", OW * kernel[1] + W * kernel[0]));
+    // NaN wins (ONNX): a NaN already held stays, a NaN read replaces it.
+    s += "  auto mx = [](float m, float v) { return (v > m || v != v) ? v : m; };\n";
+    s += fmt::format("  float col[{}];\n", W);
+    s += "  for (int64_t u = lo; u < hi; ++u) {\n";
+    s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
+    s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) col[iw] = -pc::inf<float>();  // padding never wins\n", W);
+    s += fmt::format("    for (int64_t kh = 0; kh < {}; ++kh) {{\n", kernel[0]);
+    s += fmt::format("      const int64_t ih = i2*{} + kh*{} - {};\n", st[0], dil[0], pads[0]);
+    s += fmt::format("      if (ih < 0 || ih >= {}) continue;\n", H);
+    s += fmt::format("      const float* PC_RESTRICT row = {} + {};\n", ptrName(X.root), addressOf(X.id, {"i0", "i1", "ih", "0"}));
+    s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) col[iw] = mx(col[iw], row[iw]);\n", W);
+    s += "    }\n";
+    s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {{\n", OW);
+    s += "      float m = -pc::inf<float>();\n";
+    s += fmt::format("      for (int64_t kw = 0; kw < {}; ++kw) {{\n", kernel[1]);
+    s += fmt::format("        const int64_t iw = i3*{} + kw*{} - {};\n", st[1], dil[1], pads[1]);
+    s += fmt::format("        if (iw >= 0 && iw < {}) m = mx(m, col[iw]);\n", W);
+    s += "      }\n";
+    s += fmt::format("      {}\n", callEpilogue({"i0", "i1", "i2", "i3"}, "m"));
+    s += "    }\n  }\n";
     return s;
   }
 

@@ -1,0 +1,290 @@
+// Implementations of GEMM/conv kernels: oneDNN extern kernels (with and without post-ops) and
+// the generated microkernel variants against the interpreter, thread-count changes between
+// calls, the heuristic, the autotuner and its cache, and the errors of a bad choice.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "model_io.h"
+#include "policyc/codegen/cpp_backend.h"
+#include "policyc/codegen/kernel_program.h"
+#include "policyc/debug/autotune.h"
+#include "policyc/debug/check.h"
+#include "policyc/debug/compile.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/interpreter.h"
+#include "policyc/passes/pass_manager.h"
+#include "policyc/runtime/loader.h"
+#include "support/scratch_dir.h"
+#include "unit/fixtures.h"
+
+using namespace policyc;
+using namespace policyc::ir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path& scratchDir() { return testing::scratchDir("policyc-extern-test"); }
+
+Value* param(Graph& g, const std::string& name, std::vector<int64_t> shape) {
+  Tensor t(DType::F32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.05f * static_cast<float>(i % 11) - 0.2f;
+  return g.addParam(name, std::move(t));
+}
+Value* op(Graph& g, Op o, std::vector<Value*> in, const std::string& name, AttrMap attrs = {}) {
+  return g.addOp(o, std::move(in), std::move(attrs), name)->output();
+}
+Value* scalar(Graph& g, const std::string& name, float v) {
+  Tensor t(DType::F32, std::vector<int64_t>{});
+  t.data<float>()[0] = v;
+  return g.addParam(name, std::move(t));
+}
+Value* linear(Graph& g, Value* x, int64_t k, int64_t n, const std::string& name) {
+  return op(g, Op::Linear, {x, param(g, name + ".w", {n, k}), param(g, name + ".b", {n})}, name);
+}
+Value* conv(Graph& g, Value* x, int64_t cin, int64_t cout, const std::string& name, int64_t stride = 1) {
+  return op(g, Op::Conv, {x, param(g, name + ".w", {cout, cin, 3, 3}), param(g, name + ".b", {cout})}, name,
+            {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{stride, stride}}});
+}
+
+// Compiles `graph` (optimised here) with `options` into the scratch directory and loads it.
+runtime::Model build(const Graph& graph, const codegen::CppOptions& options, const std::string& tag) {
+  auto g = graph.clone();
+  passes::runPipeline(*g);
+  codegen::GeneratedCpp generated = codegen::generateCpp(*g, options);
+  fs::path so = scratchDir() / fmt::format("{}_{}.so", graph.name(), tag);
+  codegen::buildSharedObject(generated, so.string());
+  return runtime::Model::load(so.string());
+}
+
+// Every output of `model` on `graph`'s random inputs at `batch` with `threads` within 1e-4 of the interpreter.
+void checkAgainstInterpreter(const runtime::Model& model, const Graph& graph, int64_t batch, int threads, const std::string& what) {
+  std::vector<Tensor> inputs = tools::randomInputs(graph, batch, 11 + static_cast<uint64_t>(batch));
+  std::vector<Tensor> expected = interpret(graph, inputs);
+  std::vector<Tensor> actual = debug::runModel(model, inputs, threads);
+  REQUIRE(actual.size() == expected.size());
+  for (size_t o = 0; o < expected.size(); ++o) {
+    debug::TensorCheck c = debug::compareTensors(fmt::format("output {}", o), actual[o], expected[o], 1e-4, 1e-4);
+    INFO(what << " batch " << batch << " threads " << threads << ": " << c.name << " max abs " << c.maxAbs << " " << c.note);
+    CHECK(c.pass);
+  }
+}
+
+const std::vector<std::string> kImpls = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops"};
+
+// Post-op chains oneDNN must get right: an activation then x*a+b (oneDNN 2.6 is known to drop
+// the b of a linear after a logistic in some chains), tanh, leaky relu, a residual add as a sum.
+std::unique_ptr<Graph> postOpGraph() {
+  auto g = std::make_unique<Graph>("postops");
+  Value* x = g->addInput("x", {DType::F32, {Dim::batch(), 24}});
+  Value* h = linear(*g, x, 24, 40, "l0");
+  Value* s = op(*g, Op::Sigmoid, {h}, "sig");
+  Value* m = op(*g, Op::Mul, {s, scalar(*g, "two", 2.0f)}, "mul");
+  Value* a = op(*g, Op::Add, {m, scalar(*g, "one", 1.0f)}, "add");
+  Value* h1 = linear(*g, a, 40, 40, "l1");
+  Value* t = op(*g, Op::Tanh, {h1}, "tanh");
+  Value* h2 = linear(*g, t, 40, 40, "l2");
+  Value* r = op(*g, Op::Add, {h2, a}, "res");  // a residual: oneDNN's sum post-op
+  Value* l = op(*g, Op::LeakyRelu, {r}, "leaky", {{"alpha", 0.1}});
+  Value* img = g->addInput("img", {DType::F32, {Dim::batch(), 3, 10, 10}});
+  Value* c0 = op(*g, Op::Relu, {conv(*g, img, 3, 8, "c0", 2)}, "c0_relu");
+  Value* c1 = conv(*g, c0, 8, 8, "c1");
+  Value* e = op(*g, Op::Elu, {op(*g, Op::Add, {c1, c0}, "c_res")}, "c_elu", {{"alpha", 1.0}});
+  Value* c2 = op(*g, Op::Sigmoid, {conv(*g, e, 8, 4, "c2")}, "c2_sig");
+  Value* c3 = op(*g, Op::Sub, {scalar(*g, "half", 0.5f), c2}, "c3_sub");
+  g->setOutputs({{"y", l}, {"z", c3}});
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("extern: which kernels have which implementations, and the heuristic", "[extern]") {
+  auto g = tools::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
+  passes::runPipeline(*g);
+  codegen::KernelProgram p = codegen::lowerGraph(*g);
+  codegen::fuseKernels(p);
+  // ppo_mlp: the merged first layer reads the dense input; the next layers read split views of
+  // its output (strided rows), which oneDNN 2.6 runs with its slow reference inner product.
+  CHECK(codegen::implCandidates(p, p.kernels[0], true) == kImpls);
+  CHECK(codegen::implCandidates(p, p.kernels[1], true) == std::vector<std::string>{"gemm4x32", "gemm4x16"});
+  CHECK(codegen::implCandidates(p, p.kernels[0], false) == std::vector<std::string>{"gemm4x32", "gemm4x16"});
+  CHECK(codegen::batchRangeBounds({1, 16, 64}) == std::vector<int64_t>{4, 32, -1});
+  CHECK(codegen::batchRangeBounds({8}) == std::vector<int64_t>{-1});
+  // The heuristic: linear layers stay generated.
+  for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true)) {
+    CHECK(d == codegen::ImplDispatch{{-1, "gemm4x32"}});
+  }
+  auto atari = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  passes::runPipeline(*atari);
+  codegen::KernelProgram a = codegen::lowerGraph(*atari);
+  codegen::fuseKernels(a);
+  codegen::ImplChoice withExtern = codegen::heuristicChoice(a, {1, 16, 64}, true);
+  codegen::ImplChoice without = codegen::heuristicChoice(a, {1, 16, 64}, false);
+  int convs = 0;
+  for (const codegen::Kernel& k : a.kernels) {
+    if (k.kind == codegen::KernelKind::Conv) {
+      ++convs;
+      CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, "onednn"}});
+      CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, "gemm4x32"}});
+      // conv + bias + relu stored plainly: the whole epilogue can be oneDNN post-ops.
+      CHECK(codegen::implCandidates(a, k, true) == kImpls);
+    }
+  }
+  CHECK(convs == 3);
+}
+
+TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact; extern kernels link libdnnl", "[extern]") {
+  auto g = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  passes::runPipeline(*g);
+  codegen::CppOptions o;
+  codegen::GeneratedCpp with = codegen::generateCpp(*g, o);
+  CHECK(with.libraries == std::vector<std::string>{"dnnl", "gomp"});
+  CHECK(with.source.find("pc::dnnl_ext::Conv") != std::string::npos);
+  o.externKernels = false;
+  codegen::GeneratedCpp without = codegen::generateCpp(*g, o);
+  CHECK(without.libraries.empty());
+  CHECK(without.source.find("dnnl") == std::string::npos);
+  for (const auto& [name, d] : without.dispatch) {
+    for (const codegen::ImplRange& r : d) CHECK(r.impl.rfind("gemm", 0) == 0);
+  }
+}
+
+TEST_CASE("extern: a choice of a missing implementation is one clear error", "[extern]") {
+  auto g = tools::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
+  passes::runPipeline(*g);
+  codegen::CppOptions o;
+  o.forceImpl = "mkl";
+  CHECK_THROWS_WITH(codegen::generateCpp(*g, o),
+                    Catch::Contains("unknown implementation 'mkl'") && Catch::Contains("gemm4x32, gemm4x16, onednn, onednn_postops"));
+  o.forceImpl.clear();
+  o.choice = codegen::ImplChoice{{"fused_linear_bias_tanh_1", {{-1, "onednn"}}}};
+  CHECK_THROWS_WITH(codegen::generateCpp(*g, o), Catch::Contains("kernel 'fused_linear_bias_tanh_1' has no implementation 'onednn'") &&
+                                                     Catch::Contains("candidates: gemm4x32, gemm4x16"));
+  o.choice.reset();
+  o.tuneBatches = {0, 4};
+  CHECK_THROWS_WITH(codegen::generateCpp(*g, o), Catch::Contains("tuning batch sizes must be positive"));
+}
+
+TEST_CASE("extern: post-op chains and residual sums match the interpreter", "[extern]") {
+  auto g = postOpGraph();
+  auto opt = g->clone();
+  passes::runPipeline(*opt);
+  codegen::KernelProgram p = codegen::lowerGraph(*opt);
+  codegen::fuseKernels(p);
+  int withPostOps = 0;
+  for (const codegen::Kernel& k : p.kernels) {
+    std::vector<std::string> c = codegen::implCandidates(p, k, true);
+    withPostOps += std::find(c.begin(), c.end(), "onednn_postops") != c.end();
+  }
+  CHECK(withPostOps >= 5);  // every linear and conv here: eltwise chains, x*a+b, sums
+  for (std::string impl : {"onednn", "onednn_postops"}) {
+    codegen::CppOptions o;
+    o.forceImpl = impl;
+    runtime::Model m = build(*g, o, impl);
+    for (int64_t batch : {1, 3, 64}) {
+      for (int threads : {1, 2}) checkAgainstInterpreter(m, *g, batch, threads, impl);
+    }
+  }
+}
+
+// Every implementation of the reference policies' kernels (the default one is covered by the
+// C++ backend's parity tests) at batch 1, 3 and 64 with 1 and 2 threads, alternating (oneDNN
+// primitives are cached per thread count: one created for 1 thread must not run with 2).
+void checkImpls(const std::string& model, const std::vector<std::string>& impls) {
+  auto g = tools::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
+  std::map<int64_t, std::pair<std::vector<Tensor>, std::vector<Tensor>>> cases;  // batch -> inputs, expected
+  for (int64_t batch : {1, 3, 64}) {
+    std::vector<Tensor> inputs = tools::randomInputs(*g, batch, 11 + static_cast<uint64_t>(batch));
+    std::vector<Tensor> expected = interpret(*g, inputs);
+    cases[batch] = {std::move(inputs), std::move(expected)};
+  }
+  for (const std::string& impl : impls) {
+    codegen::CppOptions o;
+    o.forceImpl = impl;
+    runtime::Model m = build(*g, o, impl);
+    for (const auto& [batch, c] : cases) {
+      for (int threads : {1, 2, 1}) {
+        std::vector<Tensor> actual = debug::runModel(m, c.first, threads);
+        for (size_t i = 0; i < c.second.size(); ++i) {
+          debug::TensorCheck t = debug::compareTensors("output", actual[i], c.second[i], 1e-4, 1e-4);
+          INFO(model << " " << impl << " batch " << batch << " threads " << threads << " output " << i << ": max abs " << t.maxAbs);
+          CHECK(t.pass);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("extern: ppo_mlp with every implementation matches the interpreter", "[extern][parity]") {
+  checkImpls("ppo_mlp", {"gemm4x16", "onednn", "onednn_postops"});
+}
+TEST_CASE("extern: atari_cnn with every implementation matches the interpreter", "[extern][parity]") {
+  checkImpls("atari_cnn", {"gemm4x16", "onednn", "onednn_postops"});
+}
+TEST_CASE("extern: impala_cnn with every implementation matches the interpreter", "[extern][parity]") {
+  checkImpls("impala_cnn", {"gemm4x16", "onednn_postops"});
+}
+
+TEST_CASE("extern: changing the thread count between calls keeps oneDNN results right", "[extern]") {
+  auto g = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  codegen::CppOptions o;
+  o.forceImpl = "onednn";
+  runtime::Model m = build(*g, o, "threads");
+  std::vector<Tensor> inputs = tools::randomInputs(*g, 16, 5);
+  std::vector<Tensor> expected = interpret(*g, inputs);
+  for (int threads : {1, 2, 3, 1, 3, 2, 2, 1}) {
+    std::vector<Tensor> actual = debug::runModel(m, inputs, threads);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      INFO("threads " << threads << " output " << i);
+      CHECK(debug::compareTensors("o", actual[i], expected[i], 1e-4, 1e-4).pass);
+    }
+  }
+}
+
+TEST_CASE("extern: max-autotune times every candidate, writes autotune.txt, and a re-compile times nothing", "[extern][autotune]") {
+  const fs::path cache = scratchDir() / "tune-cache";
+  setenv("POLICYC_CACHE_DIR", cache.c_str(), 1);
+  auto g = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  passes::runPipeline(*g);
+  debug::AutotuneOptions o;
+  o.cpp.tuneBatches = {1, 4};
+  o.secondsPerCandidate = 0.02;
+  o.progress = false;
+  debug::AutotuneResult first = debug::autotune(*g, o);
+  CHECK(first.kernels == 6);  // 3 convs, 3 linear layers
+  CHECK(first.timed == 12);
+  std::istringstream report(first.report);
+  std::string line;
+  int batchLines = 0, winners = 0;
+  while (std::getline(report, line)) {
+    if (line.find("  batch ") != 0) continue;
+    ++batchLines;
+    winners += std::count(line.begin(), line.end(), '*') == 1;
+    CHECK(line.find("gemm4x32 ") != std::string::npos);
+    CHECK(line.find("gemm4x16 ") != std::string::npos);
+  }
+  CHECK(batchLines == 12);
+  CHECK(winners == 12);
+  CHECK(first.report.find("onednn_postops ") != std::string::npos);
+  CHECK(first.choice.size() == 6);
+  // The second tuning of the same kernels is all cache: nothing built, nothing timed.
+  debug::AutotuneResult second = debug::autotune(*g, o);
+  CHECK(second.timed == 0);
+  CHECK(second.choice == first.choice);
+  CHECK(second.report.find("(cached)") != std::string::npos);
+  // The model built with the choice matches the interpreter on both sides of the range bound.
+  codegen::CppOptions cpp;
+  cpp.choice = first.choice;
+  cpp.tuneBatches = {1, 4};
+  auto original = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  runtime::Model m = build(*original, cpp, "tuned");
+  for (int64_t batch : {1, 2, 3, 9}) checkAgainstInterpreter(m, *original, batch, 1, "tuned");
+  unsetenv("POLICYC_CACHE_DIR");
+}
