@@ -1477,8 +1477,8 @@ class Emitter {
   }
 
   // 2-D max pooling an output row at a time: first the column-wise maximum over the window's
-  // input rows (contiguous, branch-free: it vectorises), then each output the maximum of its
-  // window's columns of that.
+  // input rows, into a row padded with -inf on both sides; then each output the maximum of its
+  // window's columns of that. Both loops are branch-free, so they vectorise.
   std::string emitMaxPoolRows(const Kernel& k) const {
     const ir::Node& n = *k.anchor;
     const Buffer& X = p_.buffer(k.anchorInputs[0]);
@@ -1486,29 +1486,29 @@ class Emitter {
     std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
     const int64_t C = k.domain[1].value(), OH = k.domain[2].value(), OW = k.domain[3].value();
     const int64_t H = X.type.shape[2].value(), W = X.type.shape[3].value();
+    const int64_t padL = pads[1], span = std::max(padL + W, (OW - 1) * st[1] + (kernel[1] - 1) * dil[1] + 1);
     std::string s = emitEpilogueLambda(k, accType(k));
     s += anchorComment(k);
     setSplit(fmt::format("batch * {}", C * OH), fmt::format("{}.0", OW * kernel[1] + W * kernel[0]));
     // NaN wins (ONNX): a NaN already held stays, a NaN read replaces it.
-    s += "  auto mx = [](float m, float v) { return (v > m || v != v) ? v : m; };\n";
-    s += fmt::format("  float col[{}];\n", W);
+    s += "  auto mx = [](float m, float v) { return ((v > m) | (v != v)) ? v : m; };  // no branch: vectorises\n";
+    s += fmt::format("  float col[{}], out[{}];  // input columns {} to {} at col[{}..]\n", span, OW, -padL, span - padL - 1, padL);
+    s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>();  // padding never wins\n", span);
     s += "  for (int64_t u = lo; u < hi; ++u) {\n";
     s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
-    s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) col[iw] = -pc::inf<float>();  // padding never wins\n", W);
+    s += fmt::format("    float* PC_RESTRICT cm = col + {};\n", padL);
+    s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = -pc::inf<float>();\n", W);
     s += fmt::format("    for (int64_t kh = 0; kh < {}; ++kh) {{\n", kernel[0]);
     s += fmt::format("      const int64_t ih = i2*{} + kh*{} - {};\n", st[0], dil[0], pads[0]);
     s += fmt::format("      if (ih < 0 || ih >= {}) continue;\n", H);
     s += fmt::format("      const float* PC_RESTRICT row = {} + {};\n", ptrName(X.root), addressOf(X.id, {"i0", "i1", "ih", "0"}));
-    s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) col[iw] = mx(col[iw], row[iw]);\n", W);
+    s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]);\n", W);
     s += "    }\n";
-    s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {{\n", OW);
-    s += "      float m = -pc::inf<float>();\n";
-    s += fmt::format("      for (int64_t kw = 0; kw < {}; ++kw) {{\n", kernel[1]);
-    s += fmt::format("        const int64_t iw = i3*{} + kw*{} - {};\n", st[1], dil[1], pads[1]);
-    s += fmt::format("        if (iw >= 0 && iw < {}) m = mx(m, col[iw]);\n", W);
-    s += "      }\n";
-    s += fmt::format("      {}\n", callEpilogue({"i0", "i1", "i2", "i3"}, "m"));
-    s += "    }\n  }\n";
+    std::string window = fmt::format("col[i3*{}]", st[1]);
+    for (int64_t kw = 1; kw < kernel[1]; ++kw) window = fmt::format("mx({}, col[i3*{} + {}])", window, st[1], kw * dil[1]);
+    s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) out[i3] = {};\n", OW, window);
+    s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {}\n", OW, callEpilogue({"i0", "i1", "i2", "i3"}, "out[i3]"));
+    s += "  }\n";
     return s;
   }
 
