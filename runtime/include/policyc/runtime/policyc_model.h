@@ -3,7 +3,8 @@
  * A compiled model is a shared object exporting one function, policyc_model_descriptor(), that
  * returns a static descriptor: the model's name, its inputs and outputs (name, dtype, shape with
  * -1 for the batch dimension), the workspace it needs for a batch size, and its run function.
- * The caller owns all memory: inputs, outputs and the workspace. A run allocates nothing.
+ * The caller owns all memory: inputs, outputs and the workspace. A run allocates nothing (except
+ * in oneDNN extern kernels: small handles per call, primitives at a new batch size or thread count).
  * Concurrent runs on one model are safe when each uses its own workspace; results are bitwise
  * identical for every thread count.
  */
