@@ -45,6 +45,7 @@ struct TunedKernel {
   size_t index = 0;  // in the program
   std::string name, kind, signature;
   std::vector<std::string> candidates;
+  std::map<int64_t, std::string> heuristic;                 // batch -> what --mode default runs
   std::map<int64_t, std::map<std::string, Timing>> times;  // batch -> implementation -> timing
   fs::path cacheFile;
 };
@@ -267,6 +268,10 @@ void measure(const ir::Graph& graph, const AutotuneOptions& options, std::vector
   }
 }
 
+// How much faster than --mode default's choice another implementation must be to replace it:
+// one tuning measurement's noise on this kind of shared machine.
+constexpr double kMargin = 0.05;
+
 std::string rangeText(const codegen::ImplDispatch& d) {
   std::string s;
   int64_t lo = 1;
@@ -333,6 +338,7 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
     codegen::CodegenStages stages;
     stages.fuse = options.fuse;
     stages.planned = [&](const KernelProgram& program, const codegen::MemoryPlan&) {
+      const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels);
       for (size_t i = 0; i < program.kernels.size(); ++i) {
         const Kernel& k = program.kernels[i];
         std::vector<std::string> c = codegen::implCandidates(program, k, cpp.externKernels);
@@ -347,6 +353,14 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
         t.name = k.name;
         t.kind = fmt::format("{} {}", codegen::kernelKindName(k.kind), ir::shapeStr(k.domain));
         t.candidates = c;
+        for (int64_t b : batches) {
+          for (const codegen::ImplRange& r : heuristic.at(k.name)) {
+            if (r.maxBatch < 0 || b <= r.maxBatch) {
+              t.heuristic[b] = r.impl;
+              break;
+            }
+          }
+        }
         t.signature = fmt::format("{} | cpu {} | target {} | threads 1 | candidates {}", kernelSignature(program, k), cpu,
                                   cpp.target, fmt::join(c, ","));
         t.cacheFile = cacheDir() / "autotune" / fmt::format("{:016x}.txt", textHash(t.signature));
@@ -366,7 +380,8 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
   std::string& r = result.report;
   r += fmt::format("# policyc autotune: {} tunable kernels, batch sizes {}, 1 thread, CPU {}, target {}\n", kernels.size(),
                    fmt::join(batches, ","), cpu, options.cpp.target);
-  r += "# per kernel and batch size: the median time per call (us) of every implementation; * marks the winner;\n"
+  r += "# per kernel and batch size: the median time per call (us) of every implementation; * marks the winner\n"
+       "# (--mode default's choice unless another is more than 5% faster);\n"
        "# (cached) means the times come from an earlier tuning of the same kernel on this CPU\n";
   for (const TunedKernel& k : kernels) {
     r += fmt::format("\nkernel {} ({})\n", k.name, k.kind);
@@ -382,12 +397,21 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
         if (t.status.empty() && t.us >= 0 && (best.empty() || t.us < bestUs)) best = c, bestUs = t.us;
       }
       if (best.empty()) best = k.candidates.front();  // nothing ran correctly: the generated one
+      // The default's choice stays unless another is faster beyond the noise of one measurement.
+      bool kept = false;
+      auto h = byImpl.find(k.heuristic.at(batches[bi]));
+      if (h != byImpl.end() && h->first != best && h->second.status.empty() && h->second.us >= 0 &&
+          bestUs > (1.0 - kMargin) * h->second.us) {
+        best = h->first;
+        kept = true;
+      }
       std::string line = fmt::format("  batch {:>4}:", batches[bi]);
       for (const std::string& c : k.candidates) {
         const Timing& t = byImpl.at(c);
         line += t.status.empty() ? fmt::format("  {} {:.1f}{}", c, t.us, c == best ? "*" : "")
                                  : fmt::format("  {} ({})", c, t.status);
       }
+      if (kept) line += fmt::format("  (default's choice kept: the fastest is within {:.0f}%)", kMargin * 100);
       r += line + (cached ? "  (cached)\n" : "\n");
       if (!d.empty() && d.back().impl == best) {
         d.back().maxBatch = bounds[bi];
