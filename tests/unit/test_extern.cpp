@@ -1,7 +1,9 @@
 // Implementations of GEMM/conv kernels: oneDNN extern kernels (with and without post-ops) and
 // the generated microkernel variants against the interpreter, thread-count changes between
 // calls, the heuristic, the autotuner and its cache, and the errors of a bad choice.
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -291,4 +293,36 @@ TEST_CASE("extern: max-autotune times every candidate, writes autotune.txt, and 
   runtime::Model m = build(*original, cpp, "tuned");
   for (int64_t batch : {1, 2, 3, 9}) checkAgainstInterpreter(m, *original, batch, 1, "tuned");
   unsetenv("POLICYC_CACHE_DIR");
+}
+
+TEST_CASE("max pool: rows with NaN, -inf and padding match the interpreter", "[codegen][pool]") {
+  // Not an extern kernel, but the row-wise pool's NaN flags and padding are easiest to reach here.
+  Graph g("pool_nan");
+  Value* x = g.addInput("x", {DType::F32, {Dim::batch(), 3, 7, 9}});
+  Value* p = op(g, Op::MaxPool, {x}, "pool",
+                {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                 {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  Value* q = op(g, Op::MaxPool, {x}, "pool2",
+                {{"kernel_shape", std::vector<int64_t>{2, 3}}, {"strides", std::vector<int64_t>{1, 2}},
+                 {"dilations", std::vector<int64_t>{2, 1}}, {"pads", std::vector<int64_t>{0, 2, 1, 0}}});
+  g.setOutputs({{"y", op(g, Op::Relu, {p}, "relu")}, {"p", p}, {"q", q}});
+  codegen::CppOptions o;
+  runtime::Model m = build(g, o, "pool");
+  std::vector<Tensor> inputs = tools::randomInputs(g, 4, 3);
+  float* d = inputs[0].data<float>();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  d[0] = nan;          // a corner: inside the first windows only
+  d[10] = nan;         // the interior
+  d[70] = -inf;
+  d[71] = inf;
+  for (int64_t i = 63; i < 126; ++i) d[i] = -inf;  // a whole channel of -inf
+  std::vector<Tensor> expected = interpret(g, inputs), actual = debug::runModel(m, inputs, 1);
+  bool sawNan = false;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    for (int64_t e = 0; e < expected[i].numel(); ++e) sawNan = sawNan || std::isnan(expected[i].getAsDouble(e));
+    debug::TensorCheck c = debug::compareTensors("output", actual[i], expected[i], 0, 0);
+    INFO("output " << i << ": " << c.note);
+    CHECK(c.pass);
+  }
+  CHECK(sawNan);
 }

@@ -1478,7 +1478,9 @@ class Emitter {
 
   // 2-D max pooling an output row at a time: first the column-wise maximum over the window's
   // input rows, into a row padded with -inf on both sides; then each output the maximum of its
-  // window's columns of that. Both loops are branch-free, so they vectorise.
+  // window's columns of that. The maximum is `m > v ? m : v` (one maxss, no branch: a data-
+  // dependent branch mispredicts on half the elements of real activations) and NaNs are
+  // tracked beside it in flags (ONNX: a NaN in the window gives NaN), so both loops vectorise.
   std::string emitMaxPoolRows(const Kernel& k) const {
     const ir::Node& n = *k.anchor;
     const Buffer& X = p_.buffer(k.anchorInputs[0]);
@@ -1490,23 +1492,26 @@ class Emitter {
     std::string s = emitEpilogueLambda(k, accType(k));
     s += anchorComment(k);
     setSplit(fmt::format("batch * {}", C * OH), fmt::format("{}.0", OW * kernel[1] + W * kernel[0]));
-    // NaN wins (ONNX): a NaN already held stays, a NaN read replaces it.
-    s += "  auto mx = [](float m, float v) { return ((v > m) | (v != v)) ? v : m; };  // no branch: vectorises\n";
+    s += "  auto mx = [](float m, float v) { return m > v ? m : v; };\n";
     s += fmt::format("  float col[{}], out[{}];  // input columns {} to {} at col[{}..]\n", span, OW, -padL, span - padL - 1, padL);
-    s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>();  // padding never wins\n", span);
+    s += fmt::format("  int32_t nanIn[{}];       // whether a NaN was in that column\n", span);
+    s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>(), nanIn[c] = 0;  // padding never wins\n", span);
     s += "  for (int64_t u = lo; u < hi; ++u) {\n";
     s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
-    s += fmt::format("    float* PC_RESTRICT cm = col + {};\n", padL);
-    s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = -pc::inf<float>();\n", W);
+    s += fmt::format("    float* PC_RESTRICT cm = col + {};\n    int32_t* PC_RESTRICT cn = nanIn + {};\n", padL, padL);
+    s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = -pc::inf<float>(), cn[iw] = 0;\n", W);
     s += fmt::format("    for (int64_t kh = 0; kh < {}; ++kh) {{\n", kernel[0]);
     s += fmt::format("      const int64_t ih = i2*{} + kh*{} - {};\n", st[0], dil[0], pads[0]);
     s += fmt::format("      if (ih < 0 || ih >= {}) continue;\n", H);
     s += fmt::format("      const float* PC_RESTRICT row = {} + {};\n", ptrName(X.root), addressOf(X.id, {"i0", "i1", "ih", "0"}));
-    s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]);\n", W);
+    s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]), cn[iw] |= row[iw] != row[iw];\n", W);
     s += "    }\n";
-    std::string window = fmt::format("col[i3*{}]", st[1]);
-    for (int64_t kw = 1; kw < kernel[1]; ++kw) window = fmt::format("mx({}, col[i3*{} + {}])", window, st[1], kw * dil[1]);
-    s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) out[i3] = {};\n", OW, window);
+    std::string window = fmt::format("col[i3*{}]", st[1]), nans = fmt::format("nanIn[i3*{}]", st[1]);
+    for (int64_t kw = 1; kw < kernel[1]; ++kw) {
+      window = fmt::format("mx({}, col[i3*{} + {}])", window, st[1], kw * dil[1]);
+      nans += fmt::format(" | nanIn[i3*{} + {}]", st[1], kw * dil[1]);
+    }
+    s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) out[i3] = ({}) ? pc::nan<float>() : {};\n", OW, nans, window);
     s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {}\n", OW, callEpilogue({"i0", "i1", "i2", "i3"}, "out[i3]"));
     s += "  }\n";
     return s;
