@@ -1,8 +1,8 @@
 // Extern kernels of the generated C++: convolution and inner product run as oneDNN 2.x primitives.
 // Included into output_code.cpp (after the prelude) only when a kernel calls oneDNN; the model then
 // links libdnnl. The compiled model keeps the graph's plain (C-order) layout in its own buffers;
-// oneDNN convolutions run on NHWC copies in the workspace (the reorders are part of the kernel's
-// measured time, so the autotuner weighs them).
+// oneDNN convolutions run on copies in the workspace, NHWC or in the layout oneDNN prefers (the
+// reorders are part of the kernel's measured time, so the autotuner weighs them).
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdio>
@@ -94,6 +94,10 @@ struct ConvShape {
   int64_t strideH, strideW, dilH, dilW, padT, padL, padB, padR;
   int64_t srcBatchStride;
   std::vector<PostOp> post;  // empty: conv + bias only
+  // true: src and dst in the layouts oneDNN prefers (format_tag::any: nChw16c, or NCHW for a
+  // first layer with 3 channels), within a workspace of channels rounded up to 16; false: NHWC,
+  // which the generated epilogue reads.
+  bool anyLayout = false;
   bool sum() const {
     for (const PostOp& p : post) {
       if (p.sum) return true;
@@ -106,8 +110,9 @@ class Conv {
  public:
   Conv(ConvShape s, const float* weight, const float* bias) : s_(std::move(s)), weight_(weight), bias_(bias) {}
 
-  // Workspace floats per batch row: the NHWC copies of src and dst.
-  static int64_t scratchPerRow(const ConvShape& s) { return s.C * s.H * s.W + s.M * s.OH * s.OW; }
+  // Workspace floats per batch row reserved for the copies of src and dst (the emitter reserves as much).
+  static int64_t srcPerRow(const ConvShape& s) { return (s.anyLayout ? (s.C + 15) / 16 * 16 : s.C) * s.H * s.W; }
+  static int64_t dstPerRow(const ConvShape& s) { return (s.anyLayout ? (s.M + 15) / 16 * 16 : s.M) * s.OH * s.OW; }
 
   // dst_nhwc (in the workspace, scratch) = conv(src) with the post-ops; with a sum post-op the
   // residual `sumSrc` (plain NCHW, dense) is first copied into dst_nhwc. Returns dst_nhwc.
@@ -116,7 +121,7 @@ class Conv {
     Entry& e = entry(batch, threads);
     dnnl::stream st(engine());
     float* srcNhwc = scratch;
-    float* dstNhwc = scratch + batch * s_.C * s_.H * s_.W;
+    float* dstNhwc = scratch + batch * srcPerRow(s_);
     dnnl::memory userSrc(e.userSrc, engine(), const_cast<float*>(src));
     dnnl::memory convSrc(e.convSrc, engine(), srcNhwc);
     dnnl::memory convDst(e.convDst, engine(), dstNhwc);
@@ -171,14 +176,23 @@ class Conv {
     e->threads = threads;
     const dims src = {batch, s_.C, s_.H, s_.W}, dst = {batch, s_.M, s_.OH, s_.OW};
     e->userSrc = dnnl::memory::desc(src, f32, dims{s_.srcBatchStride, s_.H * s_.W, s_.W, 1});
-    e->convSrc = dnnl::memory::desc(src, f32, tag::nhwc);
-    e->convDst = dnnl::memory::desc(dst, f32, tag::nhwc);
     e->userDst = dnnl::memory::desc(dst, f32, tag::nchw);
     const dnnl::memory::desc w({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::any), b({s_.M}, f32, tag::x);
-    auto d = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                             e->convSrc, w, b, e->convDst, {s_.strideH, s_.strideW},
-                                             {s_.dilH - 1, s_.dilW - 1}, {s_.padT, s_.padL}, {s_.padB, s_.padR});
-    auto pd = dnnl::convolution_forward::primitive_desc(d, attrOf(s_.post), engine());
+    auto make = [&](tag layout) {
+      auto d = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                               dnnl::memory::desc(src, f32, layout), w, b, dnnl::memory::desc(dst, f32, layout),
+                                               {s_.strideH, s_.strideW}, {s_.dilH - 1, s_.dilW - 1}, {s_.padT, s_.padL},
+                                               {s_.padB, s_.padR});
+      return dnnl::convolution_forward::primitive_desc(d, attrOf(s_.post), engine());
+    };
+    auto pd = make(s_.anyLayout ? tag::any : tag::nhwc);
+    const size_t f = sizeof(float);
+    if (s_.anyLayout && (pd.src_desc().get_size() > static_cast<size_t>(batch * srcPerRow(s_)) * f ||
+                         pd.dst_desc().get_size() > static_cast<size_t>(batch * dstPerRow(s_)) * f)) {
+      pd = make(tag::nhwc);  // a layout larger than the workspace reserves
+    }
+    e->convSrc = pd.src_desc();
+    e->convDst = pd.dst_desc();
     e->conv = dnnl::convolution_forward(pd);
     e->weights = weights_.get(pd.weights_desc(), dnnl::memory::desc({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::oihw), weight_);
     e->srcReorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e->userSrc, engine(), e->convSrc));

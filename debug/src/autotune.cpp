@@ -268,6 +268,10 @@ void measure(const ir::Graph& graph, const AutotuneOptions& options, std::vector
   }
 }
 
+// Part of every cache key: bumped whenever an implementation changes what it runs, so timings of
+// an older one are never reused (2: oneDNN's own layouts for convs with post-ops).
+constexpr int kImplementationsVersion = 2;
+
 // How much faster than --mode default's choice another implementation must be to replace it:
 // one tuning measurement's noise on this kind of shared machine.
 constexpr double kMargin = 0.05;
@@ -361,8 +365,8 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
             }
           }
         }
-        t.signature = fmt::format("{} | cpu {} | target {} | threads 1 | candidates {}", kernelSignature(program, k), cpu,
-                                  cpp.target, fmt::join(c, ","));
+        t.signature = fmt::format("{} | cpu {} | target {} | threads 1 | candidates {} v{}", kernelSignature(program, k), cpu,
+                                  cpp.target, fmt::join(c, ","), kImplementationsVersion);
         t.cacheFile = cacheDir() / "autotune" / fmt::format("{:016x}.txt", textHash(t.signature));
         kernels.push_back(std::move(t));
       }

@@ -326,16 +326,24 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
 }
 
 // The heuristic of --mode default for a kernel at batch sizes around `batch` (measured on the
-// reference policies, docs/performance.md): oneDNN's convolution for convs (its direct NHWC
-// kernels beat the generated implicit GEMM at every batch size, the NHWC copies included); the
-// generated two-panel microkernel for linear layers, where oneDNN's fixed per-call cost is
-// larger than the whole layer at small batches and it gains little at batch 64.
+// reference policies, docs/performance.md): oneDNN's convolution for convs (its direct kernels
+// beat the generated implicit GEMM at every batch size, the layout copies included), with the
+// epilogue as post-ops (and oneDNN's own layouts) when those are cheap ones — relu, x*a+b, a
+// residual sum — and as generated code otherwise (oneDNN 2.6's tanh post-op, for one, is several
+// times slower than its logistic); the generated two-panel microkernel for linear layers, where
+// oneDNN's fixed per-call cost is larger than the whole layer at small batches.
 Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern) {
   (void)batch;
   std::vector<Impl> c = candidatesOf(p, k, allowExtern);
   auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
-  if (k.kind == KernelKind::Conv && has(Impl::Onednn)) return Impl::Onednn;
-  return Impl::Gemm4x32;
+  if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return Impl::Gemm4x32;
+  if (has(Impl::OnednnPostOps)) {
+    bool cheap = true;
+    const std::optional<PostOpPlan> plan = postOpPlan(p, k);
+    for (const PostOp& op : plan->ops) cheap = cheap && (op.alg.empty() || op.alg == "eltwise_relu" || op.alg == "eltwise_linear");
+    if (cheap) return Impl::OnednnPostOps;
+  }
+  return Impl::Onednn;
 }
 
 class Emitter {
@@ -609,8 +617,12 @@ class Emitter {
         const Kernel& k = p_.kernels[ki];
         int64_t floats = 0;
         if (k.kind == KernelKind::Conv) {
+          // As pc::dnnl_ext::Conv::srcPerRow + dstPerRow: with oneDNN's own layouts, channels
+          // rounded up to 16 (nChw16c).
           const ir::Shape& x = p_.buffer(k.anchorInputs[0]).type.shape;
-          floats = x[1].value() * x[2].value() * x[3].value() + k.domain[1].value() * k.domain[2].value() * k.domain[3].value();
+          auto channels = [&](int64_t c) { return im == Impl::OnednnPostOps ? (c + 15) / 16 * 16 : c; };
+          floats = channels(x[1].value()) * x[2].value() * x[3].value() +
+                   channels(k.domain[1].value()) * k.domain[2].value() * k.domain[3].value();
         } else if (im == Impl::Onednn) {
           floats = k.domain[1].value();
         }
@@ -660,11 +672,11 @@ class Emitter {
     const ir::Node& n = *k.anchor;
     const Buffer& W = p_.buffer(k.anchorInputs[1]);
     std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
-    return fmt::format("static pc::dnnl_ext::Conv {}({{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {{{}}}}}, {}, {});\n",
+    return fmt::format("static pc::dnnl_ext::Conv {}({{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {{{}}}, {}}}, {}, {});\n",
                        objectName(index, im), X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(),
                        k.domain[1].value(), W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(),
                        k.domain[3].value(), st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0], post,
-                       weight, bias);
+                       im == Impl::OnednnPostOps ? "true" : "false", weight, bias);
   }
 
   // The body of an extern kernel: oneDNN computes the anchor (and with post-ops the epilogue);
@@ -705,7 +717,7 @@ class Emitter {
       const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value(), OW = k.domain[3].value();
       const std::string residual = plan && plan->residual >= 0 ? ptrOf(plan->residual) : "nullptr";
       s += fmt::format("    float* scratch = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n"
-                       "    const float* acc = {}.run({}, {}, batch, threads, scratch);  // NHWC\n",
+                       "    const float* acc = {}.run({}, {}, batch, threads, scratch);  // NHWC, or oneDNN's layout with post-ops\n",
                        obj, x, residual);
       if (plan) {
         s += fmt::format("    {}.store(acc, {}, batch, threads);\n", obj, ptrOf(plan->store));
