@@ -208,14 +208,18 @@ class Policy {
 };
 
 std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::string& backend, const std::string& mode,
-                                      const std::string& target, int threads, const std::optional<std::string>& debugDir) {
+                                      const std::string& target, int threads, const std::optional<std::string>& debugDir,
+                                      bool externKernels, const std::vector<int64_t>& tuneBatch) {
   if (backend != "cpp" && backend != "nofuse") throw py::value_error("backend must be 'cpp' or 'nofuse', got '" + backend + "'");
-  if (mode != "default") throw py::value_error("mode must be 'default', got '" + mode + "'");
+  if (!debug::isCompileMode(mode)) throw py::value_error("mode must be 'default' or 'max-autotune', got '" + mode + "'");
   debug::CompileRequest request;
   request.modelPath = path;
   request.backend = backend;
+  request.mode = mode;
   request.cpp.name = "model";
   request.cpp.target = target;
+  request.cpp.externKernels = externKernels;
+  if (!tuneBatch.empty()) request.cpp.tuneBatches = tuneBatch;
   request.debugDir = debugDir.value_or("");
   std::string so;
   {
@@ -254,7 +258,9 @@ PYBIND11_MODULE(_policyc, m) {
       .def("__repr__", [](const Policy& p) { return "<policyc.Policy " + p.name() + " from " + p.path() + ">"; });
   m.def("compile", &compilePolicy, py::arg("path"), py::arg("backend") = "cpp", py::arg("mode") = "default",
         py::arg("target") = "native", py::arg("threads") = 1, py::arg("debug_dir") = py::none(),
-        "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it");
+        py::arg("extern_kernels") = true, py::arg("tune_batch") = std::vector<int64_t>{},
+        "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it; mode 'max-autotune' times every "
+        "GEMM/conv implementation at tune_batch (default 1,16,64); extern_kernels=False keeps oneDNN out");
   m.def(
       "load", [](const std::string& so, int threads) { return std::make_unique<Policy>(runtime::Model::load(so), threads); },
       py::arg("path"), py::arg("threads") = 1, "load a compiled model (.so)");

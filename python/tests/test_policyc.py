@@ -95,10 +95,21 @@ class PolicyTest(unittest.TestCase):
                     del os.environ["POLICYC_CXX"]
                 else:
                     os.environ["POLICYC_CXX"] = old
-        with self.assertRaisesRegex(ValueError, "mode must be 'default'"):
-            policyc.compile(PPO, mode="max-autotune")
+        with self.assertRaisesRegex(ValueError, "mode must be 'default' or 'max-autotune'"):
+            policyc.compile(PPO, mode="fastest")
         with self.assertRaisesRegex(ValueError, "invalid ELF header"):
             policyc.load(os.path.join(ROOT, "README.md"))
+
+    def test_max_autotune_and_no_extern_agree_with_the_default(self):
+        obs = np.random.default_rng(3).standard_normal((5, 17)).astype(np.float32)
+        want = policyc.compile(PPO)(obs)
+        with tempfile.TemporaryDirectory() as debug:
+            tuned = policyc.compile(PPO, mode="max-autotune", tune_batch=[1, 4], debug_dir=debug)
+            self.assertIn("dispatch:", open(os.path.join(debug, "autotune.txt")).read())
+        plain = policyc.compile(PPO, extern_kernels=False)
+        for got in (tuned(obs), plain(obs)):
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
     def test_two_python_threads_share_one_policy(self):
         rng = np.random.default_rng(1)
