@@ -648,6 +648,18 @@ class Emitter {
     return usesExtern() ? (plan_.perBatchBytes + 63) / 64 * 64 + externPerBatch_ : plan_.perBatchBytes;
   }
 
+  // `code` (whole lines) with `indent` before every line.
+  static std::string indented(const std::string& code, const std::string& indent) {
+    std::string s;
+    for (size_t p0 = 0; p0 < code.size();) {
+      size_t p1 = code.find('\n', p0);
+      if (p1 == std::string::npos) p1 = code.size() - 1;
+      s += indent + code.substr(p0, p1 - p0 + 1);
+      p0 = p1 + 1;
+    }
+    return s;
+  }
+
   std::string objectName(size_t index, Impl im) const { return fmt::format("pc_dnnl_{}_{}", index, implName(im)); }
 
   // The oneDNN object of kernel `index` (its primitives per batch size and its reordered weight).
@@ -699,17 +711,12 @@ class Emitter {
         }
         s += fmt::format("    {}.run({}, {}, batch, threads);\n", obj, x, ptrOf(plan->store));
       } else {
-        s += "    float* acc = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n";
-        s += fmt::format("    {}.run({}, acc, batch, threads);\n", obj, x);
-        std::string body = emitEpilogueLambda(k, DType::F32);
-        for (size_t p0 = 0; p0 < body.size();) {  // indent the lambda into the try block
-          size_t p1 = body.find('\n', p0);
-          s += "  " + body.substr(p0, p1 - p0 + 1);
-          p0 = p1 + 1;
-        }
+        s += "    float* result = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n";
+        s += fmt::format("    {}.run({}, result, batch, threads);\n", obj, x);
+        s += indented(emitEpilogueLambda(k, DType::F32), "  ");  // inside the try block
         s += fmt::format("    pc::parallelFor(threads, batch, {}.0, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
                          "      for (int64_t i0 = lo; i0 < hi; ++i0) {{\n"
-                         "        for (int64_t i1 = 0; i1 < {}; ++i1) epilogue(i0, i1, acc[i0*{} + i1]);\n"
+                         "        for (int64_t i1 = 0; i1 < {}; ++i1) epilogue(i0, i1, result[i0*{} + i1]);\n"
                          "      }}\n    }});\n",
                          N * static_cast<int64_t>(k.body.size()), N, N);
       }
@@ -717,21 +724,16 @@ class Emitter {
       const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value(), OW = k.domain[3].value();
       const std::string residual = plan && plan->residual >= 0 ? ptrOf(plan->residual) : "nullptr";
       s += fmt::format("    float* scratch = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n"
-                       "    const float* acc = {}.run({}, {}, batch, threads, scratch);  // NHWC, or oneDNN's layout with post-ops\n",
+                       "    const float* result = {}.run({}, {}, batch, threads, scratch);  // NHWC, or oneDNN's layout with post-ops\n",
                        obj, x, residual);
       if (plan) {
-        s += fmt::format("    {}.store(acc, {}, batch, threads);\n", obj, ptrOf(plan->store));
+        s += fmt::format("    {}.store(result, {}, batch, threads);\n", obj, ptrOf(plan->store));
       } else {
-        std::string body = emitEpilogueLambda(k, DType::F32);
-        for (size_t p0 = 0; p0 < body.size();) {
-          size_t p1 = body.find('\n', p0);
-          s += "  " + body.substr(p0, p1 - p0 + 1);
-          p0 = p1 + 1;
-        }
+        s += indented(emitEpilogueLambda(k, DType::F32), "  ");  // inside the try block
         s += fmt::format("    pc::parallelFor(threads, batch * {}, {}.0, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
                          "      for (int64_t u = lo; u < hi; ++u) {{\n"
                          "        const int64_t i0 = u / {}, i1 = u % {};\n"
-                         "        const float* a = acc + i0*{} + i1;\n"
+                         "        const float* a = result + i0*{} + i1;\n"
                          "        for (int64_t pos = 0; pos < {}; ++pos) epilogue(i0, i1, pos / {}, pos % {}, a[pos*{}]);\n"
                          "      }}\n    }});\n",
                          M, P * static_cast<int64_t>(k.body.size()), M, M, P * M, P, OW, OW, M);
