@@ -66,25 +66,58 @@ inline dnnl::primitive_attr attrOf(const std::vector<PostOp>& ops) {
   return attr;
 }
 
-// Weights reordered into the layout a primitive asked for, shared by every batch size whose
-// primitive asks for the same one.
-class WeightCache {
+// The calling thread's stream: created on its first extern call, not on every call.
+inline dnnl::stream& stream() {
+  static thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// What every extern kernel keeps: its constant weight (reordered into each layout a primitive asks
+// for, once) and bias, and its primitives per (batch, threads), created on first use.
+template <class Entry>
+class Primitives {
  public:
-  dnnl::memory get(const dnnl::memory::desc& want, const dnnl::memory::desc& plain, const float* data) {
-    for (auto& [d, m] : cache_) {
+  Primitives(const float* weight, const float* bias, int64_t biasLength) : weight_(weight), bias_(bias), biasLength_(biasLength) {}
+
+ protected:
+  // The entry of (batch, threads); `create(entry)` fills a new one.
+  template <class Create>
+  Entry& entry(int64_t batch, int threads, const Create& create) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : entries_) {
+      if (e->batch == batch && e->threads == threads) return *e;
+    }
+    auto e = std::make_unique<Entry>();
+    e->batch = batch;
+    e->threads = threads;
+    create(*e);
+    entries_.push_back(std::move(e));
+    return *entries_.back();
+  }
+  // The weight in layout `want`, given its plain layout `plain` (called under the entry lock).
+  dnnl::memory weights(const dnnl::memory::desc& want, const dnnl::memory::desc& plain) {
+    for (auto& [d, m] : weights_) {
       if (d == want) return m;
     }
-    dnnl::memory user(plain, engine(), const_cast<float*>(data));
+    dnnl::memory user(plain, engine(), const_cast<float*>(weight_));
     dnnl::memory packed(want, engine());
-    dnnl::stream s(engine());
-    dnnl::reorder(user, packed).execute(s, user, packed);
-    s.wait();
-    cache_.emplace_back(want, packed);
+    dnnl::reorder(user, packed).execute(stream(), user, packed);
+    stream().wait();
+    weights_.emplace_back(want, packed);
     return packed;
+  }
+  dnnl::memory biasMemory() const {
+    return dnnl::memory(dnnl::memory::desc({biasLength_}, dnnl::memory::data_type::f32, tag::x), engine(),
+                        const_cast<float*>(bias_));
   }
 
  private:
-  std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> cache_;
+  const float* weight_;
+  const float* bias_;
+  int64_t biasLength_;
+  std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> weights_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> entries_;
 };
 
 // A 2-D convolution with a constant weight [M, C, KH, KW] and bias [M]; src and dst are plain
@@ -98,51 +131,48 @@ struct ConvShape {
   // first layer with 3 channels), within a workspace of channels rounded up to 16; false: NHWC,
   // which the generated epilogue reads.
   bool anyLayout = false;
-  bool sum() const {
-    for (const PostOp& p : post) {
-      if (p.sum) return true;
-    }
-    return false;
-  }
 };
 
-class Conv {
+struct ConvEntry {
+  int64_t batch;
+  int threads;
+  dnnl::memory::desc userSrc, convSrc, convDst, userDst;
+  dnnl::convolution_forward conv;
+  dnnl::reorder srcReorder, dstIn, dstOut;
+  dnnl::memory weights, bias;
+};
+
+class Conv : Primitives<ConvEntry> {
  public:
-  Conv(ConvShape s, const float* weight, const float* bias) : s_(std::move(s)), weight_(weight), bias_(bias) {}
+  Conv(ConvShape s, const float* weight, const float* bias) : Primitives(weight, bias, s.M), s_(std::move(s)) {}
 
   // Workspace floats per batch row reserved for the copies of src and dst (the emitter reserves as much).
   static int64_t srcPerRow(const ConvShape& s) { return (s.anyLayout ? (s.C + 15) / 16 * 16 : s.C) * s.H * s.W; }
   static int64_t dstPerRow(const ConvShape& s) { return (s.anyLayout ? (s.M + 15) / 16 * 16 : s.M) * s.OH * s.OW; }
 
-  // dst_nhwc (in the workspace, scratch) = conv(src) with the post-ops; with a sum post-op the
-  // residual `sumSrc` (plain NCHW, dense) is first copied into dst_nhwc. Returns dst_nhwc.
-  float* run(const float* src, const float* sumSrc, int64_t batch, int threads, float* scratch) {
+  // conv(src) with the post-ops into the workspace (`scratch`); with a sum post-op the residual
+  // `sumSrc` (plain NCHW, dense) is first copied there. With `dst` (plain NCHW, dense) the result
+  // is reordered into it; returns the result in the workspace (NHWC without anyLayout).
+  const float* run(const float* src, const float* sumSrc, float* dst, int64_t batch, int threads, float* scratch) {
     ThreadsGuard guard(threads);
-    Entry& e = entry(batch, threads);
-    dnnl::stream st(engine());
-    float* srcNhwc = scratch;
-    float* dstNhwc = scratch + batch * srcPerRow(s_);
+    ConvEntry& e = entry(batch, threads);
+    dnnl::stream& st = stream();
+    float* convOut = scratch + batch * srcPerRow(s_);
     dnnl::memory userSrc(e.userSrc, engine(), const_cast<float*>(src));
-    dnnl::memory convSrc(e.convSrc, engine(), srcNhwc);
-    dnnl::memory convDst(e.convDst, engine(), dstNhwc);
+    dnnl::memory convSrc(e.convSrc, engine(), scratch);
+    dnnl::memory convDst(e.convDst, engine(), convOut);
     e.srcReorder.execute(st, userSrc, convSrc);
     if (sumSrc) {
       dnnl::memory userSum(e.userDst, engine(), const_cast<float*>(sumSrc));
       e.dstIn.execute(st, userSum, convDst);
     }
-    e.conv.execute(st, {{DNNL_ARG_SRC, convSrc}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, bias()}, {DNNL_ARG_DST, convDst}});
+    e.conv.execute(st, {{DNNL_ARG_SRC, convSrc}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, convDst}});
+    if (dst) {
+      dnnl::memory to(e.userDst, engine(), dst);
+      e.dstOut.execute(st, convDst, to);
+    }
     st.wait();
-    return dstNhwc;
-  }
-  // dst (plain NCHW, dense) = the NHWC result run() returned.
-  void store(const float* dstNhwc, float* dst, int64_t batch, int threads) {
-    ThreadsGuard guard(threads);
-    Entry& e = entry(batch, threads);
-    dnnl::stream st(engine());
-    dnnl::memory from(e.convDst, engine(), const_cast<float*>(dstNhwc));
-    dnnl::memory to(e.userDst, engine(), dst);
-    e.dstOut.execute(st, from, to);
-    st.wait();
+    return convOut;
   }
   // Creates the primitives of (batch, threads) ahead of the first run (they JIT their code).
   void prepare(int64_t batch, int threads) {
@@ -151,64 +181,38 @@ class Conv {
   }
 
  private:
-  struct Entry {
-    int64_t batch;
-    int threads;
-    dnnl::memory::desc userSrc, convSrc, convDst, userDst;
-    dnnl::convolution_forward conv;
-    dnnl::reorder srcReorder, dstIn, dstOut;
-    dnnl::memory weights;
-  };
-
-  dnnl::memory bias() {
-    if (!biasMem_) biasMem_ = std::make_unique<dnnl::memory>(dnnl::memory::desc({s_.M}, dnnl::memory::data_type::f32, tag::x), engine(), const_cast<float*>(bias_));
-    return *biasMem_;
-  }
-
-  Entry& entry(int64_t batch, int threads) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& e : entries_) {
-      if (e->batch == batch && e->threads == threads) return *e;
-    }
-    const auto f32 = dnnl::memory::data_type::f32;
-    auto e = std::make_unique<Entry>();
-    e->batch = batch;
-    e->threads = threads;
-    const dims src = {batch, s_.C, s_.H, s_.W}, dst = {batch, s_.M, s_.OH, s_.OW};
-    e->userSrc = dnnl::memory::desc(src, f32, dims{s_.srcBatchStride, s_.H * s_.W, s_.W, 1});
-    e->userDst = dnnl::memory::desc(dst, f32, tag::nchw);
-    const dnnl::memory::desc w({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::any), b({s_.M}, f32, tag::x);
-    auto make = [&](tag layout) {
-      auto d = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                               dnnl::memory::desc(src, f32, layout), w, b, dnnl::memory::desc(dst, f32, layout),
-                                               {s_.strideH, s_.strideW}, {s_.dilH - 1, s_.dilW - 1}, {s_.padT, s_.padL},
-                                               {s_.padB, s_.padR});
-      return dnnl::convolution_forward::primitive_desc(d, attrOf(s_.post), engine());
-    };
-    auto pd = make(s_.anyLayout ? tag::any : tag::nhwc);
-    const size_t f = sizeof(float);
-    if (s_.anyLayout && (pd.src_desc().get_size() > static_cast<size_t>(batch * srcPerRow(s_)) * f ||
-                         pd.dst_desc().get_size() > static_cast<size_t>(batch * dstPerRow(s_)) * f)) {
-      pd = make(tag::nhwc);  // a layout larger than the workspace reserves
-    }
-    e->convSrc = pd.src_desc();
-    e->convDst = pd.dst_desc();
-    e->conv = dnnl::convolution_forward(pd);
-    e->weights = weights_.get(pd.weights_desc(), dnnl::memory::desc({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::oihw), weight_);
-    e->srcReorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e->userSrc, engine(), e->convSrc));
-    e->dstIn = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e->userDst, engine(), e->convDst));
-    e->dstOut = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e->convDst, engine(), e->userDst));
-    entries_.push_back(std::move(e));
-    return *entries_.back();
+  ConvEntry& entry(int64_t batch, int threads) {
+    return Primitives::entry(batch, threads, [&](ConvEntry& e) {
+      const auto f32 = dnnl::memory::data_type::f32;
+      const dims src = {batch, s_.C, s_.H, s_.W}, dst = {batch, s_.M, s_.OH, s_.OW};
+      e.userSrc = dnnl::memory::desc(src, f32, dims{s_.srcBatchStride, s_.H * s_.W, s_.W, 1});
+      e.userDst = dnnl::memory::desc(dst, f32, tag::nchw);
+      const dnnl::memory::desc w({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::any), b({s_.M}, f32, tag::x);
+      auto make = [&](tag layout) {
+        auto d = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                                 dnnl::memory::desc(src, f32, layout), w, b, dnnl::memory::desc(dst, f32, layout),
+                                                 {s_.strideH, s_.strideW}, {s_.dilH - 1, s_.dilW - 1}, {s_.padT, s_.padL},
+                                                 {s_.padB, s_.padR});
+        return dnnl::convolution_forward::primitive_desc(d, attrOf(s_.post), engine());
+      };
+      auto pd = make(s_.anyLayout ? tag::any : tag::nhwc);
+      const size_t f = sizeof(float);
+      if (s_.anyLayout && (pd.src_desc().get_size() > static_cast<size_t>(batch * srcPerRow(s_)) * f ||
+                           pd.dst_desc().get_size() > static_cast<size_t>(batch * dstPerRow(s_)) * f)) {
+        pd = make(tag::nhwc);  // a layout larger than the workspace reserves
+      }
+      e.convSrc = pd.src_desc();
+      e.convDst = pd.dst_desc();
+      e.conv = dnnl::convolution_forward(pd);
+      e.weights = weights(pd.weights_desc(), dnnl::memory::desc({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::oihw));
+      e.bias = biasMemory();
+      e.srcReorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e.userSrc, engine(), e.convSrc));
+      e.dstIn = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e.userDst, engine(), e.convDst));
+      e.dstOut = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e.convDst, engine(), e.userDst));
+    });
   }
 
   ConvShape s_;
-  const float* weight_;
-  const float* bias_;
-  std::unique_ptr<dnnl::memory> biasMem_;
-  WeightCache weights_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Entry>> entries_;
 };
 
 // An inner product y[rows, N] = x[rows, K] W^T + b with a constant weight [N, K]; x rows may be
@@ -219,18 +223,25 @@ struct LinearShape {
   std::vector<PostOp> post;
 };
 
-class Linear {
+struct LinearEntry {
+  int64_t batch;
+  int threads;
+  dnnl::memory::desc src, dst;
+  dnnl::inner_product_forward ip;
+  dnnl::memory weights, bias;
+};
+
+class Linear : Primitives<LinearEntry> {
  public:
-  Linear(LinearShape s, const float* weight, const float* bias) : s_(std::move(s)), weight_(weight), bias_(bias) {}
+  Linear(LinearShape s, const float* weight, const float* bias) : Primitives(weight, bias, s.N), s_(std::move(s)) {}
 
   void run(const float* x, float* y, int64_t batch, int threads) {
     ThreadsGuard guard(threads);
-    Entry& e = entry(batch, threads);
-    dnnl::stream st(engine());
+    LinearEntry& e = entry(batch, threads);
     dnnl::memory src(e.src, engine(), const_cast<float*>(x));
     dnnl::memory dst(e.dst, engine(), y);
-    e.ip.execute(st, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, bias()}, {DNNL_ARG_DST, dst}});
-    st.wait();
+    e.ip.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, dst}});
+    stream().wait();
   }
   void prepare(int64_t batch, int threads) {
     ThreadsGuard guard(threads);
@@ -238,46 +249,21 @@ class Linear {
   }
 
  private:
-  struct Entry {
-    int64_t batch;
-    int threads;
-    dnnl::memory::desc src, dst;
-    dnnl::inner_product_forward ip;
-    dnnl::memory weights;
-  };
-
-  dnnl::memory bias() {
-    if (!biasMem_) biasMem_ = std::make_unique<dnnl::memory>(dnnl::memory::desc({s_.N}, dnnl::memory::data_type::f32, tag::x), engine(), const_cast<float*>(bias_));
-    return *biasMem_;
-  }
-
-  Entry& entry(int64_t batch, int threads) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& e : entries_) {
-      if (e->batch == batch && e->threads == threads) return *e;
-    }
-    const auto f32 = dnnl::memory::data_type::f32;
-    auto e = std::make_unique<Entry>();
-    e->batch = batch;
-    e->threads = threads;
-    e->src = dnnl::memory::desc({batch, s_.K}, f32, dims{s_.xRowStride, 1});
-    e->dst = dnnl::memory::desc({batch, s_.N}, f32, tag::nc);
-    const dnnl::memory::desc w({s_.N, s_.K}, f32, tag::any), b({s_.N}, f32, tag::x);
-    auto d = dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, e->src, w, b, e->dst);
-    auto pd = dnnl::inner_product_forward::primitive_desc(d, attrOf(s_.post), engine());
-    e->ip = dnnl::inner_product_forward(pd);
-    e->weights = weights_.get(pd.weights_desc(), dnnl::memory::desc({s_.N, s_.K}, f32, tag::oi), weight_);
-    entries_.push_back(std::move(e));
-    return *entries_.back();
+  LinearEntry& entry(int64_t batch, int threads) {
+    return Primitives::entry(batch, threads, [&](LinearEntry& e) {
+      const auto f32 = dnnl::memory::data_type::f32;
+      e.src = dnnl::memory::desc({batch, s_.K}, f32, dims{s_.xRowStride, 1});
+      e.dst = dnnl::memory::desc({batch, s_.N}, f32, tag::nc);
+      const dnnl::memory::desc w({s_.N, s_.K}, f32, tag::any), b({s_.N}, f32, tag::x);
+      auto d = dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, e.src, w, b, e.dst);
+      auto pd = dnnl::inner_product_forward::primitive_desc(d, attrOf(s_.post), engine());
+      e.ip = dnnl::inner_product_forward(pd);
+      e.weights = weights(pd.weights_desc(), dnnl::memory::desc({s_.N, s_.K}, f32, tag::oi));
+      e.bias = biasMemory();
+    });
   }
 
   LinearShape s_;
-  const float* weight_;
-  const float* bias_;
-  std::unique_ptr<dnnl::memory> biasMem_;
-  WeightCache weights_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Entry>> entries_;
 };
 
 }  // namespace dnnl_ext

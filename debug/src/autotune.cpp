@@ -136,7 +136,7 @@ std::string mismatch(const std::vector<ir::Tensor>& got, const std::vector<ir::T
 }
 
 // Times and checks every candidate that the cache lacks, in one tuning build.
-void measure(const ir::Graph& graph, const AutotuneOptions& options, std::vector<TunedKernel>& kernels,
+void measure(const codegen::GeneratedCpp& generated, const AutotuneOptions& options, std::vector<TunedKernel>& kernels,
              const std::vector<int64_t>& batches, int& timed) {
   std::map<int64_t, std::vector<size_t>> todo;  // batch -> kernels (indices into `kernels`) to time
   size_t maxCandidates = 0;
@@ -149,14 +149,6 @@ void measure(const ir::Graph& graph, const AutotuneOptions& options, std::vector
     }
   }
   if (todo.empty()) return;
-  codegen::CppOptions cpp = options.cpp;
-  cpp.tuning = true;
-  cpp.profile = true;
-  cpp.choice.reset();
-  cpp.forceImpl.clear();
-  codegen::CodegenStages stages;
-  stages.fuse = options.fuse;
-  codegen::GeneratedCpp generated = codegen::generateCpp(graph, cpp, stages);
   std::string pattern = (fs::temp_directory_path() / "policyc-tune-XXXXXX").string();
   if (!mkdtemp(pattern.data())) fail("cannot create a temporary directory '{}'", pattern);
   const fs::path dir = pattern;
@@ -336,22 +328,22 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
   const std::string cpu = cpuModel();
   // The tunable kernels as the emitter sees them.
   std::vector<TunedKernel> kernels;
+  codegen::GeneratedCpp generated;
   {
+    // The tuning build: every candidate, selectable at run time, timed by the profiling timers.
     codegen::CppOptions cpp = options.cpp;
     cpp.tuning = true;
+    cpp.profile = true;
+    cpp.choice.reset();
+    cpp.forceImpl.clear();
     codegen::CodegenStages stages;
     stages.fuse = options.fuse;
     stages.planned = [&](const KernelProgram& program, const codegen::MemoryPlan&) {
-      const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels);
+      const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels, cpp.fault);
       for (size_t i = 0; i < program.kernels.size(); ++i) {
         const Kernel& k = program.kernels[i];
-        std::vector<std::string> c = codegen::implCandidates(program, k, cpp.externKernels);
+        std::vector<std::string> c = codegen::implCandidates(program, k, cpp.externKernels, cpp.fault);
         if (c.empty()) continue;
-        if (cpp.fault) {  // the emitter keeps the epilogue of a kernel with an injected fault generated
-          bool faulty = false;
-          for (const ir::Node* n : k.sources) faulty = faulty || (n->isOp() && n->info().name == cpp.fault->op);
-          if (faulty) c.erase(std::remove(c.begin(), c.end(), "onednn_postops"), c.end());
-        }
         TunedKernel t;
         t.index = i;
         t.name = k.name;
@@ -371,12 +363,12 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
         kernels.push_back(std::move(t));
       }
     };
-    codegen::generateCpp(graph, cpp, stages);
+    generated = codegen::generateCpp(graph, cpp, stages);
   }
   for (TunedKernel& k : kernels) readCache(k);
   AutotuneResult result;
   result.kernels = static_cast<int>(kernels.size());
-  measure(graph, options, kernels, batches, result.timed);
+  measure(generated, options, kernels, batches, result.timed);
   for (const TunedKernel& k : kernels) writeCache(k);
 
   // The winners, and the report.

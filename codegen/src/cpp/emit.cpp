@@ -315,12 +315,23 @@ std::optional<PostOpPlan> postOpPlan(const KernelProgram& p, const Kernel& k) {
   return std::nullopt;  // no store
 }
 
-std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern) {
+// Whether a source node of `k` gets an injected accuracy fault (POLICYC_INJECT_FAULT).
+bool hasAccuracyFault(const Kernel& k, const std::optional<InjectedFault>& fault) {
+  if (!fault || fault->kind != InjectedFault::Kind::Accuracy) return false;
+  for (const ir::Node* n : k.sources) {
+    if (n->isOp() && n->info().name == fault->op) return true;
+  }
+  return false;
+}
+
+std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern,
+                               const std::optional<InjectedFault>& fault = std::nullopt) {
   if (!packable(p, k)) return {};
   std::vector<Impl> v = {Impl::Gemm4x32, Impl::Gemm4x16};
   if (allowExtern && onednnEligible(p, k)) {
     v.push_back(Impl::Onednn);
-    if (postOpPlan(p, k)) v.push_back(Impl::OnednnPostOps);
+    // An injected fault lives in the generated epilogue: keep the epilogue generated.
+    if (postOpPlan(p, k) && !hasAccuracyFault(k, fault)) v.push_back(Impl::OnednnPostOps);
   }
   return v;
 }
@@ -332,9 +343,10 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
 // residual sum — and as generated code otherwise (oneDNN 2.6's tanh post-op, for one, is several
 // times slower than its logistic); the generated two-panel microkernel for linear layers, where
 // oneDNN's fixed per-call cost is larger than the whole layer at small batches.
-Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern) {
+Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern,
+                   const std::optional<InjectedFault>& fault) {
   (void)batch;
-  std::vector<Impl> c = candidatesOf(p, k, allowExtern);
+  std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault);
   auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
   if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return Impl::Gemm4x32;
   if (has(Impl::OnednnPostOps)) {
@@ -580,15 +592,11 @@ class Emitter {
       forced = implByName(o_.forceImpl);
       if (!forced) fail("unknown implementation '{}' (valid: {})", o_.forceImpl, fmt::join(kImplNames, ", "));
     }
-    const ImplChoice heuristic = heuristicChoice(p_, batches, o_.externKernels);
+    const ImplChoice heuristic = heuristicChoice(p_, batches, o_.externKernels, o_.fault);
     for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
       const Kernel& k = p_.kernels[ki];
-      std::vector<Impl> c = candidatesOf(p_, k, o_.externKernels);
+      std::vector<Impl> c = candidatesOf(p_, k, o_.externKernels, o_.fault);
       if (c.empty()) continue;
-      // An injected fault lives in the generated epilogue: keep the epilogue generated.
-      bool faultyKernel = false;
-      for (const ir::Node* n : k.sources) faultyKernel = faultyKernel || faulty(n, InjectedFault::Kind::Accuracy);
-      if (faultyKernel) c.erase(std::remove(c.begin(), c.end(), Impl::OnednnPostOps), c.end());
       if (o_.tuning) {
         impls_[ki] = c;
         continue;
@@ -598,9 +606,8 @@ class Emitter {
       if (forced && std::find(c.begin(), c.end(), *forced) != c.end()) d = {{-1, implName(*forced)}};
       if (d.empty() || d.back().maxBatch != -1) fail("internal: the implementation choice of kernel '{}' has no range for every batch", k.name);
       std::vector<Impl> used;
-      for (ImplRange& r : d) {
+      for (const ImplRange& r : d) {
         std::optional<Impl> im = implByName(r.impl);
-        if (im == Impl::OnednnPostOps && faultyKernel) im = Impl::Onednn, r.impl = implName(Impl::Onednn);
         if (!im || std::find(c.begin(), c.end(), *im) == c.end()) {
           std::vector<std::string> names;
           for (Impl i : c) names.push_back(implName(i));
@@ -723,12 +730,11 @@ class Emitter {
     } else {
       const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value(), OW = k.domain[3].value();
       const std::string residual = plan && plan->residual >= 0 ? ptrOf(plan->residual) : "nullptr";
-      s += fmt::format("    float* scratch = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n"
-                       "    const float* result = {}.run({}, {}, batch, threads, scratch);  // NHWC, or oneDNN's layout with post-ops\n",
-                       obj, x, residual);
+      s += "    float* scratch = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n";
       if (plan) {
-        s += fmt::format("    {}.store(result, {}, batch, threads);\n", obj, ptrOf(plan->store));
+        s += fmt::format("    {}.run({}, {}, {}, batch, threads, scratch);\n", obj, x, residual, ptrOf(plan->store));
       } else {
+        s += fmt::format("    const float* result = {}.run({}, nullptr, nullptr, batch, threads, scratch);  // NHWC\n", obj, x);
         s += indented(emitEpilogueLambda(k, DType::F32), "  ");  // inside the try block
         s += fmt::format("    pc::parallelFor(threads, batch * {}, {}.0, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
                          "      for (int64_t u = lo; u < hi; ++u) {{\n"
@@ -2107,9 +2113,10 @@ class Emitter {
 
 }  // namespace
 
-std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern) {
+std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
+                                        const std::optional<InjectedFault>& fault) {
   std::vector<std::string> names;
-  for (Impl i : candidatesOf(program, kernel, allowExtern)) names.push_back(implName(i));
+  for (Impl i : candidatesOf(program, kernel, allowExtern, fault)) names.push_back(implName(i));
   return names;
 }
 
@@ -2122,14 +2129,15 @@ std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches) {
   return bounds;
 }
 
-ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern) {
+ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
+                           const std::optional<InjectedFault>& fault) {
   ImplChoice choice;
   std::vector<int64_t> bounds = batchRangeBounds(batches);
   for (const Kernel& k : program.kernels) {
-    if (candidatesOf(program, k, allowExtern).empty()) continue;
+    if (candidatesOf(program, k, allowExtern, fault).empty()) continue;
     ImplDispatch d;
     for (size_t i = 0; i < batches.size(); ++i) {
-      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern));
+      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern, fault));
       if (!d.empty() && d.back().impl == impl) {
         d.back().maxBatch = bounds[i];
       } else {

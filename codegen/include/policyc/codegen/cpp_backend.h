@@ -44,8 +44,10 @@ std::optional<InjectedFault> injectedFaultFromEnv();
 //   onednn          a oneDNN primitive (conv on NHWC copies), the epilogue as generated code
 //   onednn_postops  a oneDNN primitive with the epilogue as oneDNN post-ops (eltwise, sum);
 //                   only for epilogues that are a chain of such ops ending in a plain store
-// The oneDNN ones are extern kernels: the model then links libdnnl.
-std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern);
+// The oneDNN ones are extern kernels: the model then links libdnnl. A kernel with an injected
+// accuracy fault (`fault`) has no onednn_postops: the fault lives in the generated epilogue.
+std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
+                                        const std::optional<InjectedFault>& fault = std::nullopt);
 
 // Which implementation a kernel runs for a range of batch sizes: `impl` up to `maxBatch`
 // (inclusive; -1: every larger batch). Ranges are in increasing order, the last unbounded.
@@ -62,7 +64,8 @@ using ImplChoice = std::map<std::string, ImplDispatch>;  // by kernel name
 std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
 
 // `--mode default`: the cheap heuristic's choice for every tunable kernel, per range of `batches`.
-ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern);
+ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
+                           const std::optional<InjectedFault>& fault = std::nullopt);
 
 struct CppOptions {
   std::string name;               // C identifier prefix of the typed wrapper; empty: the program's name
