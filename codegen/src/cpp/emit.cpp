@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cpp_embedded.h"
+#include "packing.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
@@ -22,7 +23,6 @@ using ir::DType;
 using ir::Op;
 
 constexpr size_t kWeightAlign = 64;
-constexpr int64_t kPanel = 16;  // output columns per packed weight panel (two 8-float vectors)
 
 const char* ctype(DType t) {
   switch (t) {
@@ -156,31 +156,6 @@ struct Affine {
 };
 
 // ---- kernels with packed weights, and their implementations
-
-// The weight as an [N, K] matrix: linear [N,K]; conv [M, C*KH*KW].
-int64_t packedN(const KernelProgram& p, const Kernel& k) { return p.buffer(k.anchorInputs[1]).type.shape[0].value(); }
-int64_t packedK(const KernelProgram& p, const Kernel& k) {
-  int64_t kk = 1;
-  const ir::Shape& s = p.buffer(k.anchorInputs[1]).type.shape;
-  for (size_t d = 1; d < s.size(); ++d) kk *= s[d].value();
-  return kk;
-}
-
-// Linear and (2-D, ungrouped) conv kernels with constant f32 weights run on packed weight panels.
-bool packable(const KernelProgram& p, const Kernel& k) {
-  bool linear = k.kind == KernelKind::Linear && k.anchor->isOp(Op::Linear);
-  bool conv = k.kind == KernelKind::Conv && k.anchor->attrInt("group") == 1 && p.buffer(k.anchorInputs[0]).type.rank() == 4;
-  if (!linear && !conv) return false;
-  const Buffer& w = p.buffer(k.anchorInputs[1]);
-  const Buffer& x = p.buffer(k.anchorInputs[0]);
-  if (linear && x.strides.back() != 1) return false;
-  if (conv && packedK(p, k) * 4 * 4 > 128 * 1024) return false;  // four patches on the stack
-  if (conv && x.strides[0] >= (int64_t{1} << 31)) return false;  // window offsets are int32
-  bool biasOk = k.anchorInputs.size() < 3 || (p.buffer(k.anchorInputs[2]).kind == BufferKind::Param &&
-                                               !p.buffer(k.anchorInputs[2]).isView() &&
-                                               p.buffer(k.anchorInputs[2]).type.dtype == DType::F32);
-  return w.kind == BufferKind::Param && !w.isView() && w.type.dtype == DType::F32 && x.type.dtype == DType::F32 && biasOk;
-}
 
 enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps };
 constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops"};
@@ -541,24 +516,10 @@ class Emitter {
     for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
       const Kernel& k = p_.kernels[ki];
       if (!packable(k)) continue;
-      const ir::Tensor& t = p_.buffer(k.anchorInputs[1]).value->producer()->paramData();
-      int64_t n = packedN(k), kk = packedK(k);
-      int64_t panels = (n + kPanel - 1) / kPanel;
-      std::vector<float> packed(static_cast<size_t>(panels * kk * kPanel), 0.0f);
-      const float* src = t.data<float>();
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t q = 0; q < kk; ++q) {
-          packed[static_cast<size_t>(((j / kPanel) * kk + q) * kPanel + j % kPanel)] = src[j * kk + q];
-        }
-      }
+      std::vector<float> packed = packWeightPanels(p_, k);
       appendBlob(packed.data(), packed.size() * sizeof(float));
       packedOffset_[ki] = weights_.size() - packed.size() * sizeof(float);
-      // The bias padded to whole panels (zeros when the layer has none).
-      std::vector<float> bias(static_cast<size_t>(panels * kPanel), 0.0f);
-      if (k.anchorInputs.size() > 2) {
-        const ir::Tensor& bt = p_.buffer(k.anchorInputs[2]).value->producer()->paramData();
-        std::copy_n(bt.data<float>(), std::min(n, bt.numel()), bias.begin());
-      }
+      std::vector<float> bias = packBiasPanels(p_, k);
       appendBlob(bias.data(), bias.size() * sizeof(float));
       packedBiasOffset_[ki] = weights_.size() - bias.size() * sizeof(float);
     }

@@ -1,0 +1,1780 @@
+// The LLVM emitter: the fused kernel program as one LLVM module built with IRBuilder — one
+// function per kernel (named after it, every value named and tagged !policyc.node after the graph
+// node it computes), the weights as one aligned constant global (linear/conv weights in the
+// C++ backend's panel layout), the same microkernel shapes (4 rows x 2 panels of 16 columns),
+// exp/tanh/sigmoid/log/erf as polynomial IR on scalars and vectors alike, and the C ABI.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/GlobalVariable.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "llvm_internal.h"
+#include "packing.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/text.h"
+
+namespace policyc::codegen {
+namespace {
+
+using ir::DType;
+using ir::Op;
+using llvm::Value;
+
+constexpr int64_t kWeightAlign = 64;
+constexpr unsigned kLanes = 16;  // the vector epilogue's width: one weight panel
+
+bool isSignedInt(DType t) { return t == DType::I32 || t == DType::I64 || t == DType::I8; }
+
+int abiDType(DType t) { return static_cast<int>(t); }  // policyc_dtype follows ir::DType's order
+
+std::vector<int64_t> spatialList(const ir::Node& n, const char* name, size_t count, int64_t fallback) {
+  std::vector<int64_t> v = ir::attrIntsOr(n.attrs(), name, {});
+  if (v.empty()) v.assign(count, fallback);
+  return v;
+}
+int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
+
+std::string nodeLabel(const ir::Node* n) { return n ? n->name() : std::string(); }
+
+class Emitter {
+ public:
+  Emitter(const KernelProgram& p, const MemoryPlan& plan, const LlvmOptions& o, llvm::Module& m)
+      : p_(p), plan_(plan), o_(o), m_(m), ctx_(m.getContext()), b_(ctx_) {
+    f32_ = b_.getFloatTy();
+    f64_ = b_.getDoubleTy();
+    i1_ = b_.getInt1Ty();
+    i8_ = b_.getInt8Ty();
+    i32_ = b_.getInt32Ty();
+    i64_ = b_.getInt64Ty();
+    ptr_ = b_.getPtrTy();
+    nodeMd_ = ctx_.getMDKindID("policyc.node");
+  }
+
+  void run(const std::string& cName, const std::string& targetName) {
+    for (size_t i = 0; i < p_.inputs.size(); ++i) inputIndex_[p_.inputs[i]] = static_cast<int>(i);
+    for (size_t i = 0; i < p_.outputs.size(); ++i) outputIndex_[p_.outputs[i].second] = static_cast<int>(i);
+    layoutWeights();
+    declareSupport();
+    std::vector<llvm::Function*> kernels;
+    for (const Kernel& k : p_.kernels) kernels.push_back(emitKernel(k));
+    emitAbi(kernels, cName, targetName);
+  }
+
+ private:
+  // ---- types and constants
+
+  llvm::Type* regType(DType t) const {
+    switch (t) {
+      case DType::F32: return f32_;
+      case DType::F64: return f64_;
+      case DType::I32: return i32_;
+      case DType::I64: return i64_;
+      case DType::U8:
+      case DType::I8: return i8_;
+      case DType::Bool: return i1_;
+    }
+    return f32_;
+  }
+  llvm::Type* memType(DType t) const { return t == DType::Bool ? i8_ : regType(t); }
+  // The register type at `width` lanes (0: a scalar).
+  llvm::Type* regType(DType t, unsigned width) const {
+    llvm::Type* s = regType(t);
+    return width ? llvm::FixedVectorType::get(s, width) : s;
+  }
+  Value* c64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
+  // A constant of dtype t at the shape of `like` (scalar or vector).
+  Value* constant(double v, DType t, llvm::Type* like) {
+    llvm::Type* s = regType(t);
+    llvm::Constant* c = ir::isFloat(t) ? llvm::ConstantFP::get(s, v)
+                                       : llvm::ConstantInt::get(s, static_cast<uint64_t>(static_cast<int64_t>(v)), isSignedInt(t));
+    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(like)) return llvm::ConstantVector::getSplat(vt->getElementCount(), c);
+    return c;
+  }
+  Value* fc(double v, Value* like) { return constant(v, like->getType()->getScalarType()->isDoubleTy() ? DType::F64 : DType::F32, like->getType()); }
+
+  // ---- structured control flow
+
+  llvm::BasicBlock* block(const std::string& name) { return llvm::BasicBlock::Create(ctx_, name, fn_); }
+
+  // for (i = lo; i < hi; ++i) body(i)
+  void forRange(Value* lo, Value* hi, const std::string& name, const std::function<void(Value*)>& body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    llvm::BasicBlock* head = block(name + ".head");
+    llvm::BasicBlock* loop = block(name + ".body");
+    llvm::BasicBlock* exit = block(name + ".exit");
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* i = b_.CreatePHI(i64_, 2, name);
+    i->addIncoming(lo, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, hi), loop, exit);
+    b_.SetInsertPoint(loop);
+    body(i);
+    Value* next = b_.CreateAdd(i, c64(1), name + ".next", true, true);
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateBr(head);
+    b_.SetInsertPoint(exit);
+  }
+  void forCount(int64_t n, const std::string& name, const std::function<void(Value*)>& body) { forRange(c64(0), c64(n), name, body); }
+  void ifThen(Value* cond, const std::string& name, const std::function<void()>& then) {
+    llvm::BasicBlock* t = block(name + ".then");
+    llvm::BasicBlock* e = block(name + ".end");
+    b_.CreateCondBr(cond, t, e);
+    b_.SetInsertPoint(t);
+    then();
+    b_.CreateBr(e);
+    b_.SetInsertPoint(e);
+  }
+  void ifElse(Value* cond, const std::string& name, const std::function<void()>& then, const std::function<void()>& other) {
+    llvm::BasicBlock* t = block(name + ".then");
+    llvm::BasicBlock* f = block(name + ".else");
+    llvm::BasicBlock* e = block(name + ".end");
+    b_.CreateCondBr(cond, t, f);
+    b_.SetInsertPoint(t);
+    then();
+    b_.CreateBr(e);
+    b_.SetInsertPoint(f);
+    other();
+    b_.CreateBr(e);
+    b_.SetInsertPoint(e);
+  }
+  // A mutable local (an alloca in the entry block; SROA turns it into SSA values).
+  llvm::AllocaInst* local(llvm::Type* t, const std::string& name, Value* count = nullptr) {
+    llvm::IRBuilder<> e(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    llvm::AllocaInst* a = e.CreateAlloca(t, count, name);
+    a->setAlignment(llvm::Align(64));
+    return a;
+  }
+
+  // Tags every instruction emitted since `mark` (the block's last instruction then) with the node.
+  llvm::Instruction* mark() { return b_.GetInsertBlock()->empty() ? nullptr : &b_.GetInsertBlock()->back(); }
+  void tag(llvm::Instruction* since, const ir::Node* node) {
+    if (!node) return;
+    llvm::MDNode* md = llvm::MDNode::get(ctx_, llvm::MDString::get(ctx_, node->name()));
+    llvm::BasicBlock* bb = b_.GetInsertBlock();
+    auto it = since ? std::next(since->getIterator()) : bb->begin();
+    for (; it != bb->end(); ++it) {
+      if (!it->getMetadata(nodeMd_)) it->setMetadata(nodeMd_, md);
+    }
+  }
+
+  // ---- weights
+
+  void appendBlob(const void* data, size_t bytes) {
+    weights_.resize((weights_.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
+    const auto* c = static_cast<const unsigned char*>(data);
+    weights_.insert(weights_.end(), c, c + bytes);
+  }
+
+  void layoutWeights() {
+    std::set<int> raw;
+    for (const Kernel& k : p_.kernels) {
+      for (int id : k.reads()) {
+        int root = p_.buffer(id).root;
+        if (p_.buffer(root).kind != BufferKind::Param) continue;
+        if (packable(p_, k) && (id == k.anchorInputs[1] || (k.anchorInputs.size() > 2 && id == k.anchorInputs[2]))) continue;
+        raw.insert(root);
+      }
+    }
+    for (int root : raw) {
+      const ir::Tensor& t = p_.buffer(root).value->producer()->paramData();
+      appendBlob(t.bytes(), t.nbytes());
+      paramOffset_[root] = static_cast<int64_t>(weights_.size() - t.nbytes());
+    }
+    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
+      const Kernel& k = p_.kernels[ki];
+      if (!packable(p_, k)) continue;
+      std::vector<float> packed = packWeightPanels(p_, k);
+      appendBlob(packed.data(), packed.size() * sizeof(float));
+      packedOffset_[ki] = static_cast<int64_t>(weights_.size() - packed.size() * sizeof(float));
+      std::vector<float> bias = packBiasPanels(p_, k);
+      appendBlob(bias.data(), bias.size() * sizeof(float));
+      packedBiasOffset_[ki] = static_cast<int64_t>(weights_.size() - bias.size() * sizeof(float));
+    }
+    weights_.resize((weights_.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
+    if (weights_.empty()) return;
+    llvm::Constant* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(weights_.data(), weights_.size()));
+    weightsGv_ = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::PrivateLinkage, data, "pc_weights");
+    weightsGv_->setAlignment(llvm::Align(kWeightAlign));
+    weightsGv_->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+  }
+  Value* weightsAt(int64_t offset, const std::string& name) {
+    return b_.CreateInBoundsGEP(i8_, weightsGv_, c64(offset), name);
+  }
+
+  void declareSupport() {
+    // void policyc_rt_parallel_for(i32 threads, i64 units, double cost, double minChunk, fn, ctx): weak,
+    // so an object without the support archive links and runs single-threaded.
+    kernelFnTy_ = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_, i64_}, false);
+    auto* pfTy = llvm::FunctionType::get(b_.getVoidTy(), {i32_, i64_, f64_, f64_, ptr_, ptr_}, false);
+    parallelFor_ = llvm::Function::Create(pfTy, llvm::GlobalValue::ExternalWeakLinkage, llvmbe::kParallelFor, m_);
+    auto* wsTy = llvm::FunctionType::get(ptr_, {i64_}, false);
+    threadWorkspace_ = llvm::Function::Create(wsTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kThreadWorkspace, m_);
+    ctxTy_ = llvm::StructType::create(ctx_, {ptr_, ptr_, i64_, ptr_}, "pc_run_ctx");
+  }
+
+  // ---- buffers
+
+  // The pointer to a root buffer's memory, computed once per kernel function.
+  Value* rootPtr(int root) {
+    auto it = roots_.find(root);
+    if (it != roots_.end()) return it->second;
+    const Buffer& b = p_.buffer(root);
+    llvm::IRBuilder<>::InsertPointGuard guard(b_);
+    b_.SetInsertPoint(entryEnd_);
+    Value* v = nullptr;
+    const std::string name = "b" + std::to_string(root) + "." + b.name;
+    switch (b.kind) {
+      case BufferKind::Input:
+        v = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, inputs_, static_cast<uint64_t>(inputIndex_.at(root))), name);
+        break;
+      case BufferKind::Output:
+        v = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, outputs_, static_cast<uint64_t>(outputIndex_.at(root))), name);
+        break;
+      case BufferKind::Param:
+        if (!paramOffset_.count(root)) fail("internal: param '{}' is not in the weights", b.name);
+        v = weightsAt(paramOffset_.at(root), name);
+        break;
+      case BufferKind::Temp: {
+        const MemorySlot* slot = plan_.slotOf(root);
+        if (!slot) fail("internal: temporary '{}' has no memory slot", b.name);
+        Value* off = slot->perBatch ? b_.CreateAdd(c64(plan_.staticBytes), b_.CreateMul(c64(slot->offset), batch_)) : c64(slot->offset);
+        v = b_.CreateInBoundsGEP(i8_, ws_, off, name);
+        break;
+      }
+    }
+    roots_[root] = v;
+    return v;
+  }
+
+  // Element offset of buffer `id` at per-dimension indices (null: 0); a view adds its offset.
+  Value* offsetOf(int id, const std::vector<Value*>& perDim) {
+    const Buffer& b = p_.buffer(id);
+    Value* off = c64(b.offset);
+    for (size_t d = 0; d < perDim.size(); ++d) {
+      if (!perDim[d] || b.strides[d] == 0) continue;
+      off = b_.CreateAdd(off, b.strides[d] == 1 ? perDim[d] : b_.CreateMul(perDim[d], c64(b.strides[d])));
+    }
+    return off;
+  }
+  Value* elemPtr(int id, const std::vector<Value*>& perDim) {
+    const Buffer& b = p_.buffer(id);
+    return b_.CreateGEP(memType(b.type.dtype), rootPtr(b.root), offsetOf(id, perDim));
+  }
+  // Per-dimension indices of an index map over the domain variables.
+  std::vector<Value*> indices(const IndexMap& index, const std::vector<Value*>& vars) {
+    std::vector<Value*> v;
+    for (const IndexExpr& e : index) {
+      if (e.axis < 0) {
+        v.push_back(e.offset ? c64(e.offset) : nullptr);
+        continue;
+      }
+      Value* x = vars.at(static_cast<size_t>(e.axis));
+      if (e.scale != 1) x = b_.CreateMul(x, c64(e.scale));
+      if (e.offset) x = b_.CreateAdd(x, c64(e.offset));
+      v.push_back(x);
+    }
+    return v;
+  }
+  Value* loadElem(int id, const std::vector<Value*>& perDim, const std::string& name) {
+    DType t = p_.buffer(id).type.dtype;
+    Value* v = b_.CreateLoad(memType(t), elemPtr(id, perDim), name);
+    return t == DType::Bool ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+  }
+  void storeElem(int id, const std::vector<Value*>& perDim, Value* v) {
+    DType t = p_.buffer(id).type.dtype;
+    if (t == DType::Bool) v = b_.CreateZExt(v, i8_);
+    b_.CreateStore(v, elemPtr(id, perDim));
+  }
+
+  // ---- conversions and the op table's scalar semantics (on scalars or vectors)
+
+  Value* convert(Value* v, DType from, DType to) {
+    if (from == to) return v;
+    llvm::Type* t = regType(to);
+    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(v->getType())) t = llvm::FixedVectorType::get(t, vt->getNumElements());
+    if (to == DType::Bool) {
+      return ir::isFloat(from) ? b_.CreateFCmpUNE(v, llvm::Constant::getNullValue(v->getType()))
+                               : b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
+    }
+    if (ir::isFloat(from) && ir::isFloat(to)) return b_.CreateFPCast(v, t);
+    if (ir::isFloat(from)) {
+      // ONNX / numpy: truncation toward zero, NaN -> 0, saturation (the .sat intrinsics exactly).
+      auto id = isSignedInt(to) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
+      return b_.CreateIntrinsic(id, {t, v->getType()}, {v});
+    }
+    if (ir::isFloat(to)) return isSignedInt(from) ? b_.CreateSIToFP(v, t) : b_.CreateUIToFP(v, t);
+    return b_.CreateIntCast(v, t, isSignedInt(from));
+  }
+
+  Value* isNan(Value* x) { return b_.CreateFCmpUNO(x, x); }
+  Value* fabs(Value* x) { return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
+  Value* fma(Value* a, Value* b, Value* c) { return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {a->getType()}, {a, b, c}); }
+  Value* poly(Value* x, std::initializer_list<double> coeffs) {  // Horner, highest degree first
+    auto it = coeffs.begin();
+    Value* y = fc(*it++, x);
+    for (; it != coeffs.end(); ++it) y = fma(y, x, fc(*it, x));
+    return y;
+  }
+  llvm::Type* intLike(Value* x, llvm::Type* elem) {
+    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType())) return llvm::FixedVectorType::get(elem, vt->getNumElements());
+    return elem;
+  }
+  Value* ic(int64_t v, llvm::Type* t) {
+    auto* c = llvm::ConstantInt::get(t->getScalarType(), static_cast<uint64_t>(v), true);
+    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(t)) return llvm::ConstantVector::getSplat(vt->getElementCount(), c);
+    return c;
+  }
+  bool isF32(Value* x) const { return x->getType()->getScalarType()->isFloatTy(); }
+
+  // exp (f32: Cephes polynomial within 1.5e-6 relative, selects only; f64: llvm.exp).
+  Value* exp(Value* x) {
+    if (!isF32(x)) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
+    llvm::Type* it = intLike(x, i32_);
+    Value* x0 = b_.CreateSelect(isNan(x), fc(0, x), x);
+    Value* c = b_.CreateSelect(b_.CreateFCmpOLT(x0, fc(-87.3365, x)), fc(-87.3365, x), x0);
+    c = b_.CreateSelect(b_.CreateFCmpOGT(c, fc(88.7228, x)), fc(88.7228, x), c);
+    Value* t = fma(c, fc(1.44269504088896341, x), fc(0.5, x));
+    Value* ii = b_.CreateFPToSI(t, it);
+    Value* ti = b_.CreateSIToFP(ii, x->getType());
+    Value* n = b_.CreateSub(ii, b_.CreateZExt(b_.CreateFCmpOGT(ti, t), it));  // floor
+    Value* fx = b_.CreateSIToFP(n, x->getType());
+    Value* r = fma(fx, fc(-0.693359375, x), c);
+    r = fma(fx, fc(2.12194440e-4, x), r);
+    Value* z = b_.CreateFMul(r, r);
+    Value* y = poly(r, {1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1});
+    y = b_.CreateFAdd(fma(y, z, r), fc(1.0, x));
+    // 2^n as two factors: n reaches 128 near the top of the range.
+    Value* n1 = b_.CreateAShr(n, ic(1, it));
+    Value* s1 = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(n1, ic(127, it)), ic(23, it)), x->getType());
+    Value* s2 = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(b_.CreateSub(n, n1), ic(127, it)), ic(23, it)), x->getType());
+    Value* e = b_.CreateFMul(b_.CreateFMul(y, s1), s2);
+    e = b_.CreateSelect(b_.CreateFCmpOGT(x, fc(88.7228, x)), fc(INFINITY, x), e);
+    e = b_.CreateSelect(b_.CreateFCmpOLT(x, fc(-103.972, x)), fc(0, x), e);
+    return b_.CreateSelect(isNan(x), x, e, "exp");
+  }
+  // log (f32: Cephes logf, denormals scaled first; x < 0 -> NaN, 0 -> -inf, inf -> inf).
+  Value* log(Value* x) {
+    if (!isF32(x)) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, x);
+    llvm::Type* it = intLike(x, i32_);
+    Value* tiny = b_.CreateFCmpOLT(x, fc(1.17549435e-38, x));
+    Value* xs = b_.CreateSelect(tiny, b_.CreateFMul(x, fc(8388608.0, x)), x);  // 2^23
+    Value* bits = b_.CreateBitCast(xs, it);
+    Value* e = b_.CreateSub(b_.CreateAnd(b_.CreateLShr(bits, ic(23, it)), ic(0xff, it)), ic(126, it));
+    e = b_.CreateSelect(tiny, b_.CreateSub(e, ic(23, it)), e);
+    Value* m = b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, ic(0x807fffff, it)), ic(0x3f000000, it)), x->getType());
+    Value* fe = b_.CreateSIToFP(e, x->getType());
+    Value* lowM = b_.CreateFCmpOLT(m, fc(0.707106781186547524, x));
+    fe = b_.CreateSelect(lowM, b_.CreateFSub(fe, fc(1, x)), fe);
+    m = b_.CreateSelect(lowM, b_.CreateFSub(b_.CreateFAdd(m, m), fc(1, x)), b_.CreateFSub(m, fc(1, x)));
+    Value* z = b_.CreateFMul(m, m);
+    Value* y = poly(m, {7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+                        -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1});
+    y = b_.CreateFMul(b_.CreateFMul(y, m), z);
+    y = fma(fe, fc(-2.12194440e-4, x), y);
+    y = fma(z, fc(-0.5, x), y);
+    Value* r = fma(fe, fc(0.693359375, x), b_.CreateFAdd(m, y));
+    r = b_.CreateSelect(b_.CreateFCmpOEQ(x, fc(INFINITY, x)), x, r);
+    r = b_.CreateSelect(b_.CreateFCmpOEQ(x, fc(0, x)), fc(-INFINITY, x), r);
+    r = b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), fc(NAN, x), r);
+    return b_.CreateSelect(isNan(x), x, r, "log");
+  }
+  Value* tanh(Value* x) {
+    if (!isF32(x)) return callLibm("tanh", x);
+    Value* a = fabs(x);
+    Value* z = b_.CreateFMul(x, x);
+    Value* p = poly(z, {-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1});
+    Value* small = fma(b_.CreateFMul(p, z), x, x);
+    Value* a20 = b_.CreateSelect(b_.CreateFCmpOGT(a, fc(20, x)), fc(20, x), a);
+    Value* big = b_.CreateFSub(fc(1, x), b_.CreateFDiv(fc(2, x), b_.CreateFAdd(exp(b_.CreateFMul(fc(2, x), a20)), fc(1, x))));
+    Value* sbig = b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), b_.CreateFNeg(big), big);
+    Value* r = b_.CreateSelect(b_.CreateFCmpOLT(a, fc(0.625, x)), small, sbig);
+    return b_.CreateSelect(isNan(x), x, r, "tanh");
+  }
+  Value* sigmoid(Value* x) {
+    Value* e = exp(b_.CreateFNeg(fabs(x)));
+    Value* d = b_.CreateFAdd(fc(1, x), e);
+    Value* r = b_.CreateSelect(b_.CreateFCmpOGE(x, fc(0, x)), b_.CreateFDiv(fc(1, x), d), b_.CreateFDiv(e, d));
+    return b_.CreateSelect(isNan(x), x, r, "sigmoid");
+  }
+  // erf (f32: Abramowitz-Stegun 7.1.26 on |x|, within 1.5e-7 absolute; f64: libm).
+  Value* erf(Value* x) {
+    if (!isF32(x)) return callLibm("erf", x);
+    Value* a = fabs(x);
+    Value* t = b_.CreateFDiv(fc(1, x), fma(a, fc(0.3275911, x), fc(1, x)));
+    Value* p = b_.CreateFMul(poly(t, {1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592}), t);
+    Value* y = b_.CreateFSub(fc(1, x), b_.CreateFMul(p, exp(b_.CreateFNeg(b_.CreateFMul(a, a)))));
+    Value* r = b_.CreateIntrinsic(llvm::Intrinsic::copysign, {x->getType()}, {y, x});
+    return b_.CreateSelect(isNan(x), x, r, "erf");
+  }
+  // A libm function of one double/float argument, lane by lane for vectors (cold paths only).
+  Value* callLibm(const std::string& name, Value* x) {
+    llvm::Type* t = x->getType();
+    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(t)) {
+      Value* r = llvm::PoisonValue::get(vt);
+      for (unsigned l = 0; l < vt->getNumElements(); ++l) r = b_.CreateInsertElement(r, callLibm(name, b_.CreateExtractElement(x, l)), l);
+      return r;
+    }
+    const std::string fnName = t->isFloatTy() ? name + "f" : name;
+    llvm::FunctionCallee f = m_.getOrInsertFunction(fnName, llvm::FunctionType::get(t, {t}, false));
+    return b_.CreateCall(f, {x});
+  }
+  Value* maxNaN(Value* a, Value* b, bool isMax) {
+    Value* r = isMax ? b_.CreateSelect(b_.CreateFCmpOLT(a, b), b, a) : b_.CreateSelect(b_.CreateFCmpOLT(b, a), b, a);
+    r = b_.CreateSelect(isNan(b), b, r);
+    return b_.CreateSelect(isNan(a), a, r);
+  }
+  Value* clamp01(Value* y) {
+    y = b_.CreateSelect(b_.CreateFCmpOLT(y, fc(0, y)), fc(0, y), y);
+    return b_.CreateSelect(b_.CreateFCmpOGT(y, fc(1, y)), fc(1, y), y);
+  }
+
+  Value* apply(const Instr& in, const std::vector<Value*>& a, const std::vector<DType>& at) {
+    const ir::Node& n = *in.node;
+    const DType T = in.dtype;
+    const bool fl = ir::isFloat(T);
+    auto arg = [&](size_t i) { return convert(a[i], at[i], T); };
+    auto attr = [&](const char* name, Value* like) { return constant(n.attrFloat(name), T, like->getType()); };
+    switch (in.op) {
+      case Op::Add: return fl ? b_.CreateFAdd(arg(0), arg(1)) : b_.CreateAdd(arg(0), arg(1));
+      case Op::Sub: return fl ? b_.CreateFSub(arg(0), arg(1)) : b_.CreateSub(arg(0), arg(1));
+      case Op::Mul: return fl ? b_.CreateFMul(arg(0), arg(1)) : b_.CreateMul(arg(0), arg(1));
+      case Op::Div: {
+        if (fl) return b_.CreateFDiv(arg(0), arg(1));
+        // C truncation; division by zero gives 0 instead of trapping.
+        Value* x = arg(0);
+        Value* y = arg(1);
+        Value* zero = b_.CreateICmpEQ(y, llvm::Constant::getNullValue(y->getType()));
+        Value* safe = b_.CreateSelect(zero, ic(1, y->getType()), y);
+        Value* q = isSignedInt(T) ? b_.CreateSDiv(x, safe) : b_.CreateUDiv(x, safe);
+        return b_.CreateSelect(zero, llvm::Constant::getNullValue(y->getType()), q);
+      }
+      case Op::Pow: {
+        if (!fl) {
+          Value* r = powf(convert(a[0], at[0], DType::F64), convert(a[1], at[1], DType::F64));
+          return convert(b_.CreateSelect(isNan(r), fc(0, r), b_.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, r)), DType::F64, T);
+        }
+        Value* x = arg(0);
+        Value* y = arg(1);
+        return b_.CreateSelect(b_.CreateFCmpOEQ(y, fc(2, y)), b_.CreateFMul(x, x), powf(x, y));
+      }
+      case Op::Min:
+      case Op::Max: {
+        const bool isMax = in.op == Op::Max;
+        if (fl) return maxNaN(arg(0), arg(1), isMax);
+        Value* x = arg(0);
+        Value* y = arg(1);
+        Value* less = isSignedInt(T) ? b_.CreateICmpSLT(x, y) : b_.CreateICmpULT(x, y);
+        return isMax ? b_.CreateSelect(less, y, x) : b_.CreateSelect(less, x, y);
+      }
+      case Op::Equal:
+      case Op::Less:
+      case Op::Greater: {
+        // Compared in the operands' common type (they share one after the type checks).
+        Value* x = a[0];
+        Value* y = convert(a[1], at[1], at[0]);
+        DType ct = at[0];
+        if (ir::isFloat(ct)) {
+          return in.op == Op::Equal ? b_.CreateFCmpOEQ(x, y) : in.op == Op::Less ? b_.CreateFCmpOLT(x, y) : b_.CreateFCmpOGT(x, y);
+        }
+        bool s = isSignedInt(ct);
+        if (in.op == Op::Equal) return b_.CreateICmpEQ(x, y);
+        if (in.op == Op::Less) return s ? b_.CreateICmpSLT(x, y) : b_.CreateICmpULT(x, y);
+        return s ? b_.CreateICmpSGT(x, y) : b_.CreateICmpUGT(x, y);
+      }
+      case Op::Where: return b_.CreateSelect(convert(a[0], at[0], DType::Bool), arg(1), arg(2));
+      case Op::Neg: return fl ? b_.CreateFNeg(arg(0)) : b_.CreateNeg(arg(0));
+      case Op::Abs:
+        if (T == DType::Bool || T == DType::U8) return a[0];
+        if (fl) return fabs(arg(0));
+        return b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, arg(0), b_.getFalse());
+      case Op::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, arg(0));
+      case Op::Exp: return exp(arg(0));
+      case Op::Log: return log(arg(0));
+      case Op::Erf: return erf(arg(0));
+      case Op::Relu: {
+        Value* x = arg(0);
+        if (!fl) return b_.CreateSelect(b_.CreateICmpSLT(x, llvm::Constant::getNullValue(x->getType())), llvm::Constant::getNullValue(x->getType()), x);
+        return b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), fc(0, x), x);  // NaN stays NaN
+      }
+      case Op::Sigmoid: return sigmoid(arg(0));
+      case Op::Tanh: return tanh(arg(0));
+      case Op::Softplus: {
+        Value* x = arg(0);
+        Value* r = b_.CreateFAdd(b_.CreateSelect(b_.CreateFCmpOGT(x, fc(0, x)), x, fc(0, x)),
+                                 log(b_.CreateFAdd(fc(1, x), exp(b_.CreateFNeg(fabs(x))))));
+        return b_.CreateSelect(isNan(x), x, r);
+      }
+      case Op::Not: return b_.CreateNot(convert(a[0], at[0], DType::Bool));
+      case Op::LeakyRelu: {
+        Value* x = arg(0);
+        return b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), b_.CreateFMul(attr("alpha", x), x), x);
+      }
+      case Op::Elu: {
+        Value* x = arg(0);
+        Value* em1 = b_.CreateFSub(exp(x), fc(1, x));
+        return b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), b_.CreateFMul(attr("alpha", x), em1), x);
+      }
+      case Op::Selu: {
+        Value* x = arg(0);
+        Value* g = attr("gamma", x);
+        Value* em1 = b_.CreateFSub(exp(x), fc(1, x));
+        return b_.CreateSelect(b_.CreateFCmpOLE(x, fc(0, x)), b_.CreateFMul(b_.CreateFMul(g, attr("alpha", x)), em1), b_.CreateFMul(g, x));
+      }
+      case Op::HardSigmoid: {
+        Value* x = arg(0);
+        Value* y = clamp01(fma(attr("alpha", x), x, attr("beta", x)));
+        return b_.CreateSelect(isNan(x), x, y);
+      }
+      case Op::Clip: {
+        Value* x = arg(0);
+        Value* y = b_.CreateSelect(b_.CreateFCmpOLT(x, attr("min", x)), attr("min", x), x);
+        y = b_.CreateSelect(b_.CreateFCmpOGT(y, attr("max", x)), attr("max", x), y);
+        return b_.CreateSelect(isNan(x), x, y);
+      }
+      case Op::Silu: {
+        Value* x = arg(0);
+        return b_.CreateFMul(x, sigmoid(x));
+      }
+      case Op::Gelu: {
+        Value* x = arg(0);
+        Value* e = erf(b_.CreateFMul(x, fc(0.70710678118654752440, x)));
+        return b_.CreateFMul(b_.CreateFMul(fc(0.5, x), x), b_.CreateFAdd(fc(1, x), e));
+      }
+      case Op::HardSwish: {
+        Value* x = arg(0);
+        Value* y = clamp01(b_.CreateFAdd(b_.CreateFDiv(x, fc(6, x)), fc(0.5, x)));
+        return b_.CreateSelect(isNan(x), x, b_.CreateFMul(x, y));
+      }
+      case Op::Cast: return convert(a[0], at[0], T);
+      case Op::BatchNorm: {
+        Value* x = arg(0);
+        Value* inv = b_.CreateFDiv(fc(1, x), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFAdd(arg(4), attr("epsilon", x))));
+        return fma(b_.CreateFMul(b_.CreateFSub(x, arg(3)), inv), arg(1), arg(2));
+      }
+      default: break;
+    }
+    unsupported("node '{}' ({}): no LLVM IR for this elementwise operator", n.name(), n.info().name);
+  }
+  Value* powf(Value* x, Value* y) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y); }
+
+  // ---- bodies
+
+  // Whether node `n` is one POLICYC_INJECT_FAULT miscompiles in this way.
+  bool faulty(const ir::Node* n, InjectedFault::Kind kind) const {
+    return n && o_.fault && o_.fault->kind == kind && n->isOp() && o_.fault->op == n->info().name;
+  }
+  Value* plusOne(Value* v, DType t) { return ir::isFloat(t) ? b_.CreateFAdd(v, fc(1, v)) : b_.CreateAdd(v, constant(1, t, v->getType())); }
+
+  // Emits `body` at the insertion point. With width > 0 every value is a vector of `width` lanes
+  // along the last domain axis (vars.back() is the first lane's index; see vectorizable()).
+  // Returns the values (prologues return one).
+  std::vector<Value*> emitBody(const std::vector<Instr>& body, const std::vector<Value*>& vars, Value* acc, unsigned width = 0) {
+    std::vector<Value*> v(body.size(), nullptr);
+    const size_t lastAxis = vars.size() - 1;
+    for (size_t i = 0; i < body.size(); ++i) {
+      const Instr& in = body[i];
+      std::vector<Value*> args;
+      std::vector<DType> types;
+      for (int a : in.args) {
+        args.push_back(v[static_cast<size_t>(a)]);
+        types.push_back(body[static_cast<size_t>(a)].dtype);
+      }
+      llvm::Instruction* since = mark();
+      switch (in.opcode) {
+        case Opcode::Load: {
+          const Buffer& buf = p_.buffer(in.buffer);
+          std::vector<Value*> idx = indices(in.index, vars);
+          if (width && usesAxis(in.index, lastAxis)) {
+            llvm::Type* vt = llvm::FixedVectorType::get(memType(in.dtype), width);
+            v[i] = b_.CreateAlignedLoad(vt, elemPtr(in.buffer, idx), llvm::Align(4), buf.name);
+          } else {
+            v[i] = loadElem(in.buffer, idx, buf.name);
+            if (width) v[i] = b_.CreateVectorSplat(width, v[i]);
+          }
+          break;
+        }
+        case Opcode::Store: {
+          const Buffer& buf = p_.buffer(in.buffer);
+          Value* val = convert(args[0], types[0], buf.type.dtype);
+          std::vector<Value*> idx = indices(in.index, vars);
+          if (width) {
+            b_.CreateAlignedStore(val, elemPtr(in.buffer, idx), llvm::Align(4));
+          } else {
+            storeElem(in.buffer, idx, val);
+          }
+          break;
+        }
+        case Opcode::Const: v[i] = constant(in.constant, in.dtype, regType(in.dtype, width)); break;
+        case Opcode::Acc: v[i] = faultyAnchor_ ? plusOne(acc, in.dtype) : acc; break;
+        case Opcode::Apply: {
+          Value* r = apply(in, args, types);
+          if (faulty(in.node, InjectedFault::Kind::Accuracy)) r = plusOne(r, in.dtype);
+          if (!r->hasName() && llvm::isa<llvm::Instruction>(r)) r->setName(nodeLabel(in.node));
+          v[i] = r;
+          break;
+        }
+      }
+      tag(since, in.node);
+    }
+    return v;
+  }
+
+  static bool usesAxis(const IndexMap& index, size_t axis) {
+    for (const IndexExpr& e : index) {
+      if (e.axis == static_cast<int>(axis)) return true;
+    }
+    return false;
+  }
+  // Whether `body` can run on kLanes consecutive values of the last domain axis: f32 values
+  // only, and every load or store either ignores that axis or walks it with unit stride.
+  bool vectorizable(const Kernel& k) const {
+    const size_t last = k.domain.size() - 1;
+    for (const Instr& in : k.body) {
+      if (in.dtype != DType::F32) return false;
+      if (in.opcode == Opcode::Apply && (in.op == Op::Pow || in.op == Op::Cast || in.op == Op::Where || in.op == Op::Not ||
+                                         in.op == Op::Equal || in.op == Op::Less || in.op == Op::Greater)) {
+        return false;
+      }
+      if (in.opcode == Opcode::Load || in.opcode == Opcode::Store) {
+        const Buffer& b = p_.buffer(in.buffer);
+        if (b.type.dtype != DType::F32) return false;
+        int uses = 0;
+        for (size_t d = 0; d < in.index.size(); ++d) {
+          const IndexExpr& e = in.index[d];
+          if (e.axis != static_cast<int>(last)) continue;
+          ++uses;
+          if (e.scale * b.strides[d] != 1) return false;
+        }
+        if (uses > 1 || (in.opcode == Opcode::Store && uses == 0)) return false;
+      }
+    }
+    return true;
+  }
+
+  DType accType(const Kernel& k) const {
+    for (const Instr& i : k.body) {
+      if (i.opcode == Opcode::Acc) return i.dtype;
+    }
+    return k.anchor->output()->type().dtype;
+  }
+
+  // ---- kernels
+
+  // How a kernel splits between threads: `units` chunks of the iteration space (a function of
+  // the batch, emitted in the run function), each costing about `cost` multiply-adds.
+  struct Split {
+    std::function<Value*(Value* batch)> units;
+    std::function<Value*(Value* batch)> cost;
+  };
+
+  Value* dimValue(const ir::Dim& d) { return d.isBatch() ? batch_ : c64(d.value()); }
+  // The product of `dims` except `skip`, in the run function (batch = its argument).
+  static std::function<Value*(Value*)> product(llvm::IRBuilder<>& b, const std::vector<ir::Dim>& dims, int skip, int64_t scale) {
+    int64_t fixed = scale;
+    bool hasBatch = false;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (static_cast<int>(d) == skip) continue;
+      if (dims[d].isBatch()) hasBatch = true;
+      else fixed *= dims[d].value();
+    }
+    return [&b, fixed, hasBatch](Value* batch) -> Value* {
+      Value* c = b.getInt64(static_cast<uint64_t>(fixed));
+      return hasBatch ? b.CreateMul(batch, c) : c;
+    };
+  }
+  static int splitAxis(const std::vector<ir::Dim>& dims, const std::vector<bool>& eligible = {}) {
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (!eligible.empty() && !eligible[d]) continue;
+      if (dims[d].isBatch() || dims[d].value() != 1) return static_cast<int>(d);
+    }
+    return -1;
+  }
+  void setDomainSplit(const std::vector<ir::Dim>& domain, int axis, int64_t pointCost) {
+    if (axis < 0) {
+      split_ = {[this](Value*) { return c64(1); }, [this](Value*) -> Value* { return llvm::ConstantFP::get(f64_, 1.0); }};
+      return;
+    }
+    const ir::Dim d = domain[static_cast<size_t>(axis)];
+    auto others = product(b_, domain, axis, std::max<int64_t>(pointCost, 1));
+    split_.units = [this, d](Value* batch) { return d.isBatch() ? batch : c64(d.value()); };
+    split_.cost = [this, others](Value* batch) { return b_.CreateSIToFP(others(batch), f64_); };
+  }
+
+  // Loops over `domain` (axis `split` over [lo, hi)), calling body(vars) innermost.
+  void domainLoops(const std::vector<ir::Dim>& domain, int split, const std::function<void(const std::vector<Value*>&)>& body,
+                   const std::vector<size_t>& order = {}, std::vector<Value*> vars = {}) {
+    std::vector<size_t> axes = order;
+    if (axes.empty() && vars.empty()) {
+      for (size_t d = 0; d < domain.size(); ++d) axes.push_back(d);
+      vars.assign(domain.size(), nullptr);
+    }
+    std::function<void(size_t)> level = [&](size_t li) {
+      if (li == axes.size()) {
+        body(vars);
+        return;
+      }
+      size_t d = axes[li];
+      Value* lo = static_cast<int>(d) == split ? lo_ : c64(0);
+      Value* hi = static_cast<int>(d) == split ? hi_ : dimValue(domain[d]);
+      forRange(lo, hi, "i" + std::to_string(d), [&](Value* i) {
+        vars[d] = i;
+        level(li + 1);
+      });
+    };
+    level(0);
+  }
+
+  llvm::Function* emitKernel(const Kernel& k) {
+    fn_ = llvm::Function::Create(kernelFnTy_, llvm::GlobalValue::InternalLinkage, k.name, m_);
+    fn_->addFnAttr(llvm::Attribute::NoInline);  // kernels stay separate functions: profiles show them by name
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    fn_->addFnAttr("frame-pointer", "none");
+    roots_.clear();
+    split_ = {};
+    faultyAnchor_ = k.kind != KernelKind::Pointwise && faulty(k.anchor, InjectedFault::Kind::Accuracy);
+    llvm::BasicBlock* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry);
+    auto arg = fn_->arg_begin();
+    Value* ctx = &*arg++;
+    lo_ = &*arg++;
+    hi_ = &*arg;
+    ctx->setName("ctx");
+    lo_->setName("lo");
+    hi_->setName("hi");
+    inputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 0), "inputs");
+    outputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 1), "outputs");
+    batch_ = b_.CreateLoad(i64_, b_.CreateStructGEP(ctxTy_, ctx, 2), "batch");
+    ws_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 3), "ws");
+    // Root pointers are computed at the end of the entry block, before the first branch.
+    llvm::BasicBlock* body = block("body");
+    entryEnd_ = b_.CreateBr(body);
+    b_.SetInsertPoint(body);
+    for (const ir::Node* n : k.sources) {
+      if (faulty(n, InjectedFault::Kind::Compile)) {
+        fail("backend llvm: injected compile fault in node '{}' ({}) of kernel {}", n->name(), n->info().name, k.name);
+      }
+      if (faulty(n, InjectedFault::Kind::Crash)) b_.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
+    }
+    switch (k.kind) {
+      case KernelKind::Pointwise: emitPointwise(k); break;
+      case KernelKind::Linear: packable(p_, k) ? emitPackedLinear(k) : emitLinear(k); break;
+      case KernelKind::Conv: packable(p_, k) ? emitPackedConv(k) : emitConv(k); break;
+      case KernelKind::Pool: emitPool(k); break;
+      case KernelKind::Reduction: emitReduction(k); break;
+      case KernelKind::Copy: emitCopy(k); break;
+    }
+    b_.CreateRetVoid();
+    splits_.push_back(split_);
+    return fn_;
+  }
+
+  void emitPointwise(const Kernel& k) {
+    int axis = splitAxis(k.domain);
+    setDomainSplit(k.domain, axis, static_cast<int64_t>(k.body.size()) / 4);
+    domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
+  }
+
+  // ---- linear
+
+  // The general linear / gemm / matmul: one dot product per output element.
+  void emitLinear(const Kernel& k) {
+    const ir::Node& n = *k.anchor;
+    const size_t R = k.domain.size();
+    const int a = k.anchorInputs[0], bId = k.anchorInputs[1];
+    const Buffer& A = p_.buffer(a);
+    const Buffer& B = p_.buffer(bId);
+    ir::Dim kExtent = A.type.shape.back();
+    int axis = splitAxis(k.domain);
+    setDomainSplit(k.domain, axis, kExtent.isBatch() ? 64 : kExtent.value());
+    const DType t = accType(k);
+    domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
+      std::vector<Value*> aIdx(A.type.rank(), nullptr), bIdx(B.type.rank(), nullptr), cIdx;
+      int kAxisA = 0, kAxisB = 0;
+      double alpha = 1, beta = 1;
+      int biasId = k.anchorInputs.size() > 2 ? k.anchorInputs[2] : -1;
+      auto broadcastIdx = [&](const Buffer& X, size_t lead, std::vector<Value*>& idx, size_t count) {
+        for (size_t d = 0; d < count; ++d) {
+          size_t od = lead + d;
+          bool bc = X.type.shape[d].isStatic() && X.type.shape[d].value() == 1 && !(k.domain[od].isStatic() && k.domain[od].value() == 1);
+          idx[d] = bc ? nullptr : vars[od];
+        }
+      };
+      if (n.isOp(Op::Linear)) {
+        for (size_t d = 0; d + 1 < A.type.rank(); ++d) aIdx[d] = vars[d];
+        kAxisA = static_cast<int>(A.type.rank()) - 1;
+        bIdx[0] = vars[R - 1];
+        kAxisB = 1;
+        if (biasId >= 0) cIdx = {vars[R - 1]};
+      } else if (n.isOp(Op::Gemm)) {
+        bool ta = n.attrInt("trans_a") != 0, tb = n.attrInt("trans_b") != 0;
+        aIdx[ta ? 1 : 0] = vars[0];
+        kAxisA = ta ? 0 : 1;
+        bIdx[tb ? 0 : 1] = vars[1];
+        kAxisB = tb ? 1 : 0;
+        kExtent = A.type.shape[ta ? 0 : 1];
+        alpha = n.attrFloat("alpha");
+        beta = n.attrFloat("beta");
+        if (biasId >= 0) {
+          const Buffer& C = p_.buffer(biasId);
+          cIdx.assign(C.type.rank(), nullptr);
+          broadcastIdx(C, R - C.type.rank(), cIdx, C.type.rank());
+        }
+      } else {  // matmul with numpy broadcasting; 1-D operands have no row / column dimension
+        size_t ra = A.type.rank(), rb = B.type.rank();
+        bool hasM = ra >= 2, hasN = rb >= 2;
+        size_t nb = R - (hasM ? 1 : 0) - (hasN ? 1 : 0);
+        Value* mVar = hasM ? vars[nb] : nullptr;
+        Value* nVar = hasN ? vars[nb + (hasM ? 1 : 0)] : nullptr;
+        if (ra == 1) {
+          kAxisA = 0;
+        } else {
+          if (ra > 2) broadcastIdx(A, nb - (ra - 2), aIdx, ra - 2);
+          aIdx[ra - 2] = mVar;
+          kAxisA = static_cast<int>(ra) - 1;
+        }
+        if (rb == 1) {
+          kAxisB = 0;
+        } else {
+          if (rb > 2) broadcastIdx(B, nb - (rb - 2), bIdx, rb - 2);
+          kAxisB = static_cast<int>(rb) - 2;
+          bIdx[rb - 1] = nVar;
+        }
+        kExtent = A.type.shape.back();
+      }
+      llvm::AllocaInst* acc = local(f32_, "acc");
+      b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), acc);
+      forRange(c64(0), dimValue(kExtent), "k", [&](Value* kk) {
+        aIdx[static_cast<size_t>(kAxisA)] = kk;
+        bIdx[static_cast<size_t>(kAxisB)] = kk;
+        Value* x = convert(loadElem(a, aIdx, A.name), A.type.dtype, DType::F32);
+        Value* w = convert(loadElem(bId, bIdx, B.name), B.type.dtype, DType::F32);
+        b_.CreateStore(fma(x, w, b_.CreateLoad(f32_, acc)), acc);
+      });
+      llvm::Instruction* since = mark();
+      Value* r = b_.CreateLoad(f32_, acc);
+      if (alpha != 1) r = b_.CreateFMul(r, llvm::ConstantFP::get(f32_, alpha));
+      if (biasId >= 0) {
+        Value* c = convert(loadElem(biasId, cIdx, p_.buffer(biasId).name), p_.buffer(biasId).type.dtype, DType::F32);
+        r = b_.CreateFAdd(r, beta != 1 ? b_.CreateFMul(c, llvm::ConstantFP::get(f32_, beta)) : c, nodeLabel(&n));
+      }
+      tag(since, &n);
+      emitBody(k.body, vars, convert(r, DType::F32, t));
+    });
+  }
+
+  // The microkernel: `rows` row pointers (x_t[q] at rows[t] + q) times `panels` consecutive weight
+  // panels from `w` (panel p's row q at w + (p*K + q)*16), each column starting from its bias.
+  // Returns acc[t][p], one <16 x float> per row and panel; sums over q in order.
+  std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, Value* w, Value* bias,
+                                            const ir::Node* node) {
+    llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+    std::vector<std::vector<llvm::AllocaInst*>> acc(rows.size(), std::vector<llvm::AllocaInst*>(static_cast<size_t>(panels)));
+    llvm::Instruction* since = mark();
+    for (int p = 0; p < panels; ++p) {
+      Value* bv = b_.CreateAlignedLoad(vt, b_.CreateConstInBoundsGEP1_64(f32_, bias, static_cast<uint64_t>(p) * kLanes), llvm::Align(4), "bias");
+      for (size_t t = 0; t < rows.size(); ++t) {
+        acc[t][static_cast<size_t>(p)] = local(vt, fmt::format("acc{}{}", t, p));
+        b_.CreateStore(bv, acc[t][static_cast<size_t>(p)]);
+      }
+    }
+    tag(since, node);
+    forRange(c64(0), c64(K), "q", [&](Value* q) {
+      llvm::Instruction* s0 = mark();
+      std::vector<Value*> wv;
+      for (int p = 0; p < panels; ++p) {
+        Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * K * kLanes));
+        wv.push_back(b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, w, at), llvm::Align(4), "w"));
+      }
+      for (size_t t = 0; t < rows.size(); ++t) {
+        Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, rows[t], q), "x"));
+        for (int p = 0; p < panels; ++p) {
+          llvm::AllocaInst* a = acc[t][static_cast<size_t>(p)];
+          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wv[static_cast<size_t>(p)], b_.CreateLoad(vt, a)}), a);
+        }
+      }
+      tag(s0, node);
+    });
+    std::vector<std::vector<Value*>> out(rows.size());
+    for (size_t t = 0; t < rows.size(); ++t) {
+      for (int p = 0; p < panels; ++p) out[t].push_back(b_.CreateLoad(vt, acc[t][static_cast<size_t>(p)], node ? node->name() : "acc"));
+    }
+    return out;
+  }
+
+  // The epilogue of one panel's 16 results (`acc`) of the output row given by `rowVars` (the
+  // leading domain variables), columns from `n0`: on the whole vector when the body allows it,
+  // else column by column up to N.
+  void finishPanel(const Kernel& k, const std::vector<Value*>& rowVars, Value* n0, Value* acc, int64_t N, bool vec) {
+    std::vector<Value*> vars = rowVars;
+    if (vec) {
+      vars.push_back(n0);
+      emitBody(k.body, vars, acc, kLanes);
+      return;
+    }
+    llvm::AllocaInst* tmp = local(llvm::ArrayType::get(f32_, kLanes), "panel");
+    b_.CreateAlignedStore(acc, tmp, llvm::Align(64));
+    Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(n0, c64(kLanes)), c64(N));
+    const DType t = accType(k);
+    forRange(n0, end, "n", [&](Value* n) {
+      Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, tmp, b_.CreateSub(n, n0)), "acc");
+      std::vector<Value*> v = rowVars;
+      v.push_back(n);
+      emitBody(k.body, v, convert(a, DType::F32, t));
+    });
+  }
+
+  // Linear with a constant weight: rows of x times weight panels, a quad of rows times a pair of
+  // panels per unit of work (pair-major, so the pair stays in cache while every row passes).
+  void emitPackedLinear(const Kernel& k) {
+    const size_t index = static_cast<size_t>(&k - p_.kernels.data());
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const int64_t N = packedN(p_, k), K = packedK(p_, k), panels = (N + kPanel - 1) / kPanel;
+    const size_t R = k.domain.size();
+    const bool vec = N % kPanel == 0 && !faultyAnchor_ && vectorizable(k);
+    std::vector<ir::Dim> lead(k.domain.begin(), k.domain.end() - 1);
+    auto rowsOf = product(b_, lead, -1, 1);
+    const int64_t pairs = (panels + 1) / 2;
+    split_.units = [this, rowsOf, pairs](Value* batch) {
+      return b_.CreateMul(b_.CreateSDiv(b_.CreateAdd(rowsOf(batch), c64(3)), c64(4)), c64(pairs));
+    };
+    split_.cost = [this, rowsOf, K](Value* batch) {
+      Value* rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, rowsOf(batch), c64(4));
+      return b_.CreateFMul(b_.CreateSIToFP(rows, f64_), llvm::ConstantFP::get(f64_, static_cast<double>(2 * kPanel * K)));
+    };
+    Value* wp = weightsAt(packedOffset_.at(index), "wp");
+    Value* bp = weightsAt(packedBiasOffset_.at(index), "bp");
+    Value* rows = rowsOf(batch_);
+    Value* quads = b_.CreateSDiv(b_.CreateAdd(rows, c64(3)), c64(4), "quads");
+    // Row r of x (leading dims flattened) as its domain variables, and its pointer.
+    auto rowVars = [&](Value* r) {
+      std::vector<Value*> v(R - 1, nullptr);
+      Value* rem = r;
+      for (size_t d = R - 1; d-- > 0;) {
+        if (d == 0) {
+          v[0] = rem;
+        } else {
+          Value* ext = dimValue(k.domain[d]);
+          v[d] = b_.CreateSRem(rem, ext);
+          rem = b_.CreateSDiv(rem, ext);
+        }
+      }
+      return v;
+    };
+    auto rowPtr = [&](const std::vector<Value*>& v) {
+      std::vector<Value*> idx(X.type.rank(), nullptr);
+      for (size_t d = 0; d + 1 < R; ++d) idx[d] = v[d];
+      return elemPtr(X.id, idx);
+    };
+    forRange(lo_, hi_, "u", [&](Value* u) {
+      Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(2), "j");
+      Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(4), "r");
+      Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(2)), c64(panels));
+      Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
+      Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+      Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(r, c64(4)), rows);
+      auto quadTile = [&](int per) {
+        std::vector<std::vector<Value*>> rv;
+        std::vector<Value*> ptrs;
+        for (int t = 0; t < 4; ++t) {
+          rv.push_back(rowVars(b_.CreateAdd(r, c64(t))));
+          ptrs.push_back(rowPtr(rv.back()));
+        }
+        auto acc = gemmTile(ptrs, per, K, w, bias, k.anchor);
+        for (int t = 0; t < 4; ++t) {
+          for (int p = 0; p < per; ++p) {
+            finishPanel(k, rv[static_cast<size_t>(t)], b_.CreateMul(b_.CreateAdd(j, c64(p)), c64(kPanel)),
+                        acc[static_cast<size_t>(t)][static_cast<size_t>(p)], N, vec);
+          }
+        }
+      };
+      ifElse(
+          b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { quadTile(2); },
+          [&] {
+            ifElse(
+                fullQuad, "quad1", [&] { quadTile(1); },
+                [&] {
+                  forRange(r, rows, "t", [&](Value* t) {
+                    forRange(j, jEnd, "jj", [&](Value* jj) {
+                      std::vector<Value*> rv = rowVars(t);
+                      Value* wj = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(jj, c64(K * kPanel)));
+                      Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
+                      auto acc = gemmTile({rowPtr(rv)}, 1, K, wj, bj, k.anchor);
+                      finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
+                    });
+                  });
+                });
+          });
+    });
+  }
+
+  // ---- conv
+
+  // 2-D conv with a constant weight as an implicit GEMM: the patches of four output positions are
+  // gathered (im2col, zeros for padding) into stack rows and multiplied by the weight panels.
+  void emitPackedConv(const Kernel& k) {
+    const size_t index = static_cast<size_t>(&k - p_.kernels.data());
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const Buffer& W = p_.buffer(k.anchorInputs[1]);
+    std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+    const int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), Wd = X.type.shape[3].value();
+    const int64_t KH = W.type.shape[2].value(), KW = W.type.shape[3].value();
+    const int64_t M = packedN(p_, k), K = packedK(p_, k), OW = k.domain[3].value(), P = k.domain[2].value() * OW;
+    const int64_t panels = (M + kPanel - 1) / kPanel, quads = (P + 3) / 4;
+    split_.units = [this, quads](Value* batch) { return b_.CreateMul(batch, c64(quads)); };
+    split_.cost = [this, K, panels](Value*) -> Value* { return llvm::ConstantFP::get(f64_, static_cast<double>(4 * kPanel * K * panels)); };
+    Value* wp = weightsAt(packedOffset_.at(index), "wp");
+    Value* bp = weightsAt(packedBiasOffset_.at(index), "bp");
+    llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(4 * K)), "patch");
+    const DType t = accType(k);
+    // patch row `slot` = the window of output position `pos` of image i0 (c, kh, kw order).
+    auto gather = [&](Value* i0, Value* pos, int64_t slot) {
+      Value* oh = b_.CreateSDiv(pos, c64(OW));
+      Value* ow = b_.CreateSRem(pos, c64(OW));
+      Value* dst = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(slot * K));
+      forCount(C, "c", [&](Value* c) {
+        forCount(KH, "kh", [&](Value* kh) {
+          Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
+          Value* okH = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H)));
+          forCount(KW, "kw", [&](Value* kw) {
+            Value* iw = b_.CreateSub(b_.CreateAdd(b_.CreateMul(ow, c64(st[1])), b_.CreateMul(kw, c64(dil[1]))), c64(pads[1]));
+            Value* ok = b_.CreateAnd(okH, b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(iw, c64(Wd))));
+            Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(KH)), kh), c64(KW)), kw);
+            Value* slotPtr = b_.CreateInBoundsGEP(f32_, dst, at);
+            b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), slotPtr);
+            ifThen(ok, "inside", [&] {
+              Value* ihc = b_.CreateSelect(ok, ih, c64(0));
+              Value* iwc = b_.CreateSelect(ok, iw, c64(0));
+              b_.CreateStore(loadElem(X.id, {i0, c, ihc, iwc}, X.name), slotPtr);
+            });
+          });
+        });
+      });
+    };
+    auto finish = [&](Value* i0, Value* pos, Value* j, Value* acc) {
+      llvm::AllocaInst* tmp = local(llvm::ArrayType::get(f32_, kLanes), "panel");
+      b_.CreateAlignedStore(acc, tmp, llvm::Align(64));
+      Value* n0 = b_.CreateMul(j, c64(kPanel));
+      Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(n0, c64(kLanes)), c64(M));
+      Value* oh = b_.CreateSDiv(pos, c64(OW));
+      Value* ow = b_.CreateSRem(pos, c64(OW));
+      forRange(n0, end, "n", [&](Value* nn) {
+        Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, tmp, b_.CreateSub(nn, n0)), "acc");
+        emitBody(k.body, {i0, nn, oh, ow}, convert(a, DType::F32, t));
+      });
+    };
+    forRange(lo_, hi_, "u", [&](Value* u) {
+      Value* i0 = b_.CreateSDiv(u, c64(quads), "i0");
+      Value* pos = b_.CreateMul(b_.CreateSRem(u, c64(quads)), c64(4), "pos");
+      ifElse(
+          b_.CreateICmpSLE(b_.CreateAdd(pos, c64(4)), c64(P)), "quad",
+          [&] {
+            for (int tq = 0; tq < 4; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+            std::vector<Value*> rows;
+            for (int tq = 0; tq < 4; ++tq) rows.push_back(b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K)));
+            auto tile = [&](Value* j, int per) {
+              Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
+              Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+              auto acc = gemmTile(rows, per, K, w, bias, &n);
+              for (int p = 0; p < per; ++p) {
+                for (int tq = 0; tq < 4; ++tq) {
+                  finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
+                }
+              }
+            };
+            if (panels >= 2) {
+              forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
+            }
+            if (panels % 2) tile(c64(panels - 1), 1);
+          },
+          [&] {
+            forRange(pos, c64(P), "t0", [&](Value* t0) {
+              gather(i0, t0, 0);
+              forCount(panels, "j", [&](Value* j) {
+                Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
+                Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+                auto acc = gemmTile({b_.CreateConstInBoundsGEP1_64(f32_, patch, 0)}, 1, K, w, bias, &n);
+                finish(i0, t0, j, acc[0][0]);
+              });
+            });
+          });
+    });
+  }
+
+  // Any conv (groups, 1-D/3-D, non-constant weights): direct loops.
+  void emitConv(const Kernel& k) {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const Buffer& W = p_.buffer(k.anchorInputs[1]);
+    const size_t nsp = X.type.rank() - 2;
+    std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1), dil = spatialList(n, "dilations", nsp, 1),
+                         pads = spatialList(n, "pads", nsp * 2, 0);
+    const int64_t group = n.attrInt("group"), C = X.type.shape[1].value(), M = k.domain[1].value();
+    const int64_t gc = C / group, gm = M / group;
+    int axis = splitAxis(k.domain);
+    setDomainSplit(k.domain, axis, packedK(p_, k));
+    const DType t = accType(k);
+    domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
+      llvm::AllocaInst* acc = local(f32_, "acc");
+      b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), acc);
+      Value* g = b_.CreateSDiv(vars[1], c64(gm));
+      forCount(gc, "c", [&](Value* c) {
+        std::vector<Value*> xIdx = {vars[0], b_.CreateAdd(b_.CreateMul(g, c64(gc)), c)};
+        std::vector<Value*> wIdx = {vars[1], c};
+        std::function<void(size_t)> spatial = [&](size_t d) {
+          if (d == nsp) {
+            Value* x = convert(loadElem(X.id, xIdx, X.name), X.type.dtype, DType::F32);
+            Value* w = convert(loadElem(W.id, wIdx, W.name), W.type.dtype, DType::F32);
+            b_.CreateStore(fma(x, w, b_.CreateLoad(f32_, acc)), acc);
+            return;
+          }
+          forCount(W.type.shape[2 + d].value(), "k" + std::to_string(d), [&](Value* kd) {
+            Value* pd = b_.CreateSub(b_.CreateAdd(b_.CreateMul(vars[2 + d], c64(strides[d])), b_.CreateMul(kd, c64(dil[d]))), c64(pads[d]));
+            Value* ok = b_.CreateAnd(b_.CreateICmpSGE(pd, c64(0)), b_.CreateICmpSLT(pd, c64(X.type.shape[2 + d].value())));
+            ifThen(ok, "inside", [&] {
+              xIdx.push_back(pd);
+              wIdx.push_back(kd);
+              spatial(d + 1);
+              xIdx.pop_back();
+              wIdx.pop_back();
+            });
+          });
+        };
+        spatial(0);
+      });
+      Value* r = b_.CreateLoad(f32_, acc);
+      if (k.anchorInputs.size() > 2) {
+        const Buffer& Bv = p_.buffer(k.anchorInputs[2]);
+        r = b_.CreateFAdd(r, convert(loadElem(Bv.id, {vars[1]}, Bv.name), Bv.type.dtype, DType::F32), n.name());
+      }
+      emitBody(k.body, vars, convert(r, DType::F32, t));
+    });
+  }
+
+  // ---- pooling
+
+  void emitPool(const Kernel& k) {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const size_t nsp = X.type.rank() - 2;
+    const std::vector<int64_t>& kernel = n.attrInts("kernel_shape");
+    std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1), dil = spatialList(n, "dilations", nsp, 1),
+                         pads = spatialList(n, "pads", nsp * 2, 0);
+    const bool isMax = n.isOp(Op::MaxPool);
+    int64_t window = 1;
+    for (int64_t kd : kernel) window *= kd;
+    int axis = splitAxis(k.domain);
+    setDomainSplit(k.domain, axis, window);
+    const DType t = accType(k);
+    const bool includePad = !isMax && n.attrInt("count_include_pad") != 0;
+    domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
+      llvm::AllocaInst* acc = local(f32_, "acc");
+      llvm::AllocaInst* nan = local(i1_, "nan");
+      llvm::AllocaInst* count = local(i64_, "count");
+      b_.CreateStore(llvm::ConstantFP::get(f32_, isMax ? -INFINITY : 0.0), acc);  // padding never wins
+      b_.CreateStore(b_.getFalse(), nan);
+      b_.CreateStore(c64(0), count);
+      std::vector<Value*> xIdx = {vars[0], vars[1]};
+      Value* windowSize = c64(1);
+      std::vector<Value*> begin(nsp), end(nsp);
+      for (size_t d = 0; d < nsp; ++d) {
+        const int64_t inD = X.type.shape[2 + d].value();
+        begin[d] = b_.CreateSub(b_.CreateMul(vars[2 + d], c64(strides[d])), c64(pads[d]));
+        if (!isMax) {
+          // As onnxruntime: the window is clipped to the padded input.
+          end[d] = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(begin[d], c64(kernel[d])), c64(inD + pads[nsp + d]));
+          windowSize = b_.CreateMul(windowSize, b_.CreateSub(end[d], begin[d]));
+        }
+      }
+      std::function<void(size_t)> spatial = [&](size_t d) {
+        if (d == nsp) {
+          Value* x = convert(loadElem(X.id, xIdx, X.name), X.type.dtype, DType::F32);
+          if (isMax) {
+            // m > x ? m : x, NaNs tracked beside it: ONNX gives NaN for a window holding one.
+            Value* m = b_.CreateLoad(f32_, acc);
+            b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m, x), m, x), acc);
+            b_.CreateStore(b_.CreateOr(b_.CreateLoad(i1_, nan), isNan(x)), nan);
+          } else {
+            b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32_, acc), x), acc);
+            b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, count), c64(1)), count);
+          }
+          return;
+        }
+        const int64_t inD = X.type.shape[2 + d].value();
+        auto visit = [&](Value* pd) {
+          Value* ok = b_.CreateAnd(b_.CreateICmpSGE(pd, c64(0)), b_.CreateICmpSLT(pd, c64(inD)));
+          ifThen(ok, "inside", [&] {
+            xIdx.push_back(pd);
+            spatial(d + 1);
+            xIdx.pop_back();
+          });
+        };
+        if (isMax) {
+          forCount(kernel[d], "k" + std::to_string(d), [&](Value* kd) { visit(b_.CreateAdd(begin[d], b_.CreateMul(kd, c64(dil[d])))); });
+        } else {
+          forRange(begin[d], end[d], "p" + std::to_string(d), visit);
+        }
+      };
+      spatial(0);
+      llvm::Instruction* since = mark();
+      Value* r;
+      if (isMax) {
+        r = b_.CreateSelect(b_.CreateLoad(i1_, nan), llvm::ConstantFP::getNaN(f32_), b_.CreateLoad(f32_, acc), n.name());
+      } else {
+        Value* cnt = b_.CreateLoad(i64_, count);
+        Value* div = b_.CreateSIToFP(includePad ? windowSize : cnt, f32_);
+        r = b_.CreateSelect(b_.CreateICmpEQ(cnt, c64(0)), llvm::ConstantFP::get(f32_, 0.0), b_.CreateFDiv(b_.CreateLoad(f32_, acc), div), n.name());
+      }
+      tag(since, &n);
+      emitBody(k.body, vars, convert(r, DType::F32, t));
+    });
+  }
+
+  // ---- reductions
+
+  // The reduced operand at `idx` (its own index): a load, or the fused prologue.
+  Value* operand(const Kernel& k, const std::vector<Value*>& idx) {
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    if (k.prologue.empty()) return loadElem(X.id, idx, X.name);
+    std::vector<Value*> v = emitBody(k.prologue, idx, nullptr);
+    return convert(v[static_cast<size_t>(k.prologueResult)], k.prologue[static_cast<size_t>(k.prologueResult)].dtype, X.type.dtype);
+  }
+
+  void emitReduction(const Kernel& k) {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const size_t r = X.type.rank();
+    const DType outT = accType(k), xT = X.type.dtype;
+    auto asF64 = [&](Value* v) { return convert(v, xT, DType::F64); };
+
+    if (n.isOp(Op::Softmax) || n.isOp(Op::LogSoftmax) || n.isOp(Op::LayerNorm)) {
+      const size_t axis = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
+      const bool ln = n.isOp(Op::LayerNorm);
+      std::vector<size_t> reduced, outer;
+      for (size_t d = 0; d < r; ++d) ((d >= axis && (ln || d == axis)) ? reduced : outer).push_back(d);
+      std::vector<bool> eligible(r, false);
+      for (size_t d : outer) eligible[d] = true;
+      int splitAt = splitAxis(k.domain, eligible);
+      setDomainSplit(k.domain, splitAt, 4);
+      std::vector<Value*> vars(r, nullptr);
+      domainLoops(k.domain, splitAt, [&](const std::vector<Value*>& ov) {
+        vars = ov;
+        auto inner = [&](const std::function<void(const std::vector<Value*>&)>& f) {
+          domainLoops(k.domain, -1, f, reduced, vars);
+        };
+        llvm::AllocaInst* a = local(f64_, "a");
+        llvm::AllocaInst* s = local(f64_, "s");
+        if (ln) {
+          int64_t cols = 1;
+          for (size_t d : reduced) cols *= k.domain[d].value();
+          b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), a);
+          inner([&](const std::vector<Value*>& v) { b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, a), asF64(operand(k, v))), a); });
+          Value* mean = b_.CreateFDiv(b_.CreateLoad(f64_, a), llvm::ConstantFP::get(f64_, static_cast<double>(cols)), "mean");
+          b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
+          inner([&](const std::vector<Value*>& v) {
+            Value* d = b_.CreateFSub(asF64(operand(k, v)), mean);
+            b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), b_.CreateFMul(d, d)), s);
+          });
+          Value* var = b_.CreateFDiv(b_.CreateLoad(f64_, s), llvm::ConstantFP::get(f64_, static_cast<double>(cols)));
+          Value* invStd = b_.CreateFDiv(llvm::ConstantFP::get(f64_, 1.0),
+                                        b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFAdd(var, llvm::ConstantFP::get(f64_, n.attrFloat("epsilon")))),
+                                        "invStd");
+          auto paramAt = [&](int id, const std::vector<Value*>& v) {
+            const Buffer& P = p_.buffer(id);
+            std::vector<Value*> idx(P.type.rank(), nullptr);
+            const size_t lead = r - P.type.rank();
+            for (size_t d = 0; d < P.type.rank(); ++d) {
+              bool bc = P.type.shape[d].isStatic() && P.type.shape[d].value() == 1 &&
+                        !(k.domain[lead + d].isStatic() && k.domain[lead + d].value() == 1);
+              idx[d] = bc ? nullptr : v[lead + d];
+            }
+            return convert(loadElem(id, idx, P.name), P.type.dtype, DType::F64);
+          };
+          inner([&](const std::vector<Value*>& v) {
+            Value* y = b_.CreateFMul(b_.CreateFMul(b_.CreateFSub(asF64(operand(k, v)), mean), invStd), paramAt(k.anchorInputs[1], v));
+            if (k.anchorInputs.size() > 2) y = b_.CreateFAdd(y, paramAt(k.anchorInputs[2], v));
+            emitBody(k.body, v, convert(y, DType::F64, outT));
+          });
+        } else {
+          b_.CreateStore(llvm::ConstantFP::getInfinity(f64_, true), a);
+          inner([&](const std::vector<Value*>& v) { b_.CreateStore(maxNaN(b_.CreateLoad(f64_, a), asF64(operand(k, v)), true), a); });
+          Value* mx = b_.CreateLoad(f64_, a, "max");
+          b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
+          inner([&](const std::vector<Value*>& v) {
+            b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), exp(b_.CreateFSub(asF64(operand(k, v)), mx))), s);
+          });
+          Value* sum = b_.CreateLoad(f64_, s, "sum");
+          Value* logSum = n.isOp(Op::LogSoftmax) ? log(sum) : nullptr;
+          inner([&](const std::vector<Value*>& v) {
+            Value* d = b_.CreateFSub(asF64(operand(k, v)), mx);
+            Value* y = logSum ? b_.CreateFSub(d, logSum) : b_.CreateFDiv(exp(d), sum);
+            emitBody(k.body, v, convert(y, DType::F64, outT));
+          });
+        }
+      });
+      return;
+    }
+
+    // reduce_* / argmax / global_avg_pool: the reduced operand axes, and how the output (the
+    // domain) indexes the kept ones.
+    std::vector<bool> reduced(r, false);
+    bool keepdims = true;
+    if (n.isOp(Op::GlobalAvgPool)) {
+      for (size_t d = 2; d < r; ++d) reduced[d] = true;
+    } else if (n.isOp(Op::ArgMax)) {
+      reduced[static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r))] = true;
+      keepdims = n.attrInt("keepdims") != 0;
+    } else {
+      std::vector<int64_t> axes = n.attrInts("axes");
+      if (axes.empty()) std::fill(reduced.begin(), reduced.end(), true);
+      for (int64_t ax : axes) reduced[static_cast<size_t>(normalizeAxis(ax, r))] = true;
+      keepdims = n.attrInt("keepdims") != 0;
+    }
+    std::vector<size_t> kept, red;
+    int64_t count = 1;
+    for (size_t d = 0; d < r; ++d) {
+      if (reduced[d]) {
+        red.push_back(d);
+        count *= X.type.shape[d].value();
+      } else {
+        kept.push_back(d);
+      }
+    }
+    std::vector<bool> eligible(r);
+    for (size_t d = 0; d < r; ++d) eligible[d] = !reduced[d];
+    int axis = splitAxis(X.type.shape, eligible);
+    if (axis < 0) {
+      setDomainSplit(X.type.shape, -1, 1);
+    } else {
+      const ir::Dim d = X.type.shape[static_cast<size_t>(axis)];
+      auto others = product(b_, X.type.shape, axis, 1);
+      split_.units = [this, d](Value* batch) { return d.isBatch() ? batch : c64(d.value()); };
+      split_.cost = [this, others](Value* batch) { return b_.CreateSIToFP(others(batch), f64_); };
+    }
+    const bool isArg = n.isOp(Op::ArgMax), isMax = n.isOp(Op::ReduceMax);
+    std::vector<Value*> xv(r, nullptr);
+    domainLoops(X.type.shape, axis, [&](const std::vector<Value*>& kv) {
+      xv = kv;
+      std::vector<Value*> outIdx;
+      for (size_t d = 0; d < r; ++d) {
+        if (!reduced[d]) outIdx.push_back(xv[d]);
+        else if (keepdims) outIdx.push_back(c64(0));
+      }
+      if (outIdx.size() != k.domain.size()) fail("internal: reduction '{}' domain rank mismatch", n.name());
+      if (isArg) {
+        const size_t ax = red[0];
+        const bool last = n.attrInt("select_last_index") != 0;
+        llvm::AllocaInst* best = local(i64_, "best");
+        llvm::AllocaInst* bestValue = local(f64_, "bestValue");
+        b_.CreateStore(c64(0), best);
+        std::vector<Value*> first = xv;
+        first[ax] = c64(0);
+        b_.CreateStore(asF64(operand(k, first)), bestValue);
+        forRange(c64(1), c64(X.type.shape[ax].value()), "x" + std::to_string(ax), [&](Value* i) {
+          std::vector<Value*> at = xv;
+          at[ax] = i;
+          Value* v = asF64(operand(k, at));
+          Value* bv = b_.CreateLoad(f64_, bestValue);
+          // NaN counts as the largest value, as in numpy.
+          Value* better = b_.CreateSelect(isNan(bv), b_.getFalse(), b_.CreateOr(isNan(v), b_.CreateFCmpOGT(v, bv)));
+          if (last) {
+            Value* tie = b_.CreateSelect(isNan(v), isNan(bv), b_.CreateFCmpOEQ(v, bv));
+            better = b_.CreateOr(better, tie);
+          }
+          ifThen(better, "better", [&] {
+            b_.CreateStore(i, best);
+            b_.CreateStore(v, bestValue);
+          });
+        });
+        emitBody(k.body, outIdx, convert(b_.CreateLoad(i64_, best), DType::I64, outT));
+        return;
+      }
+      llvm::AllocaInst* acc = local(f64_, "acc");
+      b_.CreateStore(isMax ? llvm::ConstantFP::getInfinity(f64_, true) : llvm::ConstantFP::get(f64_, 0.0), acc);
+      domainLoops(X.type.shape, -1, [&](const std::vector<Value*>& v) {
+        Value* x = asF64(operand(k, v));
+        Value* a = b_.CreateLoad(f64_, acc);
+        b_.CreateStore(isMax ? maxNaN(a, x, true) : b_.CreateFAdd(a, x), acc);
+      }, red, xv);
+      Value* a = b_.CreateLoad(f64_, acc, n.name());
+      if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
+        a = b_.CreateFDiv(a, llvm::ConstantFP::get(f64_, static_cast<double>(count)));
+        if (!ir::isFloat(outT)) a = b_.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, a);
+      }
+      emitBody(k.body, outIdx, convert(a, DType::F64, outT));
+    });
+  }
+
+  // ---- irregular data movement
+
+  void emitCopy(const Kernel& k) {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const DType t = accType(k);
+    int axis = splitAxis(k.domain);
+    setDomainSplit(k.domain, axis, 1);
+    const size_t r = X.type.rank();
+    if (!n.isOp(Op::Pad) && !n.isOp(Op::Gather)) unsupported("node '{}' ({}): no LLVM IR for this copy template", n.name(), n.info().name);
+    domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
+      Value* acc = nullptr;
+      if (n.isOp(Op::Pad)) {
+        const std::vector<int64_t>& pads = n.attrInts("pads");
+        const std::string& mode = n.attrString("mode");
+        std::vector<Value*> idx;
+        Value* inBounds = b_.getTrue();
+        for (size_t d = 0; d < r; ++d) {
+          if (pads[d] == 0 && pads[r + d] == 0) {
+            idx.push_back(vars[d]);
+            continue;
+          }
+          const int64_t size = X.type.shape[d].value();
+          Value* pv = b_.CreateSub(vars[d], c64(pads[d]));
+          if (mode == "constant") {
+            inBounds = b_.CreateAnd(inBounds, b_.CreateAnd(b_.CreateICmpSGE(pv, c64(0)), b_.CreateICmpSLT(pv, c64(size))));
+            pv = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, pv, c64(size - 1)), c64(0));
+          } else if (mode == "edge") {
+            pv = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, pv, c64(size - 1)), c64(0));
+          } else if (size == 1) {  // reflect
+            pv = c64(0);
+          } else {
+            // Reflection without repeating the edge, folded into one period of 2*(size-1).
+            const int64_t period = 2 * (size - 1);
+            Value* m = b_.CreateSRem(pv, c64(period));
+            m = b_.CreateSelect(b_.CreateICmpSLT(m, c64(0)), b_.CreateAdd(m, c64(period)), m);
+            pv = b_.CreateSelect(b_.CreateICmpSGE(m, c64(size)), b_.CreateSub(c64(period), m), m);
+          }
+          idx.push_back(pv);
+        }
+        Value* v = convert(loadElem(X.id, idx, X.name), X.type.dtype, t);
+        acc = mode == "constant" ? b_.CreateSelect(inBounds, v, constant(n.attrFloat("value"), t, regType(t))) : v;
+      } else {
+        const Buffer& I = p_.buffer(k.anchorInputs[1]);
+        const size_t ax = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
+        const size_t ri = I.type.rank();
+        std::vector<Value*> iIdx;
+        for (size_t d = 0; d < ri; ++d) iIdx.push_back(vars[ax + d]);
+        const int64_t size = X.type.shape[ax].value();
+        Value* at = convert(loadElem(I.id, iIdx, I.name), I.type.dtype, DType::I64);
+        at = b_.CreateSelect(b_.CreateICmpSLT(at, c64(0)), b_.CreateAdd(at, c64(size)), at);
+        // Out of range is an error in the reference: clamped here.
+        at = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, at, c64(size - 1)), c64(0));
+        std::vector<Value*> idx;
+        for (size_t d = 0; d < ax; ++d) idx.push_back(vars[d]);
+        idx.push_back(at);
+        for (size_t d = ax + 1; d < r; ++d) idx.push_back(vars[d - 1 + ri]);
+        acc = convert(loadElem(X.id, idx, X.name), X.type.dtype, t);
+      }
+      emitBody(k.body, vars, acc);
+    });
+  }
+
+  // ---- the C ABI (policyc_model.h)
+
+  llvm::Constant* cstr(const std::string& s) { return b_.CreateGlobalStringPtr(s, "str", 0, &m_); }
+  llvm::GlobalVariable* constGlobal(llvm::Constant* init, const std::string& name) {
+    auto* g = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, name);
+    return g;
+  }
+  llvm::Function* function(llvm::Type* ret, std::vector<llvm::Type*> params, const std::string& name, bool exported) {
+    auto* f = llvm::Function::Create(llvm::FunctionType::get(ret, params, false),
+                                     exported ? llvm::GlobalValue::ExternalLinkage : llvm::GlobalValue::InternalLinkage, name, m_);
+    f->addFnAttr(llvm::Attribute::NoUnwind);
+    fn_ = f;
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
+    return f;
+  }
+
+  void emitAbi(const std::vector<llvm::Function*>& kernels, const std::string& cName, const std::string& targetName) {
+    // descriptors of the inputs and outputs
+    auto* descTy = llvm::StructType::create(ctx_, {ptr_, i32_, i32_, ptr_}, "policyc_tensor_desc");
+    auto descs = [&](const std::vector<std::pair<std::string, int>>& list, const std::string& what) {
+      std::vector<llvm::Constant*> items;
+      for (size_t i = 0; i < list.size(); ++i) {
+        const Buffer& b = p_.buffer(list[i].second);
+        std::vector<int64_t> shape;
+        for (const ir::Dim& d : b.type.shape) shape.push_back(d.isBatch() ? -1 : d.value());
+        llvm::Constant* arr = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int64_t>(shape));
+        auto* g = constGlobal(arr, fmt::format("pc_{}_shape_{}", what, i));
+        items.push_back(llvm::ConstantStruct::get(descTy, {cstr(list[i].first), b_.getInt32(static_cast<uint32_t>(abiDType(b.type.dtype))),
+                                                           b_.getInt32(static_cast<uint32_t>(shape.size())), g}));
+      }
+      return constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(descTy, items.size()), items), "pc_" + what);
+    };
+    std::vector<std::pair<std::string, int>> ins;
+    for (int id : p_.inputs) ins.push_back({p_.buffer(id).name, id});
+    llvm::GlobalVariable* inDescs = descs(ins, "inputs");
+    llvm::GlobalVariable* outDescs = descs(p_.outputs, "outputs");
+
+    // size_t workspace_bytes(int64_t batch)
+    llvm::Function* wsBytes = function(i64_, {i64_}, "pc_workspace_bytes", false);
+    {
+      Value* batch = &*wsBytes->arg_begin();
+      Value* bsafe = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, batch, c64(0));
+      b_.CreateRet(b_.CreateAdd(c64(plan_.staticBytes), b_.CreateMul(c64(plan_.perBatchBytes), bsafe)));
+    }
+
+    // The kernel the last run entered (a debugging aid, as in the C++ backend).
+    auto* running = new llvm::GlobalVariable(m_, i32_, false, llvm::GlobalValue::InternalLinkage, b_.getInt32(static_cast<uint32_t>(-1)),
+                                             "pc_running_kernel");
+
+    // int run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads)
+    llvm::Function* run = function(i32_, {ptr_, ptr_, i64_, ptr_, i32_}, "pc_run", false);
+    {
+      auto a = run->arg_begin();
+      Value* inputs = &*a++;
+      Value* outputs = &*a++;
+      Value* batch = &*a++;
+      Value* ws = &*a++;
+      Value* threads = &*a;
+      inputs->setName("inputs");
+      outputs->setName("outputs");
+      batch->setName("batch");
+      ws->setName("workspace");
+      threads->setName("threads");
+      auto fails = [&](Value* cond, int code) {
+        llvm::BasicBlock* bad = block("error");
+        llvm::BasicBlock* ok = block("ok");
+        b_.CreateCondBr(cond, bad, ok);
+        b_.SetInsertPoint(bad);
+        b_.CreateRet(b_.getInt32(static_cast<uint32_t>(code)));
+        b_.SetInsertPoint(ok);
+      };
+      fails(b_.CreateOr(b_.CreateICmpSLT(batch, c64(0)), b_.CreateICmpSLT(threads, b_.getInt32(1))), POLICYC_ERROR_ARGUMENT);
+      {
+        llvm::BasicBlock* done = block("empty");
+        llvm::BasicBlock* go = block("go");
+        b_.CreateCondBr(b_.CreateICmpEQ(batch, c64(0)), done, go);
+        b_.SetInsertPoint(done);
+        b_.CreateRet(b_.getInt32(POLICYC_OK));
+        b_.SetInsertPoint(go);
+      }
+      fails(b_.CreateIsNull(inputs), POLICYC_ERROR_ARGUMENT);
+      for (size_t i = 0; i < p_.inputs.size(); ++i) {
+        fails(b_.CreateIsNull(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, inputs, i))), POLICYC_ERROR_ARGUMENT);
+      }
+      fails(b_.CreateIsNull(outputs), POLICYC_ERROR_ARGUMENT);
+      for (size_t i = 0; i < p_.outputs.size(); ++i) {
+        fails(b_.CreateIsNull(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, outputs, i))), POLICYC_ERROR_ARGUMENT);
+      }
+      Value* need = b_.CreateCall(wsBytes, {batch});
+      fails(b_.CreateAnd(b_.CreateICmpSGT(need, c64(0)), b_.CreateIsNull(ws)), POLICYC_ERROR_ARGUMENT);
+      fails(b_.CreateICmpNE(b_.CreateAnd(b_.CreatePtrToInt(ws, i64_), c64(POLICYC_WORKSPACE_ALIGNMENT - 1)), c64(0)), POLICYC_ERROR_WORKSPACE);
+      llvm::AllocaInst* ctx = b_.CreateAlloca(ctxTy_, nullptr, "ctx");
+      b_.CreateStore(inputs, b_.CreateStructGEP(ctxTy_, ctx, 0));
+      b_.CreateStore(outputs, b_.CreateStructGEP(ctxTy_, ctx, 1));
+      b_.CreateStore(batch, b_.CreateStructGEP(ctxTy_, ctx, 2));
+      b_.CreateStore(ws, b_.CreateStructGEP(ctxTy_, ctx, 3));
+      Value* minChunk = llvm::ConstantFP::get(f64_, o_.minChunkCost);
+      Value* serial = b_.CreateOr(b_.CreateICmpEQ(threads, b_.getInt32(1)), b_.CreateIsNull(parallelFor_), "serial");
+      for (size_t ki = 0; ki < kernels.size(); ++ki) {
+        b_.CreateAlignedStore(b_.getInt32(static_cast<uint32_t>(ki)), running, llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Monotonic);
+        Value* units = splits_[ki].units(batch);
+        units->setName(p_.kernels[ki].name + ".units");
+        // One thread calls the kernel directly; more go through the support library's pool.
+        ifElse(
+            serial, p_.kernels[ki].name, [&] { b_.CreateCall(kernelFnTy_, kernels[ki], {ctx, c64(0), units}); },
+            [&] {
+              b_.CreateCall(parallelFor_, {threads, units, splits_[ki].cost(batch), minChunk, kernels[ki], ctx});
+            });
+      }
+      b_.CreateRet(b_.getInt32(POLICYC_OK));
+    }
+
+    // the descriptor
+    auto* modelTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, ptr_, i32_, ptr_, i32_, ptr_, ptr_, ptr_}, "policyc_model");
+    const uint64_t modelSize = m_.getDataLayout().getTypeAllocSize(modelTy);
+    auto* model = constGlobal(
+        llvm::ConstantStruct::get(modelTy, {b_.getInt32(POLICYC_ABI_VERSION), b_.getInt32(static_cast<uint32_t>(modelSize)),
+                                            cstr(p_.name), cstr(targetName), b_.getInt32(static_cast<uint32_t>(p_.inputs.size())),
+                                            inDescs, b_.getInt32(static_cast<uint32_t>(p_.outputs.size())), outDescs, wsBytes, run}),
+        "pc_model");
+
+    // profiling data (policyc_profile_data): what each kernel is and costs; not instrumented
+    auto* infoTy = llvm::StructType::create(ctx_, {ptr_, ptr_, ptr_, f64_, f64_, f64_, f64_}, "policyc_kernel_info");
+    std::vector<llvm::Constant*> infos;
+    std::vector<llvm::Constant*> names;
+    for (const Kernel& k : p_.kernels) {
+      std::string nodes;
+      for (const ir::Node* n : k.sources) nodes += (nodes.empty() ? "" : ",") + n->output()->name();
+      KernelCost c = kernelCost(p_, k);
+      infos.push_back(llvm::ConstantStruct::get(infoTy, {cstr(k.name), cstr(nodes), cstr(kernelKindName(k.kind)),
+                                                         llvm::ConstantFP::get(f64_, c.flopsStatic), llvm::ConstantFP::get(f64_, c.flopsPerRow),
+                                                         llvm::ConstantFP::get(f64_, c.bytesStatic), llvm::ConstantFP::get(f64_, c.bytesPerRow)}));
+      names.push_back(cstr(k.name));
+    }
+    auto* infoArr = constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(infoTy, infos.size()), infos), "pc_kernel_info");
+    auto* nameArr = constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(ptr_, names.size()), names), "pc_kernel_names");
+    auto* profTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, i64_, ptr_, ptr_, ptr_, i64_, ptr_, ptr_}, "policyc_profile");
+    llvm::Constant* null = llvm::ConstantPointerNull::get(b_.getPtrTy());
+    auto* profile = constGlobal(
+        llvm::ConstantStruct::get(profTy, {b_.getInt32(static_cast<uint32_t>(p_.kernels.size())), b_.getInt32(0), infoArr,
+                                           b_.getInt64(static_cast<uint64_t>(paramBytes(p_))), null, null, null, b_.getInt64(0), null, null}),
+        "pc_profile");
+
+    function(ptr_, {}, "policyc_model_descriptor", true);
+    b_.CreateRet(model);
+    function(ptr_, {}, "policyc_profile_data", true);
+    b_.CreateRet(profile);
+    function(ptr_, {}, "policyc_debug_running_kernel", true);
+    {
+      auto* k = b_.CreateAlignedLoad(i32_, running, llvm::Align(4), "kernel");
+      k->setAtomic(llvm::AtomicOrdering::Monotonic);
+      Value* none = b_.CreateICmpSLT(k, b_.getInt32(0));
+      Value* at = b_.CreateSelect(none, b_.getInt32(0), k);
+      Value* name = b_.CreateLoad(ptr_, b_.CreateInBoundsGEP(ptr_, nameArr, b_.CreateSExt(at, i64_)));
+      b_.CreateRet(b_.CreateSelect(none, cstr(""), name));
+    }
+
+    // typed wrappers (NAME.h): NAME_descriptor, NAME_run_with_workspace, NAME_run
+    function(ptr_, {}, cName + "_descriptor", true);
+    b_.CreateRet(model);
+    const size_t nIn = p_.inputs.size(), nOut = p_.outputs.size();
+    std::vector<llvm::Type*> params(nIn + nOut, ptr_);
+    params.push_back(i64_);
+    auto packArgs = [&](llvm::Function* f) {
+      auto* insArr = b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(nIn, 1)), nullptr, "ins");
+      auto* outsArr = b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(nOut, 1)), nullptr, "outs");
+      auto a = f->arg_begin();
+      for (size_t i = 0; i < nIn; ++i) b_.CreateStore(&*a++, b_.CreateConstInBoundsGEP1_64(ptr_, insArr, i));
+      for (size_t i = 0; i < nOut; ++i) b_.CreateStore(&*a++, b_.CreateConstInBoundsGEP1_64(ptr_, outsArr, i));
+      return std::pair<Value*, Value*>{insArr, outsArr};
+    };
+    {
+      std::vector<llvm::Type*> wp = params;
+      wp.push_back(ptr_);
+      llvm::Function* f = function(i32_, wp, cName + "_run_with_workspace", true);
+      auto [insArr, outsArr] = packArgs(f);
+      Value* batch = f->getArg(static_cast<unsigned>(nIn + nOut));
+      Value* ws = f->getArg(static_cast<unsigned>(nIn + nOut + 1));
+      b_.CreateRet(b_.CreateCall(run, {insArr, outsArr, batch, ws, b_.getInt32(1)}));
+    }
+    {
+      llvm::Function* f = function(i32_, params, cName + "_run", true);
+      Value* batch = f->getArg(static_cast<unsigned>(nIn + nOut));
+      auto [insArr, outsArr] = packArgs(f);
+      llvm::BasicBlock* bad = block("negative");
+      llvm::BasicBlock* ok = block("ok");
+      b_.CreateCondBr(b_.CreateICmpSLT(batch, c64(0)), bad, ok);
+      b_.SetInsertPoint(bad);
+      b_.CreateRet(b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_ARGUMENT)));
+      b_.SetInsertPoint(ok);
+      Value* need = b_.CreateCall(wsBytes, {batch});
+      Value* ws = b_.CreateCall(threadWorkspace_, {need}, "ws");
+      llvm::BasicBlock* oom = block("no_memory");
+      llvm::BasicBlock* go = block("go");
+      b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpSGT(need, c64(0)), b_.CreateIsNull(ws)), oom, go);
+      b_.SetInsertPoint(oom);
+      b_.CreateRet(b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_WORKSPACE)));
+      b_.SetInsertPoint(go);
+      b_.CreateRet(b_.CreateCall(run, {insArr, outsArr, batch, ws, b_.getInt32(1)}));
+    }
+  }
+
+  const KernelProgram& p_;
+  const MemoryPlan& plan_;
+  const LlvmOptions& o_;
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  llvm::Type *f32_, *f64_, *i1_, *i8_, *i32_, *i64_;
+  llvm::PointerType* ptr_;
+  unsigned nodeMd_ = 0;
+
+  std::map<int, int> inputIndex_, outputIndex_;
+  std::vector<unsigned char> weights_;
+  std::map<int, int64_t> paramOffset_;
+  std::map<size_t, int64_t> packedOffset_, packedBiasOffset_;
+  llvm::GlobalVariable* weightsGv_ = nullptr;
+  llvm::FunctionType* kernelFnTy_ = nullptr;
+  llvm::Function* parallelFor_ = nullptr;
+  llvm::Function* threadWorkspace_ = nullptr;
+  llvm::StructType* ctxTy_ = nullptr;
+
+  // the kernel function being emitted
+  llvm::Function* fn_ = nullptr;
+  Value *inputs_ = nullptr, *outputs_ = nullptr, *batch_ = nullptr, *ws_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
+  llvm::Instruction* entryEnd_ = nullptr;
+  std::map<int, Value*> roots_;
+  Split split_;
+  bool faultyAnchor_ = false;
+  std::vector<Split> splits_;
+};
+
+}  // namespace
+
+LlvmModule::LlvmModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LlvmModule::LlvmModule(LlvmModule&&) noexcept = default;
+LlvmModule& LlvmModule::operator=(LlvmModule&&) noexcept = default;
+LlvmModule::~LlvmModule() = default;
+const std::string& LlvmModule::name() const { return impl_->name; }
+const LlvmTarget& LlvmModule::target() const { return impl_->target; }
+const std::string& LlvmModule::unoptimizedIr() const { return impl_->unoptimized; }
+const std::string& LlvmModule::header() const { return impl_->header; }
+double LlvmModule::emitSeconds() const { return impl_->emitSeconds; }
+double LlvmModule::optimizeSeconds() const { return impl_->optimizeSeconds; }
+std::string LlvmModule::ir() const {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  impl_->module->print(os, nullptr);
+  return s;
+}
+
+LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const LlvmOptions& options) {
+  auto impl = std::make_unique<LlvmModule::Impl>();
+  impl->target = resolveLlvmTarget(options.target);
+  std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
+  // The same C header as the C++ backend's (names, sizes and workspace of a self-contained model).
+  CppOptions cpp;
+  cpp.name = options.name;
+  cpp.externKernels = false;
+  GeneratedCpp text = emitCpp(program, plan, cpp);
+  impl->name = text.name;
+  impl->header = text.header;
+
+  auto start = std::chrono::steady_clock::now();
+  impl->context = std::make_unique<llvm::LLVMContext>();
+  impl->module = std::make_unique<llvm::Module>(program.name, *impl->context);
+  llvm::Module& m = *impl->module;
+  m.setTargetTriple(impl->target.triple);
+  m.setDataLayout(machine->createDataLayout());
+  Emitter(program, plan, options, m).run(impl->name, impl->target.name);
+  std::string problems;
+  llvm::raw_string_ostream os(problems);
+  if (llvm::verifyModule(m, &os)) fail("internal: the LLVM backend emitted an invalid module: {}", problems);
+  llvm::raw_string_ostream ir(impl->unoptimized);
+  m.print(ir, nullptr);
+  auto emitted = std::chrono::steady_clock::now();
+  impl->emitSeconds = std::chrono::duration<double>(emitted - start).count();
+  llvmbe::optimizeModule(m, *machine);
+  impl->optimizeSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - emitted).count();
+  return LlvmModule(std::move(impl));
+}
+
+LlvmModule generateLlvm(const ir::Graph& graph, const LlvmOptions& options, const CodegenStages& stages) {
+  try {
+    KernelProgram program = lowerGraph(graph);
+    if (stages.lowered) stages.lowered(program);
+    if (stages.fuse) fuseKernels(program);
+    MemoryPlan plan = planMemory(program);
+    if (stages.planned) stages.planned(program, plan);
+    return emitLlvm(program, plan, options);
+  } catch (const UnsupportedError& e) {
+    unsupported("unsupported in backend llvm: {}", e.what());
+  }
+}
+
+}  // namespace policyc::codegen

@@ -1,0 +1,37 @@
+// What the LLVM backend's emitter (emit.cpp) and its ORC/target half (orc.cpp) share.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include "policyc/codegen/llvm_backend.h"
+
+namespace policyc::codegen {
+
+struct LlvmModule::Impl {
+  std::unique_ptr<llvm::LLVMContext> context;
+  std::unique_ptr<llvm::Module> module;
+  LlvmTarget target;
+  std::string name;         // C identifier of the typed wrappers
+  std::string header;       // NAME.h
+  std::string unoptimized;  // the module as emitted
+  double emitSeconds = 0, optimizeSeconds = 0;
+};
+
+namespace llvmbe {
+
+// The target machine for a resolved target (PIC, O3 code generation).
+std::unique_ptr<llvm::TargetMachine> createTargetMachine(const LlvmTarget& target);
+// The new pass manager's O3 pipeline for the target machine.
+void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine);
+
+// Symbols of the run-time support (support.cpp) the emitted IR calls.
+constexpr const char* kParallelFor = "policyc_rt_parallel_for";
+constexpr const char* kThreadWorkspace = "policyc_rt_thread_workspace";
+
+}  // namespace llvmbe
+}  // namespace policyc::codegen

@@ -1,0 +1,341 @@
+// The LLVM backend's machine half: target resolution and validation, the O3 pipeline, object /
+// assembly / IR files, the shared object link, and the ORC LLJIT (all ORC code lives here: each
+// file including LLJIT.h costs ~10 s to compile).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include <llvm/ADT/StringMap.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/Triple.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include "llvm_internal.h"
+#include "policyc/ir/error.h"
+
+// The run-time support (support.cpp, linked into the compiler) and its static archive, embedded
+// for linking into shared objects (support_archive.S).
+extern "C" {
+void policyc_rt_parallel_for(int32_t, int64_t, double, double, void (*)(void*, int64_t, int64_t), void*);
+void* policyc_rt_thread_workspace(int64_t);
+extern const unsigned char policyc_llvm_support_archive[];
+extern const unsigned char policyc_llvm_support_archive_end[];
+}
+
+namespace policyc::codegen {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void initializeLlvm() {
+  static const bool once = [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+    llvm::InitializeAllAsmParsers();
+    return true;
+  }();
+  (void)once;
+}
+
+std::string errorText(llvm::Error e) { return llvm::toString(std::move(e)); }
+
+std::string hostFeatures() {
+  llvm::StringMap<bool> map = llvm::sys::getHostCPUFeatures();
+  std::vector<std::string> f;
+  for (const auto& kv : map) f.push_back((kv.second ? "+" : "-") + kv.getKey().str());
+  std::sort(f.begin(), f.end());
+  return fmt::format("{}", fmt::join(f, ","));
+}
+
+// The architectures this LLVM can generate code for ("x86-64, aarch64, ...").
+std::string architectures() {
+  std::vector<std::string> names;
+  for (const llvm::Target& t : llvm::TargetRegistry::targets()) names.push_back(t.getName());
+  std::sort(names.begin(), names.end());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+}  // namespace
+
+std::vector<std::string> llvmTargetNames() { return {"native", "x86-64-v3", "x86-64-v4", "generic"}; }
+
+LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options) {
+  initializeLlvm();
+  LlvmTarget t;
+  t.name = options.target.empty() ? "native" : options.target;
+  const std::string host = llvm::sys::getProcessTriple();
+  const bool hostIsX86 = llvm::Triple(host).getArch() == llvm::Triple::x86_64;
+  if (t.name == "native") {
+    t.triple = host;
+    t.cpu = llvm::sys::getHostCPUName().str();
+    t.features = hostFeatures();
+  } else if (t.name == "x86-64-v3" || t.name == "x86-64-v4" || t.name == "generic") {
+    t.triple = hostIsX86 ? host : "x86_64-unknown-linux-gnu";
+    t.cpu = t.name == "generic" ? "x86-64" : t.name;
+  } else {
+    llvm::Triple triple(llvm::Triple::normalize(t.name));
+    if (triple.getArch() == llvm::Triple::UnknownArch) {
+      fail("unknown target '{}': valid targets are {} or an LLVM target triple such as x86_64-linux-gnu or aarch64-linux-gnu "
+           "(architectures: {})",
+           t.name, fmt::join(llvmTargetNames(), ", "), architectures());
+    }
+    t.triple = triple.str();
+  }
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(t.triple, error);
+  if (!target) fail("unknown target '{}' (triple {}): {} (architectures: {})", t.name, t.triple, error, architectures());
+  if (!options.cpu.empty()) t.cpu = options.cpu;
+  if (!options.features.empty()) t.features = t.features.empty() ? options.features : t.features + "," + options.features;
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(target->createMCSubtargetInfo(t.triple, "", ""));
+  if (!sti) fail("target '{}' (triple {}) has no subtarget information", t.name, t.triple);
+  if (!t.cpu.empty() && !sti->isCPUStringValid(t.cpu)) {
+    std::vector<std::string> cpus;
+    for (const llvm::SubtargetSubTypeKV& kv : sti->getAllProcessorDescriptions()) cpus.push_back(kv.Key);
+    fail("unknown CPU '{}' for target {} (valid CPUs: {})", t.cpu, t.triple, fmt::join(cpus, ", "));
+  }
+  if (!options.features.empty()) {
+    std::vector<std::string> known;
+    for (const llvm::SubtargetFeatureKV& kv : sti->getAllProcessorFeatures()) known.push_back(kv.Key);
+    std::string item;
+    for (size_t p = 0; p <= options.features.size(); ++p) {
+      if (p < options.features.size() && options.features[p] != ',') {
+        item += options.features[p];
+        continue;
+      }
+      if (item.size() < 2 || (item[0] != '+' && item[0] != '-') ||
+          std::find(known.begin(), known.end(), item.substr(1)) == known.end()) {
+        fail("invalid feature '{}' in '{}': features are +NAME or -NAME, comma-separated, NAME one of {}", item, options.features,
+             fmt::join(known, ", "));
+      }
+      item.clear();
+    }
+  }
+  t.isHost = llvm::Triple(t.triple).getArch() == llvm::Triple(host).getArch() &&
+             llvm::Triple(t.triple).getOS() == llvm::Triple(host).getOS();
+  return t;
+}
+
+namespace llvmbe {
+
+std::unique_ptr<llvm::TargetMachine> createTargetMachine(const LlvmTarget& t) {
+  initializeLlvm();
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(t.triple, error);
+  if (!target) fail("unknown target triple '{}': {}", t.triple, error);
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(t.triple, t.cpu, t.features, options, llvm::Reloc::PIC_,
+                                                                      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  if (!tm) fail("LLVM cannot generate code for triple '{}' CPU '{}'", t.triple, t.cpu);
+  return tm;
+}
+
+void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine) {
+  // Every function carries the CPU and features, so any code generator (the JIT's too) honours them.
+  for (llvm::Function& f : module) {
+    if (f.isDeclaration()) continue;
+    f.addFnAttr("target-cpu", machine.getTargetCPU());
+    if (!machine.getTargetFeatureString().empty()) f.addFnAttr("target-features", machine.getTargetFeatureString());
+  }
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopVectorization = true;
+  tuning.SLPVectorization = true;
+  llvm::PassBuilder pb(&machine, tuning);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(module, mam);
+}
+
+}  // namespace llvmbe
+
+namespace {
+
+// Writes `bytes` to `path` through a temporary name in the same directory.
+void writeAtomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!f) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      fail("cannot write '{}'", path);
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    fail("cannot write '{}': {}", path, ec.message());
+  }
+}
+
+std::string codegenFile(const LlvmModule& module, LlvmFileKind kind) {
+  const LlvmModule::Impl& m = module.impl();
+  if (kind == LlvmFileKind::Ir) return module.ir();
+  // Code generation changes the module: work on a copy (the module stays usable).
+  std::unique_ptr<llvm::Module> copy = llvm::CloneModule(*m.module);
+  std::unique_ptr<llvm::TargetMachine> tm = llvmbe::createTargetMachine(m.target);
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  auto type = kind == LlvmFileKind::Object ? llvm::CodeGenFileType::ObjectFile : llvm::CodeGenFileType::AssemblyFile;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, type)) fail("LLVM cannot emit this file type for target {}", m.target.triple);
+  pm.run(*copy);
+  return std::string(buffer.begin(), buffer.end());
+}
+
+}  // namespace
+
+void writeLlvmFile(const LlvmModule& module, LlvmFileKind kind, const std::string& path) {
+  writeAtomically(path, codegenFile(module, kind));
+}
+
+BuildResult buildLlvmSharedObject(const LlvmModule& module, const std::string& outSo, const BuildOptions& options) {
+  if (!module.target().isHost) {
+    fail("a shared object needs a target of this machine ({}), not {}: use --emit=obj for other targets", llvm::sys::getProcessTriple(),
+         module.target().triple);
+  }
+  BuildResult result;
+  fs::path dir = options.workDir;
+  const bool temporary = dir.empty();
+  if (temporary) {
+    char tmpl[] = "/tmp/policyc-llvm-XXXXXX";
+    if (!::mkdtemp(tmpl)) fail("cannot create a temporary directory");
+    dir = tmpl;
+  } else {
+    fs::create_directories(dir);
+  }
+  const fs::path object = dir / "module.o", archive = dir / "libpolicyc_llvm_support.a", log = dir / "link.log";
+  writeAtomically(object.string(), codegenFile(module, LlvmFileKind::Object));
+  writeAtomically(archive.string(), std::string(reinterpret_cast<const char*>(policyc_llvm_support_archive),
+                                                static_cast<size_t>(policyc_llvm_support_archive_end - policyc_llvm_support_archive)));
+  const std::string tmpSo = fmt::format("{}.tmp{}", outSo, ::getpid());
+  // The C++ driver links: the support archive needs libstdc++ (thread-local destructors, guards).
+  const std::string cmd = fmt::format("'{}' -shared -o '{}' '{}' '{}' -lm -lpthread > '{}' 2>&1", options.compiler, tmpSo,
+                                      object.string(), archive.string(), log.string());
+  auto start = std::chrono::steady_clock::now();
+  const int rc = std::system(cmd.c_str());
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::error_code ec;
+  if (rc != 0) {
+    fs::remove(tmpSo, ec);
+    std::ifstream f(log);
+    std::string first;
+    std::getline(f, first);
+    fail("linking '{}' failed ({}): {} (log: {})", outSo, options.compiler, first, log.string());
+  }
+  fs::rename(tmpSo, outSo, ec);
+  if (ec) {
+    fs::remove(tmpSo, ec);
+    fail("cannot write '{}': {}", outSo, ec.message());
+  }
+  if (temporary && !options.keepWorkDir) {
+    fs::remove_all(dir, ec);
+  } else {
+    result.workDir = dir.string();
+  }
+  return result;
+}
+
+// ---- the JIT
+
+struct JitModel::Impl {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  const policyc_model* descriptor = nullptr;
+  const policyc_profile* profile = nullptr;
+  double seconds = 0;
+};
+
+JitModel::JitModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+JitModel::JitModel(JitModel&&) noexcept = default;
+JitModel::~JitModel() = default;
+const policyc_model* JitModel::descriptor() const { return impl_->descriptor; }
+const policyc_profile* JitModel::profile() const { return impl_->profile; }
+double JitModel::seconds() const { return impl_->seconds; }
+void* JitModel::symbol(const char* name) const {
+  auto sym = impl_->jit->lookup(name);
+  if (!sym) {
+    llvm::consumeError(sym.takeError());
+    return nullptr;
+  }
+  return sym->toPtr<void*>();
+}
+
+std::unique_ptr<JitModel> jitCompile(LlvmModule module) {
+  LlvmModule::Impl& m = module.impl();
+  if (!m.target.isHost) fail("the JIT runs code for this machine only ({}), not {}", llvm::sys::getProcessTriple(), m.target.triple);
+  auto start = std::chrono::steady_clock::now();
+  llvm::orc::JITTargetMachineBuilder jtmb{llvm::Triple(m.target.triple)};
+  jtmb.setCPU(m.target.cpu);
+  jtmb.addFeatures(std::vector<std::string>{});
+  if (!m.target.features.empty()) {
+    std::vector<std::string> features;
+    std::string item;
+    for (char c : m.target.features + ",") {
+      if (c == ',') {
+        if (!item.empty()) features.push_back(item);
+        item.clear();
+      } else {
+        item += c;
+      }
+    }
+    jtmb.addFeatures(features);
+  }
+  jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  jtmb.setRelocationModel(llvm::Reloc::PIC_);
+  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
+  if (!jit) fail("cannot create the JIT: {}", errorText(jit.takeError()));
+  auto impl = std::make_unique<JitModel::Impl>();
+  impl->jit = std::move(*jit);
+  llvm::orc::LLJIT& j = *impl->jit;
+  llvm::orc::JITDylib& lib = j.getMainJITDylib();
+  // The run-time support from this process; libm's functions (cold paths) from the process too.
+  llvm::orc::SymbolMap support;
+  support[j.mangleAndIntern(llvmbe::kParallelFor)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_parallel_for),
+                                                      llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kThreadWorkspace)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_thread_workspace),
+                                                          llvm::JITSymbolFlags::Exported};
+  if (llvm::Error e = lib.define(llvm::orc::absoluteSymbols(std::move(support)))) fail("JIT: {}", errorText(std::move(e)));
+  auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.getDataLayout().getGlobalPrefix());
+  if (!generator) fail("JIT: {}", errorText(generator.takeError()));
+  lib.addGenerator(std::move(*generator));
+  if (llvm::Error e = j.addIRModule(llvm::orc::ThreadSafeModule(std::move(m.module), std::move(m.context)))) {
+    fail("JIT: {}", errorText(std::move(e)));
+  }
+  auto descriptorFn = j.lookup("policyc_model_descriptor");
+  if (!descriptorFn) fail("JIT: {}", errorText(descriptorFn.takeError()));
+  impl->descriptor = descriptorFn->toPtr<const policyc_model* (*)()>()();
+  auto profileFn = j.lookup("policyc_profile_data");
+  if (!profileFn) fail("JIT: {}", errorText(profileFn.takeError()));
+  impl->profile = profileFn->toPtr<const policyc_profile* (*)()>()();
+  impl->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::make_unique<JitModel>(std::move(impl));
+}
+
+}  // namespace policyc::codegen

@@ -1,0 +1,35 @@
+// Run-time support of LLVM-backend models: the thread pool (the C++ backend's, from its prelude)
+// and the typed wrappers' per-thread workspace, behind a C interface the emitted IR calls. Linked
+// into the compiler (the JIT resolves these symbols to it) and, as a static archive embedded in
+// the compiler, into every shared object the backend builds.
+#include "../../cpp_prelude/policyc_prelude.h"
+
+extern "C" {
+
+// Runs fn(ctx, lo, hi) over [0, units) in at most `threads` chunks (pc::parallelFor).
+__attribute__((visibility("hidden"))) void policyc_rt_parallel_for(int32_t threads, int64_t units, double costPerUnit,
+                                                                    double minChunkCost,
+                                                                    void (*fn)(void*, int64_t, int64_t), void* ctx) {
+  pc::parallelFor(threads, units, costPerUnit, minChunkCost, [&](int64_t lo, int64_t hi) { fn(ctx, lo, hi); });
+}
+
+// The calling thread's workspace of at least `bytes` (64-byte aligned), grown when a larger
+// batch needs more, freed when the thread exits; null when the allocation fails (or nothing
+// was ever needed).
+__attribute__((visibility("hidden"))) void* policyc_rt_thread_workspace(int64_t bytes) {
+  struct Workspace {
+    void* p = nullptr;
+    size_t bytes = 0;
+    ~Workspace() { std::free(p); }
+  };
+  static thread_local Workspace w;
+  const size_t need = (static_cast<size_t>(bytes < 0 ? 0 : bytes) + 63) / 64 * 64;
+  if (need > w.bytes) {
+    std::free(w.p);
+    w.p = std::aligned_alloc(64, need);
+    w.bytes = w.p ? need : 0;
+  }
+  return w.p;
+}
+
+}  // extern "C"

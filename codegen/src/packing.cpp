@@ -1,0 +1,56 @@
+// Packed weights shared by the backends (packing.h).
+#include "packing.h"
+
+#include <algorithm>
+
+namespace policyc::codegen {
+
+using ir::DType;
+using ir::Op;
+
+int64_t packedN(const KernelProgram& p, const Kernel& k) { return p.buffer(k.anchorInputs[1]).type.shape[0].value(); }
+int64_t packedK(const KernelProgram& p, const Kernel& k) {
+  int64_t kk = 1;
+  const ir::Shape& s = p.buffer(k.anchorInputs[1]).type.shape;
+  for (size_t d = 1; d < s.size(); ++d) kk *= s[d].value();
+  return kk;
+}
+
+bool packable(const KernelProgram& p, const Kernel& k) {
+  bool linear = k.kind == KernelKind::Linear && k.anchor->isOp(Op::Linear);
+  bool conv = k.kind == KernelKind::Conv && k.anchor->attrInt("group") == 1 && p.buffer(k.anchorInputs[0]).type.rank() == 4;
+  if (!linear && !conv) return false;
+  const Buffer& w = p.buffer(k.anchorInputs[1]);
+  const Buffer& x = p.buffer(k.anchorInputs[0]);
+  if (linear && x.strides.back() != 1) return false;
+  if (conv && packedK(p, k) * 4 * 4 > 128 * 1024) return false;  // four patches on the stack
+  if (conv && x.strides[0] >= (int64_t{1} << 31)) return false;  // window offsets are int32
+  bool biasOk = k.anchorInputs.size() < 3 || (p.buffer(k.anchorInputs[2]).kind == BufferKind::Param &&
+                                               !p.buffer(k.anchorInputs[2]).isView() &&
+                                               p.buffer(k.anchorInputs[2]).type.dtype == DType::F32);
+  return w.kind == BufferKind::Param && !w.isView() && w.type.dtype == DType::F32 && x.type.dtype == DType::F32 && biasOk;
+}
+
+std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k) {
+  const ir::Tensor& t = p.buffer(k.anchorInputs[1]).value->producer()->paramData();
+  const int64_t n = packedN(p, k), kk = packedK(p, k);
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  std::vector<float> packed(static_cast<size_t>(panels * kk * kPanel), 0.0f);
+  const float* src = t.data<float>();
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t q = 0; q < kk; ++q) packed[static_cast<size_t>(((j / kPanel) * kk + q) * kPanel + j % kPanel)] = src[j * kk + q];
+  }
+  return packed;
+}
+
+std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k) {
+  const int64_t n = packedN(p, k);
+  std::vector<float> bias(static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel), 0.0f);
+  if (k.anchorInputs.size() > 2) {
+    const ir::Tensor& bt = p.buffer(k.anchorInputs[2]).value->producer()->paramData();
+    std::copy_n(bt.data<float>(), std::min(n, bt.numel()), bias.begin());
+  }
+  return bias;
+}
+
+}  // namespace policyc::codegen

@@ -1,0 +1,27 @@
+// Packed weights shared by the backends: which linear/conv kernels run on weight panels of
+// kPanel output columns, and the panels' contents.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "policyc/codegen/kernel_program.h"
+
+namespace policyc::codegen {
+
+constexpr int64_t kPanel = 16;  // output columns per packed weight panel (one 16-float vector)
+
+// The weight as an [N, K] matrix: linear [N,K]; conv [M, C*KH*KW].
+int64_t packedN(const KernelProgram& p, const Kernel& k);
+int64_t packedK(const KernelProgram& p, const Kernel& k);
+
+// Linear and (2-D, ungrouped) conv kernels with constant f32 weights run on packed weight panels.
+bool packable(const KernelProgram& p, const Kernel& k);
+
+// The weight packed into panels: panel j holds W[j*16 + c, q] at [q][c], so a microkernel streams
+// one panel contiguously (zeros past N).
+std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k);
+// The bias padded to whole panels (zeros when the layer has none).
+std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k);
+
+}  // namespace policyc::codegen
