@@ -101,6 +101,24 @@ struct PipelineFlags {
   }
 };
 
+// The target options of the compiling commands.
+struct TargetFlags {
+  std::string target = "native";
+  std::string cpu, features;
+
+  void addTo(CLI::App* cmd) {
+    cmd->add_option("--target", target,
+                    "native | x86-64-v3 | x86-64-v4 | generic; backend llvm also takes an LLVM target triple (e.g. aarch64-linux-gnu)");
+    cmd->add_option("--cpu", cpu, "backend llvm: the CPU to generate code for (default: the target's; native: this machine's)");
+    cmd->add_option("--features", features, "backend llvm: CPU features to add or remove, comma-separated (e.g. +avx2,-avx512f)");
+  }
+  void applyTo(debug::CompileRequest& request) const {
+    request.cpp.target = target;
+    request.cpu = cpu;
+    request.features = features;
+  }
+};
+
 struct DumpOptions {
   std::string model;
   std::string stage = "imported";
@@ -145,8 +163,8 @@ struct RunOptions {
   PipelineFlags pipeline;
   bool optimize = false;
   int threads = 1;  // compiled models only: the interpreter runs on one thread
-  std::string target = "native";  // --backend cpp
-  std::string debugDir;            // --backend cpp
+  TargetFlags target;              // compiling backends
+  std::string debugDir;            // compiling backends
   ImplFlags impl;                  // --backend cpp
 };
 
@@ -218,9 +236,11 @@ int runCompiled(const RunOptions& o) {
 }
 
 int runThroughCache(const RunOptions& o);
+int runJit(const RunOptions& o);
 
 int runRun(const RunOptions& o) {
   if (std::filesystem::path(o.model).extension() == ".so") return runCompiled(o);
+  if (o.backend == "llvm") return runJit(o);
   if (debug::isCodegenBackend(o.backend)) return runThroughCache(o);
   auto graph = tools::loadModel(o.model);
   if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
@@ -240,8 +260,9 @@ struct CompileOptions {
   std::string output;
   std::string header;
   std::string name;
-  std::string target = "native";
+  TargetFlags target;
   std::string backend = "cpp";
+  std::string emit = "so";
   std::string debugDir;
   bool profile = false;
   PipelineFlags pipeline;
@@ -251,16 +272,18 @@ struct CompileOptions {
 // MODEL -> optimised graph -> kernel program -> fusion -> memory plan -> C++ -> OUT.so (+ OUT.h),
 // through the shared compile driver (debug/compile.h), which fills the debug directory.
 void compileModel(const CompileOptions& o) {
-  codegen::marchFlag(o.target);  // an unknown target fails before any work
-  auto graph = tools::loadModel(o.model);
   debug::CompileRequest request;
+  request.backend = o.backend;
+  request.emit = o.emit;
+  o.target.applyTo(request);
+  debug::validateTarget(request);  // an unknown target fails before any work
+  auto graph = tools::loadModel(o.model);
   request.modelPath = o.model;
   request.output = o.output;
   request.header = o.header;
   request.backend = o.backend;
   request.pipeline = o.pipeline.options();
   request.cpp.name = o.name.empty() ? std::filesystem::path(o.output).stem().string() : o.name;
-  request.cpp.target = o.target;
   request.cpp.profile = o.profile;
   request.debugDir = o.debugDir;
   o.impl.applyTo(request);
@@ -277,7 +300,7 @@ int runCompile(const CompileOptions& o) {
 
 // The cached compile of `model` (debug::compileCached), keyed also by this policyc binary.
 std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const ImplFlags& impl,
-                          const std::string& target, const std::string& backend = "cpp", const std::string& debugDir = "",
+                          const TargetFlags& target, const std::string& backend = "cpp", const std::string& debugDir = "",
                           bool profile = false) {
   debug::CompileRequest request;
   impl.applyTo(request);
@@ -285,10 +308,10 @@ std::string compileCached(const std::string& model, const PipelineFlags& pipelin
   request.backend = backend;
   request.pipeline = pipeline.options();
   request.cpp.name = "model";
-  request.cpp.target = target;
+  target.applyTo(request);
   request.debugDir = debugDir;
   request.cpp.profile = profile;
-  codegen::marchFlag(target);  // an unknown target fails before any work
+  debug::validateTarget(request);  // an unknown target fails before any work
   return debug::compileCached(request, debug::fileHash("/proc/self/exe"), [&] { return tools::loadModel(model); });
 }
 
@@ -301,6 +324,32 @@ int runThroughCache(const RunOptions& o) {
   return runCompiled(compiled);
 }
 
+// `policyc run MODEL --backend llvm`: compiled in-process by the JIT (no system compiler, no
+// files, no dlopen) and run through the same runtime checks.
+int runJit(const RunOptions& o) {
+  if (o.threads < 1) fail("--threads must be >= 1, got {}", o.threads);
+  debug::CompileRequest request;
+  o.impl.applyTo(request);
+  request.modelPath = o.model;
+  request.backend = "llvm";
+  request.jit = true;
+  request.pipeline = o.pipeline.options();
+  request.cpp.name = "model";
+  o.target.applyTo(request);
+  request.debugDir = o.debugDir;
+  debug::validateTarget(request);
+  auto graph = tools::loadModel(o.model);
+  debug::CompileResult compiled = debug::compileGraph(*graph, request);
+  runtime::Model model = debug::loadCompiled(compiled);
+  std::vector<std::string> inputNames, outputNames;
+  for (const runtime::TensorSpec& spec : model.inputs()) inputNames.push_back(spec.name);
+  for (const runtime::TensorSpec& spec : model.outputs()) outputNames.push_back(spec.name);
+  std::vector<ir::Tensor> inputs = commandInputs(debug::inputTypes(model), inputNames, o.random, o.inputs, o.batch, o.seed);
+  std::vector<ir::Tensor> outputs = debug::runModel(model, inputs, o.threads);
+  reportOutputs(outputNames, outputs, o.outputDir);
+  return 0;
+}
+
 struct CheckCliOptions {
   std::string model;
   std::string backend = "cpp";
@@ -310,7 +359,7 @@ struct CheckCliOptions {
   double rtol = 1e-4, atol = 1e-4;
   int threads = 1;
   bool perNode = false;
-  std::string target = "native";
+  TargetFlags target;
   std::string debugDir;
   PipelineFlags pipeline;
   ImplFlags impl;
@@ -332,7 +381,7 @@ int runCheck(const CheckCliOptions& o) {
   c.compile.backend = o.backend;
   c.compile.pipeline = o.pipeline.options();
   c.compile.cpp.name = "model";
-  c.compile.cpp.target = o.target;
+  o.target.applyTo(c.compile);
   c.compile.debugDir = o.debugDir;
   o.impl.applyTo(c.compile);
   fmt::print("check {} (backend {}, {}, rtol {}, atol {}, {} thread{})\n", o.model, o.backend,
@@ -403,10 +452,11 @@ int main(int argc, char** argv) {
   CLI::App* runCmd = app.add_subcommand("run", "run a model on given or random inputs");
   runCmd->add_option("model", run.model, "model file (.onnx or .pir), or a compiled model (.so)")->required();
   runCmd->add_option("--backend", run.backend,
-                     "interp (reference interpreter), cpp (compiled, cached in POLICYC_CACHE_DIR) or nofuse (cpp without fusion)")
-      ->check(CLI::IsMember({"interp", "cpp", "nofuse"}));
+                     "interp (reference interpreter), cpp (compiled, cached in POLICYC_CACHE_DIR), nofuse (cpp without "
+                     "fusion) or llvm (compiled in-process by the LLVM JIT)")
+      ->check(CLI::IsMember({"interp", "cpp", "nofuse", "llvm"}));
   runCmd->add_option("--debug-dir", run.debugDir, "with a compiling backend: write every stage here");
-  runCmd->add_option("--target", run.target, "with --backend cpp: native | x86-64-v3 | x86-64-v4 | generic");
+  run.target.addTo(runCmd);
   runCmd->add_option("--input", run.inputs, "NAME=FILE.npy, once per model input");
   runCmd->add_flag("--random", run.random, "use random inputs (see --batch, --seed)");
   runCmd->add_option("--batch", run.batch, "batch size for --random");
@@ -418,14 +468,17 @@ int main(int argc, char** argv) {
   run.impl.addTo(runCmd);
 
   CompileOptions compile;
-  CLI::App* compileCmd = app.add_subcommand("compile", "compile a model into a shared object (C++ backend)");
+  CLI::App* compileCmd = app.add_subcommand("compile", "compile a model into a shared object (or, backend llvm, an object, assembly or IR)");
   compileCmd->add_option("model", compile.model, "model file (.onnx or .pir)")->required();
-  compileCmd->add_option("-o,--output", compile.output, "the shared object to write (OUT.so)")->required();
+  compileCmd->add_option("-o,--output", compile.output, "the file to write (OUT.so; with --emit: OUT.o, OUT.s, OUT.ll)")->required();
   compileCmd->add_option("--header", compile.header, "also write the model's C header here");
   compileCmd->add_option("--name", compile.name, "C name of the typed wrapper (NAME_run); default: OUT's stem");
-  compileCmd->add_option("--target", compile.target, "native | x86-64-v3 | x86-64-v4 | generic");
-  compileCmd->add_option("--backend", compile.backend, "cpp (default) or nofuse (no fusion: one kernel per node)")
-      ->check(CLI::IsMember({"cpp", "nofuse"}));
+  compile.target.addTo(compileCmd);
+  compileCmd->add_option("--backend", compile.backend, "cpp (default), nofuse (no fusion: one kernel per node) or llvm (LLVM IR)")
+      ->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
+  compileCmd->add_option("--emit", compile.emit,
+                         "backend llvm: so (a shared object, default), obj (a relocatable object), asm (assembly) or llvm (textual IR)")
+      ->check(CLI::IsMember({"so", "obj", "asm", "llvm"}));
   compileCmd->add_option("--debug-dir", compile.debugDir,
                          "write every stage here (graphs, passes.log, kernel programs, output_code.cpp, build.log, "
                          "compile_times.txt); POLICYC_DEBUG=1 picks ./policyc_debug/MODEL-HASH");
@@ -436,16 +489,17 @@ int main(int argc, char** argv) {
   tools::BenchOptions bench;
   PipelineFlags benchPipeline;
   ImplFlags benchImpl;
-  std::string benchTarget = "native";
+  TargetFlags benchTarget;
   CLI::App* benchCmd = app.add_subcommand("bench", "time the compiled model per call (median, p10, p90), against a baseline, per kernel");
   benchCmd->add_option("model", bench.model, "model file (.onnx or .pir, compiled through the cache) or OUT.so")->required();
-  benchCmd->add_option("--backend", bench.backend, "cpp (default) or nofuse, for .onnx/.pir")->check(CLI::IsMember({"cpp", "nofuse"}));
+  benchCmd->add_option("--backend", bench.backend, "cpp (default), nofuse or llvm, for .onnx/.pir")
+      ->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
   benchCmd->add_option("--batch", bench.batches, "batch sizes (repeatable or comma-separated; default 1)")->delimiter(',');
   benchCmd->add_option("--threads", bench.threads, "thread counts (repeatable or comma-separated; default 1)")->delimiter(',');
   benchCmd->add_option("--min-time", bench.minSeconds, "seconds of timed calls per row at least (default 1)");
   benchCmd->add_option("--min-calls", bench.minCalls, "timed calls per row at least (default 200)");
   benchCmd->add_option("--warmup", bench.warmup, "untimed calls before each row (default 50)");
-  benchCmd->add_option("--target", benchTarget, "native | x86-64-v3 | x86-64-v4 | generic (for .onnx/.pir)");
+  benchTarget.addTo(benchCmd);
   benchCmd->add_option("--baseline", bench.baseline,
                        "compare throughput with: interp (the reference interpreter), nofuse, or FILE.csv "
                        "(columns batch, samples_per_s, optionally threads)");
@@ -461,7 +515,7 @@ int main(int argc, char** argv) {
   minifyCmd->add_option("model", minify.model, "model file (.onnx or .pir)")->required();
   minifyCmd->add_option("--failure", minify.failure, "accuracy | compile | crash")->required();
   minifyCmd->add_option("-o,--output-dir", minify.outDir, "write repro.pir, inputs/*.npy and repro.sh here")->required();
-  minifyCmd->add_option("--backend", minify.backend, "cpp (default) or nofuse")->check(CLI::IsMember({"cpp", "nofuse"}));
+  minifyCmd->add_option("--backend", minify.backend, "cpp (default), nofuse or llvm")->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
   minifyCmd->add_option("--match", minify.match, "the failure's output must contain this text too");
   minifyCmd->add_option("--input", minify.inputs, "NAME=FILE.npy, once per model input (default: random inputs)");
   minifyCmd->add_option("--batch", minify.batch, "batch size of the random inputs (default 1)");
@@ -473,7 +527,8 @@ int main(int argc, char** argv) {
   CheckCliOptions check;
   CLI::App* checkCmd = app.add_subcommand("check", "compare the compiled model with the reference interpreter (exit 1 on a mismatch)");
   checkCmd->add_option("model", check.model, "model file (.onnx or .pir)")->required();
-  checkCmd->add_option("--backend", check.backend, "cpp (default) or nofuse")->check(CLI::IsMember({"cpp", "nofuse"}));
+  checkCmd->add_option("--backend", check.backend, "cpp (default), nofuse or llvm (in-process JIT)")
+      ->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
   checkCmd->add_option("--input", check.inputs, "NAME=FILE.npy, once per model input (default: random inputs)");
   checkCmd->add_option("--batch", check.batch, "batch size of the random inputs (default 1)");
   checkCmd->add_option("--seed", check.seed, "seed of the random inputs (default 0)");
@@ -481,7 +536,7 @@ int main(int argc, char** argv) {
   checkCmd->add_option("--atol", check.atol, "absolute tolerance (default 1e-4)");
   checkCmd->add_option("--threads", check.threads, "threads the compiled model runs with");
   checkCmd->add_flag("--per-node", check.perNode, "expose every intermediate and report the first node that diverges");
-  checkCmd->add_option("--target", check.target, "native | x86-64-v3 | x86-64-v4 | generic");
+  check.target.addTo(checkCmd);
   checkCmd->add_option("--debug-dir", check.debugDir, "write every stage of the compile here");
   check.pipeline.addTo(checkCmd);
   check.impl.addTo(checkCmd);

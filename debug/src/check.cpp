@@ -2,7 +2,6 @@
 // per-node search for the first diverging value (every intermediate exposed as an output).
 #include "policyc/debug/check.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -65,8 +64,7 @@ void onCrash(int sig) {
 // killed it and the kernel it was in ("" if unknown), as "signal 4 (Illegal instruction)".
 std::pair<std::string, std::string> crashProbe(const runtime::Model& model, const std::vector<ir::Tensor>& inputs,
                                                int threads) {
-  void* handle = dlopen(model.path().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  gRunningKernel = handle ? reinterpret_cast<const char* (*)()>(dlsym(handle, "policyc_debug_running_kernel")) : nullptr;
+  gRunningKernel = reinterpret_cast<const char* (*)()>(model.symbol("policyc_debug_running_kernel"));
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) fail("cannot create a pipe for the crash probe");
   std::fflush(stdout);
@@ -110,7 +108,6 @@ std::pair<std::string, std::string> crashProbe(const runtime::Model& model, cons
     }
   }
   close(fds[0]);
-  if (handle) dlclose(handle);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) fail("cannot wait for the crash probe: {}", strerror(errno));
@@ -243,9 +240,11 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
     work->setOutputs(outs);
     request.optimize = false;
   }
+  // Backend llvm runs in-process (the JIT): no files, no system compiler.
+  request.jit = request.backend == "llvm";
   CompileResult compiled = compileGraph(*work, request);
-  runtime::Model model = runtime::Model::load(compiled.so);
-  report.so = compiled.so;
+  runtime::Model model = loadCompiled(compiled);
+  report.so = compiled.jit ? "(in-process JIT)" : compiled.so;
   if (options.perNode) {
     auto [crash, kernel] = crashProbe(model, inputs, options.threads);
     if (!crash.empty()) {

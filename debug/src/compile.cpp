@@ -21,13 +21,34 @@ namespace policyc::debug {
 
 namespace fs = std::filesystem;
 
-bool isCodegenBackend(const std::string& backend) { return backend == "cpp" || backend == "nofuse"; }
+bool isCodegenBackend(const std::string& backend) { return backend == "cpp" || backend == "nofuse" || backend == "llvm"; }
+bool isEmitKind(const std::string& emit) { return emit == "so" || emit == "obj" || emit == "asm" || emit == "llvm"; }
+
+void validateTarget(const CompileRequest& request) {
+  if (request.backend == "llvm") {
+    codegen::resolveLlvmTarget({request.cpp.target, request.cpu, request.features});
+    return;
+  }
+  codegen::marchFlag(request.cpp.target);
+  if (!request.cpu.empty() || !request.features.empty()) fail("--cpu and --features apply to backend llvm (this is backend {})", request.backend);
+  if (request.emit != "so") fail("--emit={} applies to backend llvm (backend {} writes a shared object)", request.emit, request.backend);
+}
+
+runtime::Model loadCompiled(const CompileResult& compiled) {
+  if (!compiled.jit) return runtime::Model::load(compiled.so);
+  std::shared_ptr<codegen::JitModel> jit = compiled.jit;
+  return runtime::Model::adopt("<jit>", jit->descriptor(), jit->profile(), jit, [jit](const char* name) { return jit->symbol(name); });
+}
 bool isCompileMode(const std::string& mode) { return mode == "default" || mode == "max-autotune"; }
 
 CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request) {
-  if (!isCodegenBackend(request.backend)) fail("backend '{}' does not compile (compiling backends: cpp, nofuse)", request.backend);
-  codegen::marchFlag(request.cpp.target);  // an unknown target fails before any work
+  if (!isCodegenBackend(request.backend)) fail("backend '{}' does not compile (compiling backends: cpp, nofuse, llvm)", request.backend);
+  if (!isEmitKind(request.emit)) fail("unknown --emit '{}' (valid: so, obj, asm, llvm)", request.emit);
+  validateTarget(request);  // an unknown target fails before any work
   if (!isCompileMode(request.mode)) fail("unknown mode '{}' (valid: default, max-autotune)", request.mode);
+  const bool llvm = request.backend == "llvm";
+  if (llvm && request.mode != "default") fail("--mode {} applies to backend cpp (backend llvm has one implementation per kernel)", request.mode);
+  if (llvm && request.cpp.profile) fail("--profile applies to backend cpp (backend llvm's models report kernel costs but time nothing)");
   auto start = std::chrono::steady_clock::now();
   const bool nofuse = request.backend == "nofuse";
   codegen::CppOptions cpp = request.cpp;
@@ -87,6 +108,57 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     }
     cpp.choice = tuned.choice;
   }
+  if (llvm) {
+    codegen::LlvmOptions options;
+    options.name = request.cpp.name;
+    options.target = {request.cpp.target, request.cpu, request.features};
+    options.minChunkCost = cpp.minChunkCost;
+    options.fault = cpp.fault;
+    std::optional<codegen::LlvmModule> module;
+    {
+      StageTimer t(d, "llvm codegen (IRBuilder + O3)");
+      module.emplace(codegen::generateLlvm(*graph, options, stages));
+    }
+    if (d) {
+      d->write("module.ll", module->unoptimizedIr());
+      d->write("module.opt.ll", module->ir());
+    }
+    try {
+      if (request.jit) {
+        StageTimer t(d, "llvm jit");
+        out.jit = codegen::jitCompile(std::move(*module));
+      } else if (request.emit == "so") {
+        StageTimer t(d, "llvm object + link");
+        codegen::BuildOptions build;
+        if (d) {
+          build.workDir = d->path().string();
+          build.keepWorkDir = true;
+        }
+        codegen::buildLlvmSharedObject(*module, request.output, build);
+      } else {
+        StageTimer t(d, "llvm " + request.emit);
+        const codegen::LlvmFileKind kind = request.emit == "obj"   ? codegen::LlvmFileKind::Object
+                                           : request.emit == "asm" ? codegen::LlvmFileKind::Assembly
+                                                                   : codegen::LlvmFileKind::Ir;
+        codegen::writeLlvmFile(*module, kind, request.output);
+      }
+    } catch (const Error&) {
+      if (d) d->writeTimes();
+      throw;
+    }
+    if (!request.header.empty()) {
+      std::ofstream f(request.header, std::ios::binary);
+      f << module->header();
+      if (!f) fail("cannot write '{}'", request.header);
+    }
+    if (d) {
+      d->writeTimes();
+      out.debugDir = d->path().string();
+    }
+    out.so = request.jit ? "" : request.output;
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  }
   codegen::GeneratedCpp generated;
   {
     StageTimer t(d, "codegen");
@@ -135,11 +207,12 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
   const passes::PipelineOptions& p = request.pipeline;
   const char* fault = std::getenv("POLICYC_INJECT_FAULT");
   const codegen::CppOptions& cpp = request.cpp;
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fileHash(model), fileHash(model + ".bin"),
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fileHash(model), fileHash(model + ".bin"),
                                 p.passes ? fmt::format("{}", fmt::join(*p.passes, ",")) : "default",
                                 fmt::join(p.disabled, ","), request.backend, cpp.target, cpp.name,
                                 fault ? fault : "", compilerId, cpp.profile ? "profile" : "", request.mode,
-                                fmt::join(cpp.tuneBatches, ","), cpp.externKernels ? "extern" : "no-extern", cpp.forceImpl);
+                                fmt::join(cpp.tuneBatches, ","), cpp.externKernels ? "extern" : "no-extern", cpp.forceImpl, request.cpu,
+                                request.features);
   const uint64_t h = textHash(key);
   fs::path dir = cacheDir();
   std::error_code ec;
@@ -150,6 +223,8 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
   bool debugging = !request.debugDir.empty() || (debugEnv && *debugEnv && std::string_view(debugEnv) != "0");
   if (debugging || !fs::exists(so)) {
     request.output = so.string();
+    request.emit = "so";
+    request.jit = false;
     compileGraph(*load(), request);
     fmt::print(stderr, "compiled {} into the cache: {}\n", model, so.string());
   }

@@ -134,6 +134,8 @@ std::string TensorSpec::str() const { return std::string(dtypeName(dtype)) + sha
 struct Model::State {
   std::string path;
   void* handle = nullptr;
+  std::shared_ptr<void> owner;                    // adopt(): what keeps the code in memory
+  std::function<void*(const char*)> symbols;      // adopt(): symbol lookup
   const policyc_model* desc = nullptr;
   const policyc_profile* profile = nullptr;
   std::string name;
@@ -167,21 +169,8 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
-Model Model::load(const std::string& soPath) {
-  // A name without a slash would be searched on the library path instead of read as a file.
-  std::string openPath = soPath.find('/') == std::string::npos ? "./" + soPath : soPath;
-  DlHandle handle{dlopen(openPath.c_str(), RTLD_NOW | RTLD_LOCAL)};
-  if (!handle.handle) {
-    const char* err = dlerror();
-    throw ModelError(err ? err : "cannot load " + quoted(soPath));
-  }
-  dlerror();
-  void* sym = dlsym(handle.handle, "policyc_model_descriptor");
-  if (!sym) throw ModelError(quoted(soPath) + " is not a policyc model (no symbol policyc_model_descriptor)");
-  policyc_model_descriptor_fn get = nullptr;
-  static_assert(sizeof(get) == sizeof(sym));
-  std::memcpy(&get, &sym, sizeof(sym));
-  const policyc_model* desc = get();
+// The checked state of a model from its descriptor (load() and adopt() share the checks).
+std::unique_ptr<Model::State> Model::describe(const std::string& soPath, const policyc_model* desc, const policyc_profile* profile) {
   if (!desc) throw ModelError(quoted(soPath) + ": policyc_model_descriptor() returned null");
   if (desc->abi_version != POLICYC_ABI_VERSION) {
     throw ModelError(quoted(soPath) + " was built for policyc ABI version " + std::to_string(desc->abi_version) +
@@ -203,12 +192,37 @@ Model Model::load(const std::string& soPath) {
   state->target = desc->target;
   state->inputs = readSpecs(soPath, "input", desc->num_inputs, desc->inputs);
   state->outputs = readSpecs(soPath, "output", desc->num_outputs, desc->outputs);
-  // The profiling extension is optional: a model without it simply has none.
-  if (void* p = dlsym(handle.handle, "policyc_profile_data")) {
-    policyc_profile_data_fn profileData = nullptr;
-    std::memcpy(&profileData, &p, sizeof(p));
-    state->profile = profileData();
+  state->profile = profile;
+  return state;
+}
+
+Model Model::adopt(const std::string& path, const policyc_model* descriptor, const policyc_profile* profile,
+                   std::shared_ptr<void> owner, std::function<void*(const char*)> symbols) {
+  auto state = describe(path, descriptor, profile);
+  state->owner = std::move(owner);
+  state->symbols = std::move(symbols);
+  return Model(std::move(state));
+}
+
+Model Model::load(const std::string& soPath) {
+  // A name without a slash would be searched on the library path instead of read as a file.
+  std::string openPath = soPath.find('/') == std::string::npos ? "./" + soPath : soPath;
+  DlHandle handle{dlopen(openPath.c_str(), RTLD_NOW | RTLD_LOCAL)};
+  if (!handle.handle) {
+    const char* err = dlerror();
+    throw ModelError(err ? err : "cannot load " + quoted(soPath));
   }
+  dlerror();
+  void* sym = dlsym(handle.handle, "policyc_model_descriptor");
+  if (!sym) throw ModelError(quoted(soPath) + " is not a policyc model (no symbol policyc_model_descriptor)");
+  policyc_model_descriptor_fn get = nullptr;
+  static_assert(sizeof(get) == sizeof(sym));
+  std::memcpy(&get, &sym, sizeof(sym));
+  const policyc_model* desc = get();
+  void* p = dlsym(handle.handle, "policyc_profile_data");  // optional: a model without it has none
+  policyc_profile_data_fn profileData = nullptr;
+  std::memcpy(&profileData, &p, sizeof(p));
+  auto state = describe(soPath, desc, profileData ? profileData() : nullptr);
   state->handle = handle.release();
   return Model(std::move(state));
 }
@@ -221,7 +235,10 @@ const std::vector<TensorSpec>& Model::outputs() const { return state_->outputs; 
 const policyc_model& Model::descriptor() const { return *state_->desc; }
 const policyc_profile* Model::profile() const { return state_->profile; }
 
-void* Model::symbol(const char* name) const { return dlsym(state_->handle, name); }
+void* Model::symbol(const char* name) const {
+  if (state_->symbols) return state_->symbols(name);
+  return state_->handle ? dlsym(state_->handle, name) : nullptr;
+}
 
 size_t Model::workspaceBytes(int64_t batch) const {
   if (batch < 0) throw ModelError("batch must be >= 0, got " + std::to_string(batch));

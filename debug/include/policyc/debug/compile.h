@@ -10,20 +10,28 @@
 #include <string>
 
 #include "policyc/codegen/cpp_backend.h"
+#include "policyc/codegen/llvm_backend.h"
 #include "policyc/ir/graph.h"
 #include "policyc/passes/pass_manager.h"
+#include "policyc/runtime/loader.h"
 
 namespace policyc::debug {
 
 // The backends a compiled model can come from; `nofuse` is `cpp` with every fusion pass and
-// kernel fusion off (one kernel per graph node), for narrowing a bug down to fusion.
-bool isCodegenBackend(const std::string& backend);  // cpp | nofuse
+// kernel fusion off (one kernel per graph node), for narrowing a bug down to fusion; `llvm`
+// emits LLVM IR (codegen/llvm_backend.h), JIT-compiled in-process or built into the same .so.
+bool isCodegenBackend(const std::string& backend);  // cpp | nofuse | llvm
 
 struct CompileRequest {
   std::string modelPath;             // names and hashes the debug directory
   std::string output;                // OUT.so
   std::string header;                // also write the C header here (optional)
-  std::string backend = "cpp";       // cpp | nofuse
+  std::string backend = "cpp";       // cpp | nofuse | llvm
+  // Backend llvm: what to write at `output` (so: a shared object; obj, asm, llvm: OUT.o, OUT.s,
+  // OUT.ll), or (jit) nothing: the model is compiled in-process into CompileResult::jit.
+  std::string emit = "so";
+  bool jit = false;
+  std::string cpu, features;         // backend llvm: --cpu, --features (cpp.target is the target)
   passes::PipelineOptions pipeline;  // the graph passes (noFusion is set for nofuse)
   codegen::CppOptions cpp;           // fault: POLICYC_INJECT_FAULT unless already set
   std::string debugDir;              // --debug-dir; empty: POLICYC_DEBUG=1 decides
@@ -44,7 +52,18 @@ struct CompileResult {
   // The kernel that computes each op node's value (by the node's name), for error reports.
   std::map<std::string, std::string> kernelOfNode;
   codegen::ImplChoice dispatch;  // the implementation of each GEMM/conv kernel per batch range
+  std::shared_ptr<codegen::JitModel> jit;  // backend llvm with CompileRequest::jit
 };
+
+// The valid values of CompileRequest::emit / --emit.
+bool isEmitKind(const std::string& emit);  // so | obj | asm | llvm
+
+// The compiled model, ready to run: the JIT's code (kept alive by the Model) or the .so loaded.
+runtime::Model loadCompiled(const CompileResult& compiled);
+
+// Fails (policyc::Error listing the valid choices) for a target / CPU / feature string the
+// backend does not know, before any work.
+void validateTarget(const CompileRequest& request);
 
 // Compiles `graph` (imported, or optimised with optimize = false) into request.output. With a
 // debug directory it writes graph_imported.pir, graph_optimized.pir (+ .bin sidecars),

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -61,6 +62,11 @@ class Model {
   // "'x.so' is not a policyc model (no symbol policyc_model_descriptor)", "'x.so' was built for
   // policyc ABI version 7, this runtime reads version 1", "'x.so': invalid descriptor: ...".
   static Model load(const std::string& soPath);
+  // A model whose code something else keeps in memory (a JIT): the same checks of the descriptor
+  // as load(); `owner` is kept alive as long as the Model, `symbols` answers symbol(). `path`
+  // names the model in messages.
+  static Model adopt(const std::string& path, const policyc_model* descriptor, const policyc_profile* profile,
+                     std::shared_ptr<void> owner, std::function<void*(const char*)> symbols);
 
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -95,6 +101,7 @@ class Model {
  private:
   struct State;
   explicit Model(std::unique_ptr<State> state);
+  static std::unique_ptr<State> describe(const std::string& path, const policyc_model* descriptor, const policyc_profile* profile);
   std::unique_ptr<State> state_;
 };
 
