@@ -123,7 +123,7 @@ class Emitter {
     b_.CreateCondBr(b_.CreateICmpSLT(i, hi), loop, exit);
     b_.SetInsertPoint(loop);
     body(i);
-    Value* next = b_.CreateAdd(i, c64(1), name + ".next", true, true);
+    Value* next = b_.CreateAdd(i, c64(1), name + ".next", false, true);  // nsw only: loops may start below 0
     i->addIncoming(next, b_.GetInsertBlock());
     b_.CreateBr(head);
     b_.SetInsertPoint(exit);
@@ -882,6 +882,7 @@ class Emitter {
   std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, Value* w, Value* bias,
                                             const ir::Node* node) {
     llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+    if (rows.size() == 1 && panels == 1) return {{gemmRow(rows[0], K, w, bias, node)}};
     std::vector<std::vector<llvm::AllocaInst*>> acc(rows.size(), std::vector<llvm::AllocaInst*>(static_cast<size_t>(panels)));
     llvm::Instruction* since = mark();
     for (int p = 0; p < panels; ++p) {
@@ -913,6 +914,37 @@ class Emitter {
       for (int p = 0; p < panels; ++p) out[t].push_back(b_.CreateLoad(vt, acc[t][static_cast<size_t>(p)], node ? node->name() : "acc"));
     }
     return out;
+  }
+
+  // One row times one panel: four accumulators over interleaved q (a chain of dependent FMAs
+  // would wait on the FMA latency), summed as (a + b) + (c + d) at the end.
+  Value* gemmRow(Value* row, int64_t K, Value* w, Value* bias, const ir::Node* node) {
+    llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+    llvm::Instruction* since = mark();
+    std::vector<llvm::AllocaInst*> acc;
+    for (int i = 0; i < 4; ++i) {
+      acc.push_back(local(vt, fmt::format("acc{}", i)));
+      Value* init = i == 0 ? static_cast<Value*>(b_.CreateAlignedLoad(vt, bias, llvm::Align(4), "bias")) : llvm::Constant::getNullValue(vt);
+      b_.CreateStore(init, acc.back());
+    }
+    tag(since, node);
+    auto step = [&](Value* q, int i) {
+      Value* wq = b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, w, b_.CreateMul(q, c64(kLanes))), llvm::Align(4), "w");
+      Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, q), "x"));
+      llvm::AllocaInst* a = acc[static_cast<size_t>(i)];
+      b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wq, b_.CreateLoad(vt, a)}), a);
+    };
+    forCount(K / 4, "q4", [&](Value* q4) {
+      llvm::Instruction* s0 = mark();
+      for (int i = 0; i < 4; ++i) step(b_.CreateAdd(b_.CreateMul(q4, c64(4)), c64(i)), i);
+      tag(s0, node);
+    });
+    forRange(c64(K / 4 * 4), c64(K), "q", [&](Value* q) { step(q, 0); });
+    since = mark();
+    Value* sum = b_.CreateFAdd(b_.CreateFAdd(b_.CreateLoad(vt, acc[0]), b_.CreateLoad(vt, acc[1])),
+                               b_.CreateFAdd(b_.CreateLoad(vt, acc[2]), b_.CreateLoad(vt, acc[3])), node ? node->name() : "acc");
+    tag(since, node);
+    return sum;
   }
 
   // The epilogue of one panel's 16 results (`acc`) of the output row given by `rowVars` (the
