@@ -1,12 +1,12 @@
 #!/bin/sh
 # README.md's commands for examples/embed_c, then a check of both programs' output against the
 # reference interpreter on the same observation.
-# usage: run_example.sh POLICYC CC SOURCE_DIR WORK_DIR
+# usage: run_example.sh POLICYC CC SOURCE_DIR WORK_DIR [BACKEND (cpp)]
 set -eu
-policyc=$1 cc=$2 src=$3 work=$4
+policyc=$1 cc=$2 src=$3 work=$4 backend=${5:-cpp}
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 cp "$src/examples/embed_c/main.c" "$src/examples/embed_c/any_model.c" .
-"$policyc" compile "$src/examples/models/ppo_mlp.onnx" -o ppo_mlp.so --header ppo_mlp.h
+"$policyc" compile "$src/examples/models/ppo_mlp.onnx" -o ppo_mlp.so --header ppo_mlp.h --backend "$backend"
 "$cc" -std=c99 -Wall -Wextra -Wpedantic -Werror main.c ./ppo_mlp.so -o ppo_demo
 "$cc" -std=c99 -Wall -Wextra -Wpedantic -Werror -I "$src/runtime/include" any_model.c ./ppo_mlp.so -o any_model
 ./ppo_demo | tee demo.txt

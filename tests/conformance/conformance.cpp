@@ -9,7 +9,7 @@
 // every output matches the interpreter within 1e-4 (relative and absolute; integers exactly) and
 // the two runs are bitwise equal; an "unsupported in backend cpp" error makes it unsupported.
 //
-//   policyc_conformance [--data DIR] [--backend interp|cpp] [--jobs N] [--min-passed N]
+//   policyc_conformance [--data DIR] [--backend interp|cpp|llvm] [--jobs N] [--min-passed N]
 //                       [--report FILE] [--verbose] [--filter TEXT]
 #include <dlfcn.h>
 #include <unistd.h>
@@ -34,6 +34,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "policyc/codegen/cpp_backend.h"
+#include "policyc/codegen/llvm_backend.h"
 #include "policyc/debug/check.h"
 #include "policyc/frontend/onnx_import.h"
 #include "policyc/ir/error.h"
@@ -159,34 +160,46 @@ std::unique_ptr<ir::Graph> importBinding(onnx::ModelProto model, const fs::path&
 const fs::path& scratchDir() { return testing::scratchDir("policyc-conformance"); }
 
 // Compiles the (imported, not yet optimised) graph with the default pipeline and the C++ backend
-// and runs it with 1 and 2 threads on `inputs`; empty when it matches `expected` (the
+// (or the LLVM backend's JIT) and runs it with 1 and 2 threads on `inputs`; empty when it matches `expected` (the
 // interpreter's outputs), else what went wrong. UnsupportedError passes through.
-std::string checkCpp(ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const std::vector<ir::Tensor>& expected,
-                     const std::string& id) {
+std::string checkCompiled(ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const std::vector<ir::Tensor>& expected,
+                          const std::string& id, bool llvm) {
   passes::runPipeline(graph);
-  codegen::CppOptions options;
-  options.name = "model";
-  options.minChunkCost = 0;  // split every kernel as far as it goes: 2 threads exercise every split
-  codegen::GeneratedCpp generated = codegen::generateCpp(graph, options);
+  const policyc_model* m = nullptr;
+  std::unique_ptr<codegen::JitModel> jit;
+  void* handle = nullptr;
   fs::path dir = scratchDir() / id;
-  codegen::BuildOptions build;
-  build.workDir = dir.string();
-  fs::path so = dir / "model.so";
-  codegen::buildSharedObject(generated, so.string(), build);
-  void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) return fmt::format("dlopen: {}", dlerror());
   struct Close {
-    void* h;
+    void*& h;
     fs::path dir;
     ~Close() {
-      dlclose(h);
+      if (h) dlclose(h);
       std::error_code ec;
       fs::remove_all(dir, ec);
     }
   } close{handle, dir};
-  auto fn = reinterpret_cast<policyc_model_descriptor_fn>(dlsym(handle, "policyc_model_descriptor"));
-  if (!fn) return "no policyc_model_descriptor";
-  const policyc_model* m = fn();
+  if (llvm) {
+    // In-process: the LLVM module JIT-compiled, no files.
+    codegen::LlvmOptions options;
+    options.name = "model";
+    options.minChunkCost = 0;
+    jit = codegen::jitCompile(codegen::generateLlvm(graph, options));
+    m = jit->descriptor();
+  } else {
+    codegen::CppOptions options;
+    options.name = "model";
+    options.minChunkCost = 0;  // split every kernel as far as it goes: 2 threads exercise every split
+    codegen::GeneratedCpp generated = codegen::generateCpp(graph, options);
+    codegen::BuildOptions build;
+    build.workDir = dir.string();
+    fs::path so = dir / "model.so";
+    codegen::buildSharedObject(generated, so.string(), build);
+    handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) return fmt::format("dlopen: {}", dlerror());
+    auto fn = reinterpret_cast<policyc_model_descriptor_fn>(dlsym(handle, "policyc_model_descriptor"));
+    if (!fn) return "no policyc_model_descriptor";
+    m = fn();
+  }
   // The batch is the size of the first input dimension the importer made symbolic (none: 1).
   int64_t batch = 1;
   for (size_t i = 0; i < graph.inputs().size() && i < inputs.size(); ++i) {
@@ -223,7 +236,8 @@ std::string checkCpp(ir::Graph& graph, const std::vector<ir::Tensor>& inputs, co
   return "";
 }
 
-Result runTest(const fs::path& dir, const std::string& name, bool cpp) {
+Result runTest(const fs::path& dir, const std::string& name, const std::string& backend) {
+  const bool cpp = backend != "interp";
   fs::path modelPath = dir / "model.onnx";
   onnx::ModelProto model;
   if (!readModel(modelPath, model)) return {name, Outcome::Skipped, "model.onnx does not parse"};
@@ -281,13 +295,13 @@ Result runTest(const fs::path& dir, const std::string& name, bool cpp) {
     std::string id = name + "-" + set.filename().string();
     std::replace(id.begin(), id.end(), '/', '_');
     try {
-      if (std::string diff = checkCpp(*graph, inputs, outputs, id); !diff.empty()) {
-        return {name, Outcome::Failed, fmt::format("{}: backend cpp: {}", set.filename().string(), diff)};
+      if (std::string diff = checkCompiled(*graph, inputs, outputs, id, backend == "llvm"); !diff.empty()) {
+        return {name, Outcome::Failed, fmt::format("{}: backend {}: {}", set.filename().string(), backend, diff)};
       }
     } catch (const UnsupportedError& e) {
       return {name, Outcome::Unsupported, e.what()};
     } catch (const Error& e) {
-      return {name, Outcome::Failed, fmt::format("{}: backend cpp: {}", set.filename().string(), e.what())};
+      return {name, Outcome::Failed, fmt::format("{}: backend {}: {}", set.filename().string(), backend, e.what())};
     }
   }
   return {name, Outcome::Passed, ""};
@@ -320,13 +334,13 @@ int main(int argc, char** argv) {
     else if (a == "--backend") backend = value();
     else if (a == "--jobs") jobs = std::stol(value());
     else {
-      std::cerr << "usage: policyc_conformance [--data DIR] [--backend interp|cpp] [--jobs N] [--min-passed N] "
+      std::cerr << "usage: policyc_conformance [--data DIR] [--backend interp|cpp|llvm] [--jobs N] [--min-passed N] "
                    "[--report FILE] [--verbose] [--filter TEXT]\n";
       return 2;
     }
   }
-  if (backend != "interp" && backend != "cpp") {
-    std::cerr << "policyc_conformance: --backend is interp or cpp, got '" << backend << "'\n";
+  if (backend != "interp" && backend != "cpp" && backend != "llvm") {
+    std::cerr << "policyc_conformance: --backend is interp, cpp or llvm, got '" << backend << "'\n";
     return 2;
   }
   if (jobs < 1) {
@@ -353,11 +367,11 @@ int main(int argc, char** argv) {
     }
   }
   // Tests run on `jobs` threads (compiling dominates with --backend cpp); results keep their order.
-  const bool cpp = backend == "cpp";
+  const bool cpp = backend != "interp";
   std::vector<Result> results(tests.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < tests.size();) results[i] = runTest(tests[i].first, tests[i].second, cpp);
+    for (size_t i; (i = next.fetch_add(1)) < tests.size();) results[i] = runTest(tests[i].first, tests[i].second, backend);
   };
   std::vector<std::thread> pool;
   for (long j = 1; j < jobs; ++j) pool.emplace_back(worker);
@@ -387,8 +401,8 @@ int main(int argc, char** argv) {
   std::cout << fmt::format("backend {}: selected {} of {} tests; pass rate {:.1f}%\n", backend, passed + failed,
                            results.size(), rate);
   if (cpp) {
-    std::cout << fmt::format("{} passed, {} failed, {} unsupported in backend cpp, {} skipped\n", passed, failed,
-                             unsupportedCount, skipped);
+    std::cout << fmt::format("{} passed, {} failed, {} unsupported in backend {}, {} skipped\n", passed, failed,
+                             unsupportedCount, backend, skipped);
   } else {
     std::cout << fmt::format("{} passed, {} failed, {} skipped\n", passed, failed, skipped);
   }

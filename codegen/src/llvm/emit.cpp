@@ -99,8 +99,20 @@ class Emitter {
   // A constant of dtype t at the shape of `like` (scalar or vector).
   Value* constant(double v, DType t, llvm::Type* like) {
     llvm::Type* s = regType(t);
-    llvm::Constant* c = ir::isFloat(t) ? llvm::ConstantFP::get(s, v)
-                                       : llvm::ConstantInt::get(s, static_cast<uint64_t>(static_cast<int64_t>(v)), isSignedInt(t));
+    llvm::Constant* c = nullptr;
+    if (ir::isFloat(t)) {
+      c = llvm::ConstantFP::get(s, v);
+    } else if (t == DType::Bool) {
+      c = llvm::ConstantInt::get(s, v != 0 ? 1 : 0);
+    } else {
+      // An unbounded integer bound (Clip's default -inf/inf) is the type's own limit; NaN is 0.
+      const unsigned bits = s->getIntegerBitWidth();
+      llvm::APInt lo = isSignedInt(t) ? llvm::APInt::getSignedMinValue(bits) : llvm::APInt::getMinValue(bits);
+      llvm::APInt hi = isSignedInt(t) ? llvm::APInt::getSignedMaxValue(bits) : llvm::APInt::getMaxValue(bits);
+      if (std::isnan(v)) c = llvm::ConstantInt::get(s, 0);
+      else if (std::isinf(v)) c = llvm::ConstantInt::get(ctx_, v < 0 ? lo : hi);
+      else c = llvm::ConstantInt::get(s, static_cast<uint64_t>(static_cast<int64_t>(v)), isSignedInt(t));
+    }
     if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(like)) return llvm::ConstantVector::getSplat(vt->getElementCount(), c);
     return c;
   }
@@ -437,6 +449,12 @@ class Emitter {
     r = b_.CreateSelect(isNan(b), b, r);
     return b_.CreateSelect(isNan(a), a, r);
   }
+  // x < y and x > y in dtype t (floats: ordered, false with a NaN).
+  Value* lessThan(Value* x, Value* y, DType t) {
+    if (ir::isFloat(t)) return b_.CreateFCmpOLT(x, y);
+    return isSignedInt(t) ? b_.CreateICmpSLT(x, y) : b_.CreateICmpULT(x, y);
+  }
+  Value* notNan(Value* x, Value* r, DType t) { return ir::isFloat(t) ? b_.CreateSelect(isNan(x), x, r) : r; }
   Value* clamp01(Value* y) {
     y = b_.CreateSelect(b_.CreateFCmpOLT(y, fc(0, y)), fc(0, y), y);
     return b_.CreateSelect(b_.CreateFCmpOGT(y, fc(1, y)), fc(1, y), y);
@@ -507,8 +525,8 @@ class Emitter {
       case Op::Erf: return erf(arg(0));
       case Op::Relu: {
         Value* x = arg(0);
-        if (!fl) return b_.CreateSelect(b_.CreateICmpSLT(x, llvm::Constant::getNullValue(x->getType())), llvm::Constant::getNullValue(x->getType()), x);
-        return b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), fc(0, x), x);  // NaN stays NaN
+        Value* zero = llvm::Constant::getNullValue(x->getType());
+        return b_.CreateSelect(lessThan(x, zero, T), zero, x);  // NaN stays NaN
       }
       case Op::Sigmoid: return sigmoid(arg(0));
       case Op::Tanh: return tanh(arg(0));
@@ -521,6 +539,7 @@ class Emitter {
       case Op::Not: return b_.CreateNot(convert(a[0], at[0], DType::Bool));
       case Op::LeakyRelu: {
         Value* x = arg(0);
+        if (!fl) break;
         return b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), b_.CreateFMul(attr("alpha", x), x), x);
       }
       case Op::Elu: {
@@ -541,9 +560,11 @@ class Emitter {
       }
       case Op::Clip: {
         Value* x = arg(0);
-        Value* y = b_.CreateSelect(b_.CreateFCmpOLT(x, attr("min", x)), attr("min", x), x);
-        y = b_.CreateSelect(b_.CreateFCmpOGT(y, attr("max", x)), attr("max", x), y);
-        return b_.CreateSelect(isNan(x), x, y);
+        Value* lo = attr("min", x);
+        Value* hi = attr("max", x);
+        Value* y = b_.CreateSelect(lessThan(x, lo, T), lo, x);
+        y = b_.CreateSelect(lessThan(hi, y, T), hi, y);
+        return notNan(x, y, T);
       }
       case Op::Silu: {
         Value* x = arg(0);
@@ -1594,14 +1615,20 @@ class Emitter {
         b_.CreateRet(b_.getInt32(POLICYC_OK));
         b_.SetInsertPoint(go);
       }
-      fails(b_.CreateIsNull(inputs), POLICYC_ERROR_ARGUMENT);
-      for (size_t i = 0; i < p_.inputs.size(); ++i) {
-        fails(b_.CreateIsNull(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, inputs, i))), POLICYC_ERROR_ARGUMENT);
-      }
-      fails(b_.CreateIsNull(outputs), POLICYC_ERROR_ARGUMENT);
-      for (size_t i = 0; i < p_.outputs.size(); ++i) {
-        fails(b_.CreateIsNull(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, outputs, i))), POLICYC_ERROR_ARGUMENT);
-      }
+      // Null arrays and pointers are errors, except for tensors with no elements.
+      auto nullChecks = [&](Value* array, const std::vector<int>& ids) {
+        if (ids.empty()) return;
+        fails(b_.CreateIsNull(array), POLICYC_ERROR_ARGUMENT);
+        for (size_t i = 0; i < ids.size(); ++i) {
+          bool empty = false;
+          for (const ir::Dim& d : p_.buffer(ids[i]).type.shape) empty = empty || (d.isStatic() && d.value() == 0);
+          if (!empty) fails(b_.CreateIsNull(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, array, i))), POLICYC_ERROR_ARGUMENT);
+        }
+      };
+      std::vector<int> outIds;
+      for (const auto& o : p_.outputs) outIds.push_back(o.second);
+      nullChecks(inputs, p_.inputs);
+      nullChecks(outputs, outIds);
       Value* need = b_.CreateCall(wsBytes, {batch});
       fails(b_.CreateAnd(b_.CreateICmpSGT(need, c64(0)), b_.CreateIsNull(ws)), POLICYC_ERROR_ARGUMENT);
       fails(b_.CreateICmpNE(b_.CreateAnd(b_.CreatePtrToInt(ws, i64_), c64(POLICYC_WORKSPACE_ALIGNMENT - 1)), c64(0)), POLICYC_ERROR_WORKSPACE);
