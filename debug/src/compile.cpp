@@ -26,7 +26,11 @@ bool isEmitKind(const std::string& emit) { return emit == "so" || emit == "obj" 
 
 void validateTarget(const CompileRequest& request) {
   if (request.backend == "llvm") {
-    codegen::resolveLlvmTarget({request.cpp.target, request.cpu, request.features});
+    codegen::LlvmTarget t = codegen::resolveLlvmTarget({request.cpp.target, request.cpu, request.features});
+    if (!t.isHost && (request.jit || request.emit == "so")) {
+      fail("target {} is not this machine's: its code cannot be {} here (--emit=obj, asm or llvm write it for another machine)",
+           t.triple, request.jit ? "run" : "linked into a shared object");
+    }
     return;
   }
   codegen::marchFlag(request.cpp.target);

@@ -175,7 +175,10 @@ class Emitter {
   llvm::Instruction* mark() { return b_.GetInsertBlock()->empty() ? nullptr : &b_.GetInsertBlock()->back(); }
   void tag(llvm::Instruction* since, const ir::Node* node) {
     if (!node) return;
-    llvm::MDNode* md = llvm::MDNode::get(ctx_, llvm::MDString::get(ctx_, node->name()));
+    // !{value name, operator, the source model's nodes it came from}: as output_code.cpp's comments.
+    std::vector<llvm::Metadata*> parts = {llvm::MDString::get(ctx_, node->name()), llvm::MDString::get(ctx_, node->info().name)};
+    for (const std::string& origin : node->provenance()) parts.push_back(llvm::MDString::get(ctx_, origin));
+    llvm::MDNode* md = llvm::MDNode::get(ctx_, parts);
     llvm::BasicBlock* bb = b_.GetInsertBlock();
     auto it = since ? std::next(since->getIterator()) : bb->begin();
     for (; it != bb->end(); ++it) {
@@ -644,7 +647,7 @@ class Emitter {
         case Opcode::Apply: {
           Value* r = apply(in, args, types);
           if (faulty(in.node, InjectedFault::Kind::Accuracy)) r = plusOne(r, in.dtype);
-          if (!r->hasName() && llvm::isa<llvm::Instruction>(r)) r->setName(nodeLabel(in.node));
+          if (llvm::isa<llvm::Instruction>(r)) r->setName(nodeLabel(in.node));
           v[i] = r;
           break;
         }

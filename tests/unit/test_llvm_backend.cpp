@@ -1,0 +1,226 @@
+// The LLVM backend: every example model JIT-compiled and compared with the reference interpreter
+// (batch 1, 3, 64; 1 and 2 threads, bitwise equal between them), the AOT shared object against
+// the JIT, an aarch64 object's ABI symbols, module.ll's provenance, target and CPU errors,
+// injected faults, and the CLI's --backend llvm / --emit.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "model_io.h"
+#include "policyc/codegen/llvm_backend.h"
+#include "policyc/debug/check.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/interpreter.h"
+#include "policyc/passes/pass_manager.h"
+#include "policyc/runtime/loader.h"
+#include "support/cli.h"
+#include "support/scratch_dir.h"
+#include "unit/fixtures.h"
+
+using namespace policyc;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path& scratch() { return testing::scratchDir("policyc-llvm-test"); }
+
+std::unique_ptr<ir::Graph> optimized(const std::string& model) {
+  auto graph = tools::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
+  passes::runPipeline(*graph);
+  return graph;
+}
+
+runtime::Model jitModel(const ir::Graph& graph, const codegen::LlvmOptions& options = {}) {
+  std::shared_ptr<codegen::JitModel> jit = codegen::jitCompile(codegen::generateLlvm(graph, options));
+  return runtime::Model::adopt("<jit>", jit->descriptor(), jit->profile(), jit, [jit](const char* n) { return jit->symbol(n); });
+}
+
+std::vector<ir::TensorType> graphInputTypes(const ir::Graph& graph) {
+  std::vector<ir::TensorType> types;
+  for (const ir::Value* v : graph.inputs()) types.push_back(v->type());
+  return types;
+}
+
+std::string capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("llvm backend: every example model matches the interpreter at batch 1, 3 and 64 with 1 and 2 threads",
+          "[llvm]") {
+  for (const std::string name : {"ppo_mlp", "sac_actor", "atari_cnn", "impala_cnn", "multi_input", "uint8_convbn"}) {
+    auto graph = optimized(name);
+    codegen::LlvmOptions options;
+    options.minChunkCost = 0;  // split every kernel as far as it goes: 2 threads exercise every split
+    runtime::Model model = jitModel(*graph, options);
+    for (int64_t batch : {1, 3, 64}) {
+      std::vector<ir::Tensor> inputs = debug::randomTensors(graphInputTypes(*graph), batch, 7);
+      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+      std::vector<ir::Tensor> one = debug::runModel(model, inputs, 1);
+      std::vector<ir::Tensor> two = debug::runModel(model, inputs, 2);
+      REQUIRE(one.size() == want.size());
+      for (size_t o = 0; o < want.size(); ++o) {
+        INFO(name << " batch " << batch << " output " << o);
+        debug::TensorCheck c = debug::compareTensors("", one[o], want[o], 1e-4, 1e-4);
+        INFO(c.note);
+        CHECK(c.pass);
+        REQUIRE(two[o].nbytes() == one[o].nbytes());
+        CHECK(std::memcmp(two[o].bytes(), one[o].bytes(), one[o].nbytes()) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("llvm backend: the AOT shared object loads like the C++ backend's and computes what the JIT does", "[llvm]") {
+  auto graph = optimized("ppo_mlp");
+  codegen::LlvmOptions options;
+  options.name = "ppo";
+  codegen::LlvmModule module = codegen::generateLlvm(*graph, options);
+  fs::path so = scratch() / "ppo_llvm.so";
+  codegen::buildLlvmSharedObject(module, so.string());
+  runtime::Model aot = runtime::Model::load(so.string());
+  CHECK(aot.name() == "ppo_mlp");
+  CHECK(aot.target() == "native");
+  REQUIRE(aot.profile() != nullptr);
+  CHECK(aot.profile()->num_kernels == 5);
+  CHECK(aot.symbol("ppo_run") != nullptr);
+  CHECK(aot.symbol("ppo_run_with_workspace") != nullptr);
+  runtime::Model jit = jitModel(*graph, options);
+  std::vector<ir::Tensor> inputs = debug::randomTensors(graphInputTypes(*graph), 5, 3);
+  std::vector<ir::Tensor> a = debug::runModel(aot, inputs, 2), b = debug::runModel(jit, inputs, 1);
+  for (size_t o = 0; o < a.size(); ++o) CHECK(std::memcmp(a[o].bytes(), b[o].bytes(), a[o].nbytes()) == 0);
+  // The descriptor's arguments are checked as the C++ backend's are.
+  CHECK(aot.descriptor().run(nullptr, nullptr, 1, nullptr, 1) == POLICYC_ERROR_ARGUMENT);
+  CHECK(aot.descriptor().run(nullptr, nullptr, 0, nullptr, 1) == POLICYC_OK);
+  CHECK(aot.descriptor().run(nullptr, nullptr, 1, nullptr, 0) == POLICYC_ERROR_ARGUMENT);
+}
+
+TEST_CASE("llvm backend: an aarch64 object is produced and its symbol table has the ABI entry points", "[llvm]") {
+  auto graph = optimized("ppo_mlp");
+  codegen::LlvmOptions options;
+  options.name = "ppo";
+  options.target.target = "aarch64-linux-gnu";
+  codegen::LlvmModule module = codegen::generateLlvm(*graph, options);
+  CHECK(!module.target().isHost);
+  fs::path obj = scratch() / "ppo_aarch64.o";
+  codegen::writeLlvmFile(module, codegen::LlvmFileKind::Object, obj.string());
+  std::string header = capture("readelf -h " + obj.string());
+  CHECK(header.find("AArch64") != std::string::npos);
+  CHECK(header.find("REL (Relocatable file)") != std::string::npos);
+  std::string symbols = capture("readelf -s --wide " + obj.string());
+  for (const char* sym : {"policyc_model_descriptor", "policyc_profile_data", "ppo_descriptor", "ppo_run", "ppo_run_with_workspace"}) {
+    INFO(sym << " in\n" << symbols);
+    bool defined = false;
+    for (size_t p = symbols.find(sym); p != std::string::npos; p = symbols.find(sym, p + 1)) {
+      size_t line = symbols.rfind('\n', p);
+      std::string row = symbols.substr(line + 1, symbols.find('\n', p) - line - 1);
+      if (row.find(" FUNC ") != std::string::npos && row.find(" GLOBAL ") != std::string::npos &&
+          row.find(" UND ") == std::string::npos && row.substr(row.rfind(' ') + 1) == sym) {
+        defined = true;
+      }
+    }
+    CHECK(defined);
+  }
+  // Neither the JIT nor a shared object can run it here: both say so.
+  CHECK_THROWS_WITH(codegen::buildLlvmSharedObject(module, (scratch() / "x.so").string()), Catch::Contains("--emit=obj"));
+  CHECK_FALSE(fs::exists(scratch() / "x.so"));
+  CHECK_THROWS_WITH(codegen::jitCompile(std::move(module)), Catch::Contains("this machine only"));
+}
+
+TEST_CASE("llvm backend: module.ll names each kernel and ties values to their graph nodes", "[llvm]") {
+  codegen::LlvmModule module = codegen::generateLlvm(*optimized("ppo_mlp"), {});
+  const std::string& ir = module.unoptimizedIr();
+  CHECK(ir.find("define internal void @fused_linear_bias_tanh_0(ptr %ctx, i64 %lo, i64 %hi)") != std::string::npos);
+  CHECK(ir.find("define ptr @policyc_model_descriptor()") != std::string::npos);
+  CHECK(ir.find("!policyc.node") != std::string::npos);
+  // !{value, operator, source nodes}, as the comments of output_code.cpp
+  CHECK(ir.find("!{!\"/pi_fc0/Gemm_output_0.fused\", !\"linear\", !\"/pi_fc0/Gemm\", !\"/vf_fc0/Gemm\"}") != std::string::npos);
+  CHECK(ir.find("%\"/Tanh_1_output_0\" =") != std::string::npos);
+  // Optimised for this machine: the microkernel is vector FMAs on panels of 16 floats.
+  std::string opt = module.ir();
+  CHECK(opt.find("<16 x float>") != std::string::npos);
+  CHECK(opt.find("@llvm.fma.v16f32") != std::string::npos);
+  // The epilogue's tanh is polynomial IR, not a libm call.
+  CHECK(opt.find("@tanhf") == std::string::npos);
+}
+
+TEST_CASE("llvm backend: an unknown target, CPU or feature is one clear error listing the valid choices", "[llvm]") {
+  CHECK_THROWS_WITH(codegen::resolveLlvmTarget({"not-a-triple", "", ""}),
+                    Catch::Contains("unknown target 'not-a-triple'") && Catch::Contains("native, x86-64-v3, x86-64-v4, generic") &&
+                        Catch::Contains("aarch64") && Catch::Contains("x86-64"));
+  CHECK_THROWS_WITH(codegen::resolveLlvmTarget({"generic", "pentium9000", ""}),
+                    Catch::Contains("unknown CPU 'pentium9000'") && Catch::Contains("valid CPUs:") && Catch::Contains("znver3") &&
+                        Catch::Contains("skylake-avx512"));
+  CHECK_THROWS_WITH(codegen::resolveLlvmTarget({"aarch64-linux-gnu", "znver3", ""}),
+                    Catch::Contains("unknown CPU 'znver3' for target aarch64") && Catch::Contains("neoverse-v1"));
+  CHECK_THROWS_WITH(codegen::resolveLlvmTarget({"generic", "", "avx2"}), Catch::Contains("+NAME or -NAME"));
+  CHECK_THROWS_WITH(codegen::resolveLlvmTarget({"generic", "", "+avx2,+warp-drive"}), Catch::Contains("invalid feature '+warp-drive'"));
+  codegen::LlvmTarget t = codegen::resolveLlvmTarget({"x86-64-v3", "", "-avx2"});
+  CHECK(t.cpu == "x86-64-v3");
+  CHECK(t.features == "-avx2");
+  CHECK(t.isHost);
+  // Through the CLI: exit 2, one line, no file written.
+  testing::CliResult r = testing::runCli(fmt::format("compile {} --backend llvm --target quantum-linux-gnu -o {}",
+                                                     testing::sourcePath("examples/models/ppo_mlp.onnx"), (scratch() / "bad.so").string()));
+  testing::requireCleanError(r, "valid targets are native", true);
+  CHECK_FALSE(fs::exists(scratch() / "bad.so"));
+  r = testing::runCli(fmt::format("run {} --backend llvm --cpu nonsense --random", testing::sourcePath("examples/models/ppo_mlp.onnx")));
+  testing::requireCleanError(r, "valid CPUs:", true);
+  // A foreign target is refused before any work where its code would have to run or link here.
+  r = testing::runCli(fmt::format("compile {} --backend llvm --target aarch64-linux-gnu -o {}",
+                                  testing::sourcePath("examples/models/ppo_mlp.onnx"), (scratch() / "bad.so").string()));
+  testing::requireCleanError(r, "--emit=obj", true);
+  CHECK_FALSE(fs::exists(scratch() / "bad.so"));
+  r = testing::runCli(fmt::format("compile {} --cpu znver3 -o {}", testing::sourcePath("examples/models/ppo_mlp.onnx"),
+                                  (scratch() / "bad.so").string()));
+  testing::requireCleanError(r, "--cpu and --features apply to backend llvm", true);
+}
+
+TEST_CASE("llvm backend: injected faults miscompile, trap or fail the compile as asked", "[llvm]") {
+  auto graph = optimized("ppo_mlp");
+  std::vector<ir::Tensor> inputs = debug::randomTensors(graphInputTypes(*graph), 2, 1);
+  std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+  codegen::LlvmOptions options;
+  options.fault = codegen::parseInjectedFault("tanh:accuracy");
+  std::vector<ir::Tensor> got = debug::runModel(jitModel(*graph, options), inputs, 1);
+  CHECK_FALSE(debug::compareTensors("", got[0], want[0], 1e-4, 1e-4).pass);
+  options.fault = codegen::parseInjectedFault("linear:compile");
+  CHECK_THROWS_WITH(codegen::generateLlvm(*graph, options), Catch::Contains("injected compile fault") && Catch::Contains("linear"));
+}
+
+TEST_CASE("llvm backend: the CLI runs, checks and compiles with --backend llvm", "[llvm][cli]") {
+  const std::string model = testing::sourcePath("examples/models/sac_actor.onnx");
+  testing::CliResult r = testing::runCli(fmt::format("check {} --backend llvm --batch 3 --threads 2", model));
+  INFO(r.out << r.err);
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("backend llvm") != std::string::npos);
+  CHECK(r.out.find("PASS") != std::string::npos);
+  r = testing::runCli(fmt::format("run {} --backend llvm --random --batch 2", model));
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("mean:") != std::string::npos);
+  for (const auto& [emit, file, text] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"obj", "m.o", "\x7f" "ELF"}, {"asm", "m.s", "policyc_model_descriptor:"}, {"llvm", "m.ll", "@policyc_model_descriptor()"}}) {
+    fs::path out = scratch() / file;
+    r = testing::runCli(fmt::format("compile {} --backend llvm --emit={} -o {}", model, emit, out.string()));
+    INFO(emit << ": " << r.err);
+    CHECK(r.exitCode == 0);
+    CHECK(testing::slurp(out).find(text) != std::string::npos);
+  }
+  fs::path dir = scratch() / "debug";
+  r = testing::runCli(fmt::format("compile {} --backend llvm -o {} --debug-dir {}", model, (scratch() / "m.so").string(), dir.string()));
+  CHECK(r.exitCode == 0);
+  CHECK(fs::exists(dir / "module.ll"));
+  CHECK(fs::exists(dir / "module.opt.ll"));
+  CHECK(testing::slurp(dir / "compile_times.txt").find("llvm codegen") != std::string::npos);
+}
