@@ -118,6 +118,8 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     options.target = {request.cpp.target, request.cpu, request.features};
     options.minChunkCost = cpp.minChunkCost;
     options.fault = cpp.fault;
+    options.externKernels = cpp.externKernels;
+    if (!cpp.forceImpl.empty() || cpp.choice) fail("--force-impl applies to backend cpp (backend llvm takes the default's choice of oneDNN convs, or none with --no-extern)");
     std::optional<codegen::LlvmModule> module;
     {
       StageTimer t(d, "llvm codegen (IRBuilder + O3)");

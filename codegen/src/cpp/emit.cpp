@@ -2081,6 +2081,36 @@ std::vector<std::string> implCandidates(const KernelProgram& program, const Kern
   return names;
 }
 
+std::optional<ExternConv> externConv(const KernelProgram& program, const Kernel& k, const std::string& impl) {
+  std::optional<Impl> im = implByName(impl);
+  if (k.kind != KernelKind::Conv || !im || !isExtern(*im)) return std::nullopt;
+  std::vector<Impl> c = candidatesOf(program, k, true);
+  if (std::find(c.begin(), c.end(), *im) == c.end()) return std::nullopt;
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = program.buffer(k.anchorInputs[0]);
+  const Buffer& W = program.buffer(k.anchorInputs[1]);
+  std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+  ExternConv e;
+  e.shape = {X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(), k.domain[1].value(),
+             W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(), k.domain[3].value(),
+             st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0]};
+  e.anyLayout = *im == Impl::OnednnPostOps;
+  auto channels = [&](int64_t ch) { return e.anyLayout ? (ch + 15) / 16 * 16 : ch; };
+  const int64_t floats = channels(e.shape[0]) * e.shape[1] * e.shape[2] + channels(e.shape[3]) * e.shape[6] * e.shape[7];
+  e.scratchBytesPerRow = (floats * 4 + 63) / 64 * 64;  // as planImpls
+  if (*im == Impl::OnednnPostOps) {
+    const PostOpPlan plan = *postOpPlan(program, k);
+    for (const PostOp& op : plan.ops) {
+      if (!e.postOps.empty()) e.postOps += ";";
+      e.postOps += op.alg.empty() ? std::string("sum")
+                                  : fmt::format("{}:{}:{}", op.alg.substr(std::string("eltwise_").size()), op.alpha, op.beta);
+    }
+    e.residual = plan.residual;
+    e.store = plan.store;
+  }
+  return e;
+}
+
 std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches) {
   std::vector<int64_t> bounds;
   for (size_t i = 0; i + 1 < batches.size(); ++i) {

@@ -67,6 +67,7 @@ class Emitter {
   void run(const std::string& cName, const std::string& targetName) {
     for (size_t i = 0; i < p_.inputs.size(); ++i) inputIndex_[p_.inputs[i]] = static_cast<int>(i);
     for (size_t i = 0; i < p_.outputs.size(); ++i) outputIndex_[p_.outputs[i].second] = static_cast<int>(i);
+    chooseExterns();
     layoutWeights();
     declareSupport();
     std::vector<llvm::Function*> kernels;
@@ -194,9 +195,39 @@ class Emitter {
     weights_.insert(weights_.end(), c, c + bytes);
   }
 
+  // Convs that run on oneDNN: the C++ backend's default choice (codegen::heuristicChoice), one
+  // implementation for every batch size (the heuristic does not depend on it).
+  void chooseExterns() {
+    if (!o_.externKernels) return;
+    const ImplChoice choice = heuristicChoice(p_, {1, 16, 64}, true, o_.fault);
+    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
+      auto it = choice.find(p_.kernels[ki].name);
+      if (it == choice.end() || it->second.empty()) continue;
+      if (std::optional<ExternConv> e = externConv(p_, p_.kernels[ki], it->second.back().impl)) {
+        externs_[ki] = *e;
+        externImpl_[ki] = it->second.back().impl;
+        externPerBatch_ = std::max(externPerBatch_, e->scratchBytesPerRow);
+      }
+    }
+  }
+  bool usesExtern() const { return !externs_.empty(); }
+  // The workspace as a + b * batch: the memory plan's, then (rounded to 64 bytes) the extern
+  // kernels' scratch, at externOffset(batch) (as the C++ backend's pc_extern_offset).
+  int64_t workspaceStatic() const { return usesExtern() ? (plan_.staticBytes + 63) / 64 * 64 : plan_.staticBytes; }
+  int64_t workspacePerBatch() const {
+    return usesExtern() ? (plan_.perBatchBytes + 63) / 64 * 64 + externPerBatch_ : plan_.perBatchBytes;
+  }
+  Value* externOffset(Value* batch) {
+    Value* end = b_.CreateAdd(c64(plan_.staticBytes), b_.CreateMul(c64(plan_.perBatchBytes), batch));
+    return b_.CreateMul(b_.CreateSDiv(b_.CreateAdd(end, c64(63)), c64(64)), c64(64));
+  }
+
   void layoutWeights() {
     std::set<int> raw;
-    for (const Kernel& k : p_.kernels) {
+    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
+      const Kernel& k = p_.kernels[ki];
+      // oneDNN reorders the plain weight into its own layout when the primitive is created.
+      if (externs_.count(ki)) raw.insert(p_.buffer(k.anchorInputs[1]).root);
       for (int id : k.reads()) {
         int root = p_.buffer(id).root;
         if (p_.buffer(root).kind != BufferKind::Param) continue;
@@ -238,6 +269,13 @@ class Emitter {
     parallelFor_ = llvm::Function::Create(pfTy, llvm::GlobalValue::ExternalWeakLinkage, llvmbe::kParallelFor, m_);
     auto* wsTy = llvm::FunctionType::get(ptr_, {i64_}, false);
     threadWorkspace_ = llvm::Function::Create(wsTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kThreadWorkspace, m_);
+    externFnTy_ = llvm::FunctionType::get(i32_, {ptr_, i32_}, false);
+    if (usesExtern()) {
+      auto* createTy = llvm::FunctionType::get(ptr_, {ptr_, ptr_, ptr_, i32_, ptr_, ptr_, ptr_}, false);
+      onednnConv_ = llvm::Function::Create(createTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnConv, m_);
+      auto* runTy = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_, i64_, i32_, ptr_, ptr_}, false);
+      onednnConvRun_ = llvm::Function::Create(runTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnConvRun, m_);
+    }
     ctxTy_ = llvm::StructType::create(ctx_, {ptr_, ptr_, i64_, ptr_}, "pc_run_ctx");
   }
 
@@ -763,7 +801,17 @@ class Emitter {
   }
 
   llvm::Function* emitKernel(const Kernel& k) {
-    fn_ = llvm::Function::Create(kernelFnTy_, llvm::GlobalValue::InternalLinkage, k.name, m_);
+    const size_t ki = static_cast<size_t>(&k - p_.kernels.data());
+    if (externs_.count(ki)) {
+      emitExternConv(k, externs_.at(ki));
+      // The generated epilogue over oneDNN's NHWC result (implementation onednn), split like a kernel.
+      return externs_.at(ki).postOps.empty() && externImpl_.at(ki) == "onednn" ? emitKernelFn(k, k.name + ".epilogue", true) : nullptr;
+    }
+    return emitKernelFn(k, k.name, false);
+  }
+
+  llvm::Function* emitKernelFn(const Kernel& k, const std::string& name, bool externEpilogue) {
+    fn_ = llvm::Function::Create(kernelFnTy_, llvm::GlobalValue::InternalLinkage, name, m_);
     fn_->addFnAttr(llvm::Attribute::NoInline);  // kernels stay separate functions: profiles show them by name
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     fn_->addFnAttr("frame-pointer", "none");
@@ -793,17 +841,87 @@ class Emitter {
       }
       if (faulty(n, InjectedFault::Kind::Crash)) b_.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
     }
-    switch (k.kind) {
+    switch (externEpilogue ? KernelKind::Copy : k.kind) {
+      case KernelKind::Copy:
+        if (externEpilogue) {
+          emitExternEpilogue(k, externs_.at(static_cast<size_t>(&k - p_.kernels.data())));
+        } else {
+          emitCopy(k);
+        }
+        break;
       case KernelKind::Pointwise: emitPointwise(k); break;
       case KernelKind::Linear: packable(p_, k) ? emitPackedLinear(k) : emitLinear(k); break;
       case KernelKind::Conv: packable(p_, k) ? emitPackedConv(k) : emitConv(k); break;
       case KernelKind::Pool: emitPool(k); break;
       case KernelKind::Reduction: emitReduction(k); break;
-      case KernelKind::Copy: emitCopy(k); break;
     }
     b_.CreateRetVoid();
     splits_.push_back(split_);
     return fn_;
+  }
+
+  // ---- oneDNN extern convs (the support library's policyc_rt_onednn_conv*)
+
+  // i32 NAME(ctx, threads): the primitive (created on the first call), run by oneDNN's own
+  // threads; with post-ops it computes the whole epilogue and stores the result.
+  void emitExternConv(const Kernel& k, const ExternConv& e) {
+    const size_t ki = static_cast<size_t>(&k - p_.kernels.data());
+    fn_ = llvm::Function::Create(externFnTy_, llvm::GlobalValue::InternalLinkage, k.name, m_);
+    fn_->addFnAttr(llvm::Attribute::NoInline);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    externFns_[ki] = fn_;
+    roots_.clear();
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+    Value* ctx = fn_->getArg(0);
+    Value* threads = fn_->getArg(1);
+    ctx->setName("ctx");
+    threads->setName("threads");
+    inputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 0), "inputs");
+    outputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 1), "outputs");
+    batch_ = b_.CreateLoad(i64_, b_.CreateStructGEP(ctxTy_, ctx, 2), "batch");
+    ws_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 3), "ws");
+    llvm::BasicBlock* body = block("body");
+    entryEnd_ = b_.CreateBr(body);
+    b_.SetInsertPoint(body);
+    llvm::Instruction* since = mark();
+    auto* slot = new llvm::GlobalVariable(m_, ptr_, false, llvm::GlobalValue::InternalLinkage,
+                                          llvm::ConstantPointerNull::get(ptr_), k.name + ".onednn");
+    llvm::Constant* shape = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int64_t>(e.shape)), k.name + ".shape");
+    Value* name = cstr(k.name);
+    const Buffer& W = p_.buffer(k.anchorInputs[1]);
+    Value* conv = b_.CreateCall(onednnConv_, {slot, name, shape, b_.getInt32(e.anyLayout ? 1 : 0), cstr(e.postOps),
+                                              weightsAt(paramOffset_.at(W.root), "weight"), weightsAt(packedBiasOffset_.at(ki), "bias")},
+                                "conv");
+    Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_), "scratch");
+    Value* src = elemPtr(k.anchorInputs[0], {});
+    llvm::Constant* null = llvm::ConstantPointerNull::get(ptr_);
+    Value* sum = e.residual >= 0 ? elemPtr(e.residual, {}) : null;
+    Value* dst = e.store >= 0 ? elemPtr(e.store, {}) : null;
+    llvm::AllocaInst* result = local(ptr_, "result");
+    Value* rc = b_.CreateCall(onednnConvRun_, {conv, name, src, sum, dst, batch_, threads, scratch, result}, "rc");
+    tag(since, k.anchor);
+    b_.CreateRet(rc);
+  }
+
+  // The epilogue over the NHWC result oneDNN left after the source copy in the scratch area:
+  // units are (image, channel) pairs, each walking the output positions.
+  void emitExternEpilogue(const Kernel& k, const ExternConv& e) {
+    const int64_t M = e.shape[3], OW = e.shape[7], P = e.shape[6] * OW, srcPerRow = e.shape[0] * e.shape[1] * e.shape[2];
+    const int64_t cost = P * static_cast<int64_t>(k.body.size());
+    split_.units = [this, M](Value* batch) { return b_.CreateMul(batch, c64(M)); };
+    split_.cost = [this, cost](Value*) -> Value* { return llvm::ConstantFP::get(f64_, static_cast<double>(cost)); };
+    Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_));
+    Value* result = b_.CreateInBoundsGEP(f32_, scratch, b_.CreateMul(batch_, c64(srcPerRow)), "result");
+    const DType t = accType(k);
+    forRange(lo_, hi_, "u", [&](Value* u) {
+      Value* i0 = b_.CreateSDiv(u, c64(M), "i0");
+      Value* i1 = b_.CreateSRem(u, c64(M), "i1");
+      forCount(P, "pos", [&](Value* pos) {
+        Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(i0, c64(P)), pos), c64(M)), i1);
+        Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, result, at), "acc");
+        emitBody(k.body, {i0, i1, b_.CreateSDiv(pos, c64(OW)), b_.CreateSRem(pos, c64(OW))}, convert(a, DType::F32, t));
+      });
+    });
   }
 
   void emitPointwise(const Kernel& k) {
@@ -1231,6 +1349,10 @@ class Emitter {
     std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1), dil = spatialList(n, "dilations", nsp, 1),
                          pads = spatialList(n, "pads", nsp * 2, 0);
     const bool isMax = n.isOp(Op::MaxPool);
+    if (isMax && nsp == 2 && X.type.dtype == DType::F32 && X.strides[3] == 1 && X.type.shape[3].value() <= 4096) {
+      emitMaxPoolRows(k);
+      return;
+    }
     int64_t window = 1;
     for (int64_t kd : kernel) window *= kd;
     int axis = splitAxis(k.domain);
@@ -1297,6 +1419,72 @@ class Emitter {
       }
       tag(since, &n);
       emitBody(k.body, vars, convert(r, DType::F32, t));
+    });
+  }
+
+  // 2-D max pooling an output row at a time (as the C++ backend): first the column-wise maximum
+  // over the window's input rows, into a row padded with -inf on both sides; then each output the
+  // maximum of its window's columns of that. The maximum is `m > v ? m : v` (no data-dependent
+  // branch) and NaNs are tracked beside it in flags (ONNX: a NaN in the window gives NaN), so
+  // both loops vectorise.
+  void emitMaxPoolRows(const Kernel& k) {
+    const ir::Node& n = *k.anchor;
+    const Buffer& X = p_.buffer(k.anchorInputs[0]);
+    const std::vector<int64_t>& kernel = n.attrInts("kernel_shape");
+    std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+    const int64_t C = k.domain[1].value(), OH = k.domain[2].value(), OW = k.domain[3].value();
+    const int64_t H = X.type.shape[2].value(), W = X.type.shape[3].value();
+    const int64_t padL = pads[1], span = std::max(padL + W, (OW - 1) * st[1] + (kernel[1] - 1) * dil[1] + 1);
+    split_.units = [this, C, OH](Value* batch) { return b_.CreateMul(batch, c64(C * OH)); };
+    const double cost = static_cast<double>(OW * kernel[1] + W * kernel[0]);
+    split_.cost = [this, cost](Value*) -> Value* { return llvm::ConstantFP::get(f64_, cost); };
+    const DType t = accType(k);
+    llvm::AllocaInst* col = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(span)), "col");
+    llvm::AllocaInst* nanIn = local(llvm::ArrayType::get(i8_, static_cast<uint64_t>(span)), "nanIn");
+    Value* negInf = llvm::ConstantFP::getInfinity(f32_, true);
+    auto colAt = [&](Value* i) { return b_.CreateInBoundsGEP(f32_, col, i); };
+    auto nanAt = [&](Value* i) { return b_.CreateInBoundsGEP(i8_, nanIn, i); };
+    forCount(span, "c", [&](Value* c) {  // padding never wins
+      b_.CreateStore(negInf, colAt(c));
+      b_.CreateStore(b_.getInt8(0), nanAt(c));
+    });
+    forRange(lo_, hi_, "u", [&](Value* u) {
+      Value* i0 = b_.CreateSDiv(u, c64(C * OH), "i0");
+      Value* i1 = b_.CreateSRem(b_.CreateSDiv(u, c64(OH)), c64(C), "i1");
+      Value* i2 = b_.CreateSRem(u, c64(OH), "i2");
+      forCount(W, "iw", [&](Value* iw) {
+        Value* at = b_.CreateAdd(iw, c64(padL));
+        b_.CreateStore(negInf, colAt(at));
+        b_.CreateStore(b_.getInt8(0), nanAt(at));
+      });
+      forCount(kernel[0], "kh", [&](Value* kh) {
+        Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(i2, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
+        ifThen(b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H))), "inside", [&] {
+          Value* row = elemPtr(X.id, {i0, i1, ih, nullptr});
+          forCount(W, "iw", [&](Value* iw) {
+            Value* at = b_.CreateAdd(iw, c64(padL));
+            Value* v = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, iw), X.name);
+            Value* m = b_.CreateLoad(f32_, colAt(at));
+            b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m, v), m, v), colAt(at));
+            b_.CreateStore(b_.CreateOr(b_.CreateLoad(i8_, nanAt(at)), b_.CreateZExt(isNan(v), i8_)), nanAt(at));
+          });
+        });
+      });
+      forCount(OW, "i3", [&](Value* i3) {
+        llvm::Instruction* since = mark();
+        Value* base = b_.CreateMul(i3, c64(st[1]));
+        Value* m = b_.CreateLoad(f32_, colAt(base));
+        Value* nan = b_.CreateLoad(i8_, nanAt(base));
+        for (int64_t kw = 1; kw < kernel[1]; ++kw) {
+          Value* at = b_.CreateAdd(base, c64(kw * dil[1]));
+          Value* v = b_.CreateLoad(f32_, colAt(at));
+          m = b_.CreateSelect(b_.CreateFCmpOGT(m, v), m, v);
+          nan = b_.CreateOr(nan, b_.CreateLoad(i8_, nanAt(at)));
+        }
+        Value* r = b_.CreateSelect(b_.CreateICmpNE(nan, b_.getInt8(0)), llvm::ConstantFP::getNaN(f32_), m, n.name());
+        tag(since, &n);
+        emitBody(k.body, {i0, i1, i2, i3}, convert(r, DType::F32, t));
+      });
     });
   }
 
@@ -1580,7 +1768,7 @@ class Emitter {
     {
       Value* batch = &*wsBytes->arg_begin();
       Value* bsafe = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, batch, c64(0));
-      b_.CreateRet(b_.CreateAdd(c64(plan_.staticBytes), b_.CreateMul(c64(plan_.perBatchBytes), bsafe)));
+      b_.CreateRet(b_.CreateAdd(c64(workspaceStatic()), b_.CreateMul(c64(workspacePerBatch()), bsafe)));
     }
 
     // The kernel the last run entered (a debugging aid, as in the C++ backend).
@@ -1642,15 +1830,22 @@ class Emitter {
       b_.CreateStore(ws, b_.CreateStructGEP(ctxTy_, ctx, 3));
       Value* minChunk = llvm::ConstantFP::get(f64_, o_.minChunkCost);
       Value* serial = b_.CreateOr(b_.CreateICmpEQ(threads, b_.getInt32(1)), b_.CreateIsNull(parallelFor_), "serial");
+      size_t split = 0;  // splits_ has one entry per split function, in order
       for (size_t ki = 0; ki < kernels.size(); ++ki) {
         b_.CreateAlignedStore(b_.getInt32(static_cast<uint32_t>(ki)), running, llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Monotonic);
-        Value* units = splits_[ki].units(batch);
+        if (externFns_.count(ki)) {
+          Value* rc = b_.CreateCall(externFnTy_, externFns_.at(ki), {ctx, threads}, p_.kernels[ki].name + ".rc");
+          fails(b_.CreateICmpNE(rc, b_.getInt32(0)), POLICYC_ERROR_EXTERN);
+          if (!kernels[ki]) continue;
+        }
+        const Split& sp = splits_[split++];
+        Value* units = sp.units(batch);
         units->setName(p_.kernels[ki].name + ".units");
         // One thread calls the kernel directly; more go through the support library's pool.
         ifElse(
             serial, p_.kernels[ki].name, [&] { b_.CreateCall(kernelFnTy_, kernels[ki], {ctx, c64(0), units}); },
             [&] {
-              b_.CreateCall(parallelFor_, {threads, units, splits_[ki].cost(batch), minChunk, kernels[ki], ctx});
+              b_.CreateCall(parallelFor_, {threads, units, sp.cost(batch), minChunk, kernels[ki], ctx});
             });
       }
       b_.CreateRet(b_.getInt32(POLICYC_OK));
@@ -1765,6 +1960,13 @@ class Emitter {
   llvm::Function* parallelFor_ = nullptr;
   llvm::Function* threadWorkspace_ = nullptr;
   llvm::StructType* ctxTy_ = nullptr;
+  llvm::FunctionType* externFnTy_ = nullptr;
+  llvm::Function* onednnConv_ = nullptr;
+  llvm::Function* onednnConvRun_ = nullptr;
+  std::map<size_t, ExternConv> externs_;       // by kernel index
+  std::map<size_t, std::string> externImpl_;
+  std::map<size_t, llvm::Function*> externFns_;
+  int64_t externPerBatch_ = 0;
 
   // the kernel function being emitted
   llvm::Function* fn_ = nullptr;
@@ -1799,10 +2001,10 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   auto impl = std::make_unique<LlvmModule::Impl>();
   impl->target = resolveLlvmTarget(options.target);
   std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
-  // The same C header as the C++ backend's (names, sizes and workspace of a self-contained model).
+  // The same C header as the C++ backend's (names, sizes, workspace).
   CppOptions cpp;
   cpp.name = options.name;
-  cpp.externKernels = false;
+  cpp.externKernels = options.externKernels;  // the same choice of oneDNN convs: the same workspace
   GeneratedCpp text = emitCpp(program, plan, cpp);
   impl->name = text.name;
   impl->header = text.header;
@@ -1814,6 +2016,7 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   m.setTargetTriple(impl->target.triple);
   m.setDataLayout(machine->createDataLayout());
   Emitter(program, plan, options, m).run(impl->name, impl->target.name);
+  impl->usesOnednn = m.getFunction(llvmbe::kOnednnConv) != nullptr;
   std::string problems;
   llvm::raw_string_ostream os(problems);
   if (llvm::verifyModule(m, &os)) fail("internal: the LLVM backend emitted an invalid module: {}", problems);

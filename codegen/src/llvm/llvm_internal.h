@@ -20,6 +20,7 @@ struct LlvmModule::Impl {
   std::string header;       // NAME.h
   std::string unoptimized;  // the module as emitted
   double emitSeconds = 0, optimizeSeconds = 0;
+  bool usesOnednn = false;  // calls the oneDNN support (the .so then links libdnnl)
 };
 
 namespace llvmbe {
@@ -32,6 +33,8 @@ void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine);
 // Symbols of the run-time support (support.cpp) the emitted IR calls.
 constexpr const char* kParallelFor = "policyc_rt_parallel_for";
 constexpr const char* kThreadWorkspace = "policyc_rt_thread_workspace";
+constexpr const char* kOnednnConv = "policyc_rt_onednn_conv";          // support_onednn.cpp
+constexpr const char* kOnednnConvRun = "policyc_rt_onednn_conv_run";
 
 }  // namespace llvmbe
 }  // namespace policyc::codegen

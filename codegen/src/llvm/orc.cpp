@@ -29,12 +29,16 @@
 #include "policyc/ir/error.h"
 
 // The run-time support (support.cpp, linked into the compiler) and its static archive, embedded
-// for linking into shared objects (support_archive.S).
+// for linking into shared objects (policyc_llvm_*_archive.S).
 extern "C" {
 void policyc_rt_parallel_for(int32_t, int64_t, double, double, void (*)(void*, int64_t, int64_t), void*);
 void* policyc_rt_thread_workspace(int64_t);
+void* policyc_rt_onednn_conv(void**, const char*, const int64_t*, int32_t, const char*, const float*, const float*);
+int32_t policyc_rt_onednn_conv_run(void*, const char*, const float*, const float*, float*, int64_t, int32_t, float*, const float**);
 extern const unsigned char policyc_llvm_support_archive[];
 extern const unsigned char policyc_llvm_support_archive_end[];
+extern const unsigned char policyc_llvm_onednn_archive[];
+extern const unsigned char policyc_llvm_onednn_archive_end[];
 }
 
 namespace policyc::codegen {
@@ -233,12 +237,21 @@ BuildResult buildLlvmSharedObject(const LlvmModule& module, const std::string& o
   }
   const fs::path object = dir / "module.o", archive = dir / "libpolicyc_llvm_support.a", log = dir / "link.log";
   writeAtomically(object.string(), codegenFile(module, LlvmFileKind::Object));
-  writeAtomically(archive.string(), std::string(reinterpret_cast<const char*>(policyc_llvm_support_archive),
-                                                static_cast<size_t>(policyc_llvm_support_archive_end - policyc_llvm_support_archive)));
+  auto bytes = [](const unsigned char* begin, const unsigned char* end) {
+    return std::string(reinterpret_cast<const char*>(begin), static_cast<size_t>(end - begin));
+  };
+  writeAtomically(archive.string(), bytes(policyc_llvm_support_archive, policyc_llvm_support_archive_end));
+  // oneDNN's support (and libdnnl) only for a model that calls it.
+  std::string onednn;
+  if (module.impl().usesOnednn) {
+    const fs::path a = dir / "libpolicyc_llvm_onednn.a";
+    writeAtomically(a.string(), bytes(policyc_llvm_onednn_archive, policyc_llvm_onednn_archive_end));
+    onednn = fmt::format("'{}' -ldnnl -lgomp ", a.string());
+  }
   const std::string tmpSo = fmt::format("{}.tmp{}", outSo, ::getpid());
-  // The C++ driver links: the support archive needs libstdc++ (thread-local destructors, guards).
-  const std::string cmd = fmt::format("'{}' -shared -o '{}' '{}' '{}' -lm -lpthread > '{}' 2>&1", options.compiler, tmpSo,
-                                      object.string(), archive.string(), log.string());
+  // The C++ driver links: the support archives need libstdc++ (thread-local destructors, guards).
+  const std::string cmd = fmt::format("'{}' -shared -o '{}' '{}' {}'{}' -lm -lpthread > '{}' 2>&1", options.compiler, tmpSo,
+                                      object.string(), onednn, archive.string(), log.string());
   auto start = std::chrono::steady_clock::now();
   const int rc = std::system(cmd.c_str());
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -321,6 +334,10 @@ std::unique_ptr<JitModel> jitCompile(LlvmModule module) {
                                                       llvm::JITSymbolFlags::Exported};
   support[j.mangleAndIntern(llvmbe::kThreadWorkspace)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_thread_workspace),
                                                           llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kOnednnConv)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_conv),
+                                                     llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kOnednnConvRun)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_conv_run),
+                                                        llvm::JITSymbolFlags::Exported};
   if (llvm::Error e = lib.define(llvm::orc::absoluteSymbols(std::move(support)))) fail("JIT: {}", errorText(std::move(e)));
   auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.getDataLayout().getGlobalPrefix());
   if (!generator) fail("JIT: {}", errorText(generator.takeError()));

@@ -67,6 +67,24 @@ std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
                            const std::optional<InjectedFault>& fault = std::nullopt);
 
+// A conv kernel as a oneDNN primitive (implementations onednn and onednn_postops): what the C++
+// backend's pc::dnnl_ext::Conv is constructed from, for backends that call the same primitive
+// (the LLVM backend, through its support library).
+struct ExternConv {
+  // C, H, W, M, KH, KW, OH, OW, strideH, strideW, dilationH, dilationW, padTop, padLeft,
+  // padBottom, padRight, the source's batch stride (elements)
+  std::vector<int64_t> shape;
+  bool anyLayout = false;  // onednn_postops: oneDNN's preferred layouts
+  // The epilogue as post-ops ("relu:alpha:beta;sum;linear:2:1", algorithm names without
+  // "eltwise_"); empty for onednn, whose epilogue stays generated code over the NHWC result.
+  std::string postOps;
+  int residual = -1;  // onednn_postops: the buffer the sum post-op adds (-1: none)
+  int store = -1;     // onednn_postops: the buffer the result goes to
+  int64_t scratchBytesPerRow = 0;  // the workspace it needs per batch row (NHWC / blocked copies)
+};
+// nullopt when `impl` is not a oneDNN implementation of this kernel.
+std::optional<ExternConv> externConv(const KernelProgram& program, const Kernel& kernel, const std::string& impl);
+
 struct CppOptions {
   std::string name;               // C identifier prefix of the typed wrapper; empty: the program's name
   std::string target = "native";  // one of cppTargets()

@@ -44,6 +44,9 @@ struct LlvmOptions {
   std::string name;  // C identifier prefix of the typed wrappers; empty: the program's name
   LlvmTargetOptions target;
   double minChunkCost = 131072.0;       // as CppOptions::minChunkCost
+  // Convs may run on oneDNN where the C++ backend's default would (codegen::heuristicChoice),
+  // called through the backend's support library; false: a model that needs no libdnnl.
+  bool externKernels = true;
   std::optional<InjectedFault> fault;   // as CppOptions::fault (compile: the emitter fails)
 };
 
