@@ -340,6 +340,7 @@ int runJit(const RunOptions& o) {
   debug::validateTarget(request);
   auto graph = tools::loadModel(o.model);
   debug::CompileResult compiled = debug::compileGraph(*graph, request);
+  fmt::print(stderr, "jit-compiled {} in {:.2f} s\n", o.model, compiled.seconds);
   runtime::Model model = debug::loadCompiled(compiled);
   std::vector<std::string> inputNames, outputNames;
   for (const runtime::TensorSpec& spec : model.inputs()) inputNames.push_back(spec.name);

@@ -47,6 +47,10 @@ std::vector<pc::dnnl_ext::PostOp> parsePostOps(const char* text) {
 }
 
 std::mutex gCreate;
+// Every conv created, reachable for as long as the process runs (a model's slot may live in
+// JIT memory that leak checkers do not scan); never destroyed: oneDNN's own statics may be gone
+// by the time exit-time destructors run.
+std::vector<pc::dnnl_ext::Conv*>* gConvs = new std::vector<pc::dnnl_ext::Conv*>;
 
 }  // namespace
 
@@ -69,8 +73,9 @@ __attribute__((visibility("hidden"))) void* policyc_rt_onednn_conv(void** slot, 
   try {
     pc::dnnl_ext::ConvShape shape{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
                                   s[12], s[13], s[14], s[15], s[16], parsePostOps(postOps), anyLayout != 0};
-    void* conv = new pc::dnnl_ext::Conv(std::move(shape), weight, bias);  // lives as long as the process
-    __atomic_store_n(slot, conv, __ATOMIC_RELEASE);
+    auto* conv = new pc::dnnl_ext::Conv(std::move(shape), weight, bias);
+    gConvs->push_back(conv);
+    __atomic_store_n(slot, static_cast<void*>(conv), __ATOMIC_RELEASE);
     return conv;
   } catch (const std::exception& e) {
     policyc_rt_extern_failed(kernel, e.what());
