@@ -52,6 +52,8 @@ struct ImplFlags {
                     "run every GEMM/conv kernel with this implementation where it has it: gemm4x32, gemm4x16, onednn, "
                     "onednn_postops (debugging)");
   }
+  // Whether an option only backend cpp has is given.
+  bool needsCpp() const { return mode != "default" || !tuneBatch.empty() || !forceImpl.empty(); }
   void applyTo(debug::CompileRequest& r) const {
     r.mode = mode;
     if (!tuneBatch.empty()) r.cpp.tuneBatches = tuneBatch;
@@ -59,6 +61,16 @@ struct ImplFlags {
     r.cpp.forceImpl = forceImpl;
   }
 };
+
+// The default backend of `compile` and `run`: llvm, measured as fast as cpp on the reference
+// policies at batch 1 and 64 (docs/performance.md) and compiled in-process in about half a
+// second instead of a C++ build; cpp when an option only it has is given (--profile, --mode
+// max-autotune, --tune-batch, --force-impl).
+std::string resolveBackend(const std::string& given, const ImplFlags& impl, bool profile = false) {
+  if (!given.empty()) return given;
+  return impl.needsCpp() || profile ? "cpp" : "llvm";
+}
+constexpr const char* kDefaultBackendHelp = "; default llvm, or cpp with --profile, --mode max-autotune, --tune-batch or --force-impl";
 
 // Exit codes: 0 success, 1 a check that ran and failed (later), 2 bad input or a compiler failure.
 constexpr int kExitBadInput = 2;
@@ -154,7 +166,7 @@ int runDump(const DumpOptions& o) {
 
 struct RunOptions {
   std::string model;
-  std::string backend = "interp";
+  std::string backend;  // empty: resolveBackend
   std::vector<std::string> inputs;
   bool random = false;
   int64_t batch = 1;
@@ -238,8 +250,10 @@ int runCompiled(const RunOptions& o) {
 int runThroughCache(const RunOptions& o);
 int runJit(const RunOptions& o);
 
-int runRun(const RunOptions& o) {
-  if (std::filesystem::path(o.model).extension() == ".so") return runCompiled(o);
+int runRun(const RunOptions& given) {
+  if (std::filesystem::path(given.model).extension() == ".so") return runCompiled(given);
+  RunOptions o = given;
+  o.backend = resolveBackend(given.backend, given.impl);
   if (o.backend == "llvm") return runJit(o);
   if (debug::isCodegenBackend(o.backend)) return runThroughCache(o);
   auto graph = tools::loadModel(o.model);
@@ -261,7 +275,7 @@ struct CompileOptions {
   std::string header;
   std::string name;
   TargetFlags target;
-  std::string backend = "cpp";
+  std::string backend;  // empty: resolveBackend
   std::string emit = "so";
   std::string debugDir;
   bool profile = false;
@@ -269,11 +283,11 @@ struct CompileOptions {
   ImplFlags impl;
 };
 
-// MODEL -> optimised graph -> kernel program -> fusion -> memory plan -> C++ -> OUT.so (+ OUT.h),
-// through the shared compile driver (debug/compile.h), which fills the debug directory.
+// MODEL -> optimised graph -> kernel program -> fusion -> memory plan -> LLVM IR or C++ -> OUT.so
+// (+ OUT.h), through the shared compile driver (debug/compile.h), which fills the debug directory.
 void compileModel(const CompileOptions& o) {
   debug::CompileRequest request;
-  request.backend = o.backend;
+  request.backend = resolveBackend(o.backend, o.impl, o.profile);
   request.emit = o.emit;
   o.target.applyTo(request);
   debug::validateTarget(request);  // an unknown target fails before any work
@@ -281,7 +295,6 @@ void compileModel(const CompileOptions& o) {
   request.modelPath = o.model;
   request.output = o.output;
   request.header = o.header;
-  request.backend = o.backend;
   request.pipeline = o.pipeline.options();
   request.cpp.name = o.name.empty() ? std::filesystem::path(o.output).stem().string() : o.name;
   request.cpp.profile = o.profile;
@@ -340,7 +353,6 @@ int runJit(const RunOptions& o) {
   debug::validateTarget(request);
   auto graph = tools::loadModel(o.model);
   debug::CompileResult compiled = debug::compileGraph(*graph, request);
-  fmt::print(stderr, "jit-compiled {} in {:.2f} s\n", o.model, compiled.seconds);
   runtime::Model model = debug::loadCompiled(compiled);
   std::vector<std::string> inputNames, outputNames;
   for (const runtime::TensorSpec& spec : model.inputs()) inputNames.push_back(spec.name);
@@ -453,8 +465,8 @@ int main(int argc, char** argv) {
   CLI::App* runCmd = app.add_subcommand("run", "run a model on given or random inputs");
   runCmd->add_option("model", run.model, "model file (.onnx or .pir), or a compiled model (.so)")->required();
   runCmd->add_option("--backend", run.backend,
-                     "interp (reference interpreter), cpp (compiled, cached in POLICYC_CACHE_DIR), nofuse (cpp without "
-                     "fusion) or llvm (compiled in-process by the LLVM JIT)")
+                     std::string("interp (reference interpreter), cpp (compiled, cached in POLICYC_CACHE_DIR), nofuse (cpp "
+                                 "without fusion) or llvm (compiled in-process by the LLVM JIT)") + kDefaultBackendHelp)
       ->check(CLI::IsMember({"interp", "cpp", "nofuse", "llvm"}));
   runCmd->add_option("--debug-dir", run.debugDir, "with a compiling backend: write every stage here");
   run.target.addTo(runCmd);
@@ -475,7 +487,9 @@ int main(int argc, char** argv) {
   compileCmd->add_option("--header", compile.header, "also write the model's C header here");
   compileCmd->add_option("--name", compile.name, "C name of the typed wrapper (NAME_run); default: OUT's stem");
   compile.target.addTo(compileCmd);
-  compileCmd->add_option("--backend", compile.backend, "cpp (default), nofuse (no fusion: one kernel per node) or llvm (LLVM IR)")
+  compileCmd->add_option("--backend", compile.backend,
+                         std::string("llvm (LLVM IR), cpp (generated C++) or nofuse (cpp without fusion: one kernel per node)") +
+                             kDefaultBackendHelp)
       ->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
   compileCmd->add_option("--emit", compile.emit,
                          "backend llvm: so (a shared object, default), obj (a relocatable object), asm (assembly) or llvm (textual IR)")

@@ -21,7 +21,7 @@ header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 17), }"
 header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
 with open("obs.npy", "wb") as f:
     f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + struct.pack("<17f", *obs))
-subprocess.run([policyc, "run", src + "/examples/models/ppo_mlp.onnx", "--input", "obs=obs.npy",
+subprocess.run([policyc, "run", src + "/examples/models/ppo_mlp.onnx", "--backend", "interp", "--input", "obs=obs.npy",
                 "--output-dir", "ref"], check=True, stdout=subprocess.DEVNULL)
 
 def npy(path):

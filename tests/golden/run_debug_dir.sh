@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Golden test of the debug directory: `policyc compile MODEL --debug-dir D` writes exactly the files
+# Golden test of the debug directory: `policyc compile MODEL --backend cpp --debug-dir D` writes exactly the files
 # listed in <model>.debug_dir.files, and D/output_code.cpp carries the provenance comments that
 # <model>.output_code.check expects (FileCheck).
 #
@@ -17,7 +17,7 @@ filecheck=${5:-${FILECHECK:-/usr/lib/llvm-19/bin/FileCheck}}
 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"$policyc" compile "$model" -o "$dir/model.so" --debug-dir "$dir/debug" >/dev/null
+"$policyc" compile "$model" --backend cpp -o "$dir/model.so" --debug-dir "$dir/debug" >/dev/null
 (cd "$dir/debug" && ls -1 | LC_ALL=C sort) | diff -u "$files" -
 "$filecheck" "$check" --input-file "$dir/debug/output_code.cpp"
 # Both graphs reload and run.

@@ -106,7 +106,7 @@ TEST_CASE("kernel cost: params are counted once, as static bytes, and a params-f
 TEST_CASE("profiling: every model exports its kernels; a profiled build times each kernel call", "[profile]") {
   fs::path plain = scratchDir() / "plain.so", profiled = scratchDir() / "profiled.so";
   const std::string model = testing::sourcePath("examples/models/ppo_mlp.onnx");
-  REQUIRE(testing::runCli("compile '" + model + "' -o '" + plain.string() + "'").exitCode == 0);
+  REQUIRE(testing::runCli("compile '" + model + "' --backend cpp -o '" + plain.string() + "'").exitCode == 0);
   REQUIRE(testing::runCli("compile '" + model + "' --profile -o '" + profiled.string() + "'").exitCode == 0);
 
   runtime::Model a = runtime::Model::load(plain.string());

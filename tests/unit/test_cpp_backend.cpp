@@ -239,14 +239,14 @@ TEST_CASE("cpp backend: policyc compile writes the .so and the header", "[codege
   fs::path h = scratchDir() / "cli_ppo.h";
   fs::path log = scratchDir() / "cli.out";
   std::string cmd = std::string(POLICYC_CLI) + " compile '" + testing::sourcePath("examples/models/ppo_mlp.onnx") + "' -o '" +
-                    so.string() + "' --header '" + h.string() + "' --target x86-64-v3 > '" + log.string() + "' 2>&1";
+                    so.string() + "' --header '" + h.string() + "' --backend cpp --target x86-64-v3 > '" + log.string() + "' 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   CHECK(fs::exists(so));
   std::ifstream f(h);
   std::string header((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   CHECK(header.find("int cli_ppo_run(") != std::string::npos);
   std::string bad = std::string(POLICYC_CLI) + " compile '" + testing::sourcePath("examples/models/ppo_mlp.onnx") + "' -o '" +
-                    (scratchDir() / "x.so").string() + "' --target foo > '" + log.string() + "' 2>&1";
+                    (scratchDir() / "x.so").string() + "' --backend cpp --target foo > '" + log.string() + "' 2>&1";
   CHECK(std::system(bad.c_str()) != 0);
   std::ifstream l(log);
   std::string out((std::istreambuf_iterator<char>(l)), std::istreambuf_iterator<char>());
@@ -263,7 +263,7 @@ TEST_CASE("cpp backend: a failing C++ compiler under policyc compile is one erro
   std::ofstream(fake) << "#!/bin/sh\necho \"output_code.cpp:42:7: error: something the backend emitted is wrong\" >&2\nexit 1\n";
   fs::permissions(fake, fs::perms::owner_all);
   std::string cmd = "POLICYC_CXX='" + fake.string() + "' " + std::string(POLICYC_CLI) + " compile '" +
-                    testing::sourcePath("examples/models/ppo_mlp.onnx") + "' -o '" + so.string() + "' --debug-dir '" +
+                    testing::sourcePath("examples/models/ppo_mlp.onnx") + "' --backend cpp -o '" + so.string() + "' --debug-dir '" +
                     debug.string() + "' > '" + out.string() + "' 2> '" + err.string() + "'";
   int status = std::system(cmd.c_str());
   REQUIRE(WIFEXITED(status));

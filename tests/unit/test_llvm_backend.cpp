@@ -182,7 +182,7 @@ TEST_CASE("llvm backend: an unknown target, CPU or feature is one clear error li
                                   testing::sourcePath("examples/models/ppo_mlp.onnx"), (scratch() / "bad.so").string()));
   testing::requireCleanError(r, "--emit=obj", true);
   CHECK_FALSE(fs::exists(scratch() / "bad.so"));
-  r = testing::runCli(fmt::format("compile {} --cpu znver3 -o {}", testing::sourcePath("examples/models/ppo_mlp.onnx"),
+  r = testing::runCli(fmt::format("compile {} --backend cpp --cpu znver3 -o {}", testing::sourcePath("examples/models/ppo_mlp.onnx"),
                                   (scratch() / "bad.so").string()));
   testing::requireCleanError(r, "--cpu and --features apply to backend llvm", true);
 }
@@ -223,4 +223,14 @@ TEST_CASE("llvm backend: the CLI runs, checks and compiles with --backend llvm",
   CHECK(fs::exists(dir / "module.ll"));
   CHECK(fs::exists(dir / "module.opt.ll"));
   CHECK(testing::slurp(dir / "compile_times.txt").find("llvm codegen") != std::string::npos);
+  // The default backend is llvm; an option only cpp has (here --profile) picks cpp.
+  fs::path byDefault = scratch() / "default_debug", profiled = scratch() / "profile_debug";
+  CHECK(testing::runCli(fmt::format("compile {} -o {} --debug-dir {}", model, (scratch() / "d.so").string(), byDefault.string())).exitCode == 0);
+  CHECK(fs::exists(byDefault / "module.ll"));
+  CHECK_FALSE(fs::exists(byDefault / "output_code.cpp"));
+  CHECK(testing::runCli(fmt::format("compile {} --profile -o {} --debug-dir {}", model, (scratch() / "p.so").string(), profiled.string()))
+            .exitCode == 0);
+  CHECK(fs::exists(profiled / "output_code.cpp"));
+  testing::requireCleanError(testing::runCli(fmt::format("compile {} --backend llvm --profile -o {}", model, (scratch() / "p2.so").string())),
+                             "--profile applies to backend cpp", true);
 }
