@@ -119,6 +119,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     options.minChunkCost = cpp.minChunkCost;
     options.fault = cpp.fault;
     options.externKernels = cpp.externKernels;
+    options.keepUnoptimizedIr = d != nullptr;
     if (!cpp.forceImpl.empty() || cpp.choice) fail("--force-impl applies to backend cpp (backend llvm takes the default's choice of oneDNN convs, or none with --no-extern)");
     std::optional<codegen::LlvmModule> module;
     {
@@ -127,7 +128,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     }
     if (d) {
       d->write("module.ll", module->unoptimizedIr());
-      d->write("module.opt.ll", module->ir());
+      d->write("module.opt.ll", module->ir(true));
     }
     try {
       if (request.jit) {

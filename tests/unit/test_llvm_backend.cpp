@@ -139,8 +139,14 @@ TEST_CASE("llvm backend: an aarch64 object is produced and its symbol table has 
 }
 
 TEST_CASE("llvm backend: module.ll names each kernel and ties values to their graph nodes", "[llvm]") {
-  codegen::LlvmModule module = codegen::generateLlvm(*optimized("ppo_mlp"), {});
+  codegen::LlvmOptions options;
+  options.keepUnoptimizedIr = true;
+  codegen::LlvmModule module = codegen::generateLlvm(*optimized("ppo_mlp"), options);
   const std::string& ir = module.unoptimizedIr();
+  // The weights are left out of the dump (and it says so), not out of the module.
+  CHECK(ir.find("@pc_weights = private unnamed_addr constant [596096 x i8] zeroinitializer, align 64  ; 596096 bytes of weights elided") !=
+        std::string::npos);
+  CHECK(module.ir().find("zeroinitializer, align 64") == std::string::npos);
   CHECK(ir.find("define internal void @fused_linear_bias_tanh_0(ptr %ctx, i64 %lo, i64 %hi)") != std::string::npos);
   CHECK(ir.find("define ptr @policyc_model_descriptor()") != std::string::npos);
   CHECK(ir.find("!policyc.node") != std::string::npos);

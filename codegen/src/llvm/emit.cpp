@@ -1990,12 +1990,30 @@ const std::string& LlvmModule::unoptimizedIr() const { return impl_->unoptimized
 const std::string& LlvmModule::header() const { return impl_->header; }
 double LlvmModule::emitSeconds() const { return impl_->emitSeconds; }
 double LlvmModule::optimizeSeconds() const { return impl_->optimizeSeconds; }
-std::string LlvmModule::ir() const {
+namespace {
+
+// The module as text; with elideWeights @pc_weights's bytes are left out.
+std::string printModule(llvm::Module& m, bool elideWeights) {
+  llvm::GlobalVariable* w = elideWeights ? m.getGlobalVariable("pc_weights", true) : nullptr;
+  llvm::Constant* bytes = w ? w->getInitializer() : nullptr;
+  if (w) w->setInitializer(llvm::Constant::getNullValue(bytes->getType()));
   std::string s;
   llvm::raw_string_ostream os(s);
-  impl_->module->print(os, nullptr);
+  m.print(os, nullptr);
+  if (!w) return s;
+  w->setInitializer(bytes);
+  const size_t at = s.find("@pc_weights = ");
+  const size_t end = at == std::string::npos ? at : s.find('\n', at);
+  if (end != std::string::npos) {
+    s.insert(end, fmt::format("  ; {} bytes of weights elided from this dump (the compiled code has them)",
+                              m.getDataLayout().getTypeAllocSize(bytes->getType()).getFixedValue()));
+  }
   return s;
 }
+
+}  // namespace
+
+std::string LlvmModule::ir(bool elideWeights) const { return printModule(*impl_->module, elideWeights); }
 
 LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const LlvmOptions& options) {
   auto impl = std::make_unique<LlvmModule::Impl>();
@@ -2020,8 +2038,7 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   std::string problems;
   llvm::raw_string_ostream os(problems);
   if (llvm::verifyModule(m, &os)) fail("internal: the LLVM backend emitted an invalid module: {}", problems);
-  llvm::raw_string_ostream ir(impl->unoptimized);
-  m.print(ir, nullptr);
+  if (options.keepUnoptimizedIr) impl->unoptimized = printModule(m, true);
   auto emitted = std::chrono::steady_clock::now();
   impl->emitSeconds = std::chrono::duration<double>(emitted - start).count();
   llvmbe::optimizeModule(m, *machine);

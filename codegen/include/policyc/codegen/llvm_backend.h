@@ -48,6 +48,7 @@ struct LlvmOptions {
   // called through the backend's support library; false: a model that needs no libdnnl.
   bool externKernels = true;
   std::optional<InjectedFault> fault;   // as CppOptions::fault (compile: the emitter fails)
+  bool keepUnoptimizedIr = false;       // keep the module as emitted as text (the debug directory's module.ll)
 };
 
 // An emitted and optimised module with its LLVM context (opaque: LLVM types stay out of this header).
@@ -61,8 +62,12 @@ class LlvmModule {
 
   const std::string& name() const;    // the C identifier of the typed wrappers (NAME_run)
   const LlvmTarget& target() const;
-  std::string ir() const;             // module.ll: the optimised module as text
-  const std::string& unoptimizedIr() const;  // the module as emitted, before the passes
+  // The optimised module as text; with elideWeights the weights' initializer is printed as
+  // zeroinitializer (and says so): a readable dump rather than a module to compile.
+  std::string ir(bool elideWeights = false) const;
+  // The module as emitted, before the passes, weights elided (empty unless
+  // LlvmOptions::keepUnoptimizedIr).
+  const std::string& unoptimizedIr() const;
   const std::string& header() const;  // NAME.h, the same C header as the C++ backend's
   double emitSeconds() const;         // IRBuilder emission
   double optimizeSeconds() const;     // the O3 pipeline
