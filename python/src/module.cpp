@@ -210,7 +210,9 @@ class Policy {
 std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::string& backend, const std::string& mode,
                                       const std::string& target, int threads, const std::optional<std::string>& debugDir,
                                       bool externKernels, const std::vector<int64_t>& tuneBatch) {
-  if (backend != "cpp" && backend != "nofuse") throw py::value_error("backend must be 'cpp' or 'nofuse', got '" + backend + "'");
+  if (backend != "cpp" && backend != "nofuse" && backend != "llvm") {
+    throw py::value_error("backend must be 'cpp', 'nofuse' or 'llvm', got '" + backend + "'");
+  }
   if (!debug::isCompileMode(mode)) throw py::value_error("mode must be 'default' or 'max-autotune', got '" + mode + "'");
   debug::CompileRequest request;
   request.modelPath = path;
@@ -224,7 +226,7 @@ std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::string
   std::string so;
   {
     py::gil_scoped_release release;
-    codegen::marchFlag(target);
+    debug::validateTarget(request);
     so = debug::compileCached(request, moduleId(), [&] { return tools::loadModel(path); });
   }
   return std::make_unique<Policy>(runtime::Model::load(so), threads);

@@ -100,14 +100,15 @@ class PolicyTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "invalid ELF header"):
             policyc.load(os.path.join(ROOT, "README.md"))
 
-    def test_max_autotune_and_no_extern_agree_with_the_default(self):
+    def test_max_autotune_no_extern_and_llvm_agree_with_the_default(self):
         obs = np.random.default_rng(3).standard_normal((5, 17)).astype(np.float32)
         want = policyc.compile(PPO)(obs)
         with tempfile.TemporaryDirectory() as debug:
             tuned = policyc.compile(PPO, mode="max-autotune", tune_batch=[1, 4], debug_dir=debug)
             self.assertIn("dispatch:", open(os.path.join(debug, "autotune.txt")).read())
         plain = policyc.compile(PPO, extern_kernels=False)
-        for got in (tuned(obs), plain(obs)):
+        llvm = policyc.compile(PPO, backend="llvm")
+        for got in (tuned(obs), plain(obs), llvm(obs)):
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
