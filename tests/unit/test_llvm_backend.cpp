@@ -57,30 +57,43 @@ std::string capture(const std::string& cmd) {
 
 }  // namespace
 
-TEST_CASE("llvm backend: every example model matches the interpreter at batch 1, 3 and 64 with 1 and 2 threads",
-          "[llvm]") {
-  for (const std::string name : {"ppo_mlp", "sac_actor", "atari_cnn", "impala_cnn", "multi_input", "uint8_convbn"}) {
-    auto graph = optimized(name);
-    codegen::LlvmOptions options;
-    options.minChunkCost = 0;  // split every kernel as far as it goes: 2 threads exercise every split
-    runtime::Model model = jitModel(*graph, options);
-    for (int64_t batch : {1, 3, 64}) {
-      std::vector<ir::Tensor> inputs = debug::randomTensors(graphInputTypes(*graph), batch, 7);
-      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-      std::vector<ir::Tensor> one = debug::runModel(model, inputs, 1);
-      std::vector<ir::Tensor> two = debug::runModel(model, inputs, 2);
-      REQUIRE(one.size() == want.size());
-      for (size_t o = 0; o < want.size(); ++o) {
-        INFO(name << " batch " << batch << " output " << o);
-        debug::TensorCheck c = debug::compareTensors("", one[o], want[o], 1e-4, 1e-4);
-        INFO(c.note);
-        CHECK(c.pass);
-        REQUIRE(two[o].nbytes() == one[o].nbytes());
-        CHECK(std::memcmp(two[o].bytes(), one[o].bytes(), one[o].nbytes()) == 0);
-      }
+namespace {
+
+void checkParity(const std::string& name) {
+  auto graph = optimized(name);
+  codegen::LlvmOptions options;
+  options.minChunkCost = 0;  // split every kernel as far as it goes: 2 threads exercise every split
+  runtime::Model model = jitModel(*graph, options);
+  for (int64_t batch : {1, 3, 64}) {
+    std::vector<ir::Tensor> inputs = debug::randomTensors(graphInputTypes(*graph), batch, 7);
+    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+    std::vector<ir::Tensor> one = debug::runModel(model, inputs, 1);
+    std::vector<ir::Tensor> two = debug::runModel(model, inputs, 2);
+    REQUIRE(one.size() == want.size());
+    for (size_t o = 0; o < want.size(); ++o) {
+      INFO(name << " batch " << batch << " output " << o);
+      debug::TensorCheck c = debug::compareTensors("", one[o], want[o], 1e-4, 1e-4);
+      INFO(c.note);
+      CHECK(c.pass);
+      REQUIRE(two[o].nbytes() == one[o].nbytes());
+      CHECK(std::memcmp(two[o].bytes(), one[o].bytes(), one[o].nbytes()) == 0);
     }
   }
 }
+
+}  // namespace
+
+// One test case per model, so that CTest runs them side by side.
+#define POLICYC_LLVM_PARITY(model)                                                                                  \
+  TEST_CASE("llvm backend: " model " matches the interpreter at batch 1, 3 and 64 with 1 and 2 threads", "[llvm]") { \
+    checkParity(model);                                                                                           \
+  }
+POLICYC_LLVM_PARITY("ppo_mlp")
+POLICYC_LLVM_PARITY("sac_actor")
+POLICYC_LLVM_PARITY("atari_cnn")
+POLICYC_LLVM_PARITY("impala_cnn")
+POLICYC_LLVM_PARITY("multi_input")
+POLICYC_LLVM_PARITY("uint8_convbn")
 
 TEST_CASE("llvm backend: the AOT shared object loads like the C++ backend's and computes what the JIT does", "[llvm]") {
   auto graph = optimized("ppo_mlp");
