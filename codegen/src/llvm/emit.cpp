@@ -1018,13 +1018,14 @@ class Emitter {
     });
   }
 
-  // The microkernel: `rows` row pointers (x_t[q] at rows[t] + q) times `panels` consecutive weight
-  // panels from `w` (panel p's row q at w + (p*K + q)*16), each column starting from its bias.
-  // Returns acc[t][p], one <16 x float> per row and panel; sums over q in order.
+  // The microkernel: `rows` row pointers (x_t[q] at rows[t] + q, or rows[t] + offsets[q] with an
+  // i32 offset table: conv windows read in place) times `panels` consecutive weight panels from
+  // `w` (panel p's row q at w + (p*K + q)*16), each column starting from its bias. Returns
+  // acc[t][p], one <16 x float> per row and panel; sums over q in order.
   std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, Value* w, Value* bias,
-                                            const ir::Node* node) {
+                                            const ir::Node* node, Value* offsets = nullptr) {
     llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
-    if (rows.size() == 1 && panels == 1) return {{gemmRow(rows[0], K, w, bias, node)}};
+    if (rows.size() == 1 && panels == 1 && !offsets) return {{gemmRow(rows[0], K, w, bias, node)}};
     std::vector<std::vector<llvm::AllocaInst*>> acc(rows.size(), std::vector<llvm::AllocaInst*>(static_cast<size_t>(panels)));
     llvm::Instruction* since = mark();
     for (int p = 0; p < panels; ++p) {
@@ -1042,8 +1043,9 @@ class Emitter {
         Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * K * kLanes));
         wv.push_back(b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, w, at), llvm::Align(4), "w"));
       }
+      Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, q), "at"), i64_) : q;
       for (size_t t = 0; t < rows.size(); ++t) {
-        Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, rows[t], q), "x"));
+        Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, rows[t], at), "x"));
         for (int p = 0; p < panels; ++p) {
           llvm::AllocaInst* a = acc[t][static_cast<size_t>(p)];
           b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wv[static_cast<size_t>(p)], b_.CreateLoad(vt, a)}), a);
@@ -1215,6 +1217,31 @@ class Emitter {
     Value* bp = weightsAt(packedBiasOffset_.at(index), "bp");
     llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(4 * K)), "patch");
     const DType t = accType(k);
+    // Windows inside the input are read in place through a table of offsets (c, kh, kw order);
+    // gathered patches (windows over the padding) through the identity table.
+    std::vector<int32_t> window, identity;
+    const std::vector<int64_t>& xs = X.strides;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          window.push_back(static_cast<int32_t>(c * xs[1] + kh * dil[0] * xs[2] + kw * dil[1] * xs[3]));
+          identity.push_back(static_cast<int32_t>(identity.size()));
+        }
+    llvm::Constant* windowTable = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int32_t>(window)), k.name + ".window");
+    llvm::Constant* identityTable = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int32_t>(identity)), k.name + ".patch");
+    // Whether output position `pos`'s window lies inside the input, and where it starts.
+    auto inside = [&](Value* pos) {
+      Value* ih = b_.CreateSub(b_.CreateMul(b_.CreateSDiv(pos, c64(OW)), c64(st[0])), c64(pads[0]));
+      Value* iw = b_.CreateSub(b_.CreateMul(b_.CreateSRem(pos, c64(OW)), c64(st[1])), c64(pads[1]));
+      Value* okH = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(b_.CreateAdd(ih, c64((KH - 1) * dil[0])), c64(H)));
+      Value* okW = b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(b_.CreateAdd(iw, c64((KW - 1) * dil[1])), c64(Wd)));
+      return b_.CreateAnd(okH, okW);
+    };
+    auto origin = [&](Value* i0, Value* pos) {
+      Value* ih = b_.CreateSub(b_.CreateMul(b_.CreateSDiv(pos, c64(OW)), c64(st[0])), c64(pads[0]));
+      Value* iw = b_.CreateSub(b_.CreateMul(b_.CreateSRem(pos, c64(OW)), c64(st[1])), c64(pads[1]));
+      return elemPtr(X.id, {i0, nullptr, ih, iw});
+    };
     // patch row `slot` = the window of output position `pos` of image i0 (c, kh, kw order).
     auto gather = [&](Value* i0, Value* pos, int64_t slot) {
       Value* oh = b_.CreateSDiv(pos, c64(OW));
@@ -1257,13 +1284,22 @@ class Emitter {
       ifElse(
           b_.CreateICmpSLE(b_.CreateAdd(pos, c64(4)), c64(P)), "quad",
           [&] {
-            for (int tq = 0; tq < 4; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+            Value* direct = b_.getTrue();
+            for (int tq = 0; tq < 4; ++tq) direct = b_.CreateAnd(direct, inside(b_.CreateAdd(pos, c64(tq))));
+            direct->setName("direct");
+            ifThen(b_.CreateNot(direct), "gather", [&] {
+              for (int tq = 0; tq < 4; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+            });
             std::vector<Value*> rows;
-            for (int tq = 0; tq < 4; ++tq) rows.push_back(b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K)));
+            for (int tq = 0; tq < 4; ++tq) {
+              Value* row = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K));
+              rows.push_back(b_.CreateSelect(direct, origin(i0, b_.CreateAdd(pos, c64(tq))), row));
+            }
+            Value* offsets = b_.CreateSelect(direct, windowTable, identityTable, "offsets");
             auto tile = [&](Value* j, int per) {
               Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
               Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
-              auto acc = gemmTile(rows, per, K, w, bias, &n);
+              auto acc = gemmTile(rows, per, K, w, bias, &n, offsets);
               for (int p = 0; p < per; ++p) {
                 for (int tq = 0; tq < 4; ++tq) {
                   finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
