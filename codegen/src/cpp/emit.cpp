@@ -2178,14 +2178,19 @@ std::optional<InjectedFault> injectedFaultFromEnv() {
 
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options) { return generateCpp(graph, options, {}); }
 
+PlannedProgram planGraph(const ir::Graph& graph, const CodegenStages& stages) {
+  PlannedProgram p{lowerGraph(graph), {}};
+  if (stages.lowered) stages.lowered(p.program);
+  if (stages.fuse) fuseKernels(p.program);
+  p.plan = planMemory(p.program);
+  if (stages.planned) stages.planned(p.program, p.plan);
+  return p;
+}
+
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options, const CodegenStages& stages) {
   try {
-    KernelProgram program = lowerGraph(graph);
-    if (stages.lowered) stages.lowered(program);
-    if (stages.fuse) fuseKernels(program);
-    MemoryPlan plan = planMemory(program);
-    if (stages.planned) stages.planned(program, plan);
-    return emitCpp(program, plan, options);
+    PlannedProgram planned = planGraph(graph, stages);
+    return emitCpp(planned.program, planned.plan, options);
   } catch (const UnsupportedError& e) {
     unsupported("unsupported in backend cpp: {}", e.what());
   }

@@ -824,17 +824,9 @@ class Emitter {
     Value* ctx = &*arg++;
     lo_ = &*arg++;
     hi_ = &*arg;
-    ctx->setName("ctx");
     lo_->setName("lo");
     hi_->setName("hi");
-    inputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 0), "inputs");
-    outputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 1), "outputs");
-    batch_ = b_.CreateLoad(i64_, b_.CreateStructGEP(ctxTy_, ctx, 2), "batch");
-    ws_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 3), "ws");
-    // Root pointers are computed at the end of the entry block, before the first branch.
-    llvm::BasicBlock* body = block("body");
-    entryEnd_ = b_.CreateBr(body);
-    b_.SetInsertPoint(body);
+    openBody(ctx);
     for (const ir::Node* n : k.sources) {
       if (faulty(n, InjectedFault::Kind::Compile)) {
         fail("backend llvm: injected compile fault in node '{}' ({}) of kernel {}", n->name(), n->info().name, k.name);
@@ -872,17 +864,9 @@ class Emitter {
     externFns_[ki] = fn_;
     roots_.clear();
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
-    Value* ctx = fn_->getArg(0);
     Value* threads = fn_->getArg(1);
-    ctx->setName("ctx");
     threads->setName("threads");
-    inputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 0), "inputs");
-    outputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 1), "outputs");
-    batch_ = b_.CreateLoad(i64_, b_.CreateStructGEP(ctxTy_, ctx, 2), "batch");
-    ws_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 3), "ws");
-    llvm::BasicBlock* body = block("body");
-    entryEnd_ = b_.CreateBr(body);
-    b_.SetInsertPoint(body);
+    openBody(fn_->getArg(0));
     llvm::Instruction* since = mark();
     auto* slot = new llvm::GlobalVariable(m_, ptr_, false, llvm::GlobalValue::InternalLinkage,
                                           llvm::ConstantPointerNull::get(ptr_), k.name + ".onednn");
@@ -922,6 +906,19 @@ class Emitter {
         emitBody(k.body, {i0, i1, b_.CreateSDiv(pos, c64(OW)), b_.CreateSRem(pos, c64(OW))}, convert(a, DType::F32, t));
       });
     });
+  }
+
+  // A kernel function's entry: the run's arguments from `ctx` (a pc_run_ctx), then a branch to
+  // the body, where the insertion point is left. Root pointers go at the end of the entry block.
+  void openBody(Value* ctx) {
+    ctx->setName("ctx");
+    inputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 0), "inputs");
+    outputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 1), "outputs");
+    batch_ = b_.CreateLoad(i64_, b_.CreateStructGEP(ctxTy_, ctx, 2), "batch");
+    ws_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 3), "ws");
+    llvm::BasicBlock* body = block("body");
+    entryEnd_ = b_.CreateBr(body);
+    b_.SetInsertPoint(body);
   }
 
   void emitPointwise(const Kernel& k) {
@@ -2084,12 +2081,8 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
 
 LlvmModule generateLlvm(const ir::Graph& graph, const LlvmOptions& options, const CodegenStages& stages) {
   try {
-    KernelProgram program = lowerGraph(graph);
-    if (stages.lowered) stages.lowered(program);
-    if (stages.fuse) fuseKernels(program);
-    MemoryPlan plan = planMemory(program);
-    if (stages.planned) stages.planned(program, plan);
-    return emitLlvm(program, plan, options);
+    PlannedProgram planned = planGraph(graph, stages);
+    return emitLlvm(planned.program, planned.plan, options);
   } catch (const UnsupportedError& e) {
     unsupported("unsupported in backend llvm: {}", e.what());
   }

@@ -140,6 +140,14 @@ struct CodegenStages {
 };
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options, const CodegenStages& stages);
 
+// What every backend starts from: the graph lowered, fused (unless stages.fuse is false) and its
+// memory planned, with the stages' callbacks called on the way.
+struct PlannedProgram {
+  KernelProgram program;
+  MemoryPlan plan;
+};
+PlannedProgram planGraph(const ir::Graph& graph, const CodegenStages& stages = {});
+
 // The C++ compiler models are built with: $POLICYC_CXX when set and not empty, else "c++".
 std::string defaultCompiler();
 
