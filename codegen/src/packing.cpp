@@ -1,4 +1,4 @@
-// Packed weights shared by the backends (packing.h).
+// What the backends share about template kernels (packing.h).
 #include "packing.h"
 
 #include <algorithm>
@@ -51,6 +51,23 @@ std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k) {
     std::copy_n(bt.data<float>(), std::min(n, bt.numel()), bias.begin());
   }
   return bias;
+}
+
+ReducedAxes reducedAxes(const ir::Node& n, size_t rank) {
+  auto normalize = [&](int64_t axis) { return static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis); };
+  ReducedAxes r{std::vector<bool>(rank, false), true};
+  if (n.isOp(Op::GlobalAvgPool)) {
+    for (size_t d = 2; d < rank; ++d) r.reduced[d] = true;
+  } else if (n.isOp(Op::ArgMax)) {
+    r.reduced[normalize(n.attrInt("axis"))] = true;
+    r.keepdims = n.attrInt("keepdims") != 0;
+  } else {
+    std::vector<int64_t> axes = n.attrInts("axes");
+    if (axes.empty()) std::fill(r.reduced.begin(), r.reduced.end(), true);
+    for (int64_t a : axes) r.reduced[normalize(a)] = true;
+    r.keepdims = n.attrInt("keepdims") != 0;
+  }
+  return r;
 }
 
 }  // namespace policyc::codegen

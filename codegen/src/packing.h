@@ -1,5 +1,5 @@
-// Packed weights shared by the backends: which linear/conv kernels run on weight panels of
-// kPanel output columns, and the panels' contents.
+// What the backends share about template kernels: which linear/conv kernels run on packed weight
+// panels of kPanel output columns and the panels' contents, and a reduction's reduced axes.
 #pragma once
 
 #include <cstdint>
@@ -23,5 +23,13 @@ bool packable(const KernelProgram& p, const Kernel& k);
 std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k);
 // The bias padded to whole panels (zeros when the layer has none).
 std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k);
+
+// reduce_* / argmax / global_avg_pool: which axes of the operand (rank `rank`) are reduced, and
+// whether the output keeps them as size-1 dimensions.
+struct ReducedAxes {
+  std::vector<bool> reduced;
+  bool keepdims = true;
+};
+ReducedAxes reducedAxes(const ir::Node& node, size_t rank);
 
 }  // namespace policyc::codegen

@@ -1608,19 +1608,9 @@ class Emitter {
 
     // reduce_* / argmax / global_avg_pool: which operand axes are reduced, and how the output
     // (the domain) indexes the kept ones.
-    std::vector<bool> reduced(r, false);
-    bool keepdims = true;
-    if (n.isOp(Op::GlobalAvgPool)) {
-      for (size_t d = 2; d < r; ++d) reduced[d] = true;
-    } else if (n.isOp(Op::ArgMax)) {
-      reduced[static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r))] = true;
-      keepdims = n.attrInt("keepdims") != 0;
-    } else {
-      std::vector<int64_t> axes = n.attrInts("axes");
-      if (axes.empty()) std::fill(reduced.begin(), reduced.end(), true);
-      for (int64_t a : axes) reduced[static_cast<size_t>(normalizeAxis(a, r))] = true;
-      keepdims = n.attrInt("keepdims") != 0;
-    }
+    const ReducedAxes axesOf = reducedAxes(n, r);
+    const std::vector<bool>& reduced = axesOf.reduced;
+    const bool keepdims = axesOf.keepdims;
     std::vector<std::string> xv = axisVars("x", r);
     std::vector<std::string> outIdx;  // domain index in terms of x variables
     for (size_t d = 0; d < r; ++d) {

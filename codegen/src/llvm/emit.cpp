@@ -1608,19 +1608,9 @@ class Emitter {
 
     // reduce_* / argmax / global_avg_pool: the reduced operand axes, and how the output (the
     // domain) indexes the kept ones.
-    std::vector<bool> reduced(r, false);
-    bool keepdims = true;
-    if (n.isOp(Op::GlobalAvgPool)) {
-      for (size_t d = 2; d < r; ++d) reduced[d] = true;
-    } else if (n.isOp(Op::ArgMax)) {
-      reduced[static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r))] = true;
-      keepdims = n.attrInt("keepdims") != 0;
-    } else {
-      std::vector<int64_t> axes = n.attrInts("axes");
-      if (axes.empty()) std::fill(reduced.begin(), reduced.end(), true);
-      for (int64_t ax : axes) reduced[static_cast<size_t>(normalizeAxis(ax, r))] = true;
-      keepdims = n.attrInt("keepdims") != 0;
-    }
+    const ReducedAxes axesOf = reducedAxes(n, r);
+    const std::vector<bool>& reduced = axesOf.reduced;
+    const bool keepdims = axesOf.keepdims;
     std::vector<size_t> kept, red;
     int64_t count = 1;
     for (size_t d = 0; d < r; ++d) {
