@@ -28,6 +28,8 @@
 #include "policyc/ir/text.h"
 #include "policyc/passes/pass_manager.h"
 #include "policyc/runtime/loader.h"
+#include "policyc/support/escape.h"
+#include "policyc/support/files.h"
 
 namespace {
 
@@ -214,18 +216,18 @@ std::vector<ir::Tensor> commandInputs(const ir::Graph& graph, bool random, const
   return commandInputs(types, names, random, given, batch, seed, minBatch);
 }
 
-// Writes NAME.npy for every output into `outputDir` (if given), then prints one summary line each.
+// Writes one .npy per output into `outputDir` (if given), then prints one summary line each. The
+// file of output NAME is escape::fileName(NAME).npy (docs/security.md): a model cannot name a file
+// outside the directory. Every file is written whole (temp file + rename).
 void reportOutputs(const std::vector<std::string>& names, const std::vector<ir::Tensor>& outputs,
                    const std::string& outputDir) {
   if (!outputDir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(outputDir, ec);
     if (ec) fail("cannot create output directory '{}': {}", outputDir, ec.message());
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      tools::writeTensor((std::filesystem::path(outputDir) / (names[i] + ".npy")).string(), outputs[i]);
-    }
+    for (size_t i = 0; i < outputs.size(); ++i) tools::writeTensor(files::confined(outputDir, names[i], ".npy").string(), outputs[i]);
   }
-  for (size_t i = 0; i < outputs.size(); ++i) fmt::print("{}: {}\n", names[i], tools::summarize(outputs[i]));
+  for (size_t i = 0; i < outputs.size(); ++i) fmt::print("{}: {}\n", escape::message(names[i]), tools::summarize(outputs[i]));
 }
 
 // `policyc run MODEL.so`: a compiled model through the runtime loader, on the same inputs (for the
@@ -448,6 +450,38 @@ int runMinify(const MinifyCliOptions& o) {
 
 }  // namespace
 
+// Every failure ends the same way: one "policyc: error: ..." line on stderr (model-provided text in
+// it escaped, so it stays one line and cannot drive the terminal) and exit code 2.
+static int reportError(const std::string& message) {
+  std::fflush(stdout);
+  std::string line = escape::message(message);
+  std::fprintf(stderr, "policyc: error: %s\n", line.c_str());
+  return kExitBadInput;
+}
+
+// CLI11's parse errors as one line that names the command, e.g. "unknown command 'bogus'".
+static std::string commandLineError(const CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
+  std::vector<std::string> commands;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) commands.push_back(sub->get_name());
+  bool commandGiven = false;
+  for (const CLI::App* sub : app.get_subcommands()) commandGiven = commandGiven || sub->parsed();
+  if (!commandGiven) {
+    if (argc < 2) return fmt::format("a command is required: {} (see policyc --help)", fmt::join(commands, ", "));
+    std::string first = argv[1];
+    if (!first.empty() && first[0] != '-') {
+      return fmt::format("unknown command '{}' (commands: {}; see policyc --help)", first, fmt::join(commands, ", "));
+    }
+  }
+  std::string what = e.what();
+  for (char& c : what) {
+    if (c == '\n') c = ' ';
+  }
+  while (!what.empty() && what.back() == ' ') what.pop_back();
+  std::string command;
+  for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+  return fmt::format("{} (see policyc {}--help)", what, command.empty() ? "" : command + " ");
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"policyc: an ahead-of-time compiler for small neural-network policies"};
   app.require_subcommand(1);
@@ -565,8 +599,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitBadInput;
+    return reportError(commandLineError(app, argc, argv, e));
   }
 
   try {
@@ -584,10 +617,10 @@ int main(int argc, char** argv) {
     }
     if (*checkCmd) return runCheck(check);
     if (*minifyCmd) return runMinify(minify);
+  } catch (const std::bad_alloc&) {
+    return reportError("out of memory");
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "policyc: error: {}\n", e.what());
-    return kExitBadInput;
+    return reportError(e.what());
   }
   return 0;
 }

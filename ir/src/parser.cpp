@@ -1,6 +1,8 @@
 // The .pir parser: a small lexer and recursive descent; errors carry file:line:col.
 #include <charconv>
 #include <cmath>
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -11,6 +13,8 @@
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
 #include "policyc/ir/verifier.h"
+#include "policyc/support/escape.h"
+#include "policyc/support/sizes.h"
 
 namespace policyc::ir {
 namespace {
@@ -178,6 +182,7 @@ class Parser {
         TensorType type = parseType();
         define(at, name);
         values_[name] = graph_->addInput(name, type);
+        placed(values_[name]->producer(), at);
         if (!is(")")) expect(",");
       }
     }
@@ -189,8 +194,11 @@ class Parser {
     if (tok_.kind != Tok::End) errorHere("expected end of file after '}'");
     try {
       verify(*graph_);
-    } catch (const Error& e) {
-      fail("{}: {}", sourceLoc(), e.what());
+    } catch (const VerifyError& e) {
+      // Point at the node's statement; a problem of the whole graph at its first line.
+      auto it = e.node() ? positions_.find(e.node()) : positions_.end();
+      if (it != positions_.end()) lex_.error(it->second.first, it->second.second, e.what());
+      lex_.error(1, 1, e.what());
     }
     return std::move(graph_);
   }
@@ -201,7 +209,12 @@ class Parser {
     std::string got = tok_.kind == Tok::End ? "end of file" : fmt::format("{} '{}'", tokName(tok_.kind), tok_.text);
     errorAt(tok_, fmt::format("{}, got {}", expected, got));
   }
-  std::string sourceLoc() const { return fmt::format("{}", tok_.line); }
+  void placed(const Node* node, const Token& at) {
+    positions_[node] = {at.line, at.col};
+    if (static_cast<int64_t>(positions_.size()) > sizes::kMaxNodes) {
+      errorAt(at, fmt::format("the graph has more than {} nodes (the limit)", sizes::kMaxNodes));
+    }
+  }
 
   bool is(std::string_view punct) const { return tok_.kind == Tok::Punct && tok_.text == punct; }
   void consume() { tok_ = lex_.next(); }
@@ -289,6 +302,12 @@ class Parser {
       }
       if (!is("]")) expect(",");
     }
+    if (static_cast<int64_t>(type.shape.size()) > sizes::kMaxRank) {
+      errorAt(at, fmt::format("{} has {} dimensions (at most {})", type.str(), type.shape.size(), sizes::kMaxRank));
+    }
+    if (!sizes::numel(evalShape(type.shape, 1))) {
+      errorAt(at, fmt::format("{} has more than 2^31-1 elements (the limit of one tensor)", type.str()));
+    }
     expect("]");
     return type;
   }
@@ -308,10 +327,15 @@ class Parser {
     return loc;
   }
 
+  // A param's data, from the sidecar or inline. Nothing is allocated for it before the bytes or
+  // values actually present are known to match its type (a hostile type cannot allocate).
   Tensor parseParamData(const Token& at, const TensorType& type) {
     if (!isStaticShape(type.shape)) errorAt(at, "a param's shape cannot contain 'batch'");
     std::vector<int64_t> dims = evalShape(type.shape, 0);
-    Tensor t(type.dtype, dims);
+    const int64_t numel = staticNumel(dims);  // parseType checked the limits
+    const size_t nbytes = static_cast<size_t>(numel) * dtypeSize(type.dtype);
+    weightBytes_ += nbytes;
+    if (weightBytes_ > static_cast<size_t>(sizes::kMaxWeightBytes)) errorAt(at, "the graph's params hold more than 8 GiB (the limit)");
     if (is("@")) {
       consume();
       Token offTok = tok_;
@@ -319,42 +343,41 @@ class Parser {
       int64_t offset = parseInt(tok_);
       consume();
       if (sidecar_.empty()) errorAt(offTok, "the param refers to a sidecar file (@offset) but none was found");
-      if (offset < 0 || static_cast<uint64_t>(offset) + t.nbytes() > sidecar_.size()) {
-        errorAt(offTok, fmt::format("sidecar range @{} + {} bytes is outside the sidecar ({} bytes)", offset,
-                                    t.nbytes(), sidecar_.size()));
+      if (offset < 0 || static_cast<uint64_t>(offset) > sidecar_.size() || nbytes > sidecar_.size() - static_cast<uint64_t>(offset)) {
+        errorAt(offTok, fmt::format("sidecar range @{} + {} bytes is outside the sidecar ({} bytes)", offset, nbytes,
+                                    sidecar_.size()));
       }
-      if (t.nbytes()) std::memcpy(t.bytes(), sidecar_.data() + offset, t.nbytes());
-      return t;
+      return Tensor::fromBytes(type.dtype, dims, sidecar_.data() + offset, nbytes);
     }
     expect("[");
+    // Values are collected as they are read (bounded by the text), then checked against the type.
+    std::vector<unsigned char> bytes;
+    Tensor one(type.dtype, {1});
     int64_t i = 0;
     while (!is("]")) {
       if (!atNumber()) errorHere("expected a number");
-      if (i >= t.numel()) errorHere(fmt::format("more than the {} values of {}", t.numel(), type.str()));
+      if (i >= numel) errorHere(fmt::format("more than the {} values of {}", numel, type.str()));
       switch (type.dtype) {
-        case DType::F32: t.data<float>()[i] = parseFloat<float>(tok_); break;
-        case DType::F64: t.data<double>()[i] = parseFloat<double>(tok_); break;
+        case DType::F32: one.data<float>()[0] = parseFloat<float>(tok_); break;
+        case DType::F64: one.data<double>()[0] = parseFloat<double>(tok_); break;
         default: {
           int64_t v = parseInt(tok_);
-          Tensor probe(type.dtype, {1});
-          probe.setAsDouble(0, static_cast<double>(v));
-          if (type.dtype != DType::I64 && probe.getAsInt(0) != v) {
+          one.setAsDouble(0, static_cast<double>(v));
+          if (type.dtype != DType::I64 && one.getAsInt(0) != v) {
             errorHere(fmt::format("{} does not fit in {}", v, dtypeName(type.dtype)));
           }
-          if (type.dtype == DType::I64) {
-            t.data<int64_t>()[i] = v;
-          } else {
-            t.setAsDouble(i, static_cast<double>(v));
-          }
+          if (type.dtype == DType::I64) one.data<int64_t>()[0] = v;
         }
       }
+      const auto* b = reinterpret_cast<const unsigned char*>(one.bytes());
+      bytes.insert(bytes.end(), b, b + one.nbytes());
       consume();
       ++i;
       if (!is("]")) expect(",");
     }
-    if (i != t.numel()) errorHere(fmt::format("expected {} values for {}, got {}", t.numel(), type.str(), i));
+    if (i != numel) errorHere(fmt::format("expected {} values for {}, got {}", numel, type.str(), i));
     expect("]");
-    return t;
+    return Tensor::fromBytes(type.dtype, dims, bytes.data(), bytes.size());
   }
 
   AttrValue parseAttrValue() {
@@ -411,6 +434,7 @@ class Parser {
       Tensor data = parseParamData(typeTok, type);
       std::vector<std::string> loc = parseLoc();
       values_[results[0].second] = graph_->addParam(results[0].second, std::move(data), std::move(loc));
+      placed(values_[results[0].second]->producer(), results[0].first);
       return;
     }
     const OpInfo* info = findOp(opName);
@@ -457,9 +481,11 @@ class Parser {
       errorAt(opTok, e.what());
     }
     for (size_t i = 0; i < results.size(); ++i) values_[results[i].second] = node->output(i);
+    placed(node, opTok);
   }
 
   void parseReturn() {
+    Token returnTok = tok_;
     expectIdent("return");
     expect("(");
     std::vector<std::pair<std::string, Value*>> outputs;
@@ -476,6 +502,7 @@ class Parser {
     } catch (const Error& e) {
       errorAt(at, e.what());
     }
+    placed(graph_->nodes().back().get(), returnTok);
   }
 
   Lexer lex_;
@@ -483,23 +510,37 @@ class Parser {
   Token tok_;
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
+  std::unordered_map<const Node*, std::pair<int, int>> positions_;  // each node's statement: line, column
+  size_t weightBytes_ = 0;
 };
 
+// The largest .pir text the parser reads (weights belong in the sidecar): line and column numbers
+// stay ints.
+constexpr size_t kMaxPirText = size_t{1} << 30;
+
+// The bytes of a regular file (a FIFO or a device is refused: it could block or never end).
 std::vector<std::byte> readBytes(const std::string& path, bool& exists) {
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  exists = !ec && std::filesystem::exists(status);
+  if (!exists) return {};
+  if (!std::filesystem::is_regular_file(status)) fail("cannot read '{}': not a regular file", escape::message(path));
   std::ifstream f(path, std::ios::binary);
   exists = static_cast<bool>(f);
   if (!f) return {};
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
-  std::vector<std::byte> bytes(s.size());
-  if (!s.empty()) std::memcpy(bytes.data(), s.data(), s.size());
+  f.seekg(0, std::ios::end);
+  const auto size = static_cast<size_t>(std::max<std::streamoff>(0, f.tellg()));
+  f.seekg(0);
+  std::vector<std::byte> bytes(size);
+  f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
+  if (!f) fail("cannot read '{}'", escape::message(path));
   return bytes;
 }
 
 }  // namespace
 
 std::unique_ptr<Graph> parseGraph(std::string_view text, std::string_view sourceName, std::span<const std::byte> sidecar) {
+  if (text.size() > kMaxPirText) fail("{}: the .pir text is {} bytes (at most 1 GiB; weights belong in the sidecar)", sourceName, text.size());
   return Parser(text, sourceName, sidecar).parse();
 }
 

@@ -7,6 +7,7 @@
 
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
+#include "policyc/support/escape.h"
 
 namespace policyc::ir {
 namespace {
@@ -17,20 +18,8 @@ bool isIdentChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
 }
 
-std::string quoteName(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+// A quoted .pir name: escape::printable's rule, which the parser's \xNN escapes read back.
+std::string quoteName(std::string_view s) { return "\"" + escape::printable(s) + "\""; }
 
 template <typename F>
 std::string floatLiteral(F v) {

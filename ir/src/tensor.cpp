@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "policyc/ir/error.h"
+#include "policyc/support/sizes.h"
 
 namespace policyc::ir {
 namespace {
@@ -22,19 +23,34 @@ T saturate(double v) {
 
 }  // namespace
 
-Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
-  for (int64_t d : shape_) {
+namespace {
+
+// The bytes of a tensor of this type, checked against the limits of support/sizes.h before
+// anything is allocated.
+size_t checkedBytes(DType dtype, const std::vector<int64_t>& shape) {
+  if (static_cast<int64_t>(shape.size()) > sizes::kMaxRank) {
+    fail("tensor {}{} has {} dimensions (at most {})", dtypeName(dtype), shapeStr(staticShape(shape)), shape.size(), sizes::kMaxRank);
+  }
+  for (int64_t d : shape) {
     if (d < 0) fail("tensor shape has a negative dimension {}", d);
   }
-  bytes_.assign(static_cast<size_t>(numel()) * dtypeSize(dtype_), std::byte{0});
+  std::optional<int64_t> numel = sizes::numel(shape);
+  if (!numel) fail("tensor {}{} has more than 2^31-1 elements (the limit of one tensor)", dtypeName(dtype), shapeStr(staticShape(shape)));
+  return static_cast<size_t>(*numel) * dtypeSize(dtype);
+}
+
+}  // namespace
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  bytes_.assign(checkedBytes(dtype_, shape_), std::byte{0});
 }
 
 Tensor Tensor::fromBytes(DType dtype, std::vector<int64_t> shape, const void* data, size_t nbytes) {
-  Tensor t(dtype, std::move(shape));
-  if (nbytes != t.nbytes()) {
-    fail("tensor {}{} needs {} bytes, got {}", dtypeName(dtype), shapeStr(staticShape(t.shape_)), t.nbytes(),
-         nbytes);
+  size_t expected = checkedBytes(dtype, shape);
+  if (nbytes != expected) {
+    fail("tensor {}{} needs {} bytes, got {}", dtypeName(dtype), shapeStr(staticShape(shape)), expected, nbytes);
   }
+  Tensor t(dtype, std::move(shape));
   if (nbytes) std::memcpy(t.bytes_.data(), data, nbytes);
   return t;
 }

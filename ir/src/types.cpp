@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "policyc/ir/error.h"
+#include "policyc/support/sizes.h"
 
 namespace policyc::ir {
 namespace {
@@ -73,9 +74,9 @@ bool isStaticShape(const Shape& shape) {
 Shape staticShape(const std::vector<int64_t>& dims) { return Shape(dims.begin(), dims.end()); }
 
 int64_t staticNumel(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
+  std::optional<int64_t> n = sizes::numel(dims);
+  if (!n) fail("shape {} has more than 2^31-1 elements (the limit of one tensor) or a negative dimension", shapeStr(staticShape(dims)));
+  return *n;
 }
 
 std::string TensorType::str() const { return fmt::format("{}{}", dtypeName(dtype), shapeStr(shape)); }

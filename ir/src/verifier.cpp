@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "policyc/ir/error.h"
+#include "policyc/support/sizes.h"
 
 namespace policyc::ir {
 namespace {
@@ -12,6 +13,17 @@ std::string describe(const Node& n) {
   if (n.kind() == NodeKind::Op) return fmt::format("node '{}' ({})", n.name(), n.info().name);
   if (n.kind() == NodeKind::Output) return "the output node";
   return fmt::format("{} '{}'", nodeKindName(n.kind()), n.name());
+}
+
+// A value's type within the limits of support/sizes.h: its rank, and the elements of one batch row.
+void checkLimits(const Value& v) {
+  const Shape& shape = v.type().shape;
+  if (static_cast<int64_t>(shape.size()) > sizes::kMaxRank) {
+    fail("value '{}' has {} dimensions (at most {})", v.name(), shape.size(), sizes::kMaxRank);
+  }
+  if (!sizes::numel(evalShape(shape, 1))) {
+    fail("value '{}' of type {} has more than 2^31-1 elements per batch row (the limit of one tensor)", v.name(), v.type().str());
+  }
 }
 
 void verifyOp(const Node& n) {
@@ -48,7 +60,10 @@ void verify(const Graph& graph) {
   bool inputsDone = false;
   const auto& nodes = graph.nodes();
   if (nodes.empty() || nodes.back()->kind() != NodeKind::Output) {
-    fail("verifier: graph '{}' has no output node (return)", graph.name());
+    throw VerifyError(fmt::format("verifier: graph '{}' has no output node (return)", graph.name()), nullptr);
+  }
+  if (static_cast<int64_t>(nodes.size()) > sizes::kMaxNodes) {
+    throw VerifyError(fmt::format("verifier: graph '{}' has {} nodes (at most {})", graph.name(), nodes.size(), sizes::kMaxNodes), nullptr);
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = *nodes[i];
@@ -74,6 +89,7 @@ void verify(const Graph& graph) {
         for (Dim d : v->type().shape) {
           if (d.isStatic() && d.value() < 0) fail("value '{}' has a negative dimension", v->name());
         }
+        checkLimits(*v);
         defined.insert(v);
       }
       switch (n.kind()) {
@@ -102,7 +118,7 @@ void verify(const Graph& graph) {
           break;
       }
     } catch (const Error& e) {
-      fail("verifier: {} in graph '{}': {}", describe(n), graph.name(), e.what());
+      throw VerifyError(fmt::format("verifier: {} in graph '{}': {}", describe(n), graph.name(), e.what()), &n);
     }
   }
 }

@@ -1,7 +1,13 @@
 // .npy I/O: the version 1.0-3.0 header dict, and the raw little-endian C-order data after it.
 #include "policyc/runtime/npy.h"
 
+#include "policyc/support/escape.h"
+#include "policyc/support/files.h"
+#include "policyc/support/sizes.h"
+
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <filesystem>
 #include <fstream>
 #include <algorithm>
@@ -21,7 +27,7 @@ constexpr DescrRow kDescrs[] = {
 };
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
-  throw std::runtime_error("'" + path + "': " + what);
+  throw std::runtime_error("'" + escape::message(path) + "': " + what);
 }
 
 // Finds `'key':` in the header dict and returns the text after it.
@@ -34,6 +40,19 @@ std::string valueAfter(const std::string& header, const std::string& key, const 
   return start == std::string::npos ? std::string() : header.substr(start);
 }
 
+constexpr size_t kMaxNpyHeader = 65536;
+
+std::string shapeTuple(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+[[noreturn]] void sizeMismatch(const std::string& path, size_t available, size_t expected) {
+  bad(path, "data is " + std::to_string(available) + " bytes but the header's shape needs " + std::to_string(expected) +
+                (available < expected ? " (truncated file)" : ""));
+}
+
 }  // namespace
 
 size_t npyDTypeSize(const std::string& dtype) {
@@ -43,14 +62,7 @@ size_t npyDTypeSize(const std::string& dtype) {
   return 0;
 }
 
-NpyArray readNpy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) bad(path, "cannot open (no such file or not readable)");
-  f.seekg(0, std::ios::end);
-  std::string bytes(static_cast<size_t>(std::max<std::streamoff>(0, f.tellg())), '\0');
-  f.seekg(0);
-  f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!f) bad(path, "cannot read");
+NpyHeader parseNpyHeader(std::string_view bytes, const std::string& path) {
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) bad(path, "not a .npy file (bad magic)");
   auto major = static_cast<unsigned char>(bytes[6]);
   size_t headerLen = 0;
@@ -65,23 +77,28 @@ NpyArray readNpy(const std::string& path) {
   } else {
     bad(path, "unsupported .npy version " + std::to_string(major));
   }
+  if (headerLen > kMaxNpyHeader) bad(path, "the .npy header is " + std::to_string(headerLen) + " bytes (more than " + std::to_string(kMaxNpyHeader) + ")");
   if (headerStart + headerLen > bytes.size()) bad(path, "truncated .npy header");
-  std::string header = bytes.substr(headerStart, headerLen);
+  std::string header(bytes.substr(headerStart, headerLen));
 
-  NpyArray array;
+  NpyHeader out;
+  out.dataOffset = headerStart + headerLen;
   std::string descrText = valueAfter(header, "descr", path);
-  std::string descr = descrText.size() > 2 ? descrText.substr(1, descrText.find('\'', 1) - 1) : "";
+  size_t descrEnd = descrText.size() > 1 ? descrText.find('\'', 1) : std::string::npos;
+  if (descrText.empty() || descrText[0] != '\'' || descrEnd == std::string::npos) bad(path, "not a valid .npy file (malformed descr)");
+  std::string descr = descrText.substr(1, descrEnd - 1);
   if (descr == "=f4") descr = "<f4";  // native order on a little-endian machine
   if (descr == "<u1") descr = "|u1";
   size_t elemSize = 0;
   for (const DescrRow& r : kDescrs) {
     if (descr == r.descr) {
-      array.dtype = r.dtype;
+      out.dtype = r.dtype;
       elemSize = r.size;
     }
   }
   if (!elemSize) {
-    bad(path, "unsupported .npy dtype '" + descr + "' (expected float32, float64, int32, int64, uint8, int8 or bool, little endian)");
+    bad(path, "unsupported .npy dtype '" + escape::message(descr) +
+                  "' (expected float32, float64, int32, int64, uint8, int8 or bool, little endian)");
   }
   if (valueAfter(header, "fortran_order", path).rfind("False", 0) != 0) {
     bad(path, "Fortran-order arrays are not supported (save a C-contiguous array)");
@@ -91,34 +108,70 @@ NpyArray readNpy(const std::string& path) {
   size_t close = shapeText.find(')');
   if (close == std::string::npos) bad(path, "not a valid .npy file (malformed shape)");
   std::string dims = shapeText.substr(1, close - 1);
-  size_t pos = 0;
-  while (pos < dims.size()) {
+  auto malformed = [&] { bad(path, "not a valid .npy file (malformed shape '(" + escape::message(dims) + ")')"); };
+  // A tuple of decimal integers: "", "3,", "2, 17" (one trailing comma allowed, as Python's).
+  std::vector<std::string> items;
+  for (size_t pos = 0;;) {
     size_t next = dims.find(',', pos);
-    std::string item = dims.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
-    size_t first = item.find_first_not_of(' ');
-    if (first != std::string::npos) {
-      try {
-        size_t used = 0;
-        long long d = std::stoll(item.substr(first), &used);
-        if (d < 0) throw std::invalid_argument("negative");
-        array.shape.push_back(d);
-      } catch (const std::logic_error&) {
-        bad(path, "not a valid .npy file (malformed shape '" + dims + "')");
-      }
-    }
+    items.push_back(dims.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
     if (next == std::string::npos) break;
     pos = next + 1;
   }
-  size_t numel = 1;
-  for (int64_t d : array.shape) numel *= static_cast<size_t>(d);
-  size_t expected = numel * elemSize;
-  size_t available = bytes.size() - headerStart - headerLen;
-  if (available != expected) {
-    bad(path, "data is " + std::to_string(available) + " bytes but the header's shape needs " + std::to_string(expected) +
-                  (available < expected ? " (truncated file)" : ""));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string& raw = items[i];
+    size_t first = raw.find_first_not_of(' ');
+    if (first == std::string::npos) {
+      bool trailing = i + 1 == items.size() && i > 0;  // "(3,)"
+      bool scalar = items.size() == 1;                 // "()"
+      if (trailing || scalar) continue;
+      malformed();
+    }
+    std::string item = raw.substr(first, raw.find_last_not_of(' ') - first + 1);
+    if (item.size() > 18 || item.find_first_not_of("0123456789") != std::string::npos) malformed();
+    out.shape.push_back(std::stoll(item));
+    if (static_cast<int64_t>(out.shape.size()) > sizes::kMaxRank) {
+      bad(path, "the .npy shape has more than " + std::to_string(sizes::kMaxRank) + " dimensions");
+    }
   }
-  array.data.resize(expected);
-  if (expected) std::memcpy(array.data.data(), bytes.data() + headerStart + headerLen, expected);
+  std::optional<int64_t> numel = sizes::numel(out.shape);
+  if (!numel) bad(path, "the .npy shape " + shapeTuple(out.shape) + " has more than 2^31-1 elements");
+  std::optional<size_t> dataBytes = sizes::bytes(*numel, elemSize);
+  if (!dataBytes) bad(path, "the .npy shape " + shapeTuple(out.shape) + " is too large");
+  out.dataBytes = *dataBytes;
+  return out;
+}
+
+NpyArray parseNpy(std::string_view bytes, const std::string& path) {
+  NpyHeader header = parseNpyHeader(bytes, path);
+  size_t available = bytes.size() - header.dataOffset;
+  if (available != header.dataBytes) sizeMismatch(path, available, header.dataBytes);
+  NpyArray array{header.dtype, header.shape, std::vector<std::byte>(header.dataBytes)};
+  if (header.dataBytes) std::memcpy(array.data.data(), bytes.data() + header.dataOffset, header.dataBytes);
+  return array;
+}
+
+NpyArray readNpy(const std::string& path) {
+  // Only a regular file: a FIFO or a device would block or never end.
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) bad(path, "cannot open (no such file or not readable)");
+  if (!std::filesystem::is_regular_file(status)) bad(path, "not a regular file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) bad(path, "cannot open (no such file or not readable)");
+  f.seekg(0, std::ios::end);
+  const auto fileSize = static_cast<size_t>(std::max<std::streamoff>(0, f.tellg()));
+  f.seekg(0);
+  // The header first; the data is allocated only once its size matches the bytes in the file.
+  std::string head(std::min<size_t>(fileSize, 12 + kMaxNpyHeader), '\0');
+  f.read(head.data(), static_cast<std::streamsize>(head.size()));
+  if (!f) bad(path, "cannot read");
+  NpyHeader header = parseNpyHeader(head, path);
+  size_t available = fileSize - std::min(fileSize, header.dataOffset);
+  if (available != header.dataBytes) sizeMismatch(path, available, header.dataBytes);
+  NpyArray array{header.dtype, header.shape, std::vector<std::byte>(header.dataBytes)};
+  f.seekg(static_cast<std::streamoff>(header.dataOffset));
+  f.read(reinterpret_cast<char*>(array.data.data()), static_cast<std::streamsize>(header.dataBytes));
+  if (!f) bad(path, "cannot read");
   return array;
 }
 
@@ -139,20 +192,12 @@ void writeNpy(const std::string& path, const NpyArray& array) {
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw std::runtime_error("cannot write '" + path + "'");
-    f.write("\x93NUMPY\x01\x00", 8);
-    char len[2] = {static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
-    f.write(len, 2);
-    f.write(header.data(), static_cast<std::streamsize>(header.size()));
-    f.write(reinterpret_cast<const char*>(array.data.data()), static_cast<std::streamsize>(array.data.size()));
-    if (!f) throw std::runtime_error("cannot write '" + path + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error("cannot write '" + path + "': " + ec.message());
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(array.data.data()), array.data.size());
+  files::writeAtomic(path, bytes);
 }
 
 }  // namespace policyc::runtime

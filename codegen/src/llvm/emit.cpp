@@ -26,6 +26,7 @@
 #include "packing.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
+#include "policyc/support/escape.h"
 
 namespace policyc::codegen {
 namespace {
@@ -48,7 +49,9 @@ std::vector<int64_t> spatialList(const ir::Node& n, const char* name, size_t cou
 }
 int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
-std::string nodeLabel(const ir::Node* n) { return n ? n->name() : std::string(); }
+// Model-provided names reach value names and metadata strings only through escape::printable, so
+// module.ll reads as plain ASCII whatever bytes a name holds.
+std::string nodeLabel(const ir::Node* n) { return n ? escape::printable(n->name()) : std::string(); }
 
 class Emitter {
  public:
@@ -177,8 +180,8 @@ class Emitter {
   void tag(llvm::Instruction* since, const ir::Node* node) {
     if (!node) return;
     // !{value name, operator, the source model's nodes it came from}: as output_code.cpp's comments.
-    std::vector<llvm::Metadata*> parts = {llvm::MDString::get(ctx_, node->name()), llvm::MDString::get(ctx_, node->info().name)};
-    for (const std::string& origin : node->provenance()) parts.push_back(llvm::MDString::get(ctx_, origin));
+    std::vector<llvm::Metadata*> parts = {llvm::MDString::get(ctx_, nodeLabel(node)), llvm::MDString::get(ctx_, node->info().name)};
+    for (const std::string& origin : node->provenance()) parts.push_back(llvm::MDString::get(ctx_, escape::printable(origin)));
     llvm::MDNode* md = llvm::MDNode::get(ctx_, parts);
     llvm::BasicBlock* bb = b_.GetInsertBlock();
     auto it = since ? std::next(since->getIterator()) : bb->begin();
@@ -1052,7 +1055,7 @@ class Emitter {
     });
     std::vector<std::vector<Value*>> out(rows.size());
     for (size_t t = 0; t < rows.size(); ++t) {
-      for (int p = 0; p < panels; ++p) out[t].push_back(b_.CreateLoad(vt, acc[t][static_cast<size_t>(p)], node ? node->name() : "acc"));
+      for (int p = 0; p < panels; ++p) out[t].push_back(b_.CreateLoad(vt, acc[t][static_cast<size_t>(p)], node ? nodeLabel(node) : "acc"));
     }
     return out;
   }
@@ -1083,7 +1086,7 @@ class Emitter {
     forRange(c64(K / 4 * 4), c64(K), "q", [&](Value* q) { step(q, 0); });
     since = mark();
     Value* sum = b_.CreateFAdd(b_.CreateFAdd(b_.CreateLoad(vt, acc[0]), b_.CreateLoad(vt, acc[1])),
-                               b_.CreateFAdd(b_.CreateLoad(vt, acc[2]), b_.CreateLoad(vt, acc[3])), node ? node->name() : "acc");
+                               b_.CreateFAdd(b_.CreateLoad(vt, acc[2]), b_.CreateLoad(vt, acc[3])), node ? nodeLabel(node) : "acc");
     tag(since, node);
     return sum;
   }
@@ -2052,7 +2055,7 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
 
   auto start = std::chrono::steady_clock::now();
   impl->context = std::make_unique<llvm::LLVMContext>();
-  impl->module = std::make_unique<llvm::Module>(program.name, *impl->context);
+  impl->module = std::make_unique<llvm::Module>(escape::printable(program.name), *impl->context);  // printed raw in module.ll
   llvm::Module& m = *impl->module;
   m.setTargetTriple(impl->target.triple);
   m.setDataLayout(machine->createDataLayout());
