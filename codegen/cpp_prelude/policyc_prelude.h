@@ -519,26 +519,66 @@ template <class T> PC_INLINE T batchNorm(T x, T scale, T bias, T mean, T var, T 
   return (x - mean) * (T(1) / std::sqrt(var + eps)) * scale + bias;
 }
 
-// Division and power: C truncation for integers (division by zero gives 0 instead of trapping).
-template <class T> PC_INLINE T div(T a, T b) {
+// Integer arithmetic saturates at the type's limits, as the interpreter's (which computes in
+// double and stores saturating): one semantics for every backend (docs/ir.md).
+template <class T> PC_INLINE T satMax(bool negative) {
+  return negative ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+}
+template <class T> PC_INLINE T add(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) {
-    return a / b;
+    return a + b;
   } else {
-    return b == 0 ? T(0) : T(a / b);
+    T r;
+    return __builtin_add_overflow(a, b, &r) ? satMax<T>(b < T(0)) : r;
   }
 }
-template <class T> PC_INLINE T pow(T a, T b) {
+template <class T> PC_INLINE T sub(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) {
-    if (b == T(2)) return a * a;
-    return std::pow(a, b);
+    return a - b;
   } else {
-    double r = std::pow(double(a), double(b));
-    return r != r ? T(0) : T(std::trunc(r));
+    T r;
+    return __builtin_sub_overflow(a, b, &r) ? satMax<T>(!std::is_signed<T>::value || b > T(0)) : r;
+  }
+}
+template <class T> PC_INLINE T mul(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    return a * b;
+  } else {
+    T r;
+    return __builtin_mul_overflow(a, b, &r) ? satMax<T>((a < T(0)) != (b < T(0))) : r;
+  }
+}
+template <class T> PC_INLINE T neg(T a) { return sub<T>(T(0), a); }
+template <class T> PC_INLINE T abs(T a) {
+  if constexpr (std::is_floating_point<T>::value) {
+    return std::fabs(a);
+  } else {
+    return a < T(0) ? neg<T>(a) : a;
+  }
+}
+
+// What a kernel reports through the run's status when a value is outside an operator's domain;
+// the run returns it (policyc_model.h) after the kernel.
+PC_INLINE void report(int* status, int code) { __atomic_store_n(status, code, __ATOMIC_RELAXED); }
+
+// Division: C truncation for integers; dividing by zero is an error of the run
+// (POLICYC_ERROR_DIVISION, the result 0), the one overflowing case (lowest / -1) saturates.
+template <class T> PC_INLINE T div(T a, T b, int* status) {
+  if constexpr (std::is_floating_point<T>::value) {
+    (void)status;
+    return a / b;
+  } else {
+    if (b == T(0)) {
+      report(status, POLICYC_ERROR_DIVISION);
+      return T(0);
+    }
+    if (std::is_signed<T>::value && b == T(-1)) return neg<T>(a);
+    return T(a / b);
   }
 }
 
 // Cast as ONNX and numpy: floats to integers truncate toward zero, NaN becomes 0, out-of-range
-// values saturate; anything to bool is `!= 0` (NaN is true).
+// values saturate (integers to narrower integers too); anything to bool is `!= 0` (NaN is true).
 template <class To, class From> PC_INLINE To cast(From x) {
   if constexpr (std::is_same<To, bool>::value) {
     return x != From(0);
@@ -548,8 +588,22 @@ template <class To, class From> PC_INLINE To cast(From x) {
     if (t <= double(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();
     if (t >= double(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
     return To(t);
+  } else if constexpr (std::is_integral<To>::value && std::is_integral<From>::value && !std::is_same<From, bool>::value) {
+    // Every integer dtype fits in int64 (u8 is the only unsigned one): clamp there.
+    const int64_t v = int64_t(x);
+    const int64_t lo = int64_t(std::numeric_limits<To>::lowest()), hi = int64_t(std::numeric_limits<To>::max());
+    return To(v < lo ? lo : (v > hi ? hi : v));
   } else {
     return To(x);
+  }
+}
+
+template <class T> PC_INLINE T pow(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    if (b == T(2)) return a * a;
+    return std::pow(a, b);
+  } else {
+    return cast<T, double>(std::pow(double(a), double(b)));
   }
 }
 

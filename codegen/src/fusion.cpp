@@ -210,6 +210,16 @@ class Fuser {
 
 }  // namespace
 
+bool Kernel::canFail() const {
+  if (anchor && anchor->isOp(ir::Op::Gather)) return true;
+  for (const std::vector<Instr>* instrs : {&prologue, &body}) {
+    for (const Instr& in : *instrs) {
+      if (in.opcode == Opcode::Apply && in.op == ir::Op::Div && !ir::isFloat(in.dtype)) return true;
+    }
+  }
+  return false;
+}
+
 std::vector<int> Kernel::reads() const {
   std::vector<int> ids = anchorInputs;
   // With a prologue, the reduced operand is computed in place, never read from memory.

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "packing.h"
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/ir/error.h"
 
@@ -319,6 +320,26 @@ class Lowering {
     program_.kernels.push_back(std::move(k));
   }
 
+  // Kernels run every batch row on its own (and split rows between threads): a reduction across
+  // the batch dimension has no kernel.
+  static void rejectBatchReduction(const ir::Node& n) {
+    const ir::Shape& shape = n.input(0)->type().shape;
+    const size_t rank = shape.size();
+    std::vector<bool> reduced(rank, false);
+    if (n.isOp(Op::Softmax) || n.isOp(Op::LogSoftmax) || n.isOp(Op::LayerNorm)) {
+      int64_t axis = n.attrInt("axis");
+      size_t from = static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis);
+      for (size_t d = from; d < rank && (n.isOp(Op::LayerNorm) || d == from); ++d) reduced[d] = true;
+    } else {
+      reduced = reducedAxes(n, rank).reduced;
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      if (reduced[d] && shape[d].isBatch()) {
+        unsupported("it reduces over the batch dimension, which compiled kernels do not (backend interp runs it)");
+      }
+    }
+  }
+
   void lowerOp(const ir::Node& n) {
     if (isViewOp(n.op())) return lowerView(n);
     switch (n.op()) {
@@ -338,7 +359,9 @@ class Lowering {
       case Op::ReduceSum:
       case Op::ReduceMax:
       case Op::ArgMax:
-      case Op::GlobalAvgPool: return lowerTemplate(n, KernelKind::Reduction);
+      case Op::GlobalAvgPool:
+        rejectBatchReduction(n);
+        return lowerTemplate(n, KernelKind::Reduction);
       case Op::Pad:
       case Op::Gather: return lowerTemplate(n, KernelKind::Copy);
       default: break;

@@ -2,6 +2,11 @@
 #include "policyc/codegen/memory_plan.h"
 
 #include <algorithm>
+#include <limits>
+
+#include "policyc/support/sizes.h"
+
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -171,6 +176,12 @@ MemoryPlan planMemory(const KernelProgram& p) {
     (perBatch ? plan.perBatchBytes : plan.staticBytes) = end;
   }
   return plan;
+}
+
+int64_t maxBatch(int64_t staticBytes, int64_t perBatchBytes) {
+  constexpr int64_t kHalfAddressSpace = std::numeric_limits<int64_t>::max() / 2;
+  if (perBatchBytes <= 0) return sizes::kMaxBatch;
+  return std::min(sizes::kMaxBatch, std::max<int64_t>(0, kHalfAddressSpace - staticBytes) / perBatchBytes);
 }
 
 std::string printMemoryPlan(const KernelProgram& p, const MemoryPlan& plan) {

@@ -22,6 +22,7 @@
 #include "policyc/debug/debug_dir.h"
 #include "policyc/debug/compile.h"
 #include "policyc/ir/error.h"
+#include "policyc/support/files.h"
 #include "policyc/ir/text.h"
 #include "policyc/runtime/loader.h"
 
@@ -149,16 +150,8 @@ void measure(const codegen::GeneratedCpp& generated, const AutotuneOptions& opti
     }
   }
   if (todo.empty()) return;
-  std::string pattern = (fs::temp_directory_path() / "policyc-tune-XXXXXX").string();
-  if (!mkdtemp(pattern.data())) fail("cannot create a temporary directory '{}'", pattern);
-  const fs::path dir = pattern;
-  struct Cleanup {
-    fs::path d;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(d, ec);
-    }
-  } cleanup{dir};
+  files::TempDir tmp("policyc-tune");
+  const fs::path dir = tmp.path();
   if (options.progress) fmt::print(stderr, "autotune: building every implementation of {} kernels\n", kernels.size());
   codegen::BuildOptions build;
   build.workDir = (dir / "build").string();

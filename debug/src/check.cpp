@@ -19,7 +19,7 @@
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
-#include "temp_dir.h"
+#include "policyc/support/files.h"
 
 namespace policyc::debug {
 
@@ -214,9 +214,9 @@ std::vector<ir::Tensor> runModel(const runtime::Model& model, const std::vector<
 
 CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options) {
   CheckReport report;
-  TempDir tmp("policyc-check");
+  files::TempDir tmp("policyc-check");
   CompileRequest request = options.compile;
-  request.output = (tmp.path / "model.so").string();
+  request.output = (tmp.path() / "model.so").string();
   request.header.clear();
 
   // With --per-node the graph is optimised here, every op node's value becomes an extra output,
@@ -245,11 +245,14 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
   CompileResult compiled = compileGraph(*work, request);
   runtime::Model model = loadCompiled(compiled);
   report.so = compiled.jit ? "(in-process JIT)" : compiled.so;
-  if (options.perNode) {
+  // The model runs in a forked child first: a model that crashes is reported (and the temporary
+  // directory removed) instead of taking this process down.
+  {
     auto [crash, kernel] = crashProbe(model, inputs, options.threads);
     if (!crash.empty()) {
       report.pass = false;
       report.crash = kernel.empty() ? crash : fmt::format("{} in kernel {}", crash, kernel);
+      if (!options.perNode) return report;
       // The crashing kernel's nodes, in graph order; the first stands for the kernel.
       for (const auto& node : work->nodes()) {
         auto k = compiled.kernelOfNode.find(node->name());

@@ -16,6 +16,7 @@
 #include "policyc/debug/debug_dir.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
+#include "policyc/support/escape.h"
 
 namespace policyc::debug {
 
@@ -45,6 +46,22 @@ runtime::Model loadCompiled(const CompileResult& compiled) {
 }
 bool isCompileMode(const std::string& mode) { return mode == "default" || mode == "max-autotune"; }
 
+namespace {
+
+// A hash of the graph (its text and weights) and of the options that change the code.
+uint64_t graphHash(const ir::Graph& graph, const CompileRequest& r) {
+  ir::PrintedGraph printed = ir::printGraph(graph);
+  std::string_view weights(reinterpret_cast<const char*>(printed.sidecar.data()), printed.sidecar.size());
+  const passes::PipelineOptions& p = r.pipeline;
+  std::string options = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", r.backend, r.cpp.target, r.cpu, r.features, r.mode,
+                                    p.passes ? fmt::format("{}", fmt::join(*p.passes, ",")) : "default", fmt::join(p.disabled, ","),
+                                    r.cpp.profile, fmt::join(r.cpp.tuneBatches, ","), r.cpp.externKernels, r.cpp.forceImpl,
+                                    r.cpp.name, r.optimize);
+  return textHash(fmt::format("{:016x}{:016x}{}", textHash(printed.text), textHash(weights), options));
+}
+
+}  // namespace
+
 CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request) {
   if (!isCodegenBackend(request.backend)) fail("backend '{}' does not compile (compiling backends: cpp, nofuse, llvm)", request.backend);
   if (!isEmitKind(request.emit)) fail("unknown --emit '{}' (valid: so, obj, asm, llvm)", request.emit);
@@ -57,6 +74,8 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   const bool nofuse = request.backend == "nofuse";
   codegen::CppOptions cpp = request.cpp;
   if (!cpp.fault) cpp.fault = codegen::injectedFaultFromEnv();
+  // What produced the code, for the descriptor (the cache passes its key's hash).
+  if (cpp.sourceHash.empty()) cpp.sourceHash = fmt::format("{:016x}", graphHash(input, request));
 
   std::optional<DebugDir> dir = DebugDir::select(request.debugDir, request.modelPath, input.name());
   DebugDir* d = dir ? &*dir : nullptr;
@@ -120,6 +139,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     options.fault = cpp.fault;
     options.externKernels = cpp.externKernels;
     options.keepUnoptimizedIr = d != nullptr;
+    options.sourceHash = cpp.sourceHash;
     if (!cpp.forceImpl.empty() || cpp.choice) fail("--force-impl applies to backend cpp (backend llvm takes the default's choice of oneDNN convs, or none with --no-extern)");
     std::optional<codegen::LlvmModule> module;
     {
@@ -225,16 +245,29 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create the cache directory '{}': {}", dir.string(), ec.message());
-  fs::path so = dir / fmt::format("{}-{:016x}.so", fs::path(model).stem().string(), h);
+  const std::string hash = fmt::format("{:016x}", h);
+  fs::path so = dir / fmt::format("{}-{}.so", escape::fileName(fs::path(model).stem().string()), hash);
   const char* debugEnv = std::getenv("POLICYC_DEBUG");
   bool debugging = !request.debugDir.empty() || (debugEnv && *debugEnv && std::string_view(debugEnv) != "0");
-  if (debugging || !fs::exists(so)) {
-    request.output = so.string();
-    request.emit = "so";
-    request.jit = false;
-    compileGraph(*load(), request);
-    fmt::print(stderr, "compiled {} into the cache: {}\n", model, so.string());
+  // An entry is used only when it is whole and was built for this key (its descriptor's
+  // source_hash); a truncated, corrupt or foreign one is rebuilt (the build replaces it by rename).
+  std::string damaged;
+  if (!debugging && fs::exists(so)) {
+    try {
+      runtime::Model cached = runtime::Model::load(so.string());
+      if (cached.sourceHash() == hash) return so.string();
+      damaged = fmt::format("it was built from something else (source hash '{}')", cached.sourceHash());
+    } catch (const runtime::ModelError& e) {
+      damaged = e.what();
+    }
+    fmt::print(stderr, "policyc: the cache entry {} is damaged ({}); rebuilding it\n", so.string(), escape::message(damaged));
   }
+  request.output = so.string();
+  request.emit = "so";
+  request.jit = false;
+  request.cpp.sourceHash = hash;
+  compileGraph(*load(), request);
+  fmt::print(stderr, "compiled {} into the cache: {}\n", model, so.string());
   return so.string();
 }
 

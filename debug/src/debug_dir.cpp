@@ -8,6 +8,8 @@
 
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
+#include "policyc/support/escape.h"
+#include "policyc/support/files.h"
 
 namespace policyc::debug {
 
@@ -25,21 +27,16 @@ std::optional<DebugDir> DebugDir::select(const std::string& flagDir, const std::
   const char* env = std::getenv("POLICYC_DEBUG");
   if (!env || std::string_view(env).empty() || std::string_view(env) == "0") return std::nullopt;
   std::string hash = fileHash(modelPath).substr(0, 8);
-  return DebugDir(fs::path("policyc_debug") / fmt::format("{}-{}", modelName, hash.empty() ? "nohash" : hash));
+  // The graph's name comes from the model file: one safe path component (escape::fileName).
+  return DebugDir(fs::path("policyc_debug") / escape::fileName(fmt::format("{}-{}", modelName, hash.empty() ? "nohash" : hash)));
 }
 
 void DebugDir::write(std::string_view name, std::string_view text) const {
-  fs::path target = dir_ / name;
-  fs::path tmp = target;
-  tmp += ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    if (!f) fail("cannot write '{}'", target.string());
+  try {
+    files::writeAtomic(dir_ / name, text);
+  } catch (const std::runtime_error& e) {
+    fail("{}", e.what());
   }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) fail("cannot write '{}': {}", target.string(), ec.message());
 }
 
 void DebugDir::writeGraph(std::string_view name, const ir::Graph& graph) const {

@@ -28,7 +28,7 @@
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
 #include "policyc/runtime/npy.h"
-#include "temp_dir.h"
+#include "policyc/support/files.h"
 
 extern char** environ;
 
@@ -276,10 +276,12 @@ class Minifier {
     std::error_code ec;
     fs::remove_all(dir, ec);
     bool kind = false;
+    // `policyc check` runs the model in a child of its own and reports a crash as a failed check.
+    const bool crashed = r.signal != 0 || r.timedOut || r.output.find("the compiled model crashed") != std::string::npos;
     switch (o_.failure) {
-      case FailureKind::Accuracy: kind = r.exitCode == 1 && r.output.find("FAIL") != std::string::npos; break;
+      case FailureKind::Accuracy: kind = !crashed && r.exitCode == 1 && r.output.find("FAIL") != std::string::npos; break;
       case FailureKind::Compile: kind = r.exitCode == 2 && r.output.find("the C++ compiler failed") != std::string::npos; break;
-      case FailureKind::Crash: kind = r.signal != 0 || r.timedOut; break;
+      case FailureKind::Crash: kind = crashed; break;
     }
     return kind && (o_.match.empty() || r.output.find(o_.match) != std::string::npos);
   }
@@ -363,8 +365,8 @@ class Minifier {
   std::vector<const ir::Node*> ops_;  // op nodes in topological order
   std::vector<size_t> best_;
   size_t tried_ = 0;
-  TempDir scratchDir_{"policyc-minify"};
-  const fs::path& scratch_ = scratchDir_.path;
+  files::TempDir scratchDir_{"policyc-minify"};
+  const fs::path& scratch_ = scratchDir_.path();
 };
 
 }  // namespace

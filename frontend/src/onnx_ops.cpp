@@ -546,7 +546,7 @@ void convertConstantOfShape(NodeContext& ctx) {
   int64_t numel = 1;
   for (int64_t d : dims) {
     if (d < 0) ctx.fail("shape {} has a negative dim", ir::attrValueStr(dims));
-    if (d > 0 && numel > kMaxImportElements / d) ctx.fail("shape {} is too large", ir::attrValueStr(dims));
+    if (d > 0 && numel > kMaxImportElements / d) ctx.fail("shape {} is too large (a constant of more than 2^26 elements)", ir::attrValueStr(dims));
     numel *= d;
   }
   ir::Tensor out(value.dtype(), dims);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "policyc/ir/error.h"
+#include "policyc/support/sizes.h"
 
 namespace policyc::frontend {
 namespace {
@@ -62,16 +63,17 @@ ir::Tensor decodeTensor(const onnx::TensorProto& proto, std::string_view what) {
         "INT8, BOOL)",
         what, onnxTypeName(proto.data_type()));
   }
-  std::vector<int64_t> dims;
-  int64_t numel = 1;
-  for (int64_t d : proto.dims()) {
+  if (proto.dims_size() > sizes::kMaxRank) fail("{} has {} dimensions (at most {})", what, proto.dims_size(), sizes::kMaxRank);
+  std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
+  for (int64_t d : dims) {
     if (d < 0) fail("{} has a negative dimension {}", what, d);
-    if (d > 0 && numel > kMaxImportElements / d)
-      fail("{} is too large ({} elements or more)", what, kMaxImportElements);
-    numel *= d;
-    dims.push_back(d);
   }
+  std::optional<int64_t> count = sizes::numel(dims);
+  if (!count) fail("{} of shape {} has more than 2^31-1 elements (the limit of one tensor)", what, ir::shapeStr(ir::staticShape(dims)));
+  const int64_t numel = *count;
 
+  // The data present in the file is checked against the dims before anything is allocated: a few
+  // bytes of model cannot ask for gigabytes.
   if (proto.has_raw_data()) {
     const std::string& raw = proto.raw_data();
     size_t expected = static_cast<size_t>(numel) * ir::dtypeSize(*dtype);
@@ -87,24 +89,24 @@ ir::Tensor decodeTensor(const onnx::TensorProto& proto, std::string_view what) {
     return t;
   }
 
+  switch (proto.data_type()) {
+    case onnx::TensorProto::FLOAT: checkCount(proto.float_data(), numel, "float_data", what); break;
+    case onnx::TensorProto::DOUBLE: checkCount(proto.double_data(), numel, "double_data", what); break;
+    case onnx::TensorProto::INT64: checkCount(proto.int64_data(), numel, "int64_data", what); break;
+    default: checkCount(proto.int32_data(), numel, "int32_data", what); break;  // INT32, UINT8, INT8 and BOOL
+  }
   ir::Tensor t(*dtype, std::move(dims));
   switch (proto.data_type()) {
     case onnx::TensorProto::FLOAT:
-      checkCount(proto.float_data(), numel, "float_data", what);
       if (numel) std::memcpy(t.bytes(), proto.float_data().data(), t.nbytes());
       break;
     case onnx::TensorProto::DOUBLE:
-      checkCount(proto.double_data(), numel, "double_data", what);
       if (numel) std::memcpy(t.bytes(), proto.double_data().data(), t.nbytes());
       break;
     case onnx::TensorProto::INT64:
-      checkCount(proto.int64_data(), numel, "int64_data", what);
       if (numel) std::memcpy(t.bytes(), proto.int64_data().data(), t.nbytes());
       break;
-    default:  // INT32, UINT8, INT8 and BOOL all live in int32_data.
-      checkCount(proto.int32_data(), numel, "int32_data", what);
-      fillFrom(t, proto.int32_data());
-      break;
+    default: fillFrom(t, proto.int32_data()); break;
   }
   return t;
 }

@@ -27,8 +27,9 @@ ir::Tensor decodeTensor(const onnx::TensorProto& proto, std::string_view what);
 std::vector<int64_t> tensorInts(const ir::Tensor& tensor);
 std::vector<double> tensorDoubles(const ir::Tensor& tensor);
 
-// Largest tensor the importer creates from a model (elements), so a corrupt or hostile dims
-// field or ConstantOfShape cannot ask for an absurd allocation.
-inline constexpr int64_t kMaxImportElements = int64_t{1} << 31;
+// Largest tensor the importer creates itself from a model's shape (ConstantOfShape), in elements,
+// so a few bytes of model cannot ask for an absurd allocation; tensors read from the file are
+// bounded by the bytes present.
+inline constexpr int64_t kMaxImportElements = int64_t{1} << 26;
 
 }  // namespace policyc::frontend

@@ -8,6 +8,7 @@
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
 #include "policyc/support/escape.h"
+#include "policyc/support/files.h"
 
 namespace policyc::ir {
 namespace {
@@ -123,18 +124,13 @@ PrintedGraph printGraph(const Graph& graph, const PrintOptions& options) {
 void writePir(const Graph& graph, const std::string& path, const PrintOptions& options) {
   PrintedGraph printed = printGraph(graph, options);
   std::string sidecarPath = path + ".bin";
-  // Write to temporary names and rename, so a failure never leaves a half-written model.
+  // Whole files or none (temp file + rename), so a failure never leaves a half-written model.
   auto writeFile = [](const std::string& target, const void* data, size_t size) {
-    std::string tmp = target + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      if (!f) fail("cannot write '{}'", target);
-      f.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
-      if (!f) fail("cannot write '{}'", target);
+    try {
+      files::writeAtomic(target, std::string_view(static_cast<const char*>(data), size));
+    } catch (const std::runtime_error& e) {
+      fail("{}", e.what());
     }
-    std::error_code ec;
-    std::filesystem::rename(tmp, target, ec);
-    if (ec) fail("cannot write '{}': {}", target, ec.message());
   };
   if (!printed.sidecar.empty()) {
     writeFile(sidecarPath, printed.sidecar.data(), printed.sidecar.size());

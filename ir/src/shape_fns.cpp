@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "op_impls.h"
 #include "policyc/ir/error.h"
+#include "policyc/support/sizes.h"
 
 namespace policyc::ir::impl {
 namespace {
@@ -55,7 +57,9 @@ struct DimProduct {
     if (d.isBatch()) {
       ++power;
     } else {
-      statics *= d.value();
+      std::optional<int64_t> next = sizes::mul(statics, d.value());
+      if (!next) fail("a product of dims overflows 64 bits");
+      statics = *next;
     }
   }
   std::string str() const {
@@ -121,6 +125,11 @@ std::vector<int64_t> spatialList(const OpCall& call, const char* name, size_t n,
 // Output extent of a sliding window along one spatial axis (conv and pools).
 int64_t windowOutput(const OpCall& call, size_t axis, int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
                      int64_t padBegin, int64_t padEnd, bool ceilMode) {
+  // Every term within 2^31 - 1 keeps the arithmetic below far from overflowing int64.
+  for (auto [name, v] : {std::pair<const char*, int64_t>{"kernel_shape", kernel}, {"strides", stride}, {"dilations", dilation},
+                         {"pads", padBegin}, {"pads", padEnd}}) {
+    if (v > sizes::kMaxElements) fail("{}: {} must be at most 2^31-1, got {}", opName(call), name, v);
+  }
   if (kernel < 1) fail("{}: kernel_shape must be positive, got {}", opName(call), kernel);
   if (stride < 1) fail("{}: strides must be positive, got {}", opName(call), stride);
   if (dilation < 1) fail("{}: dilations must be positive, got {}", opName(call), dilation);
@@ -593,7 +602,7 @@ std::vector<TensorType> inferConcat(const OpCall& call) {
     if (d.isBatch()) {
       ++sum.power;
     } else {
-      sum.statics += d.value();
+      sum.statics += d.value();  // each at most 2^31 - 1 (the verifier's limit), at most 2^20 inputs
     }
   }
   Shape out = first.shape;
@@ -633,7 +642,8 @@ std::vector<TensorType> inferSplit(const OpCall& call) {
     int64_t sum = 0;
     for (int64_t s : split) {
       if (s < 0) fail("split: negative size in split [{}]", fmt::join(split, ","));
-      sum += s;
+      if (s > size) fail("split: size {} in split [{}] is larger than dim {} of {}", s, fmt::join(split, ","), axis, x.str());
+      sum += s;  // at most 2^20 outputs of at most 2^31 each: no overflow
       parts.push_back(Dim(s));
     }
     if (sum != size)
@@ -737,6 +747,9 @@ std::vector<TensorType> inferPad(const OpCall& call) {
     int64_t begin = pads[i];
     int64_t end = pads[rank + i];
     if (begin == 0 && end == 0) continue;
+    for (int64_t v : {begin, end}) {
+      if (v > sizes::kMaxElements || v < -sizes::kMaxElements) fail("pad: pads of axis {} must be within +-(2^31-1), got {}+{}", i, begin, end);
+    }
     Dim d = x.shape[i];
     if (d.isBatch()) fail("pad: axis {} is batch and cannot be padded ({}+{})", i, begin, end);
     int64_t size = d.value();

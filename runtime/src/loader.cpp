@@ -2,12 +2,20 @@
 #include "policyc/runtime/loader.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+
+#include "policyc/support/escape.h"
+#include "policyc/support/sizes.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -31,7 +39,7 @@ std::string shapeStr(std::span<const int64_t> shape) {
   return s + "]";
 }
 
-std::string quoted(const std::string& path) { return "'" + path + "'"; }
+std::string quote(const std::string& text) { return "'" + escape::message(text) + "'"; }
 
 // Closes the handle unless released: load() must not leak it on a failed check.
 struct DlHandle {
@@ -43,29 +51,32 @@ struct DlHandle {
 };
 
 [[noreturn]] void invalid(const std::string& path, const std::string& what) {
-  throw ModelError(quoted(path) + ": invalid descriptor: " + what);
+  throw ModelError(quote(path) + ": invalid descriptor: " + what);
 }
 
 std::vector<TensorSpec> readSpecs(const std::string& path, const char* kind, int32_t count,
                                   const policyc_tensor_desc* descs) {
-  if (count < 0) invalid(path, std::string("negative number of ") + kind + "s (" + std::to_string(count) + ")");
+  if (count < 0 || count > sizes::kMaxNodes) invalid(path, std::string("the number of ") + kind + "s is " + std::to_string(count));
   if (count > 0 && !descs) invalid(path, std::string(kind) + "s are null");
   std::vector<TensorSpec> specs;
   for (int32_t i = 0; i < count; ++i) {
     const policyc_tensor_desc& d = descs[i];
     std::string which = std::string(kind) + " " + std::to_string(i);
     if (!d.name) invalid(path, which + " has no name");
-    which = std::string(kind) + " '" + d.name + "'";
+    which = std::string(kind) + " " + quote(d.name);
     if (!validDType(d.dtype)) invalid(path, which + " has dtype " + std::to_string(d.dtype));
-    if (d.rank < 0) invalid(path, which + " has rank " + std::to_string(d.rank));
+    if (d.rank < 0 || d.rank > sizes::kMaxRank) invalid(path, which + " has rank " + std::to_string(d.rank));
     if (d.rank > 0 && !d.shape) invalid(path, which + " has a null shape");
     TensorSpec spec{d.name, static_cast<policyc_dtype>(d.dtype), {}};
     for (int32_t k = 0; k < d.rank; ++k) {
-      if (d.shape[k] < 1 && d.shape[k] != -1) invalid(path, which + " has dimension " + std::to_string(d.shape[k]));
+      if ((d.shape[k] < 1 && d.shape[k] != -1) || d.shape[k] > sizes::kMaxElements) {
+        invalid(path, which + " has dimension " + std::to_string(d.shape[k]));
+      }
       spec.shape.push_back(d.shape[k]);
     }
+    if (!sizes::numel(spec.shapeAt(1))) invalid(path, which + " has more than 2^31-1 elements per batch row");
     for (const TensorSpec& earlier : specs) {
-      if (earlier.name == spec.name) invalid(path, "two " + std::string(kind) + "s are named '" + spec.name + "'");
+      if (earlier.name == spec.name) invalid(path, "two " + std::string(kind) + "s are named " + quote(spec.name));
     }
     specs.push_back(std::move(spec));
   }
@@ -87,6 +98,7 @@ struct Workspace {
   // Allocates only when `bytes` exceeds what this workspace already holds.
   void* reserve(size_t bytes) {
     if (data && bytes <= capacity) return data;
+    if (bytes > SIZE_MAX / 2) throw std::bad_alloc();
     size_t rounded = (std::max<size_t>(bytes, 1) + POLICYC_WORKSPACE_ALIGNMENT - 1) /
                      POLICYC_WORKSPACE_ALIGNMENT * POLICYC_WORKSPACE_ALIGNMENT;
     void* fresh = std::aligned_alloc(POLICYC_WORKSPACE_ALIGNMENT, rounded);
@@ -124,9 +136,9 @@ std::vector<int64_t> TensorSpec::shapeAt(int64_t batch) const {
 }
 
 int64_t TensorSpec::numelAt(int64_t batch) const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d == -1 ? batch : d;
-  return n;
+  std::optional<int64_t> n = sizes::numel(shapeAt(batch), std::numeric_limits<int64_t>::max());
+  if (!n) throw ModelError(name + ": " + str() + " at batch " + std::to_string(batch) + " has more elements than fit in 64 bits");
+  return *n;
 }
 
 std::string TensorSpec::str() const { return std::string(dtypeName(dtype)) + shapeStr(shape); }
@@ -140,6 +152,7 @@ struct Model::State {
   const policyc_profile* profile = nullptr;
   std::string name;
   std::string target;
+  std::string sourceHash;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   uint64_t id = gNextModelId.fetch_add(1);
@@ -171,14 +184,14 @@ Model::~Model() = default;
 
 // The checked state of a model from its descriptor (load() and adopt() share the checks).
 std::unique_ptr<Model::State> Model::describe(const std::string& soPath, const policyc_model* desc, const policyc_profile* profile) {
-  if (!desc) throw ModelError(quoted(soPath) + ": policyc_model_descriptor() returned null");
+  if (!desc) throw ModelError(quote(soPath) + ": policyc_model_descriptor() returned null");
   if (desc->abi_version != POLICYC_ABI_VERSION) {
-    throw ModelError(quoted(soPath) + " was built for policyc ABI version " + std::to_string(desc->abi_version) +
+    throw ModelError(quote(soPath) + " was built for policyc ABI version " + std::to_string(desc->abi_version) +
                      ", this runtime reads version " + std::to_string(POLICYC_ABI_VERSION));
   }
-  if (desc->struct_size < sizeof(policyc_model)) {
+  if (desc->struct_size < POLICYC_MODEL_STRUCT_SIZE_V1) {
     invalid(soPath, "struct_size is " + std::to_string(desc->struct_size) + ", ABI version " +
-                        std::to_string(POLICYC_ABI_VERSION) + " needs at least " + std::to_string(sizeof(policyc_model)));
+                        std::to_string(POLICYC_ABI_VERSION) + " needs at least " + std::to_string(POLICYC_MODEL_STRUCT_SIZE_V1));
   }
   if (!desc->name) invalid(soPath, "no model name");
   if (!desc->target) invalid(soPath, "no target");
@@ -190,6 +203,8 @@ std::unique_ptr<Model::State> Model::describe(const std::string& soPath, const p
   state->desc = desc;
   state->name = desc->name;
   state->target = desc->target;
+  // Models built before the field existed have no source hash.
+  if (desc->struct_size >= sizeof(policyc_model) && desc->source_hash) state->sourceHash = desc->source_hash;
   state->inputs = readSpecs(soPath, "input", desc->num_inputs, desc->inputs);
   state->outputs = readSpecs(soPath, "output", desc->num_outputs, desc->outputs);
   state->profile = profile;
@@ -204,17 +219,85 @@ Model Model::adopt(const std::string& path, const policyc_model* descriptor, con
   return Model(std::move(state));
 }
 
+std::string sharedObjectProblem(std::span<const std::byte> image) {
+  const size_t size = image.size();
+  // [offset, offset + count * entry) inside the file, in checked arithmetic.
+  auto inside = [&](uint64_t offset, uint64_t count, uint64_t entry) {
+    uint64_t bytes = 0, end = 0;
+    return !__builtin_mul_overflow(count, entry, &bytes) && !__builtin_add_overflow(offset, bytes, &end) && end <= size;
+  };
+  if (size < sizeof(Elf64_Ehdr)) return "not an ELF file (" + std::to_string(size) + " bytes)";
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, image.data(), sizeof eh);
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return "not an ELF file";
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB) return "not a 64-bit little-endian ELF file";
+#if defined(__x86_64__)
+  constexpr uint16_t kMachine = EM_X86_64;
+#elif defined(__aarch64__)
+  constexpr uint16_t kMachine = EM_AARCH64;
+#else
+  constexpr uint16_t kMachine = EM_NONE;
+#endif
+  if (kMachine != EM_NONE && eh.e_machine != kMachine) return "an ELF file for another machine (e_machine " + std::to_string(eh.e_machine) + ")";
+  if (eh.e_type != ET_DYN) return "not a shared object (ELF type " + std::to_string(eh.e_type) + ")";
+  if (eh.e_phnum == 0 || eh.e_phentsize != sizeof(Elf64_Phdr) || !inside(eh.e_phoff, eh.e_phnum, sizeof(Elf64_Phdr))) {
+    return "truncated or corrupt (program headers outside the file)";
+  }
+  for (uint16_t i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    std::memcpy(&ph, image.data() + eh.e_phoff + uint64_t{i} * sizeof ph, sizeof ph);
+    if ((ph.p_type == PT_LOAD || ph.p_type == PT_DYNAMIC) && !inside(ph.p_offset, 1, ph.p_filesz)) {
+      return "truncated (segment " + std::to_string(i) + " ends at byte " + std::to_string(ph.p_offset + ph.p_filesz) +
+             " of a " + std::to_string(size) + "-byte file)";
+    }
+    if (ph.p_type == PT_LOAD && ph.p_filesz > ph.p_memsz) return "corrupt (segment " + std::to_string(i) + " is larger in the file than in memory)";
+  }
+  if (eh.e_shnum != 0) {
+    if (eh.e_shentsize != sizeof(Elf64_Shdr) || !inside(eh.e_shoff, eh.e_shnum, sizeof(Elf64_Shdr))) {
+      return "truncated (section headers outside the file)";
+    }
+    for (uint16_t i = 0; i < eh.e_shnum; ++i) {
+      Elf64_Shdr sh;
+      std::memcpy(&sh, image.data() + eh.e_shoff + uint64_t{i} * sizeof sh, sizeof sh);
+      if (sh.sh_type != SHT_NOBITS && sh.sh_type != SHT_NULL && !inside(sh.sh_offset, 1, sh.sh_size)) {
+        return "truncated (section " + std::to_string(i) + " outside the file)";
+      }
+    }
+  }
+  return "";
+}
+
+void checkSharedObject(const std::string& soPath) {
+  std::error_code ec;
+  auto status = std::filesystem::status(soPath, ec);
+  if (ec || !std::filesystem::exists(status)) throw ModelError(quote(soPath) + ": no such file");
+  if (!std::filesystem::is_regular_file(status)) throw ModelError(quote(soPath) + ": not a regular file");
+  std::ifstream f(soPath, std::ios::binary);
+  if (!f) throw ModelError(quote(soPath) + ": cannot open the file for reading");
+  f.seekg(0, std::ios::end);
+  const auto size = static_cast<size_t>(std::max<std::streamoff>(0, f.tellg()));
+  f.seekg(0);
+  std::vector<std::byte> image(size);
+  f.read(reinterpret_cast<char*>(image.data()), static_cast<std::streamsize>(size));
+  if (!f) throw ModelError(quote(soPath) + ": cannot read the file");
+  std::string problem = sharedObjectProblem(image);
+  if (!problem.empty()) throw ModelError(quote(soPath) + " is not a loadable shared object: " + problem);
+}
+
 Model Model::load(const std::string& soPath) {
+  // The file's structure is checked before dlopen maps it: a truncated file would fault (SIGBUS)
+  // when touched past its end.
+  checkSharedObject(soPath);
   // A name without a slash would be searched on the library path instead of read as a file.
   std::string openPath = soPath.find('/') == std::string::npos ? "./" + soPath : soPath;
   DlHandle handle{dlopen(openPath.c_str(), RTLD_NOW | RTLD_LOCAL)};
   if (!handle.handle) {
     const char* err = dlerror();
-    throw ModelError(err ? err : "cannot load " + quoted(soPath));
+    throw ModelError(err ? err : "cannot load " + quote(soPath));
   }
   dlerror();
   void* sym = dlsym(handle.handle, "policyc_model_descriptor");
-  if (!sym) throw ModelError(quoted(soPath) + " is not a policyc model (no symbol policyc_model_descriptor)");
+  if (!sym) throw ModelError(quote(soPath) + " is not a policyc model (no symbol policyc_model_descriptor)");
   policyc_model_descriptor_fn get = nullptr;
   static_assert(sizeof(get) == sizeof(sym));
   std::memcpy(&get, &sym, sizeof(sym));
@@ -230,6 +313,7 @@ Model Model::load(const std::string& soPath) {
 const std::string& Model::path() const { return state_->path; }
 const std::string& Model::name() const { return state_->name; }
 const std::string& Model::target() const { return state_->target; }
+const std::string& Model::sourceHash() const { return state_->sourceHash; }
 const std::vector<TensorSpec>& Model::inputs() const { return state_->inputs; }
 const std::vector<TensorSpec>& Model::outputs() const { return state_->outputs; }
 const policyc_model& Model::descriptor() const { return *state_->desc; }
@@ -240,9 +324,21 @@ void* Model::symbol(const char* name) const {
   return state_->handle ? dlsym(state_->handle, name) : nullptr;
 }
 
+namespace {
+
+void checkBatch(int64_t batch) {
+  if (batch < 0 || batch > sizes::kMaxBatch) {
+    throw ModelError("batch must be between 0 and " + std::to_string(sizes::kMaxBatch) + ", got " + std::to_string(batch));
+  }
+}
+
+}  // namespace
+
 size_t Model::workspaceBytes(int64_t batch) const {
-  if (batch < 0) throw ModelError("batch must be >= 0, got " + std::to_string(batch));
-  return state_->desc->workspace_bytes(batch);
+  checkBatch(batch);
+  size_t bytes = state_->desc->workspace_bytes(batch);
+  if (bytes == SIZE_MAX) throw ModelError("model '" + escape::message(state_->name) + "' does not run batch " + std::to_string(batch) + " (its workspace would not fit in memory)");
+  return bytes;
 }
 
 namespace {
@@ -263,10 +359,10 @@ void checkTensor(const char* kind, const TensorSpec& spec, const TensorView& vie
   if (!sameDType || !staticDimsMatch || !batchDimsMatch) {
     std::string got = std::string(dtypeName(view.dtype)) + shapeStr(view.shape);
     std::string at = sameDType && staticDimsMatch ? " at batch " + std::to_string(batch) : "";
-    throw ModelError(std::string(kind) + " '" + spec.name + "': expected " + spec.str() + at + ", got " + got);
+    throw ModelError(std::string(kind) + " " + quote(spec.name) + ": expected " + spec.str() + at + ", got " + got);
   }
-  if (!view.data && spec.numelAt(batch) > 0) {
-    throw ModelError(std::string(kind) + " '" + spec.name + "': the data pointer is null");
+  if (!view.data && spec.numelAt(batch) > 0) {  // shape matched: numelAt cannot overflow
+    throw ModelError(std::string(kind) + " " + quote(spec.name) + ": the data pointer is null");
   }
 }
 
@@ -281,6 +377,8 @@ const char* codeName(int code) {
     case POLICYC_ERROR_ARGUMENT: return "invalid argument";
     case POLICYC_ERROR_WORKSPACE: return "bad workspace";
     case POLICYC_ERROR_EXTERN: return "an extern kernel (oneDNN) failed; see stderr";
+    case POLICYC_ERROR_INDEX: return "an index input (gather) is outside its axis";
+    case POLICYC_ERROR_DIVISION: return "an integer division by zero";
     default: return "unknown error";
   }
 }
@@ -289,7 +387,7 @@ const char* codeName(int code) {
 
 void Model::run(std::span<const TensorView> inputs, std::span<TensorView> outputs, int64_t batch, int threads) const {
   const State& s = *state_;
-  if (batch < 0) throw ModelError("batch must be >= 0, got " + std::to_string(batch));
+  checkBatch(batch);
   if (threads < 1) throw ModelError("threads must be >= 1, got " + std::to_string(threads));
   if (inputs.size() != s.inputs.size()) throw ModelError(countError("input", s.inputs, inputs.size()));
   if (outputs.size() != s.outputs.size()) throw ModelError(countError("output", s.outputs, outputs.size()));
@@ -297,13 +395,20 @@ void Model::run(std::span<const TensorView> inputs, std::span<TensorView> output
   for (size_t i = 0; i < outputs.size(); ++i) checkTensor("output", s.outputs[i], outputs[i], batch);
   if (batch == 0) return;
 
+  const size_t bytes = workspaceBytes(batch);
   Workspace& ws = state_->workspaceOfThisThread();
-  void* memory = ws.reserve(s.desc->workspace_bytes(batch));
+  void* memory = nullptr;
+  try {
+    memory = ws.reserve(bytes);
+  } catch (const std::bad_alloc&) {
+    throw ModelError("cannot allocate the " + std::to_string(bytes) + " bytes of workspace model '" + escape::message(s.name) +
+                     "' needs at batch " + std::to_string(batch));
+  }
   for (size_t i = 0; i < inputs.size(); ++i) ws.inputPtrs[i] = inputs[i].data;
   for (size_t i = 0; i < outputs.size(); ++i) ws.outputPtrs[i] = outputs[i].data;
   int code = s.desc->run(ws.inputPtrs.data(), ws.outputPtrs.data(), batch, memory, threads);
   if (code != POLICYC_OK) {
-    throw ModelError("model '" + s.name + "' failed: run returned " + std::to_string(code) + " (" + codeName(code) + ")");
+    throw ModelError("model '" + escape::message(s.name) + "' failed: run returned " + std::to_string(code) + " (" + codeName(code) + ")");
   }
 }
 

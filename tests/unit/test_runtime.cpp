@@ -242,13 +242,11 @@ TEST_CASE("runtime: batch 0 returns at once with empty outputs", "[runtime]") {
 }
 
 TEST_CASE("runtime: files that are not policyc models are one clear error", "[runtime][bad-input]") {
-  SECTION("a missing file: dlopen's message") {
+  SECTION("a missing file") {
     std::string missing = (scratch() / "missing.so").string();
-    std::string err = loadError(missing);
-    CHECK(err.find(missing) != std::string::npos);
-    CHECK(err.find("No such file") != std::string::npos);
+    CHECK(loadError(missing) == "'" + missing + "': no such file");
   }
-  SECTION("a file that is not a shared object: dlopen's message") {
+  SECTION("a file that is not a shared object: found before dlopen") {
     fs::path text = scratch() / "text.so";
     std::ofstream(text) << "this is not an ELF file, but long enough to have a header of one.............\n";
     std::string err = loadError(text.string());
@@ -277,7 +275,7 @@ TEST_CASE("runtime: files that are not policyc models are one clear error", "[ru
     fs::current_path(scratch());
     std::string err = loadError("libc.so.6");
     fs::current_path(cwd);
-    CHECK(err.find("./libc.so.6") != std::string::npos);
+    CHECK(err == "'libc.so.6': no such file");
   }
 }
 
@@ -318,7 +316,7 @@ TEST_CASE("runtime: run checks every tensor against the descriptor", "[runtime][
   r.out[1] = TensorView(POLICYC_F32, r.totalShape, static_cast<void*>(r.total.data()));
   CHECK(runError([&] { model.run(r.in, std::span<TensorView>(r.out).first(1), 3, 1); }) ==
         "expected 2 outputs (y, total), got 1");
-  CHECK(runError([&] { model.run(r.in, r.out, -1, 1); }) == "batch must be >= 0, got -1");
+  CHECK(runError([&] { model.run(r.in, r.out, -1, 1); }) == "batch must be between 0 and 2147483647, got -1");
   CHECK(runError([&] { model.run(r.in, r.out, 3, 0); }) == "threads must be >= 1, got 0");
   // Nothing was written by the failed runs; the views restored, the run goes through.
   CHECK(r.y == std::vector<float>(12, -7.0f));
@@ -505,7 +503,7 @@ TEST_CASE("runtime cli: bad input to run OUT.so is one error line, exit 2, no ou
                     "give either --input or --random, not both");
   requireCleanError(cli("run " + so + " --random --threads 0"), "--threads must be >= 1, got 0");
   requireCleanError(cli("run " + so + " --random --optimize"), "is already compiled");
-  requireCleanError(cli("run " + (scratch() / "missing.so").string() + " --random"), "No such file");
+  requireCleanError(cli("run " + (scratch() / "missing.so").string() + " --random"), "no such file");
   std::string noSymbol = testModel("no_symbol", "-DPOLICYC_TEST_NO_DESCRIPTOR");
   requireCleanError(cli("run " + noSymbol + " --random"), "is not a policyc model (no symbol policyc_model_descriptor)");
   std::string abi999 = testModel("abi999", "-DPOLICYC_TEST_ABI_VERSION=999");

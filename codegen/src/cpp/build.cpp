@@ -1,11 +1,11 @@
 // Building the generated C++ into a shared object with the system compiler.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +13,8 @@
 
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/ir/error.h"
+#include "policyc/support/files.h"
+#include "policyc/support/process.h"
 
 namespace policyc::codegen {
 namespace {
@@ -25,9 +27,13 @@ void writeFile(const fs::path& path, const void* data, size_t bytes) {
   if (!f) fail("cannot write '{}'", path.string());
 }
 
-// A path safe inside single quotes of a shell command and inside the assembler's .incbin string.
+// A path safe inside the assembler's .incbin "..." string.
 void checkPath(const std::string& path) {
-  if (path.find_first_of("'\"\\\n") != std::string::npos) fail("path '{}' contains a quote, backslash or newline", path);
+  for (char c : path) {
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) {
+      fail("path '{}' contains a double quote, a backslash or a control character", path);
+    }
+  }
 }
 
 std::string firstErrorLine(const fs::path& log) {
@@ -79,12 +85,13 @@ std::string defaultCompiler() {
 BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& outSo, const BuildOptions& options) {
   std::string march = marchFlag(generated.target);
   BuildResult result;
-  bool temporary = options.workDir.empty();
+  // A fresh temporary directory is removed on every path out (success, compiler failure,
+  // exception); a work directory the caller named (the debug directory) is kept.
+  std::optional<files::TempDir> temp;
   fs::path dir;
-  if (temporary) {
-    std::string pattern = (fs::temp_directory_path() / "policyc-build-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) fail("cannot create a temporary directory '{}'", pattern);
-    dir = pattern;
+  if (options.workDir.empty()) {
+    temp.emplace("policyc-build");
+    dir = temp->path();
   } else {
     dir = options.workDir;
     std::error_code ec;
@@ -97,32 +104,36 @@ BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& 
   fs::path log = dir / "build.log";
   writeFile(source, generated.source.data(), generated.source.size());
   writeFile(weights, generated.weights.data(), generated.weights.size());
+  checkPath(weights.string());  // it goes into the source's .incbin "..." string
 
   fs::path out = fs::absolute(outSo);
   fs::path tmpOut = out;
   tmpOut += fmt::format(".tmp{}", getpid());
-  for (const fs::path& p : {dir, out, tmpOut}) checkPath(p.string());
-  std::string libs;
-  for (const std::string& l : generated.libraries) libs += " -l" + l;
-  std::string command = fmt::format(
-      "{} -std=c++17 -O3 -fPIC -shared -pthread {} -ffp-contract=fast -fno-math-errno -fvisibility=hidden "
-      "-DPC_WEIGHTS_FILE='\"{}\"' -o '{}' '{}'{} > '{}' 2>&1",
-      options.compiler, march, weights.string(), tmpOut.string(), source.string(), libs, log.string());
+  // No shell: every path is one argument as it is.
+  std::vector<std::string> argv = {options.compiler, "-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", march,
+                                   "-ffp-contract=fast", "-fno-math-errno", "-fvisibility=hidden",
+                                   fmt::format("-DPC_WEIGHTS_FILE=\"{}\"", weights.string()), "-o", tmpOut.string(), source.string()};
+  for (const std::string& l : generated.libraries) argv.push_back("-l" + l);
   {
     std::ofstream f(log);
-    f << command << "\n";
+    f << process::commandLine(argv) << "\n";
   }
-  command = command.substr(0, command.rfind(" > ")) + fmt::format(" >> '{}' 2>&1", log.string());
   auto start = std::chrono::steady_clock::now();
-  int status = std::system(command.c_str());
+  int status = 0;
+  try {
+    status = process::run(argv, log);
+  } catch (const std::runtime_error& e) {
+    fail("cannot build '{}': {} (set POLICYC_CXX to a C++ compiler)", out.string(), e.what());
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (status != 0) {
     std::error_code ec;
     fs::remove(tmpOut, ec);
     std::string error = firstErrorLine(log);
-    fail("the C++ compiler failed (exit status {}) building '{}': {}{} -- see the log {} and the generated source {}",
-         WIFEXITED(status) ? WEXITSTATUS(status) : status, out.string(), error, kernelAt(generated.source, error),
-         log.string(), source.string());
+    fail("the C++ compiler failed (exit status {}) building '{}': {}{} -- {}", status, out.string(), error,
+         kernelAt(generated.source, error),
+         temp ? std::string("rerun with --debug-dir DIR to keep the generated source and the build log")
+              : fmt::format("see the log {} and the generated source {}", log.string(), source.string()));
   }
   std::error_code ec;
   fs::rename(tmpOut, out, ec);
@@ -130,11 +141,8 @@ BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& 
     fs::remove(tmpOut, ec);
     fail("cannot move the built model to '{}': {}", out.string(), ec.message());
   }
-  if (temporary && !options.keepWorkDir) {
-    fs::remove_all(dir, ec);
-  } else {
-    result.workDir = dir.string();
-  }
+  if (temp && options.keepWorkDir) temp->keep();
+  if (!temp || options.keepWorkDir) result.workDir = dir.string();
   return result;
 }
 

@@ -694,19 +694,24 @@ class Emitter {
 
   std::string valueName(const BodyCtx& c, int i) const { return fmt::format("{}{}", c.prefix, i); }
 
+  // `expr` of type `from` as `to`: pc::cast's saturating conversion (the interpreter's).
+  static std::string convertExpr(const std::string& expr, DType from, DType to) {
+    return from == to ? expr : fmt::format("pc::cast<{}, {}>({})", ctype(to), ctype(from), expr);
+  }
+
   std::string applyExpr(const Instr& in, const std::vector<std::string>& a, const std::vector<DType>& at) const {
     const ir::Node& n = *in.node;
     const char* T = ctype(in.dtype);
     auto f = [&](const char* attr) { return literal(n.attrFloat(attr), in.dtype); };
-    auto arg = [&](size_t i) {
-      // Arithmetic in the result type (as the interpreter rounds each op's result to it).
-      return at[i] == in.dtype ? a[i] : fmt::format("static_cast<{}>({})", T, a[i]);
-    };
+    // Arithmetic in the result type (as the interpreter rounds each op's result to it); integers
+    // saturate (pc::add, ...), floats are plain C++ so that the compiler vectorises them.
+    auto arg = [&](size_t i) { return convertExpr(a[i], at[i], in.dtype); };
+    const bool fl = ir::isFloat(in.dtype);
     switch (in.op) {
-      case Op::Add: return fmt::format("{} + {}", arg(0), arg(1));
-      case Op::Sub: return fmt::format("{} - {}", arg(0), arg(1));
-      case Op::Mul: return fmt::format("{} * {}", arg(0), arg(1));
-      case Op::Div: return fmt::format("pc::div<{}>({}, {})", T, arg(0), arg(1));
+      case Op::Add: return fl ? fmt::format("{} + {}", arg(0), arg(1)) : fmt::format("pc::add<{}>({}, {})", T, arg(0), arg(1));
+      case Op::Sub: return fl ? fmt::format("{} - {}", arg(0), arg(1)) : fmt::format("pc::sub<{}>({}, {})", T, arg(0), arg(1));
+      case Op::Mul: return fl ? fmt::format("{} * {}", arg(0), arg(1)) : fmt::format("pc::mul<{}>({}, {})", T, arg(0), arg(1));
+      case Op::Div: return fl ? fmt::format("{} / {}", arg(0), arg(1)) : fmt::format("pc::div<{}>({}, {}, status)", T, arg(0), arg(1));
       case Op::Pow: return fmt::format("pc::pow<{}>({}, {})", T, arg(0), arg(1));
       case Op::Min: return fmt::format("pc::minNaN<{}>({}, {})", T, arg(0), arg(1));
       case Op::Max: return fmt::format("pc::maxNaN<{}>({}, {})", T, arg(0), arg(1));
@@ -714,8 +719,8 @@ class Emitter {
       case Op::Less: return fmt::format("{} < {}", a[0], a[1]);
       case Op::Greater: return fmt::format("{} > {}", a[0], a[1]);
       case Op::Where: return fmt::format("{} ? {} : {}", a[0], arg(1), arg(2));
-      case Op::Neg: return fmt::format("-{}", arg(0));
-      case Op::Abs: return in.dtype == DType::Bool || in.dtype == DType::U8 ? a[0] : fmt::format("static_cast<{}>(std::abs({}))", T, arg(0));
+      case Op::Neg: return fl ? fmt::format("-{}", arg(0)) : fmt::format("pc::neg<{}>({})", T, arg(0));
+      case Op::Abs: return in.dtype == DType::Bool || in.dtype == DType::U8 ? a[0] : fmt::format("pc::abs<{}>({})", T, arg(0));
       case Op::Sqrt: return fmt::format("std::sqrt({})", arg(0));
       case Op::Exp: return fmt::format("pc::exp({})", arg(0));
       case Op::Log: return fmt::format("std::log({})", arg(0));
@@ -762,7 +767,7 @@ class Emitter {
           break;
         case Opcode::Store: {
           const Buffer& b = p_.buffer(in.buffer);
-          std::string val = argTypes[0] == b.type.dtype ? args[0] : fmt::format("static_cast<{}>({})", ctype(b.type.dtype), args[0]);
+          std::string val = convertExpr(args[0], argTypes[0], b.type.dtype);
           s += fmt::format("{}{} = {};  // -> %{}\n", indent, ref(in.buffer, address(in.buffer, in.index, c.vars)), val,
                            cComment(ir::formatName(b.name)));
           break;
@@ -915,10 +920,11 @@ class Emitter {
                        name);
       s += "  (void)inputs; (void)outputs;\n";
     } else {
+      // status: where the kernel reports a value outside an operator's domain (pc::report).
       s += fmt::format("PC_KERNEL void {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
-                       "    int64_t lo, int64_t hi) {{\n",
+                       "    int* status, int64_t lo, int64_t hi) {{\n",
                        name);
-      s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)lo; (void)hi;\n";
+      s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)status; (void)lo; (void)hi;\n";
     }
     for (const ir::Node* n : k.sources) {
       if (faulty(n, InjectedFault::Kind::Compile)) {
@@ -1050,15 +1056,19 @@ class Emitter {
     int axis = splitAxis(k.domain);
     setDomainSplit(k.domain, axis, (kExtent == "batch" ? 64 : std::stoll(kExtent)));
     s += openLoops(k.domain, vars, indent, axis);
-    s += fmt::format("{}float acc = 0.0f;\n", indent);
-    s += fmt::format("{}for (int64_t k = 0; k < {}; ++k) acc += {} * {};\n", indent, kExtent,
-                     loadExpr(a, addressOf(a, aIdx)), loadExpr(b, addressOf(b, bIdx)));
-    if (alpha != 1) s += fmt::format("{}acc *= {};\n", indent, literal(alpha, DType::F32));
+    // f32 accumulates in f32 (the packed microkernels' precision); f64 and integers in double, as
+    // the interpreter, integers then stored saturating.
+    const DType accT = t == DType::F32 ? DType::F32 : DType::F64;
+    const char* accC = ctype(accT);
+    s += fmt::format("{}{} acc = 0;\n", indent, accC);
+    s += fmt::format("{}for (int64_t k = 0; k < {}; ++k) acc += {}({}) * {}({});\n", indent, kExtent, accC,
+                     loadExpr(a, addressOf(a, aIdx)), accC, loadExpr(b, addressOf(b, bIdx)));
+    if (alpha != 1) s += fmt::format("{}acc *= {};\n", indent, literal(alpha, accT));
     if (!bias.empty()) {
-      s += beta != 1 ? fmt::format("{}acc += {} * {};\n", indent, literal(beta, DType::F32), bias)
-                     : fmt::format("{}acc += {};\n", indent, bias);
+      s += beta != 1 ? fmt::format("{}acc += {} * {}({});\n", indent, literal(beta, accT), accC, bias)
+                     : fmt::format("{}acc += {}({});\n", indent, accC, bias);
     }
-    s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
+    s += fmt::format("{}{}\n", indent, callEpilogue(vars, convertExpr("acc", accT, t)));
     s += closeLoops(k.domain.size(), indent);
     return s;
   }
@@ -1646,7 +1656,7 @@ class Emitter {
         s += fmt::format("{}acc /= {};\n", indent, static_cast<double>(count) == 0 ? "0.0" : std::to_string(count));
         if (!ir::isFloat(outT)) s += fmt::format("{}acc = std::trunc(acc);\n", indent);
       }
-      s += fmt::format("{}{}\n", indent, callEpilogue(outIdx, fmt::format("static_cast<{}>(acc)", OT)));
+      s += fmt::format("{}{}\n", indent, callEpilogue(outIdx, fmt::format("pc::cast<{}, double>(acc)", OT)));
     }
     for (size_t d = 0; d < r; ++d) {
       if (reduced[d]) continue;
@@ -1711,13 +1721,18 @@ class Emitter {
       int64_t size = X.type.shape[axis].value();
       s += fmt::format("{}int64_t at = static_cast<int64_t>({});\n", indent, loadExpr(I.id, addressOf(I.id, iIdx)));
       s += fmt::format("{}if (at < 0) at += {};\n", indent, size);
-      s += fmt::format("{}at = at < 0 ? 0 : (at >= {} ? {} : at);  // out of range is an error in the reference\n",
-                       indent, size, size - 1);
+      // An index outside the axis is an error of the run (as in the interpreter); nothing outside
+      // the table is read (an empty table is never read).
+      s += fmt::format("{}if (at < 0 || at >= {}) {{ pc::report(status, POLICYC_ERROR_INDEX); at = 0; }}\n", indent, size);
       std::vector<std::string> idx;
       for (size_t d = 0; d < axis; ++d) idx.push_back(vars[d]);
       idx.push_back("at");
       for (size_t d = axis + 1; d < r; ++d) idx.push_back(vars[d - 1 + ri]);
-      s += fmt::format("{}const {} acc = {};\n", indent, ctype(t), loadExpr(X.id, addressOf(X.id, idx)));
+      if (size == 0) {
+        s += fmt::format("{}const {} acc = {}(0);\n", indent, ctype(t), ctype(t));
+      } else {
+        s += fmt::format("{}const {} acc = {};\n", indent, ctype(t), convertExpr(loadExpr(X.id, addressOf(X.id, idx)), X.type.dtype, t));
+      }
     } else {
       unsupported("node '{}' ({}): no C++ for this copy template", n.name(), n.info().name);
     }
@@ -1796,9 +1811,10 @@ class Emitter {
     const std::string fn = fnName(k, im);
     if (im && isExtern(*im)) return fmt::format("if (!{}(inputs, outputs, batch, ws, threads)) return POLICYC_ERROR_EXTERN;\n", fn);
     const Split& sp = splits_.at({i, im ? static_cast<int>(*im) : -1});
-    if (sp.units == "1") return fmt::format("{}(inputs, outputs, batch, ws, 0, 1);\n", fn);
-    return fmt::format("pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{ {}(inputs, outputs, batch, ws, lo, hi); }});\n",
-                       sp.units, sp.costPerUnit, fn);
+    std::string check = k.canFail() ? " if (pc_status != 0) return pc_status;" : "";
+    if (sp.units == "1") return fmt::format("{}(inputs, outputs, batch, ws, &pc_status, 0, 1);{}\n", fn, check);
+    return fmt::format("pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{ {}(inputs, outputs, batch, ws, &pc_status, lo, hi); }});{}\n",
+                       sp.units, sp.costPerUnit, fn, check);
   }
 
   // The autotuner's hooks (tuning builds), or the creation of the oneDNN primitives the model's
@@ -1859,7 +1875,11 @@ class Emitter {
     }
     s += tensorDescs("inputs", ins, inNames);
     s += tensorDescs("outputs", outs, outNames);
-    s += "\nstatic size_t pc_workspace_bytes(int64_t batch) {\n";
+    // A batch over the largest the workspace arithmetic allows is refused: SIZE_MAX bytes, and run
+    // returns POLICYC_ERROR_ARGUMENT (codegen::maxBatch).
+    s += fmt::format("\nstatic constexpr int64_t pc_max_batch = INT64_C({});\n", maxBatch(workspaceStatic(), workspacePerBatch()));
+    s += "static size_t pc_workspace_bytes(int64_t batch) {\n";
+    s += "  if (batch > pc_max_batch) return SIZE_MAX;\n";
     s += fmt::format("  return static_cast<size_t>({} + {} * (batch < 0 ? 0 : batch));\n}}\n\n", workspaceStatic(), workspacePerBatch());
     s += "// With threads > 1 each large kernel is split into chunks of whole units (see pc::parallelFor);\n"
          "// the kernels still run one after another.\n";
@@ -1873,7 +1893,7 @@ class Emitter {
     s += emitProfile();
     s += emitTuning();
     s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n";
-    s += "  if (batch < 0 || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
+    s += "  if (batch < 0 || batch > pc_max_batch || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
     if (o_.profile) s += "  uint64_t pc_profile_t0 = 0;\n";
     s += "  if (batch == 0) return POLICYC_OK;\n";
     // Every tensor with elements needs memory; an empty one (a zero in its shape) may be null.
@@ -1893,6 +1913,8 @@ class Emitter {
     s += "  if (pc_workspace_bytes(batch) > 0 && workspace == nullptr) return POLICYC_ERROR_ARGUMENT;\n";
     s += "  if (reinterpret_cast<uintptr_t>(workspace) % POLICYC_WORKSPACE_ALIGNMENT != 0) return POLICYC_ERROR_WORKSPACE;\n";
     s += "  unsigned char* ws = static_cast<unsigned char*>(workspace);\n";
+    s += "  int pc_status = POLICYC_OK;  // a kernel's report of a value outside an operator's domain\n";
+    s += "  (void)pc_status;\n";
     for (size_t i = 0; i < p_.kernels.size(); ++i) {
       s += fmt::format("  __atomic_store_n(&pc_running_kernel, {}, __ATOMIC_RELAXED);\n", i);
       if (o_.profile) s += "  pc_profile_t0 = pc::nowNs();\n";
@@ -1924,7 +1946,8 @@ class Emitter {
     s += "  return POLICYC_OK;\n}\n\n";
     s += fmt::format("static const policyc_model pc_model = {{\n  POLICYC_ABI_VERSION, sizeof(policyc_model), \"{}\", \"{}\",\n",
                      cString(p_.name), cString(o_.target));
-    s += fmt::format("  {}, pc_inputs, {}, pc_outputs, pc_workspace_bytes, pc_run}};\n\n", ins.size(), outs.size());
+    s += fmt::format("  {}, pc_inputs, {}, pc_outputs, pc_workspace_bytes, pc_run, \"{}\"}};\n\n", ins.size(), outs.size(),
+                     cString(o_.sourceHash));
     s += "#define PC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
     s += "PC_EXPORT const policyc_model* policyc_model_descriptor(void) { return &pc_model; }\n";
     s += "PC_EXPORT const policyc_profile* policyc_profile_data(void) { return &pc_profile; }\n";
@@ -1956,7 +1979,7 @@ class Emitter {
     s += fmt::format("PC_EXPORT int {}_run({}int64_t batch) {{\n", name, params);
     s += "  struct Workspace { void* p = nullptr; size_t bytes = 0; ~Workspace() { std::free(p); } };\n";
     s += "  static thread_local Workspace w;\n";
-    s += "  if (batch < 0) return POLICYC_ERROR_ARGUMENT;\n";
+    s += "  if (batch < 0 || batch > pc_max_batch) return POLICYC_ERROR_ARGUMENT;\n";
     s += "  const size_t need = (pc_workspace_bytes(batch) + 63) / 64 * 64;\n";
     s += "  if (need > w.bytes) {\n    std::free(w.p);\n    w.p = std::aligned_alloc(64, need);\n";
     s += "    w.bytes = w.p ? need : 0;\n    if (!w.p) return POLICYC_ERROR_WORKSPACE;\n  }\n";

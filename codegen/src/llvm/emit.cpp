@@ -216,6 +216,8 @@ class Emitter {
   bool usesExtern() const { return !externs_.empty(); }
   // The workspace as a + b * batch: the memory plan's, then (rounded to 64 bytes) the extern
   // kernels' scratch, at externOffset(batch) (as the C++ backend's pc_extern_offset).
+  // batch < 0 or over the largest the workspace allows.
+  Value* badBatch(Value* batch) { return b_.CreateOr(b_.CreateICmpSLT(batch, c64(0)), b_.CreateICmpSGT(batch, c64(maxBatch_))); }
   int64_t workspaceStatic() const { return usesExtern() ? (plan_.staticBytes + 63) / 64 * 64 : plan_.staticBytes; }
   int64_t workspacePerBatch() const {
     return usesExtern() ? (plan_.perBatchBytes + 63) / 64 * 64 + externPerBatch_ : plan_.perBatchBytes;
@@ -279,7 +281,8 @@ class Emitter {
       auto* runTy = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_, i64_, i32_, ptr_, ptr_}, false);
       onednnConvRun_ = llvm::Function::Create(runTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnConvRun, m_);
     }
-    ctxTy_ = llvm::StructType::create(ctx_, {ptr_, ptr_, i64_, ptr_}, "pc_run_ctx");
+    // inputs, outputs, batch, workspace, status (an i32 a kernel reports failures through)
+    ctxTy_ = llvm::StructType::create(ctx_, {ptr_, ptr_, i64_, ptr_, ptr_}, "pc_run_ctx");
   }
 
   // ---- buffers
@@ -373,7 +376,35 @@ class Emitter {
       return b_.CreateIntrinsic(id, {t, v->getType()}, {v});
     }
     if (ir::isFloat(to)) return isSignedInt(from) ? b_.CreateSIToFP(v, t) : b_.CreateUIToFP(v, t);
-    return b_.CreateIntCast(v, t, isSignedInt(from));
+    if (from == DType::Bool) return b_.CreateZExt(v, t);
+    // Integers to integers saturate, as pc::cast: every dtype's values fit in i64 (u8 is the only
+    // unsigned one), so clamp there to the target's range.
+    llvm::Type* wide = intLike(v, i64_);
+    Value* w = b_.CreateIntCast(v, wide, isSignedInt(from));
+    if (to != DType::I64) {
+      const int bits = static_cast<int>(ir::dtypeSize(to)) * 8;
+      const int64_t lo = isSignedInt(to) ? -(int64_t{1} << (bits - 1)) : 0;
+      const int64_t hi = isSignedInt(to) ? (int64_t{1} << (bits - 1)) - 1 : (int64_t{1} << bits) - 1;
+      w = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, w, ic(hi, wide)), ic(lo, wide));
+    }
+    return b_.CreateTrunc(w, t);
+  }
+
+  // Records in the kernel's error local that `cond` (an i1 or a vector of them) held somewhere.
+  static constexpr uint32_t kIndexError = 1, kDivisionError = 2;
+  void flagError(Value* cond, uint32_t bit) {
+    if (!errors_) fail("internal: a kernel that can fail was not marked so (Kernel::canFail)");
+    if (cond->getType()->isVectorTy()) cond = b_.CreateOrReduce(cond);
+    Value* bits = b_.CreateSelect(cond, b_.getInt32(bit), b_.getInt32(0));
+    b_.CreateStore(b_.CreateOr(b_.CreateLoad(i32_, errors_), bits), errors_);
+  }
+  // Integer arithmetic saturates (the interpreter's semantics, as the C++ backend's pc::add).
+  Value* satBinary(llvm::Intrinsic::ID signedId, llvm::Intrinsic::ID unsignedId, Value* x, Value* y, DType t) {
+    return b_.CreateBinaryIntrinsic(isSignedInt(t) ? signedId : unsignedId, x, y);
+  }
+  Value* satMul(Value* x, Value* y, DType t) {
+    auto id = isSignedInt(t) ? llvm::Intrinsic::smul_fix_sat : llvm::Intrinsic::umul_fix_sat;
+    return b_.CreateIntrinsic(id, {x->getType()}, {x, y, b_.getInt32(0)});
   }
 
   Value* isNan(Value* x) { return b_.CreateFCmpUNO(x, x); }
@@ -511,17 +542,23 @@ class Emitter {
     auto arg = [&](size_t i) { return convert(a[i], at[i], T); };
     auto attr = [&](const char* name, Value* like) { return constant(n.attrFloat(name), T, like->getType()); };
     switch (in.op) {
-      case Op::Add: return fl ? b_.CreateFAdd(arg(0), arg(1)) : b_.CreateAdd(arg(0), arg(1));
-      case Op::Sub: return fl ? b_.CreateFSub(arg(0), arg(1)) : b_.CreateSub(arg(0), arg(1));
-      case Op::Mul: return fl ? b_.CreateFMul(arg(0), arg(1)) : b_.CreateMul(arg(0), arg(1));
+      case Op::Add: return fl ? b_.CreateFAdd(arg(0), arg(1)) : satBinary(llvm::Intrinsic::sadd_sat, llvm::Intrinsic::uadd_sat, arg(0), arg(1), T);
+      case Op::Sub: return fl ? b_.CreateFSub(arg(0), arg(1)) : satBinary(llvm::Intrinsic::ssub_sat, llvm::Intrinsic::usub_sat, arg(0), arg(1), T);
+      case Op::Mul: return fl ? b_.CreateFMul(arg(0), arg(1)) : satMul(arg(0), arg(1), T);
       case Op::Div: {
         if (fl) return b_.CreateFDiv(arg(0), arg(1));
-        // C truncation; division by zero gives 0 instead of trapping.
+        // C truncation; division by zero is an error of the run (the result 0), lowest / -1
+        // saturates (neither may reach the division instruction: both trap on x86).
         Value* x = arg(0);
         Value* y = arg(1);
         Value* zero = b_.CreateICmpEQ(y, llvm::Constant::getNullValue(y->getType()));
+        flagError(zero, kDivisionError);
         Value* safe = b_.CreateSelect(zero, ic(1, y->getType()), y);
-        Value* q = isSignedInt(T) ? b_.CreateSDiv(x, safe) : b_.CreateUDiv(x, safe);
+        if (!isSignedInt(T)) return b_.CreateSelect(zero, llvm::Constant::getNullValue(y->getType()), b_.CreateUDiv(x, safe));
+        Value* minusOne = b_.CreateICmpEQ(safe, llvm::Constant::getAllOnesValue(y->getType()));
+        safe = b_.CreateSelect(minusOne, ic(1, y->getType()), safe);
+        Value* q = b_.CreateSDiv(x, safe);
+        q = b_.CreateSelect(minusOne, b_.CreateBinaryIntrinsic(llvm::Intrinsic::ssub_sat, llvm::Constant::getNullValue(x->getType()), x), q);
         return b_.CreateSelect(zero, llvm::Constant::getNullValue(y->getType()), q);
       }
       case Op::Pow: {
@@ -558,11 +595,18 @@ class Emitter {
         return s ? b_.CreateICmpSGT(x, y) : b_.CreateICmpUGT(x, y);
       }
       case Op::Where: return b_.CreateSelect(convert(a[0], at[0], DType::Bool), arg(1), arg(2));
-      case Op::Neg: return fl ? b_.CreateFNeg(arg(0)) : b_.CreateNeg(arg(0));
-      case Op::Abs:
+      case Op::Neg: {
+        if (fl) return b_.CreateFNeg(arg(0));
+        Value* x = arg(0);
+        return satBinary(llvm::Intrinsic::ssub_sat, llvm::Intrinsic::usub_sat, llvm::Constant::getNullValue(x->getType()), x, T);
+      }
+      case Op::Abs: {
         if (T == DType::Bool || T == DType::U8) return a[0];
         if (fl) return fabs(arg(0));
-        return b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, arg(0), b_.getFalse());
+        Value* x = arg(0);  // |lowest| saturates
+        return b_.CreateSelect(b_.CreateICmpSLT(x, llvm::Constant::getNullValue(x->getType())),
+                               b_.CreateBinaryIntrinsic(llvm::Intrinsic::ssub_sat, llvm::Constant::getNullValue(x->getType()), x), x);
+      }
       case Op::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, arg(0));
       case Op::Exp: return exp(arg(0));
       case Op::Log: return log(arg(0));
@@ -830,6 +874,13 @@ class Emitter {
     lo_->setName("lo");
     hi_->setName("hi");
     openBody(ctx);
+    // A kernel that can fail on its data collects what it found in a local (no branch or atomic
+    // per element) and reports it once, at its end.
+    errors_ = nullptr;
+    if (k.canFail()) {
+      errors_ = local(i32_, "errors");
+      llvm::IRBuilder<>(entryEnd_).CreateStore(b_.getInt32(0), errors_);
+    }
     for (const ir::Node* n : k.sources) {
       if (faulty(n, InjectedFault::Kind::Compile)) {
         fail("backend llvm: injected compile fault in node '{}' ({}) of kernel {}", n->name(), n->info().name, k.name);
@@ -849,6 +900,16 @@ class Emitter {
       case KernelKind::Conv: packable(p_, k) ? emitPackedConv(k) : emitConv(k); break;
       case KernelKind::Pool: emitPool(k); break;
       case KernelKind::Reduction: emitReduction(k); break;
+    }
+    if (errors_) {
+      Value* found = b_.CreateLoad(i32_, errors_, "found");
+      Value* code = b_.CreateSelect(b_.CreateICmpNE(b_.CreateAnd(found, b_.getInt32(kIndexError)), b_.getInt32(0)),
+                                    b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_INDEX)),
+                                    b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_DIVISION)));
+      ifThen(b_.CreateICmpNE(found, b_.getInt32(0)), "report", [&] {
+        b_.CreateAlignedStore(code, status_, llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Monotonic);
+      });
+      errors_ = nullptr;
     }
     b_.CreateRetVoid();
     splits_.push_back(split_);
@@ -919,6 +980,7 @@ class Emitter {
     outputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 1), "outputs");
     batch_ = b_.CreateLoad(i64_, b_.CreateStructGEP(ctxTy_, ctx, 2), "batch");
     ws_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 3), "ws");
+    status_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 4), "status");
     llvm::BasicBlock* body = block("body");
     entryEnd_ = b_.CreateBr(body);
     b_.SetInsertPoint(body);
@@ -997,24 +1059,29 @@ class Emitter {
         }
         kExtent = A.type.shape.back();
       }
-      llvm::AllocaInst* acc = local(f32_, "acc");
-      b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), acc);
+      // f32 accumulates in f32 (as the packed microkernels); f64 and integers in double, as the
+      // interpreter, integers then converted saturating.
+      const DType accT = t == DType::F32 ? DType::F32 : DType::F64;
+      llvm::Type* at = regType(accT);
+      llvm::AllocaInst* acc = local(at, "acc");
+      b_.CreateStore(llvm::ConstantFP::get(at, 0.0), acc);
       forRange(c64(0), dimValue(kExtent), "k", [&](Value* kk) {
         aIdx[static_cast<size_t>(kAxisA)] = kk;
         bIdx[static_cast<size_t>(kAxisB)] = kk;
-        Value* x = convert(loadElem(a, aIdx, A.name), A.type.dtype, DType::F32);
-        Value* w = convert(loadElem(bId, bIdx, B.name), B.type.dtype, DType::F32);
-        b_.CreateStore(fma(x, w, b_.CreateLoad(f32_, acc)), acc);
+        Value* x = convert(loadElem(a, aIdx, A.name), A.type.dtype, accT);
+        Value* w = convert(loadElem(bId, bIdx, B.name), B.type.dtype, accT);
+        Value* prev = b_.CreateLoad(at, acc);
+        b_.CreateStore(accT == DType::F32 ? fma(x, w, prev) : b_.CreateFAdd(prev, b_.CreateFMul(x, w)), acc);
       });
       llvm::Instruction* since = mark();
-      Value* r = b_.CreateLoad(f32_, acc);
-      if (alpha != 1) r = b_.CreateFMul(r, llvm::ConstantFP::get(f32_, alpha));
+      Value* r = b_.CreateLoad(at, acc);
+      if (alpha != 1) r = b_.CreateFMul(r, llvm::ConstantFP::get(at, alpha));
       if (biasId >= 0) {
-        Value* c = convert(loadElem(biasId, cIdx, p_.buffer(biasId).name), p_.buffer(biasId).type.dtype, DType::F32);
-        r = b_.CreateFAdd(r, beta != 1 ? b_.CreateFMul(c, llvm::ConstantFP::get(f32_, beta)) : c, nodeLabel(&n));
+        Value* c = convert(loadElem(biasId, cIdx, p_.buffer(biasId).name), p_.buffer(biasId).type.dtype, accT);
+        r = b_.CreateFAdd(r, beta != 1 ? b_.CreateFMul(c, llvm::ConstantFP::get(at, beta)) : c, nodeLabel(&n));
       }
       tag(since, &n);
-      emitBody(k.body, vars, convert(r, DType::F32, t));
+      emitBody(k.body, vars, convert(r, accT, t));
     });
   }
 
@@ -1740,13 +1807,20 @@ class Emitter {
         const int64_t size = X.type.shape[ax].value();
         Value* at = convert(loadElem(I.id, iIdx, I.name), I.type.dtype, DType::I64);
         at = b_.CreateSelect(b_.CreateICmpSLT(at, c64(0)), b_.CreateAdd(at, c64(size)), at);
-        // Out of range is an error in the reference: clamped here.
-        at = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, at, c64(size - 1)), c64(0));
-        std::vector<Value*> idx;
-        for (size_t d = 0; d < ax; ++d) idx.push_back(vars[d]);
-        idx.push_back(at);
-        for (size_t d = ax + 1; d < r; ++d) idx.push_back(vars[d - 1 + ri]);
-        acc = convert(loadElem(X.id, idx, X.name), X.type.dtype, t);
+        // An index outside the axis is an error of the run (as in the interpreter); nothing outside
+        // the table is read (an empty table is never read).
+        Value* outside = b_.CreateOr(b_.CreateICmpSLT(at, c64(0)), b_.CreateICmpSGE(at, c64(size)));
+        flagError(outside, kIndexError);
+        if (size == 0) {
+          acc = llvm::Constant::getNullValue(regType(t));
+        } else {
+          at = b_.CreateSelect(outside, c64(0), at);
+          std::vector<Value*> idx;
+          for (size_t d = 0; d < ax; ++d) idx.push_back(vars[d]);
+          idx.push_back(at);
+          for (size_t d = ax + 1; d < r; ++d) idx.push_back(vars[d - 1 + ri]);
+          acc = convert(loadElem(X.id, idx, X.name), X.type.dtype, t);
+        }
       }
       emitBody(k.body, vars, acc);
     });
@@ -1769,6 +1843,7 @@ class Emitter {
   }
 
   void emitAbi(const std::vector<llvm::Function*>& kernels, const std::string& cName, const std::string& targetName) {
+    maxBatch_ = maxBatch(workspaceStatic(), workspacePerBatch());
     // descriptors of the inputs and outputs
     auto* descTy = llvm::StructType::create(ctx_, {ptr_, i32_, i32_, ptr_}, "policyc_tensor_desc");
     auto descs = [&](const std::vector<std::pair<std::string, int>>& list, const std::string& what) {
@@ -1794,7 +1869,9 @@ class Emitter {
     {
       Value* batch = &*wsBytes->arg_begin();
       Value* bsafe = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, batch, c64(0));
-      b_.CreateRet(b_.CreateAdd(c64(workspaceStatic()), b_.CreateMul(c64(workspacePerBatch()), bsafe)));
+      Value* bytes = b_.CreateAdd(c64(workspaceStatic()), b_.CreateMul(c64(workspacePerBatch()), bsafe));
+      // A batch over the largest the workspace arithmetic allows needs SIZE_MAX bytes (codegen::maxBatch).
+      b_.CreateRet(b_.CreateSelect(b_.CreateICmpSGT(batch, c64(maxBatch_)), c64(-1), bytes));
     }
 
     // The kernel the last run entered (a debugging aid, as in the C++ backend).
@@ -1823,7 +1900,7 @@ class Emitter {
         b_.CreateRet(b_.getInt32(static_cast<uint32_t>(code)));
         b_.SetInsertPoint(ok);
       };
-      fails(b_.CreateOr(b_.CreateICmpSLT(batch, c64(0)), b_.CreateICmpSLT(threads, b_.getInt32(1))), POLICYC_ERROR_ARGUMENT);
+      fails(b_.CreateOr(badBatch(batch), b_.CreateICmpSLT(threads, b_.getInt32(1))), POLICYC_ERROR_ARGUMENT);
       {
         llvm::BasicBlock* done = block("empty");
         llvm::BasicBlock* go = block("go");
@@ -1854,6 +1931,9 @@ class Emitter {
       b_.CreateStore(outputs, b_.CreateStructGEP(ctxTy_, ctx, 1));
       b_.CreateStore(batch, b_.CreateStructGEP(ctxTy_, ctx, 2));
       b_.CreateStore(ws, b_.CreateStructGEP(ctxTy_, ctx, 3));
+      llvm::AllocaInst* status = b_.CreateAlloca(i32_, nullptr, "status");
+      b_.CreateStore(b_.getInt32(POLICYC_OK), status);
+      b_.CreateStore(status, b_.CreateStructGEP(ctxTy_, ctx, 4));
       Value* minChunk = llvm::ConstantFP::get(f64_, o_.minChunkCost);
       Value* serial = b_.CreateOr(b_.CreateICmpEQ(threads, b_.getInt32(1)), b_.CreateIsNull(parallelFor_), "serial");
       size_t split = 0;  // splits_ has one entry per split function, in order
@@ -1866,24 +1946,36 @@ class Emitter {
         }
         const Split& sp = splits_[split++];
         Value* units = sp.units(batch);
-        units->setName(p_.kernels[ki].name + ".units");
+        if (llvm::isa<llvm::Instruction>(units)) units->setName(p_.kernels[ki].name + ".units");
         // One thread calls the kernel directly; more go through the support library's pool.
         ifElse(
             serial, p_.kernels[ki].name, [&] { b_.CreateCall(kernelFnTy_, kernels[ki], {ctx, c64(0), units}); },
             [&] {
               b_.CreateCall(parallelFor_, {threads, units, sp.cost(batch), minChunk, kernels[ki], ctx});
             });
+        if (p_.kernels[ki].canFail()) {
+          // What the kernel reported (its threads have joined): the run's result.
+          llvm::LoadInst* code = b_.CreateAlignedLoad(i32_, status, llvm::Align(4), p_.kernels[ki].name + ".status");
+          code->setAtomic(llvm::AtomicOrdering::Monotonic);
+          llvm::BasicBlock* failed = block("failed");
+          llvm::BasicBlock* next = block("next");
+          b_.CreateCondBr(b_.CreateICmpNE(code, b_.getInt32(POLICYC_OK)), failed, next);
+          b_.SetInsertPoint(failed);
+          b_.CreateRet(code);
+          b_.SetInsertPoint(next);
+        }
       }
       b_.CreateRet(b_.getInt32(POLICYC_OK));
     }
 
     // the descriptor
-    auto* modelTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, ptr_, i32_, ptr_, i32_, ptr_, ptr_, ptr_}, "policyc_model");
+    auto* modelTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, ptr_, i32_, ptr_, i32_, ptr_, ptr_, ptr_, ptr_}, "policyc_model");
     const uint64_t modelSize = m_.getDataLayout().getTypeAllocSize(modelTy);
     auto* model = constGlobal(
         llvm::ConstantStruct::get(modelTy, {b_.getInt32(POLICYC_ABI_VERSION), b_.getInt32(static_cast<uint32_t>(modelSize)),
                                             cstr(p_.name), cstr(targetName), b_.getInt32(static_cast<uint32_t>(p_.inputs.size())),
-                                            inDescs, b_.getInt32(static_cast<uint32_t>(p_.outputs.size())), outDescs, wsBytes, run}),
+                                            inDescs, b_.getInt32(static_cast<uint32_t>(p_.outputs.size())), outDescs, wsBytes, run,
+                                            cstr(o_.sourceHash)}),
         "pc_model");
 
     // profiling data (policyc_profile_data): what each kernel is and costs; not instrumented
@@ -1951,7 +2043,7 @@ class Emitter {
       auto [insArr, outsArr] = packArgs(f);
       llvm::BasicBlock* bad = block("negative");
       llvm::BasicBlock* ok = block("ok");
-      b_.CreateCondBr(b_.CreateICmpSLT(batch, c64(0)), bad, ok);
+      b_.CreateCondBr(badBatch(batch), bad, ok);
       b_.SetInsertPoint(bad);
       b_.CreateRet(b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_ARGUMENT)));
       b_.SetInsertPoint(ok);
@@ -1986,6 +2078,9 @@ class Emitter {
   llvm::Function* parallelFor_ = nullptr;
   llvm::Function* threadWorkspace_ = nullptr;
   llvm::StructType* ctxTy_ = nullptr;
+  int64_t maxBatch_ = 0;  // codegen::maxBatch of the workspace
+  Value* status_ = nullptr;                // the run's status (a kernel's)
+  llvm::AllocaInst* errors_ = nullptr;     // what the kernel being emitted found (Kernel::canFail)
   llvm::FunctionType* externFnTy_ = nullptr;
   llvm::Function* onednnConv_ = nullptr;
   llvm::Function* onednnConvRun_ = nullptr;

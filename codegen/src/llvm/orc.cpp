@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -27,6 +29,8 @@
 
 #include "llvm_internal.h"
 #include "policyc/ir/error.h"
+#include "policyc/support/files.h"
+#include "policyc/support/process.h"
 
 // The run-time support (support.cpp, linked into the compiler) and its static archive, embedded
 // for linking into shared objects (policyc_llvm_*_archive.S).
@@ -179,23 +183,12 @@ void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine) {
 
 namespace {
 
-// Writes `bytes` to `path` through a temporary name in the same directory.
+// Writes `bytes` to `path` whole or not at all.
 void writeAtomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!f) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      fail("cannot write '{}'", path);
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    fail("cannot write '{}': {}", path, ec.message());
+  try {
+    files::writeAtomic(path, bytes);
+  } catch (const std::runtime_error& e) {
+    fail("{}", e.what());
   }
 }
 
@@ -226,14 +219,16 @@ BuildResult buildLlvmSharedObject(const LlvmModule& module, const std::string& o
          module.target().triple);
   }
   BuildResult result;
+  // A fresh temporary directory is removed on every path out; a named work directory is kept.
+  std::optional<files::TempDir> temp;
   fs::path dir = options.workDir;
-  const bool temporary = dir.empty();
-  if (temporary) {
-    char tmpl[] = "/tmp/policyc-llvm-XXXXXX";
-    if (!::mkdtemp(tmpl)) fail("cannot create a temporary directory");
-    dir = tmpl;
+  if (dir.empty()) {
+    temp.emplace("policyc-llvm");
+    dir = temp->path();
   } else {
-    fs::create_directories(dir);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) fail("cannot create directory '{}': {}", dir.string(), ec.message());
   }
   const fs::path object = dir / "module.o", archive = dir / "libpolicyc_llvm_support.a", log = dir / "link.log";
   writeAtomically(object.string(), codegenFile(module, LlvmFileKind::Object));
@@ -241,19 +236,24 @@ BuildResult buildLlvmSharedObject(const LlvmModule& module, const std::string& o
     return std::string(reinterpret_cast<const char*>(begin), static_cast<size_t>(end - begin));
   };
   writeAtomically(archive.string(), bytes(policyc_llvm_support_archive, policyc_llvm_support_archive_end));
+  const std::string tmpSo = fmt::format("{}.tmp{}", outSo, ::getpid());
+  // The C++ driver links (the support archives need libstdc++: thread-local destructors, guards);
+  // no shell: every path is one argument.
+  std::vector<std::string> argv = {options.compiler, "-shared", "-o", tmpSo, object.string()};
   // oneDNN's support (and libdnnl) only for a model that calls it.
-  std::string onednn;
   if (module.impl().usesOnednn) {
     const fs::path a = dir / "libpolicyc_llvm_onednn.a";
     writeAtomically(a.string(), bytes(policyc_llvm_onednn_archive, policyc_llvm_onednn_archive_end));
-    onednn = fmt::format("'{}' -ldnnl -lgomp ", a.string());
+    argv.insert(argv.end(), {a.string(), "-ldnnl", "-lgomp"});
   }
-  const std::string tmpSo = fmt::format("{}.tmp{}", outSo, ::getpid());
-  // The C++ driver links: the support archives need libstdc++ (thread-local destructors, guards).
-  const std::string cmd = fmt::format("'{}' -shared -o '{}' '{}' {}'{}' -lm -lpthread > '{}' 2>&1", options.compiler, tmpSo,
-                                      object.string(), onednn, archive.string(), log.string());
+  argv.insert(argv.end(), {archive.string(), "-lm", "-lpthread"});
   auto start = std::chrono::steady_clock::now();
-  const int rc = std::system(cmd.c_str());
+  int rc = 0;
+  try {
+    rc = process::run(argv, log);
+  } catch (const std::runtime_error& e) {
+    fail("cannot link '{}': {} (set POLICYC_CXX to a C++ compiler)", outSo, e.what());
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::error_code ec;
   if (rc != 0) {
@@ -261,18 +261,16 @@ BuildResult buildLlvmSharedObject(const LlvmModule& module, const std::string& o
     std::ifstream f(log);
     std::string first;
     std::getline(f, first);
-    fail("linking '{}' failed ({}): {} (log: {})", outSo, options.compiler, first, log.string());
+    fail("linking '{}' failed ({}, exit status {}): {}{}", outSo, options.compiler, rc, first,
+         temp ? "" : fmt::format(" (log: {})", log.string()));
   }
   fs::rename(tmpSo, outSo, ec);
   if (ec) {
     fs::remove(tmpSo, ec);
     fail("cannot write '{}': {}", outSo, ec.message());
   }
-  if (temporary && !options.keepWorkDir) {
-    fs::remove_all(dir, ec);
-  } else {
-    result.workDir = dir.string();
-  }
+  if (temp && options.keepWorkDir) temp->keep();
+  if (!temp || options.keepWorkDir) result.workDir = dir.string();
   return result;
 }
 

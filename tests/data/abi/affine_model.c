@@ -6,6 +6,7 @@
  *   -DPOLICYC_TEST_NO_DESCRIPTOR     a shared object without policyc_model_descriptor
  *   -DPOLICYC_TEST_BAD_DTYPE         a descriptor whose first input has dtype 42
  *   -DPOLICYC_TEST_DUPLICATE_NAME    a descriptor whose two inputs are both named 'obs'
+ *   -DPOLICYC_TEST_V1_STRUCT         a descriptor of the first ABI 1 layout (no source_hash)
  * The run goes through the workspace (rows are computed there, then copied out, and a marker at
  * its start is checked at the end), so two runs sharing one workspace give wrong results.
  */
@@ -82,9 +83,16 @@ static int run(const void* const* inputs, void* const* outputs, int64_t batch, v
   return POLICYC_OK;
 }
 
+/* POLICYC_TEST_V1_STRUCT: a model of the first ABI 1 layout, without source_hash (loaders read it). */
+#ifdef POLICYC_TEST_V1_STRUCT
+#define POLICYC_TEST_STRUCT_SIZE POLICYC_MODEL_STRUCT_SIZE_V1
+#else
+#define POLICYC_TEST_STRUCT_SIZE sizeof(policyc_model)
+#endif
+
 static const policyc_model kModel = {
-    POLICYC_TEST_ABI_VERSION, sizeof(policyc_model), "affine", "generic",
-    2, kInputs, 2, kOutputs, workspace_bytes, run,
+    POLICYC_TEST_ABI_VERSION, POLICYC_TEST_STRUCT_SIZE, "affine", "generic",
+    2, kInputs, 2, kOutputs, workspace_bytes, run, "0123456789abcdef",
 };
 
 #ifdef POLICYC_TEST_NO_DESCRIPTOR

@@ -113,6 +113,9 @@ struct CppOptions {
   // The autotuner's build: every candidate of every tunable kernel, selected at run time through
   // the exported policyc_tune_select(kernel, candidate) (policyc_tune_candidates lists them).
   bool tuning = false;
+  // The descriptor's source_hash: 16 hex digits naming the model and options that produced the
+  // code (the compile cache checks a loaded entry against its key); empty: "".
+  std::string sourceHash;
 };
 
 struct GeneratedCpp {
@@ -154,7 +157,7 @@ std::string defaultCompiler();
 struct BuildOptions {
   std::string compiler = defaultCompiler();  // $POLICYC_CXX if set, else the system compiler c++
   // Where output_code.cpp, weights.bin and build.log go; empty: a fresh temporary directory,
-  // removed after a successful build (kept, and named in the error, after a failed one).
+  // removed on every path out (a failed build's error says to rerun with --debug-dir to keep them).
   std::string workDir;
   bool keepWorkDir = false;
 };
@@ -166,8 +169,9 @@ struct BuildResult {
 
 // Writes the source and the weights blob (entering the object through `.incbin`), runs
 // `c++ -std=c++17 -O3 -fPIC -shared -march=...` into a temporary name next to `outSo` and renames
-// it: a failure never leaves a partial .so. A compiler failure is a policyc::Error that names the
-// log and the generated source and quotes the first error line.
+// it: a failure never leaves a partial .so. The compiler runs without a shell (every path one
+// argument). A compiler failure is a policyc::Error that quotes the first error line and names the
+// log and the generated source when they are kept (a work directory).
 BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& outSo, const BuildOptions& options = {});
 
 }  // namespace policyc::codegen

@@ -97,6 +97,10 @@ struct Kernel {
   std::vector<int> reads() const;         // buffer ids read (anchor inputs, loads), sorted, unique
   std::vector<int> writes() const;        // buffer ids stored, sorted, unique
   bool isTemplate() const { return kind != KernelKind::Pointwise; }
+  // Whether a run can fail in this kernel on its data: a gather's indices outside their axis, an
+  // integer division by zero. Both backends give such kernels the run's status and return it after
+  // them (POLICYC_ERROR_INDEX / POLICYC_ERROR_DIVISION); the interpreter fails the same way.
+  bool canFail() const;
 };
 
 struct KernelProgram {

@@ -49,6 +49,7 @@ struct LlvmOptions {
   bool externKernels = true;
   std::optional<InjectedFault> fault;   // as CppOptions::fault (compile: the emitter fails)
   bool keepUnoptimizedIr = false;       // keep the module as emitted as text (the debug directory's module.ll)
+  std::string sourceHash;               // as CppOptions::sourceHash
 };
 
 // An emitted and optimised module with its LLVM context (opaque: LLVM types stay out of this header).

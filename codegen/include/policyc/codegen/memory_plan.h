@@ -36,6 +36,12 @@ struct MemoryPlan {
   int64_t inPlaceCount() const;
 };
 
+// The largest batch a run of a model whose workspace is `staticBytes + perBatchBytes * batch` may
+// have: sizes::kMaxBatch, or less where the workspace would not fit in half the address space.
+// Both backends' run functions refuse a larger batch (POLICYC_ERROR_ARGUMENT) and their
+// workspace_bytes return SIZE_MAX for it.
+int64_t maxBatch(int64_t staticBytes, int64_t perBatchBytes);
+
 // Plans the program's temporaries (views live in their root's memory; inputs, outputs and params
 // are not in the workspace). Throws policyc::Error if a temporary is read before it is written.
 MemoryPlan planMemory(const KernelProgram& program);

@@ -48,6 +48,13 @@ struct TensorView {
       : dtype(d), shape(s), data(const_cast<void*>(p)) {}
 };
 
+// Why the bytes of a file cannot be a shared object for this machine that dlopen can map whole
+// (bad magic, class, byte order, machine or type; headers or segments past the end of the file:
+// a truncated file); "" when none is found. Reads only the bytes given.
+std::string sharedObjectProblem(std::span<const std::byte> image);
+// The same for a file (which must be a regular file); throws ModelError naming it.
+void checkSharedObject(const std::string& soPath);
+
 // A loaded model. Move-only; the shared object stays loaded until the Model is destroyed.
 //
 // Thread safety: run() may be called concurrently on one Model from any number of threads; each
@@ -57,8 +64,8 @@ struct TensorView {
 // that has exited is reused by a later thread with the same id and freed with the Model.
 class Model {
  public:
-  // dlopen(RTLD_NOW | RTLD_LOCAL) + policyc_model_descriptor(); checks the ABI version and the
-  // descriptor. Throws ModelError: dlopen's own message for a missing or non-ELF file,
+  // checkSharedObject, dlopen(RTLD_NOW | RTLD_LOCAL) + policyc_model_descriptor(); checks the ABI
+  // version and the descriptor. Throws ModelError: dlopen's own message for a missing or non-ELF file,
   // "'x.so' is not a policyc model (no symbol policyc_model_descriptor)", "'x.so' was built for
   // policyc ABI version 7, this runtime reads version 1", "'x.so': invalid descriptor: ...".
   static Model load(const std::string& soPath);
@@ -77,6 +84,8 @@ class Model {
   const std::string& path() const;
   const std::string& name() const;
   const std::string& target() const;
+  // The descriptor's source_hash (what produced the code); "" for a model without one.
+  const std::string& sourceHash() const;
   const std::vector<TensorSpec>& inputs() const;
   const std::vector<TensorSpec>& outputs() const;
   const policyc_model& descriptor() const;
@@ -86,7 +95,8 @@ class Model {
   // Another symbol the shared object exports (e.g. the autotuner's policyc_tune_select); null if none.
   void* symbol(const char* name) const;
 
-  // Bytes of workspace a run at this batch size needs; throws for a negative batch.
+  // Bytes of workspace a run at this batch size needs; throws for a batch outside 0..2^31-1 or
+  // larger than the model accepts.
   size_t workspaceBytes(int64_t batch) const;
 
   // Runs the model on the caller's tensors, in the model's order of inputs and outputs, after

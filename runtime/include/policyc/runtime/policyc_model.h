@@ -43,9 +43,13 @@ typedef struct policyc_tensor_desc {
 
 /* Return codes of run(). */
 #define POLICYC_OK 0
-#define POLICYC_ERROR_ARGUMENT (-1)  /* a null pointer, a negative batch or thread count */
+#define POLICYC_ERROR_ARGUMENT (-1)  /* a null pointer, a negative or too large batch, a thread count < 1 */
 #define POLICYC_ERROR_WORKSPACE (-2) /* a workspace that is not aligned */
 #define POLICYC_ERROR_EXTERN (-3)    /* an extern library kernel (oneDNN) failed; it said why on stderr */
+/* A value outside an operator's domain, found while running: the outputs are not valid. Every
+ * backend and the reference interpreter agree on these (docs/security.md). */
+#define POLICYC_ERROR_INDEX (-4)     /* an index (Gather) outside its axis */
+#define POLICYC_ERROR_DIVISION (-5)  /* an integer division by zero */
 
 typedef struct policyc_model {
   uint32_t abi_version;   /* POLICYC_ABI_VERSION of the compiler that built the model */
@@ -56,12 +60,19 @@ typedef struct policyc_model {
   const policyc_tensor_desc* inputs;
   int32_t num_outputs;
   const policyc_tensor_desc* outputs;
-  /* Bytes of workspace a run at this batch size needs (a + b * batch). */
+  /* Bytes of workspace a run at this batch size needs (a + b * batch); SIZE_MAX for a batch larger
+   * than the model accepts (run returns POLICYC_ERROR_ARGUMENT for it). */
   size_t (*workspace_bytes)(int64_t batch);
   /* Runs the model: inputs[i] and outputs[i] point to C-order arrays of the described dtype and
    * shape (batch substituted). batch 0 is valid and touches nothing. threads >= 1. */
   int (*run)(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads);
+  /* Since struct_size covers it: 16 hex digits identifying the model and options that produced
+   * this code (the compile cache checks it against its key); "" when unknown. */
+  const char* source_hash;
 } policyc_model;
+
+/* struct_size of the first models of ABI version 1, which end before source_hash. */
+#define POLICYC_MODEL_STRUCT_SIZE_V1 (offsetof(policyc_model, run) + sizeof(void*))
 
 /* The one symbol a compiled model exports. */
 const policyc_model* policyc_model_descriptor(void);
