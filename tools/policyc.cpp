@@ -1,5 +1,6 @@
 // The policyc command line: dump a model's graph, run it, compile it, and time the compiled model.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include "policyc/runtime/loader.h"
 #include "policyc/support/escape.h"
 #include "policyc/support/files.h"
+#include "policyc/support/sizes.h"
 
 namespace {
 
@@ -482,6 +484,31 @@ static std::string commandLineError(const CLI::App& app, int argc, char** argv, 
   return fmt::format("{} (see policyc {}--help)", what, command.empty() ? "" : command + " ");
 }
 
+// Option values checked where they are parsed, so that a bad one is a one-line error naming the
+// option: finite numbers (NaN compares false with everything), batch and thread counts in range.
+const CLI::Validator kFiniteNonNegative(
+    [](std::string& text) -> std::string {
+      double v = 0;
+      try {
+        size_t used = 0;
+        v = std::stod(text, &used);
+        if (used != text.size()) return "expected a number, got '" + text + "'";
+      } catch (const std::exception&) {
+        return "expected a number, got '" + text + "'";
+      }
+      return std::isfinite(v) && v >= 0 ? "" : "must be a finite number >= 0, got " + text;
+    },
+    "FLOAT>=0");
+const CLI::Validator kPositiveSeconds(
+    [](std::string& text) -> std::string {
+      std::string error = kFiniteNonNegative(text);
+      if (!error.empty()) return error;
+      return std::stod(text) > 0 ? "" : "must be > 0, got " + text;
+    },
+    "SECONDS>0");
+const CLI::Range kBatchRange(int64_t{0}, sizes::kMaxBatch);
+const CLI::Range kThreadsRange(1, 1024);
+
 int main(int argc, char** argv) {
   CLI::App app{"policyc: an ahead-of-time compiler for small neural-network policies"};
   app.require_subcommand(1);
@@ -506,10 +533,10 @@ int main(int argc, char** argv) {
   run.target.addTo(runCmd);
   runCmd->add_option("--input", run.inputs, "NAME=FILE.npy, once per model input");
   runCmd->add_flag("--random", run.random, "use random inputs (see --batch, --seed)");
-  runCmd->add_option("--batch", run.batch, "batch size for --random");
+  runCmd->add_option("--batch", run.batch, "batch size for --random")->check(kBatchRange);
   runCmd->add_option("--seed", run.seed, "random seed for --random");
   runCmd->add_option("--output-dir", run.outputDir, "write NAME.npy for every output here");
-  runCmd->add_option("--threads", run.threads, "threads a compiled model (.so) may use");
+  runCmd->add_option("--threads", run.threads, "threads a compiled model (.so) may use")->check(kThreadsRange);
   runCmd->add_flag("--optimize", run.optimize, "run the optimised graph (implied by the pass options)");
   run.pipeline.addTo(runCmd);
   run.impl.addTo(runCmd);
@@ -543,9 +570,9 @@ int main(int argc, char** argv) {
   benchCmd->add_option("model", bench.model, "model file (.onnx or .pir, compiled through the cache) or OUT.so")->required();
   benchCmd->add_option("--backend", bench.backend, "cpp (default), nofuse or llvm, for .onnx/.pir")
       ->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
-  benchCmd->add_option("--batch", bench.batches, "batch sizes (repeatable or comma-separated; default 1)")->delimiter(',');
-  benchCmd->add_option("--threads", bench.threads, "thread counts (repeatable or comma-separated; default 1)")->delimiter(',');
-  benchCmd->add_option("--min-time", bench.minSeconds, "seconds of timed calls per row at least (default 1)");
+  benchCmd->add_option("--batch", bench.batches, "batch sizes (repeatable or comma-separated; default 1)")->delimiter(',')->check(kBatchRange);
+  benchCmd->add_option("--threads", bench.threads, "thread counts (repeatable or comma-separated; default 1)")->delimiter(',')->check(kThreadsRange);
+  benchCmd->add_option("--min-time", bench.minSeconds, "seconds of timed calls per row at least (default 1)")->check(kFiniteNonNegative);
   benchCmd->add_option("--min-calls", bench.minCalls, "timed calls per row at least (default 200)");
   benchCmd->add_option("--warmup", bench.warmup, "untimed calls before each row (default 50)");
   benchTarget.addTo(benchCmd);
@@ -567,11 +594,11 @@ int main(int argc, char** argv) {
   minifyCmd->add_option("--backend", minify.backend, "cpp (default), nofuse or llvm")->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
   minifyCmd->add_option("--match", minify.match, "the failure's output must contain this text too");
   minifyCmd->add_option("--input", minify.inputs, "NAME=FILE.npy, once per model input (default: random inputs)");
-  minifyCmd->add_option("--batch", minify.batch, "batch size of the random inputs (default 1)");
+  minifyCmd->add_option("--batch", minify.batch, "batch size of the random inputs (default 1)")->check(kBatchRange);
   minifyCmd->add_option("--seed", minify.seed, "seed of the random inputs (default 0)");
-  minifyCmd->add_option("--rtol", minify.rtol, "relative tolerance of the accuracy check (default 1e-4)");
-  minifyCmd->add_option("--atol", minify.atol, "absolute tolerance of the accuracy check (default 1e-4)");
-  minifyCmd->add_option("--timeout", minify.timeout, "seconds a candidate may run before it counts as a hang (default 60)");
+  minifyCmd->add_option("--rtol", minify.rtol, "relative tolerance of the accuracy check (default 1e-4)")->check(kFiniteNonNegative);
+  minifyCmd->add_option("--atol", minify.atol, "absolute tolerance of the accuracy check (default 1e-4)")->check(kFiniteNonNegative);
+  minifyCmd->add_option("--timeout", minify.timeout, "seconds a candidate may run before it counts as a hang (default 60)")->check(kPositiveSeconds);
 
   CheckCliOptions check;
   CLI::App* checkCmd = app.add_subcommand("check", "compare the compiled model with the reference interpreter (exit 1 on a mismatch)");
@@ -579,11 +606,11 @@ int main(int argc, char** argv) {
   checkCmd->add_option("--backend", check.backend, "cpp (default), nofuse or llvm (in-process JIT)")
       ->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
   checkCmd->add_option("--input", check.inputs, "NAME=FILE.npy, once per model input (default: random inputs)");
-  checkCmd->add_option("--batch", check.batch, "batch size of the random inputs (default 1)");
+  checkCmd->add_option("--batch", check.batch, "batch size of the random inputs (default 1)")->check(kBatchRange);
   checkCmd->add_option("--seed", check.seed, "seed of the random inputs (default 0)");
-  checkCmd->add_option("--rtol", check.rtol, "relative tolerance (default 1e-4)");
-  checkCmd->add_option("--atol", check.atol, "absolute tolerance (default 1e-4)");
-  checkCmd->add_option("--threads", check.threads, "threads the compiled model runs with");
+  checkCmd->add_option("--rtol", check.rtol, "relative tolerance (default 1e-4)")->check(kFiniteNonNegative);
+  checkCmd->add_option("--atol", check.atol, "absolute tolerance (default 1e-4)")->check(kFiniteNonNegative);
+  checkCmd->add_option("--threads", check.threads, "threads the compiled model runs with")->check(kThreadsRange);
   checkCmd->add_flag("--per-node", check.perNode, "expose every intermediate and report the first node that diverges");
   check.target.addTo(checkCmd);
   checkCmd->add_option("--debug-dir", check.debugDir, "write every stage of the compile here");

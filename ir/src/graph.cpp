@@ -35,6 +35,25 @@ void Graph::checkNameFree(const std::string& name) const {
   if (findValue(name)) fail("graph '{}': value name '{}' is used twice", name_, name);
 }
 
+void Graph::indexValues(const Node& node) {
+  for (const auto& v : node.outputs_) byName_[v->name()] = v.get();
+}
+
+void Graph::unindexValues(const Node& node) {
+  for (const auto& v : node.outputs_) {
+    auto it = byName_.find(v->name());
+    if (it != byName_.end() && it->second == v.get()) byName_.erase(it);
+  }
+}
+
+void Graph::renameValue(Value* value, std::string name) {
+  if (name == value->name()) return;
+  checkNameFree(name);
+  byName_.erase(value->name());
+  value->setName(std::move(name));
+  byName_[value->name()] = value;
+}
+
 std::vector<std::unique_ptr<Node>>::iterator Graph::insertionPoint(const Node* before) {
   if (before) {
     auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n.get() == before; });
@@ -55,6 +74,7 @@ Value* Graph::addInput(std::string name, TensorType type) {
   value->producer_ = node.get();
   Value* result = value.get();
   node->outputs_.push_back(std::move(value));
+  indexValues(*node);
   // Inputs stay first, in the order they were added.
   auto it = std::find_if(nodes_.begin(), nodes_.end(), [](const auto& n) { return n->kind() != NodeKind::Input; });
   nodes_.insert(it, std::move(node));
@@ -73,6 +93,7 @@ Value* Graph::addParam(std::string name, Tensor data, std::vector<std::string> p
   node->param_ = std::move(data);
   Value* result = value.get();
   node->outputs_.push_back(std::move(value));
+  indexValues(*node);
   nodes_.insert(insertionPoint(nullptr), std::move(node));
   return result;
 }
@@ -95,7 +116,12 @@ Node* Graph::addOp(Op op, std::vector<Value*> inputs, AttrMap attrs, std::vector
     if (outputTypes.size() != outputNames.size()) {
       fail("{} output names for {} output types", outputNames.size(), outputTypes.size());
     }
-    for (const std::string& n : outputNames) checkNameFree(n);
+    for (size_t i = 0; i < outputNames.size(); ++i) {
+      checkNameFree(outputNames[i]);
+      for (size_t j = 0; j < i; ++j) {
+        if (outputNames[j] == outputNames[i]) fail("graph '{}': value name '{}' is used twice", name_, outputNames[i]);
+      }
+    }
   } catch (const Error& e) {
     fail("node '{}' ({}): {}", what, info.name, e.what());
   }
@@ -114,6 +140,7 @@ Node* Graph::addOp(Op op, std::vector<Value*> inputs, AttrMap attrs, std::vector
     node->outputs_.push_back(std::move(value));
   }
   Node* result = node.get();
+  indexValues(*node);
   nodes_.insert(insertionPoint(before), std::move(node));
   return result;
 }
@@ -156,12 +183,8 @@ Node* Graph::outputNode() const {
 }
 
 Value* Graph::findValue(std::string_view name) const {
-  for (const auto& n : nodes_) {
-    for (const auto& v : n->outputs_) {
-      if (v->name() == name) return v.get();
-    }
-  }
-  return nullptr;
+  auto it = byName_.find(std::string(name));
+  return it == byName_.end() ? nullptr : it->second;
 }
 
 std::vector<Node*> Graph::users(const Value* value) const {
@@ -177,12 +200,8 @@ size_t Graph::numOpNodes() const {
 }
 
 std::string Graph::uniqueName(std::string_view base) const {
-  std::unordered_set<std::string_view> used;
-  for (const auto& n : nodes_) {
-    for (const auto& v : n->outputs_) used.insert(v->name());
-  }
   std::string candidate(base);
-  for (int i = 1; used.count(candidate); ++i) candidate = fmt::format("{}_{}", base, i);
+  for (int i = 1; byName_.count(candidate); ++i) candidate = fmt::format("{}_{}", base, i);
   return candidate;
 }
 
@@ -197,7 +216,10 @@ void Graph::eraseNode(Node* node) {
     if (!users(v.get()).empty()) fail("internal: erasing node '{}' whose value '{}' is still used", node->name(), v->name());
   }
   auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n.get() == node; });
-  if (it != nodes_.end()) nodes_.erase(it);
+  if (it != nodes_.end()) {
+    unindexValues(**it);
+    nodes_.erase(it);
+  }
 }
 
 void Graph::removeDeadNodes() {
@@ -212,7 +234,9 @@ void Graph::removeDeadNodes() {
   }
   std::erase_if(nodes_, [&](const std::unique_ptr<Node>& n) {
     if (n->kind() == NodeKind::Output || n->kind() == NodeKind::Input) return false;
-    return std::none_of(n->outputs_.begin(), n->outputs_.end(), [&](const auto& v) { return live.count(v.get()); });
+    bool dead = std::none_of(n->outputs_.begin(), n->outputs_.end(), [&](const auto& v) { return live.count(v.get()); });
+    if (dead) unindexValues(*n);
+    return dead;
   });
 }
 
@@ -238,6 +262,7 @@ std::unique_ptr<Graph> Graph::clone() const {
       map[v.get()] = value.get();
       node->outputs_.push_back(std::move(value));
     }
+    copy->indexValues(*node);
     copy->nodes_.push_back(std::move(node));
   }
   return copy;

@@ -55,7 +55,7 @@ PassStats foldConstants(ir::Graph& graph) {
     for (size_t i = 0; i < results.size(); ++i) {
       Value* old = n->output(i);
       std::string name = old->name();
-      old->setName(graph.uniqueName(name + ".folded"));
+      graph.renameValue(old, graph.uniqueName(name + ".folded"));
       Value* param = graph.addParam(name, std::move(results[i]), n->provenance());
       graph.replaceAllUsesWith(old, param);
     }

@@ -18,6 +18,7 @@
 // Counters: "linear groups fused", "conv groups fused", "layers merged", "elementwise ops moved above split". Adds params (restoring
 // topological order at the end); leaves the old ones for dce.
 #include <cstring>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -112,7 +113,7 @@ bool fuse(ir::Graph& graph, Value* x, const std::vector<Node*>& members, PassSta
   std::vector<std::string> names;
   for (Node* m : members) {
     names.push_back(m->name());
-    m->output()->setName(graph.uniqueName(m->name() + ".replaced"));
+    graph.renameValue(m->output(), graph.uniqueName(m->name() + ".replaced"));
   }
   ir::AttrMap splitAttrs{{"axis", int64_t{isConv ? 1 : -1}}, {"split", sizes}};
   Node* split = graph.addOp(Op::Split, {fused->output()}, splitAttrs, names, {}, provenance, first);
@@ -161,7 +162,7 @@ bool sinkElementwiseIntoSplit(ir::Graph& graph, PassStats& stats) {
     std::vector<std::string> names;
     for (Node* u : users) {
       names.push_back(u->name());
-      u->output()->setName(graph.uniqueName(u->name() + ".replaced"));
+      graph.renameValue(u->output(), graph.uniqueName(u->name() + ".replaced"));
     }
     Node* newSplit = graph.addOp(Op::Split, {applied->output()}, split->attrs(), names, {}, split->provenance(), split);
     for (size_t i = 0; i < users.size(); ++i) graph.replaceAllUsesWith(users[i]->output(), newSplit->output(i));
@@ -185,7 +186,19 @@ PassStats fuseHorizontal(ir::Graph& graph) {
     if (n->kind() != ir::NodeKind::Input && !n->isOp()) continue;
     for (size_t i = 0; i < n->numOutputs(); ++i) candidates.push_back(n->output(i));
   }
+  // How many nodes read each value, counted in one pass (and again after a fusion changed the
+  // graph): a value read once has no siblings, and graph.users() walks the whole graph, which
+  // for every value of a long chain would take quadratic time.
+  auto countUses = [&] {
+    std::unordered_map<const Value*, int> count;
+    for (const auto& n : graph.nodes()) {
+      for (const Value* v : n->inputs()) ++count[v];
+    }
+    return count;
+  };
+  std::unordered_map<const Value*, int> uses = countUses();
   for (Value* x : candidates) {
+    if (uses[x] < 2) continue;
     std::vector<std::pair<std::string, std::vector<Node*>>> groups;
     for (Node* user : graph.users(x)) {
       std::string key = siblingKey(graph, user, x);
@@ -197,9 +210,14 @@ PassStats fuseHorizontal(ir::Graph& graph) {
         it->second.push_back(user);
       }
     }
+    bool fused = false;
     for (const auto& [key, members] : groups) {
-      if (members.size() >= 2) fuse(graph, x, members, stats);
+      if (members.size() >= 2) {
+        fuse(graph, x, members, stats);
+        fused = true;
+      }
     }
+    if (fused) uses = countUses();
   }
   restoreTopologicalOrder(graph);
   while (sinkElementwiseIntoSplit(graph, stats)) {

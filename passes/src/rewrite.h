@@ -163,7 +163,7 @@ inline Node* replaceOp(ir::Graph& graph, Node* root, Op op, std::vector<Value*> 
   for (size_t i = 0; i < nameFrom->numOutputs(); ++i) {
     Value* v = nameFrom->output(i);
     names.push_back(v->name());
-    v->setName(graph.uniqueName(v->name() + ".replaced"));
+    graph.renameValue(v, graph.uniqueName(v->name() + ".replaced"));
   }
   Node* node = graph.addOp(op, std::move(inputs), std::move(attrs), std::move(names), std::move(types),
                            std::move(provenance), root);

@@ -22,6 +22,8 @@
 #include "policyc/debug/debug_dir.h"
 #include "policyc/ir/error.h"
 #include "policyc/runtime/loader.h"
+#include "policyc/support/escape.h"
+#include "policyc/support/sizes.h"
 
 namespace py = pybind11;
 using namespace policyc;
@@ -52,7 +54,7 @@ std::string moduleId() {
 class Policy {
  public:
   Policy(runtime::Model model, int threads) : model_(std::move(model)), threads_(threads) {
-    if (threads < 1) throw py::value_error("threads must be >= 1, got " + std::to_string(threads));
+    checkThreads(threads);
     // numpy dtypes made once: a call compares type numbers instead of building strings.
     for (const runtime::TensorSpec& s : model_.inputs()) inDTypes_.push_back(py::dtype(numpyDType(s.dtype)));
     for (const runtime::TensorSpec& s : model_.outputs()) outDTypes_.push_back(py::dtype(numpyDType(s.dtype)));
@@ -91,8 +93,11 @@ class Policy {
   const std::string& path() const { return model_.path(); }
   int threads() const { return threads_; }
   void setThreads(int t) {
-    if (t < 1) throw py::value_error("threads must be >= 1, got " + std::to_string(t));
+    checkThreads(t);
     threads_ = t;
+  }
+  static void checkThreads(int t) {
+    if (t < 1 || t > 1024) throw py::value_error("threads must be between 1 and 1024, got " + std::to_string(t));
   }
 
   std::vector<uintptr_t> inputAddresses(const py::args& args, const py::kwargs& kwargs) {
@@ -172,14 +177,24 @@ class Policy {
         throw py::value_error("input '" + specs[i].name + "': expected dtype " + std::string(numpyDType(specs[i].dtype)) +
                               ", got " + std::string(py::str(a.dtype())));
       }
-      if (!(a.flags() & py::array::c_style)) a = py::array::ensure(a, py::array::c_style);
-      c.inputs.push_back(a);
-      c.shapes.emplace_back(a.shape(), a.shape() + a.ndim());
-      const std::vector<int64_t>& shape = c.shapes.back();
+      std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
       for (size_t d = 0; d < specs[i].shape.size() && d < shape.size(); ++d) {
         if (specs[i].shape[d] == -1 && batch < 0) batch = shape[d];
       }
-      c.in.emplace_back(specs[i].dtype, std::span<const int64_t>(shape), static_cast<const void*>(a.data()));
+      // The shape is checked before any copy is made: a broadcast view of 2^40 rows is an error,
+      // not a copy attempt.
+      checkShape(specs[i], shape, batch < 0 ? 1 : batch);
+      if (!(a.flags() & py::array::c_style)) {
+        py::array copy = py::array::ensure(a, py::array::c_style);
+        if (!copy) {
+          PyErr_SetString(PyExc_MemoryError, ("cannot make a C-contiguous copy of input '" + escape::message(specs[i].name) + "'").c_str());
+          throw py::error_already_set();
+        }
+        a = copy;
+      }
+      c.inputs.push_back(a);
+      c.shapes.push_back(std::move(shape));
+      c.in.emplace_back(specs[i].dtype, std::span<const int64_t>(c.shapes.back()), static_cast<const void*>(a.data()));
     }
     c.batch = batch < 0 ? 1 : batch;
     for (size_t o = 0; o < model_.outputs().size(); ++o) {
@@ -190,6 +205,23 @@ class Policy {
       c.out.emplace_back(s.dtype, std::span<const int64_t>(shape), c.outputs.back().mutable_data());
     }
     return c;
+  }
+
+  // An input's shape against its spec at `batch` (rank, static dims, the batch within the runtime's
+  // limit); the runtime checks the same again, but only after an input has been made contiguous.
+  static void checkShape(const runtime::TensorSpec& spec, const std::vector<int64_t>& shape, int64_t batch) {
+    auto wrong = [&] {
+      std::string got = std::string(runtime::dtypeName(spec.dtype)) + "[";  // the dtype matched already
+      for (size_t d = 0; d < shape.size(); ++d) got += (d ? "," : "") + std::to_string(shape[d]);
+      return "input '" + escape::message(spec.name) + "': expected " + spec.str() + ", got " + got + "]";
+    };
+    if (batch > sizes::kMaxBatch) {
+      throw py::value_error(wrong() + " (the batch may be at most " + std::to_string(sizes::kMaxBatch) + ")");
+    }
+    if (shape.size() != spec.shape.size()) throw py::value_error(wrong());
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] != (spec.shape[d] == -1 ? batch : spec.shape[d])) throw py::value_error(wrong());
+    }
   }
 
   std::vector<py::array> run(const py::tuple& args, const py::dict& kwargs) {
@@ -240,9 +272,13 @@ PYBIND11_MODULE(_policyc, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const runtime::ModelError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetString(PyExc_ValueError, escape::message(e.what()).c_str());
     } catch (const Error& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
+      PyErr_SetString(PyExc_RuntimeError, escape::message(e.what()).c_str());
+    } catch (const std::bad_alloc&) {
+      PyErr_SetString(PyExc_MemoryError, "out of memory");
+    } catch (const std::length_error& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     }
   });
   py::class_<Policy>(m, "Policy")

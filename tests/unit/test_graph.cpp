@@ -112,9 +112,12 @@ TEST_CASE("verifier: rejects malformed graphs with the node's name", "[verifier]
     g->findValue("act")->producer()->attrs()["bogus"] = int64_t{1};
     CHECK_THROWS_WITH(verify(*g), Catch::Contains("no attribute 'bogus'"));
   }
-  SECTION("duplicate value names") {
+  SECTION("duplicate value names cannot be made: renaming onto a used name is refused") {
     auto g = smallMlp();
-    g->findValue("act")->setName("fc");
-    CHECK_THROWS_WITH(verify(*g), Catch::Contains("defined twice"));
+    CHECK_THROWS_WITH(g->renameValue(g->findValue("act"), "fc"), Catch::Contains("value name 'fc' is used twice"));
+    g->renameValue(g->findValue("act"), "act2");
+    CHECK(g->findValue("act2") != nullptr);
+    CHECK(g->findValue("act") == nullptr);
+    CHECK_NOTHROW(verify(*g));
   }
 }

@@ -501,7 +501,7 @@ TEST_CASE("runtime cli: bad input to run OUT.so is one error line, exit 2, no ou
   requireCleanError(cli("run " + so + " --input obs=" + (dir / "nothere.npy").string() + bias), "nothere.npy");
   requireCleanError(cli("run " + so + " --random --input obs=" + (dir / "obs24.npy").string()),
                     "give either --input or --random, not both");
-  requireCleanError(cli("run " + so + " --random --threads 0"), "--threads must be >= 1, got 0");
+  requireCleanError(cli("run " + so + " --random --threads 0"), "--threads: Value 0 not in range 1 to 1024");
   requireCleanError(cli("run " + so + " --random --optimize"), "is already compiled");
   requireCleanError(cli("run " + (scratch() / "missing.so").string() + " --random"), "no such file");
   std::string noSymbol = testModel("no_symbol", "-DPOLICYC_TEST_NO_DESCRIPTOR");

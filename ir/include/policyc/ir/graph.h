@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <unordered_map>
 #include <vector>
 
 #include "policyc/ir/attr.h"
@@ -22,7 +23,6 @@ class Graph;
 class Value {
  public:
   const std::string& name() const { return name_; }
-  void setName(std::string name) { name_ = std::move(name); }
   const TensorType& type() const { return type_; }
   void setType(TensorType type) { type_ = std::move(type); }
   Node* producer() const { return producer_; }
@@ -30,6 +30,7 @@ class Value {
 
  private:
   friend class Graph;
+  void setName(std::string name) { name_ = std::move(name); }  // Graph::renameValue keeps the name index
   friend class Node;
   std::string name_;
   TensorType type_;
@@ -127,6 +128,8 @@ class Graph {
   size_t numOpNodes() const;
   // A name not used by any value: `base` itself, or base_1, base_2, ...
   std::string uniqueName(std::string_view base) const;
+  // Renames a value of this graph (the new name must be free).
+  void renameValue(Value* value, std::string name);
 
   // ---- rewriting
   void replaceAllUsesWith(Value* from, Value* to);
@@ -135,10 +138,15 @@ class Graph {
 
  private:
   void checkNameFree(const std::string& name) const;
+  void indexValues(const Node& node);    // adds the node's values to byName_
+  void unindexValues(const Node& node);  // removes them
   std::vector<std::unique_ptr<Node>>::iterator insertionPoint(const Node* before);
 
   std::string name_;
   std::vector<std::unique_ptr<Node>> nodes_;
+  // Every value by name: name lookups and uniqueness checks in constant time (a graph of 50,000
+  // nodes must import in linear time).
+  std::unordered_map<std::string, Value*> byName_;
 };
 
 }  // namespace policyc::ir
