@@ -73,7 +73,7 @@ class PolicyTest(unittest.TestCase):
             self.policy(goal=np.zeros((1, 17), np.float32))
         with self.assertRaisesRegex(ValueError, "missing input 'obs'"):
             self.policy()
-        with self.assertRaisesRegex(ValueError, "threads must be >= 1"):
+        with self.assertRaisesRegex(ValueError, "threads must be between 1 and 1024, got 0"):
             self.policy.threads = 0
 
     def test_compile_failures_are_runtime_errors(self):
