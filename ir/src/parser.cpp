@@ -496,11 +496,10 @@ class Parser {
       if (!is(")")) expect(",");
     }
     expect(")");
-    Token at = tok_;
     try {
       graph_->setOutputs(std::move(outputs));
     } catch (const Error& e) {
-      errorAt(at, e.what());
+      errorAt(returnTok, e.what());
     }
     placed(graph_->nodes().back().get(), returnTok);
   }

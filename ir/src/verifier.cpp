@@ -85,6 +85,8 @@ void verify(const Graph& graph) {
         const Value* v = n.output(k);
         if (v->producer() != &n || v->index() != static_cast<int>(k)) fail("output {} has a wrong producer link", k);
         if (v->name().empty()) fail("output {} has no name", k);
+        // Names reach the C ABI as C strings (the descriptor): a NUL byte would cut them short.
+        if (v->name().find('\0') != std::string::npos) fail("value name '{}' contains a NUL byte", v->name());
         if (!names.insert(v->name()).second) fail("value name '{}' is defined twice", v->name());
         for (Dim d : v->type().shape) {
           if (d.isStatic() && d.value() < 0) fail("value '{}' has a negative dimension", v->name());
@@ -112,6 +114,7 @@ void verify(const Graph& graph) {
             std::unordered_set<std::string> outNames;
             for (const std::string& name : n.outputNames()) {
               if (name.empty()) fail("an output has an empty name");
+              if (name.find('\0') != std::string::npos) fail("output name '{}' contains a NUL byte", name);
               if (!outNames.insert(name).second) fail("output name '{}' is used twice", name);
             }
           }

@@ -5,6 +5,7 @@
 #include "policyc/support/files.h"
 #include "policyc/support/sizes.h"
 
+#include <charconv>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -127,8 +128,10 @@ NpyHeader parseNpyHeader(std::string_view bytes, const std::string& path) {
       malformed();
     }
     std::string item = raw.substr(first, raw.find_last_not_of(' ') - first + 1);
-    if (item.size() > 18 || item.find_first_not_of("0123456789") != std::string::npos) malformed();
-    out.shape.push_back(std::stoll(item));
+    int64_t dim = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), dim);
+    if (item.empty() || item[0] == '-' || item[0] == '+' || ec != std::errc() || end != item.data() + item.size()) malformed();
+    out.shape.push_back(dim);
     if (static_cast<int64_t>(out.shape.size()) > sizes::kMaxRank) {
       bad(path, "the .npy shape has more than " + std::to_string(sizes::kMaxRank) + " dimensions");
     }

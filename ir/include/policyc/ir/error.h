@@ -6,13 +6,17 @@
 
 #include <fmt/format.h>
 
+#include "policyc/support/escape.h"
+
 namespace policyc {
 
 // Thrown for bad user input (model files, shapes, options) and for compiler failures.
-// The message is complete and meant to be printed as is, on one line where possible.
+// The message is complete and meant to be printed as is: one line of printable ASCII, whatever
+// model-provided names it quotes (escape::message encodes control characters, NUL and bytes
+// >= 0x80 as \xNN, so a name can neither cut it short nor split it nor drive a terminal).
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(escape::message(message)) {}
 };
 
 // A valid model that uses something a backend does not implement (an operator, a layout); the
