@@ -24,6 +24,56 @@ def reference(name, batch):
     return load(ref["inputs"]), load(ref["outputs"])
 
 
+class HostileInputTest(unittest.TestCase):
+    """What a caller can hand the binding never crashes the interpreter (docs/security.md)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.policy = policyc.compile(PPO, backend="llvm")
+
+    def test_huge_broadcast_views_are_errors_not_copies(self):
+        huge = np.broadcast_to(np.zeros(17, np.float32), (2**40, 17))
+        with self.assertRaisesRegex(ValueError, r"the batch may be at most 2147483647"):
+            self.policy(huge)
+        too_big_to_copy = np.broadcast_to(np.zeros(17, np.float32), (2**30, 17))
+        with self.assertRaisesRegex(MemoryError, "cannot make a C-contiguous copy of input 'obs'"):
+            self.policy(too_big_to_copy)
+
+    def test_bad_threads_and_shapes(self):
+        with self.assertRaisesRegex(ValueError, "threads must be between 1 and 1024, got 100000"):
+            self.policy.threads = 100000
+        with self.assertRaisesRegex(ValueError, r"expected f32\[batch,17\], got f32\[\]"):
+            self.policy(np.float32(1.0))
+
+    def test_truncated_and_foreign_files_are_value_errors(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(self.policy.path, "rb") as f:
+                whole = f.read()
+            cut = os.path.join(d, "cut.so")
+            with open(cut, "wb") as f:
+                f.write(whole[: len(whole) // 2])
+            with self.assertRaisesRegex(ValueError, "is not a loadable shared object: truncated"):
+                policyc.load(cut)
+            fifo = os.path.join(d, "fifo.so")
+            os.mkfifo(fifo)
+            with self.assertRaisesRegex(ValueError, "not a regular file"):
+                policyc.load(fifo)
+
+    def test_hostile_model_names_stay_in_their_context(self):
+        with tempfile.TemporaryDirectory() as d:
+            marker = os.path.join(d, "PWNED")
+            pir = os.path.join(d, "names.pir")
+            name = "relu\\x0dstatic int x = std::system(\\x22touch " + marker + "\\x22);\\x0d//"
+            with open(pir, "w") as f:
+                f.write('graph g(%obs: f32[batch,4]) {\n  %"' + name + '" = relu(%obs) : f32[batch,4]\n'
+                        '  return ("../out\\x0a"=%"' + name + '")\n}\n')
+            p = policyc.compile(pir, backend="cpp")
+            (y,) = p(np.ones((2, 4), np.float32))
+            np.testing.assert_array_equal(y, np.ones((2, 4), np.float32))
+            self.assertEqual(p.outputs[0]["name"], "../out\n")
+            self.assertFalse(os.path.exists(marker))
+
+
 class PolicyTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
