@@ -15,11 +15,21 @@ POLICYC_PACKAGES=(
   libopenblas0   # PyTorch's BLAS (libblas.so.3) for the peer benchmarks, instead of the reference BLAS
 )
 
+# What scripts/fuzz (and CI's fuzzing) adds: Debian's clang with its libFuzzer and sanitizer runtimes.
+POLICYC_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
+
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 ensure_packages() {
+  install_missing "${POLICYC_PACKAGES[@]}"
+}
+ensure_fuzz_packages() {
+  install_missing "${POLICYC_FUZZ_PACKAGES[@]}"
+}
+
+install_missing() {
   local missing=()
-  for p in "${POLICYC_PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
@@ -31,11 +41,12 @@ ensure_packages() {
   fi
 }
 
-# build_tree DIR [cmake options...]: configure once, then build everything with Ninja.
+# build_tree DIR [cmake options...]: configure (once, or again when options are given), then
+# build everything with Ninja.
 build_tree() {
   local dir="$1"
   shift
-  if [ ! -f "$dir/build.ninja" ]; then
+  if [ ! -f "$dir/build.ninja" ] || [ $# -gt 0 ]; then
     log "configuring $dir"
     cmake -S "$POLICYC_ROOT" -B "$dir" -G Ninja "$@" >/dev/null
   fi

@@ -646,6 +646,8 @@ int main(int argc, char** argv) {
     if (*minifyCmd) return runMinify(minify);
   } catch (const std::bad_alloc&) {
     return reportError("out of memory");
+  } catch (const std::length_error&) {
+    return reportError("out of memory (a size too large to allocate)");
   } catch (const std::exception& e) {
     return reportError(e.what());
   }

@@ -384,6 +384,20 @@ PC_INLINE void parallelFor(int32_t threads, int64_t units, double costPerUnit, d
   }, &ctx);
 }
 
+// A kernel function of a generated model: (inputs, outputs, batch, workspace, status, lo, hi).
+using KernelFn = void (*)(const void* const*, void* const*, int64_t, unsigned char*, int*, int64_t, int64_t);
+
+// Runs a kernel's units [0, units) split between threads, out of line: the run function is one
+// call per kernel instead of one inlined parallelFor each, so a model of thousands of kernels
+// still compiles in time linear in their number.
+[[maybe_unused]] static __attribute__((noinline)) void runKernel(KernelFn fn, int32_t threads, int64_t units, double costPerUnit,
+                                                                  double minChunkCost, const void* const* inputs,
+                                                                  void* const* outputs, int64_t batch, unsigned char* ws,
+                                                                  int* status) {
+  parallelFor(threads, units, costPerUnit, minChunkCost,
+              [&](int64_t lo, int64_t hi) { fn(inputs, outputs, batch, ws, status, lo, hi); });
+}
+
 template <class T> PC_INLINE T inf() { return std::numeric_limits<T>::infinity(); }
 template <class T> PC_INLINE T nan() { return std::numeric_limits<T>::quiet_NaN(); }
 
@@ -557,9 +571,12 @@ template <class T> PC_INLINE T abs(T a) {
   }
 }
 
-// What a kernel reports through the run's status when a value is outside an operator's domain;
-// the run returns it (policyc_model.h) after the kernel.
-PC_INLINE void report(int* status, int code) { __atomic_store_n(status, code, __ATOMIC_RELAXED); }
+// What a kernel reports through the run's status when a value is outside an operator's domain:
+// bits, OR-ed in by any thread (the LLVM backend uses the same bits); after the kernel the run
+// returns statusCode(bits), the index error first when both happened (policyc_model.h).
+constexpr int kIndexError = 1, kDivisionError = 2;
+PC_INLINE void report(int* status, int bit) { __atomic_fetch_or(status, bit, __ATOMIC_RELAXED); }
+PC_INLINE int statusCode(int bits) { return (bits & kIndexError) ? POLICYC_ERROR_INDEX : POLICYC_ERROR_DIVISION; }
 
 // Division: C truncation for integers; dividing by zero is an error of the run
 // (POLICYC_ERROR_DIVISION, the result 0), the one overflowing case (lowest / -1) saturates.
@@ -569,7 +586,7 @@ template <class T> PC_INLINE T div(T a, T b, int* status) {
     return a / b;
   } else {
     if (b == T(0)) {
-      report(status, POLICYC_ERROR_DIVISION);
+      report(status, kDivisionError);
       return T(0);
     }
     if (std::is_signed<T>::value && b == T(-1)) return neg<T>(a);

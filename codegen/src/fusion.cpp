@@ -228,9 +228,9 @@ class Fuser {
     if (P.kind != KernelKind::Pointwise) return std::nullopt;
     const Instr* store = soleIdentityStore(pi);
     if (!store || !privateTemp(store->buffer) || P.domain != p_.buffer(store->buffer).type.shape) return std::nullopt;
-    std::vector<size_t> readers = readersOf(store->buffer);
-    if (readers.size() != 1) return std::nullopt;
-    return Producer{store->buffer, store->args[0], readers[0]};
+    auto readers = readers_.find(store->buffer);
+    if (readers == readers_.end() || readers->second.size() != 1) return std::nullopt;
+    return Producer{store->buffer, store->args[0], *readers->second.begin()};
   }
 
   // Sources of `from` join those of `into` (in order, each once).
@@ -263,9 +263,11 @@ class Fuser {
     facts_[dead].alive = false;
     nextAlive_[dead] = dead + 1;
 
-    // What the change can make fusable (docs/kernel_program.md, "Fusion"): the survivor; writers of
-    // any buffer whose readers or writers changed (as producers or templates of those readers);
-    // and templates whose consumers read a buffer that now has an earlier writer.
+    // What the change can make fusable (docs/kernel_program.md, "Fusion"): the survivor, and the
+    // writers of any buffer whose readers or writers changed (as producers or templates of those
+    // readers). A template whose consumer reads a buffer that now has an earlier writer (an
+    // epilogue's stores move up to its template) lies after the survivor, which every scan
+    // restarts from anyway.
     size_t first = survivor;
     auto writersOfBuffers = [&](const std::vector<int>& buffers) {
       for (int b : buffers) {
@@ -275,13 +277,6 @@ class Fuser {
     };
     for (const std::vector<int>* set : {&survivorReadsBefore, &survivorWritesBefore, &deadReads, &deadWrites, &reads, &writes}) {
       writersOfBuffers(*set);
-    }
-    for (const std::vector<int>* set : {&writes, &deadWrites}) {
-      for (int b : *set) {
-        auto r = readers_.find(b);
-        if (r == readers_.end()) continue;
-        for (size_t reader : r->second) writersOfBuffers(readsOf(reader));
-      }
     }
     for (size_t& s : start_) s = std::min(s, first);
   }

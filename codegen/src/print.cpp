@@ -3,6 +3,7 @@
 
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/ir/text.h"
+#include "policyc/support/escape.h"
 
 namespace policyc::codegen {
 namespace {
@@ -62,7 +63,9 @@ void printBody(std::string& out, const KernelProgram& p, const std::vector<Instr
 
 std::string sourceStr(const ir::Node* n) {
   std::string s = fmt::format("%{} ({})", ir::formatName(n->name()), n->info().name);
-  if (!n->provenance().empty()) s += fmt::format(" from \"{}\"", fmt::join(n->provenance(), "\", \""));
+  std::vector<std::string> origins;
+  for (const std::string& origin : n->provenance()) origins.push_back(escape::printable(origin));  // the model's text
+  if (!origins.empty()) s += fmt::format(" from \"{}\"", fmt::join(origins, "\", \""));
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
 #include "policyc/support/escape.h"
+#include "policyc/support/files.h"
 
 namespace policyc::debug {
 
@@ -47,6 +48,15 @@ runtime::Model loadCompiled(const CompileResult& compiled) {
 bool isCompileMode(const std::string& mode) { return mode == "default" || mode == "max-autotune"; }
 
 namespace {
+
+// The C header, whole or not at all.
+void writeHeader(const std::string& path, const std::string& text) {
+  try {
+    files::writeAtomic(path, text);
+  } catch (const std::runtime_error& e) {
+    fail("{}", e.what());
+  }
+}
 
 // A hash of the graph (its text and weights) and of the options that change the code.
 uint64_t graphHash(const ir::Graph& graph, const CompileRequest& r) {
@@ -173,11 +183,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
       if (d) d->writeTimes();
       throw;
     }
-    if (!request.header.empty()) {
-      std::ofstream f(request.header, std::ios::binary);
-      f << module->header();
-      if (!f) fail("cannot write '{}'", request.header);
-    }
+    if (!request.header.empty()) writeHeader(request.header, module->header());
     if (d) {
       d->writeTimes();
       out.debugDir = d->path().string();
@@ -205,11 +211,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
       throw;
     }
   }
-  if (!request.header.empty()) {
-    std::ofstream f(request.header, std::ios::binary);
-    f << generated.header;
-    if (!f) fail("cannot write '{}'", request.header);
-  }
+  if (!request.header.empty()) writeHeader(request.header, generated.header);
   if (d) {
     d->writeTimes();
     out.debugDir = d->path().string();

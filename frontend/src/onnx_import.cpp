@@ -11,6 +11,7 @@
 #include "import_context.h"
 #include "onnx_tensor.h"
 #include "policyc/ir/verifier.h"
+#include "policyc/support/sizes.h"
 
 namespace policyc::frontend {
 namespace {
@@ -57,6 +58,9 @@ ir::TensorType inputType(const onnx::ValueInfoProto& vi, const std::string& sour
     } else {
       type.shape.push_back(ir::Dim(d.dim_value()));
     }
+  }
+  if (static_cast<int64_t>(type.rank()) > sizes::kMaxRank || !sizes::numel(ir::evalShape(type.shape, 1))) {
+    fail("{}: graph input '{}' of type {} is over the limits ({})", source, name, type.str(), sizes::limitsSummary());
   }
   return type;
 }

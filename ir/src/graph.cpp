@@ -74,10 +74,10 @@ Value* Graph::addInput(std::string name, TensorType type) {
   value->producer_ = node.get();
   Value* result = value.get();
   node->outputs_.push_back(std::move(value));
-  indexValues(*node);
-  // Inputs stay first, in the order they were added.
+  // Inputs stay first, in the order they were added. Indexed once inserted (an insertion that
+  // throws leaves no name behind).
   auto it = std::find_if(nodes_.begin(), nodes_.end(), [](const auto& n) { return n->kind() != NodeKind::Input; });
-  nodes_.insert(it, std::move(node));
+  indexValues(**nodes_.insert(it, std::move(node)));
   return result;
 }
 
@@ -93,8 +93,7 @@ Value* Graph::addParam(std::string name, Tensor data, std::vector<std::string> p
   node->param_ = std::move(data);
   Value* result = value.get();
   node->outputs_.push_back(std::move(value));
-  indexValues(*node);
-  nodes_.insert(insertionPoint(nullptr), std::move(node));
+  indexValues(**nodes_.insert(insertionPoint(nullptr), std::move(node)));
   return result;
 }
 
@@ -140,8 +139,7 @@ Node* Graph::addOp(Op op, std::vector<Value*> inputs, AttrMap attrs, std::vector
     node->outputs_.push_back(std::move(value));
   }
   Node* result = node.get();
-  indexValues(*node);
-  nodes_.insert(insertionPoint(before), std::move(node));
+  indexValues(**nodes_.insert(insertionPoint(before), std::move(node)));
   return result;
 }
 

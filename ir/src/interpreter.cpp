@@ -38,7 +38,9 @@ template <typename T>
 void saturateAll(std::vector<double>& data) {
   constexpr auto lo = static_cast<double>(std::numeric_limits<T>::lowest());
   constexpr auto hi = static_cast<double>(std::numeric_limits<T>::max());
-  for (double& v : data) v = std::isnan(v) ? 0.0 : std::clamp(std::trunc(v), lo, hi);
+  // + 0.0: an integer has no negative zero (trunc(-0.5) is -0.0, which a later cast to float
+  // would keep).
+  for (double& v : data) v = std::isnan(v) ? 0.0 : std::clamp(std::trunc(v), lo, hi) + 0.0;
 }
 
 // Rounds every element to what its dtype can hold, as storing it would.

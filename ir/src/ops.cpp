@@ -6,6 +6,7 @@
 
 #include "op_impls.h"
 #include "policyc/ir/error.h"
+#include "policyc/support/sizes.h"
 
 namespace policyc::ir {
 namespace {
@@ -105,6 +106,12 @@ std::vector<TensorType> inferOutputTypes(Op op, std::span<const TensorType> inpu
   std::vector<TensorType> out = info.inferTypes(OpCall{op, inputs, attrs, numOutputs});
   if (static_cast<int>(out.size()) != numOutputs) {
     fail("internal: shape function of {} gave {} outputs for {}", info.name, out.size(), numOutputs);
+  }
+  // Every inferred type is within the limits before anything builds on it: shape functions add
+  // and multiply dims, and may do so safely only on dims of at most 2^31 - 1.
+  for (const TensorType& t : out) {
+    if (static_cast<int64_t>(t.rank()) > sizes::kMaxRank) fail("{}: the result {} has more than {} dimensions", info.name, t.str(), sizes::kMaxRank);
+    if (!sizes::numel(evalShape(t.shape, 1))) fail("{}: the result {} has more than 2^31-1 elements per batch row", info.name, t.str());
   }
   return out;
 }

@@ -517,8 +517,12 @@ class Parser {
 // stay ints.
 constexpr size_t kMaxPirText = size_t{1} << 30;
 
-// The bytes of a regular file (a FIFO or a device is refused: it could block or never end).
-std::vector<std::byte> readBytes(const std::string& path, bool& exists) {
+// The largest sidecar: the weights' limit and the 64-byte alignment of up to 2^20 params.
+constexpr size_t kMaxSidecar = static_cast<size_t>(sizes::kMaxWeightBytes) + (size_t{64} << 20);
+
+// The bytes of a regular file of at most maxBytes (a FIFO or a device is refused: it could block
+// or never end; a larger file is refused before anything is read).
+std::vector<std::byte> readBytes(const std::string& path, bool& exists, size_t maxBytes) {
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
   exists = !ec && std::filesystem::exists(status);
@@ -530,6 +534,7 @@ std::vector<std::byte> readBytes(const std::string& path, bool& exists) {
   f.seekg(0, std::ios::end);
   const auto size = static_cast<size_t>(std::max<std::streamoff>(0, f.tellg()));
   f.seekg(0);
+  if (size > maxBytes) fail("'{}' is {} bytes, more than the {} a .pir reader accepts", escape::message(path), size, maxBytes);
   std::vector<std::byte> bytes(size);
   f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
   if (!f) fail("cannot read '{}'", escape::message(path));
@@ -545,11 +550,11 @@ std::unique_ptr<Graph> parseGraph(std::string_view text, std::string_view source
 
 std::unique_ptr<Graph> readPir(const std::string& path) {
   bool exists = false;
-  std::vector<std::byte> textBytes = readBytes(path, exists);
+  std::vector<std::byte> textBytes = readBytes(path, exists, kMaxPirText);
   if (!exists) fail("cannot read '{}': no such file or not readable", path);
   std::string_view text(reinterpret_cast<const char*>(textBytes.data()), textBytes.size());
   bool sidecarExists = false;
-  std::vector<std::byte> sidecar = readBytes(path + ".bin", sidecarExists);
+  std::vector<std::byte> sidecar = readBytes(path + ".bin", sidecarExists, kMaxSidecar);
   return parseGraph(text, path, sidecar);
 }
 

@@ -268,7 +268,18 @@ void refMaxPool(const RefCall& call) {
   const RefTensor& x = in(call, 0);
   RefTensor& y = out(call);
   const PoolGeometry geo(call, x, y);
-  const auto& [nsp, kernel, strides, dilations, pads, inSpatial, outSpatial, inStrides, planes, inPlane, outPlane] = geo;
+  // Named references, not a structured binding: lambdas below capture them (clang 14 cannot).
+  const auto& nsp = geo.nsp;
+  const auto& kernel = geo.kernel;
+  const auto& strides = geo.strides;
+  const auto& dilations = geo.dilations;
+  const auto& pads = geo.pads;
+  const auto& inSpatial = geo.inSpatial;
+  const auto& outSpatial = geo.outSpatial;
+  const auto& inStrides = geo.inStrides;
+  const auto& planes = geo.planes;
+  const auto& inPlane = geo.inPlane;
+  const auto& outPlane = geo.outPlane;
   for (int64_t p = 0; p < planes; ++p) {
     const double* xPlane = x.data.data() + p * inPlane;
     forEachIndex(outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {
@@ -296,7 +307,17 @@ void refAvgPool(const RefCall& call) {
   RefTensor& y = out(call);
   bool countIncludePad = attrInt(call.attrs, "count_include_pad") != 0;
   const PoolGeometry geo(call, x, y);
-  const auto& [nsp, kernel, strides, dilations, pads, inSpatial, outSpatial, inStrides, planes, inPlane, outPlane] = geo;
+  // Named references, not a structured binding: lambdas below capture them (clang 14 cannot).
+  const auto& nsp = geo.nsp;
+  const auto& kernel = geo.kernel;
+  const auto& strides = geo.strides;
+  const auto& pads = geo.pads;
+  const auto& inSpatial = geo.inSpatial;
+  const auto& outSpatial = geo.outSpatial;
+  const auto& inStrides = geo.inStrides;
+  const auto& planes = geo.planes;
+  const auto& inPlane = geo.inPlane;
+  const auto& outPlane = geo.outPlane;
   for (int64_t p = 0; p < planes; ++p) {
     const double* xPlane = x.data.data() + p * inPlane;
     forEachIndex(outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {

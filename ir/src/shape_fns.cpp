@@ -602,7 +602,7 @@ std::vector<TensorType> inferConcat(const OpCall& call) {
     if (d.isBatch()) {
       ++sum.power;
     } else {
-      sum.statics += d.value();  // each at most 2^31 - 1 (the verifier's limit), at most 2^20 inputs
+      sum.statics += d.value();  // each at most 2^31 - 1 (every type's dims are), at most 2^20 inputs
     }
   }
   Shape out = first.shape;

@@ -3,6 +3,9 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "policyc/support/escape.h"
 #include "policyc/support/sizes.h"
@@ -10,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -219,8 +223,12 @@ Model Model::adopt(const std::string& path, const policyc_model* descriptor, con
   return Model(std::move(state));
 }
 
-std::string sharedObjectProblem(std::span<const std::byte> image) {
-  const size_t size = image.size();
+namespace {
+
+// The checks of sharedObjectProblem over a file of `size` bytes that `read(offset, dst, n)` reads
+// from (only the ELF header and the program and section header tables are read).
+template <typename Read>
+std::string elfProblem(uint64_t size, const Read& read) {
   // [offset, offset + count * entry) inside the file, in checked arithmetic.
   auto inside = [&](uint64_t offset, uint64_t count, uint64_t entry) {
     uint64_t bytes = 0, end = 0;
@@ -228,7 +236,7 @@ std::string sharedObjectProblem(std::span<const std::byte> image) {
   };
   if (size < sizeof(Elf64_Ehdr)) return "not an ELF file (" + std::to_string(size) + " bytes)";
   Elf64_Ehdr eh;
-  std::memcpy(&eh, image.data(), sizeof eh);
+  if (!read(0, &eh, sizeof eh)) return "cannot read the ELF header";
   if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return "not an ELF file";
   if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB) return "not a 64-bit little-endian ELF file";
 #if defined(__x86_64__)
@@ -243,22 +251,40 @@ std::string sharedObjectProblem(std::span<const std::byte> image) {
   if (eh.e_phnum == 0 || eh.e_phentsize != sizeof(Elf64_Phdr) || !inside(eh.e_phoff, eh.e_phnum, sizeof(Elf64_Phdr))) {
     return "truncated or corrupt (program headers outside the file)";
   }
-  for (uint16_t i = 0; i < eh.e_phnum; ++i) {
-    Elf64_Phdr ph;
-    std::memcpy(&ph, image.data() + eh.e_phoff + uint64_t{i} * sizeof ph, sizeof ph);
+  std::vector<Elf64_Phdr> phdrs(eh.e_phnum);
+  if (!read(eh.e_phoff, phdrs.data(), phdrs.size() * sizeof(Elf64_Phdr))) return "cannot read the program headers";
+  for (size_t i = 0; i < phdrs.size(); ++i) {
+    const Elf64_Phdr& ph = phdrs[i];
     if ((ph.p_type == PT_LOAD || ph.p_type == PT_DYNAMIC) && !inside(ph.p_offset, 1, ph.p_filesz)) {
-      return "truncated (segment " + std::to_string(i) + " ends at byte " + std::to_string(ph.p_offset + ph.p_filesz) +
-             " of a " + std::to_string(size) + "-byte file)";
+      return "truncated (segment " + std::to_string(i) + " ends at byte " + std::to_string(ph.p_offset + ph.p_filesz) + " of a " +
+             std::to_string(size) + "-byte file)";
     }
     if (ph.p_type == PT_LOAD && ph.p_filesz > ph.p_memsz) return "corrupt (segment " + std::to_string(i) + " is larger in the file than in memory)";
+  }
+  // The segments the dynamic loader reads through their addresses must lie in loaded memory.
+  for (size_t i = 0; i < phdrs.size(); ++i) {
+    const Elf64_Phdr& ph = phdrs[i];
+    if (ph.p_type != PT_DYNAMIC && ph.p_type != PT_TLS && ph.p_type != PT_NOTE && ph.p_type != PT_GNU_PROPERTY) continue;
+    uint64_t end = 0;
+    if (__builtin_add_overflow(ph.p_vaddr, ph.p_memsz, &end)) return "corrupt (segment " + std::to_string(i) + " wraps around)";
+    bool loaded = false;
+    for (const Elf64_Phdr& load : phdrs) {
+      uint64_t loadEnd = 0;
+      if (load.p_type == PT_LOAD && !__builtin_add_overflow(load.p_vaddr, load.p_memsz, &loadEnd) && ph.p_vaddr >= load.p_vaddr &&
+          end <= loadEnd) {
+        loaded = true;
+      }
+    }
+    if (!loaded) return "corrupt (segment " + std::to_string(i) + " is outside every loaded segment)";
   }
   if (eh.e_shnum != 0) {
     if (eh.e_shentsize != sizeof(Elf64_Shdr) || !inside(eh.e_shoff, eh.e_shnum, sizeof(Elf64_Shdr))) {
       return "truncated (section headers outside the file)";
     }
-    for (uint16_t i = 0; i < eh.e_shnum; ++i) {
-      Elf64_Shdr sh;
-      std::memcpy(&sh, image.data() + eh.e_shoff + uint64_t{i} * sizeof sh, sizeof sh);
+    std::vector<Elf64_Shdr> shdrs(eh.e_shnum);
+    if (!read(eh.e_shoff, shdrs.data(), shdrs.size() * sizeof(Elf64_Shdr))) return "cannot read the section headers";
+    for (size_t i = 0; i < shdrs.size(); ++i) {
+      const Elf64_Shdr& sh = shdrs[i];
       if (sh.sh_type != SHT_NOBITS && sh.sh_type != SHT_NULL && !inside(sh.sh_offset, 1, sh.sh_size)) {
         return "truncated (section " + std::to_string(i) + " outside the file)";
       }
@@ -267,20 +293,41 @@ std::string sharedObjectProblem(std::span<const std::byte> image) {
   return "";
 }
 
+}  // namespace
+
+std::string sharedObjectProblem(std::span<const std::byte> image) {
+  return elfProblem(image.size(), [&](uint64_t offset, void* dst, size_t n) {
+    if (offset > image.size() || n > image.size() - offset) return false;
+    std::memcpy(dst, image.data() + offset, n);
+    return true;
+  });
+}
+
 void checkSharedObject(const std::string& soPath) {
   std::error_code ec;
   auto status = std::filesystem::status(soPath, ec);
   if (ec || !std::filesystem::exists(status)) throw ModelError(quote(soPath) + ": no such file");
   if (!std::filesystem::is_regular_file(status)) throw ModelError(quote(soPath) + ": not a regular file");
-  std::ifstream f(soPath, std::ios::binary);
-  if (!f) throw ModelError(quote(soPath) + ": cannot open the file for reading");
-  f.seekg(0, std::ios::end);
-  const auto size = static_cast<size_t>(std::max<std::streamoff>(0, f.tellg()));
-  f.seekg(0);
-  std::vector<std::byte> image(size);
-  f.read(reinterpret_cast<char*>(image.data()), static_cast<std::streamsize>(size));
-  if (!f) throw ModelError(quote(soPath) + ": cannot read the file");
-  std::string problem = sharedObjectProblem(image);
+  const int fd = ::open(soPath.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ModelError(quote(soPath) + ": cannot open the file for reading");
+  struct stat st {};
+  std::string problem;
+  if (::fstat(fd, &st) != 0) {
+    problem = "cannot read the file";
+  } else {
+    // Only the headers are read (a model's .so can hold gigabytes of weights).
+    problem = elfProblem(static_cast<uint64_t>(st.st_size), [&](uint64_t offset, void* dst, size_t n) {
+      size_t done = 0;
+      while (done < n) {
+        ssize_t got = ::pread(fd, static_cast<char*>(dst) + done, n - done, static_cast<off_t>(offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return false;
+        done += static_cast<size_t>(got);
+      }
+      return true;
+    });
+  }
+  ::close(fd);
   if (!problem.empty()) throw ModelError(quote(soPath) + " is not a loadable shared object: " + problem);
 }
 

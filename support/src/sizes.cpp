@@ -23,9 +23,11 @@ std::optional<int64_t> mul(int64_t a, int64_t b) {
 
 std::optional<int64_t> numel(std::span<const int64_t> dims, int64_t limit) {
   // Any zero makes the product zero, whatever the other dims are; negative dims are invalid.
+  // Every dim is bounded on its own too: a zero elsewhere must not let a dim of 2^62 through to
+  // shape arithmetic (concat, pad, windows) that adds dims.
   bool empty = false;
   for (int64_t d : dims) {
-    if (d < 0) return std::nullopt;
+    if (d < 0 || d > limit) return std::nullopt;
     empty = empty || d == 0;
   }
   int64_t n = 1;

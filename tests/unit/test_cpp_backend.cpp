@@ -398,11 +398,11 @@ TEST_CASE("cpp backend: every elementwise op and template variant matches the in
   options.minChunkCost = 0;
   codegen::GeneratedCpp generated = codegen::emitCpp(program, codegen::planMemory(program), options);
   codegen::buildSharedObject(generated, so.string());
-  CHECK(generated.header.find("float* batch_1, float* int_1, int64_t batch);") != std::string::npos);
+  CHECK(generated.header.find("float* v_batch, float* v_int, int64_t batch);") != std::string::npos);
   fs::path h = scratchDir() / "kitchen_sink.h";
   fs::path c = scratchDir() / "kitchen_sink.c";
   std::ofstream(h) << generated.header;
-  std::ofstream(c) << "#include \"kitchen_sink.h\"\nint f(void) { return KITCHEN_SINK_BATCH_1_SIZE; }\n";
+  std::ofstream(c) << "#include \"kitchen_sink.h\"\nint f(void) { return KITCHEN_SINK_V_BATCH_SIZE; }\n";
   std::string cmd = "cc -std=c99 -Wall -Werror -c -o /dev/null '" + c.string() + "' > /dev/null 2>&1";
   CHECK(std::system(cmd.c_str()) == 0);
   void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -316,6 +316,38 @@ TEST_CASE("hostile names: the ONNX node name that injected code is a comment now
       Contains("contains a NUL byte"));
 }
 
+TEST_CASE("hostile names: names that are C keywords, types, macros or policyc's own make distinct identifiers", "[hostile][escape]") {
+  ir::Graph g("pc");
+  std::vector<ir::Value*> ins;
+  for (const char* name : {"pc_run", "int64_t", "NULL", "a", "A", "batch", "policyc_model_descriptor", "_Bool", "__x", "try"}) {
+    ins.push_back(g.addInput(name, f32({ir::Dim::batch(), 2})));
+  }
+  std::vector<std::pair<std::string, ir::Value*>> outs;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    outs.emplace_back(i % 2 ? "POLICYC_OK" + std::to_string(i) : "pc_max_batch" + std::to_string(i),
+                      g.addOp(ir::Op::Relu, {ins[i]}, {}, fmt::format("r{}", i))->output());
+  }
+  g.setOutputs(outs);
+  for (const char* modelName : {"pc", "policyc_model", "int"}) {
+    debug::CompileRequest r;
+    r.backend = "cpp";
+    r.output = (scratch() / fmt::format("keywords-{}.so", modelName)).string();
+    r.header = (scratch() / fmt::format("keywords-{}.h", modelName)).string();
+    r.cpp.name = modelName;
+    INFO("model name " << modelName);
+    REQUIRE_NOTHROW(debug::compileGraph(g, r));
+    runtime::Model m = runtime::Model::load(r.output);
+    CHECK(m.inputs()[0].name == "pc_run");
+    write(scratch() / "use_keywords.c", "#include \"" + r.header + "\"\nint main(void) { return 0; }\n");
+    CHECK(std::system(("cc -std=c99 -Wall -Werror -fsyntax-only -I " + std::string(POLICYC_SOURCE_DIR) + "/runtime/include " +
+                       (scratch() / "use_keywords.c").string())
+                          .c_str()) == 0);
+    r.backend = "llvm";
+    r.output = (scratch() / fmt::format("keywords-{}-llvm.so", modelName)).string();
+    REQUIRE_NOTHROW(debug::compileGraph(g, r));
+  }
+}
+
 // ---- files confined to the directory the user named
 
 TEST_CASE("output files: model-provided names cannot write outside --output-dir", "[hostile][files]") {
@@ -582,6 +614,64 @@ TEST_CASE("semantics: division by zero and out-of-range gather indices are error
       }
     }
   }
+}
+
+TEST_CASE("semantics: a conv epilogue that divides integers, and both errors in one kernel", "[hostile][semantics]") {
+  SECTION("an integer division in a conv's epilogue (never a oneDNN epilogue: oneDNN has no status)") {
+    ir::Graph g("convdiv");
+    ir::Value* x = g.addInput("x", f32({ir::Dim::batch(), 2, 5, 5}));
+    ir::Value* d = g.addInput("d", {ir::DType::I32, {ir::Dim::batch(), 4, 3, 3}});
+    ir::Tensor w(ir::DType::F32, {4, 2, 3, 3});
+    for (int64_t i = 0; i < w.numel(); ++i) w.setAsDouble(i, 0.25 * static_cast<double>(i % 7));
+    ir::Value* c = g.addOp(ir::Op::Conv, {x, g.addParam("w", w)}, {{"kernel_shape", std::vector<int64_t>{3, 3}}}, "c")->output();
+    ir::Value* ci = g.addOp(ir::Op::Cast, {c}, {{"to", std::string("i32")}}, "ci")->output();
+    ir::Value* q = g.addOp(ir::Op::Div, {ci, d}, {}, "q")->output();
+    g.setOutputs({{"y", g.addOp(ir::Op::Cast, {q}, {{"to", std::string("f32")}}, "y")->output()}});
+    std::vector<ir::Tensor> inputs = randomInputs(g, 2);
+    // Small integers times quarters: every conv sum is exact in f32 and in the interpreter's double.
+    for (int64_t i = 0; i < inputs[0].numel(); ++i) inputs[0].setAsDouble(i, static_cast<double>(i % 7) - 3);
+    for (int64_t i = 0; i < inputs[1].numel(); ++i) inputs[1].setAsDouble(i, 1 + i % 3);
+    const std::vector<ir::Tensor> want = ir::interpret(g, inputs);
+    for (const char* backend : {"cpp", "llvm"}) {
+      runtime::Model model = compileAndLoad(g, backend, scratch() / fmt::format("convdiv-{}", backend));
+      CHECK(debug::runModel(model, inputs, 1)[0].bitEqual(want[0]));
+      std::vector<ir::Tensor> zero = inputs;
+      zero[1].setAsDouble(5, 0);
+      CHECK_THROWS_WITH(debug::runModel(model, zero, 2), Contains("run returned -5"));
+    }
+  }
+  SECTION("a bad gather index and a zero divisor in one kernel: the index error, in every backend") {
+    ir::Graph g("both");
+    ir::Value* idx = g.addInput("idx", {ir::DType::I64, {ir::Dim::batch(), 2}});
+    ir::Value* d = g.addInput("d", {ir::DType::I32, {ir::Dim::batch(), 2, 3}});
+    ir::Tensor table(ir::DType::I32, {4, 3});
+    ir::Value* t = g.addOp(ir::Op::Gather, {g.addParam("table", table), idx}, {{"axis", int64_t{0}}}, "t")->output();
+    g.setOutputs({{"y", g.addOp(ir::Op::Div, {t, d}, {}, "y")->output()}});
+    std::vector<ir::Tensor> inputs{tensorOf(ir::DType::I64, {0, 99}), ir::Tensor(ir::DType::I32, {1, 2, 3})};
+    CHECK_THROWS_WITH(ir::interpret(g, inputs), Contains("out of range"));
+    for (const char* backend : {"cpp", "llvm"}) {
+      runtime::Model model = compileAndLoad(g, backend, scratch() / fmt::format("both-{}", backend));
+      for (int threads : {1, 2}) CHECK_THROWS_WITH(debug::runModel(model, inputs, threads), Contains("run returned -4"));
+    }
+  }
+}
+
+TEST_CASE("sizes: dims over the limits never reach shape arithmetic", "[hostile][sizes]") {
+  CHECK_THROWS_WITH(ir::parseGraph("graph g(%x: f32[0,4611686018427387904]) {\n  return (y=%x)\n}\n", "zero.pir"),
+                    Contains("zero.pir:1:") && Contains("more than 2^31-1 elements"));
+  Onnx m;
+  m.input("obs", {-1, int64_t{1} << 62});
+  onnx::NodeProto& n = m.node("Concat", {"obs", "obs"}, {"y"});
+  auto* axis = n.add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  m.output("y");
+  requireOneLineError(runPolicyc({"dump", m.save("wide_input.onnx")}), "graph input 'obs' of type f32[batch,4611686018427387904] is over the limits");
+  // Results of shape functions are bounded too: concatenating 2^31-1-wide inputs is an error.
+  ir::Graph g("wide");
+  ir::Value* a = g.addInput("a", f32({ir::Dim::batch(), sizes::kMaxElements}));
+  CHECK_THROWS_WITH(g.addOp(ir::Op::Concat, {a, a}, {{"axis", int64_t{1}}}, "c"), Contains("more than 2^31-1 elements per batch row"));
 }
 
 // ---- loading only what is whole

@@ -217,6 +217,14 @@ TEST_CASE("runtime: load a model and read its descriptor", "[runtime]") {
   CHECK(runtime::dtypeSize(POLICYC_F64) == 8);
 }
 
+TEST_CASE("runtime: the source hash, and descriptors of the first ABI 1 layout without one", "[runtime]") {
+  CHECK(Model::load(testModel()).sourceHash() == "0123456789abcdef");
+  Model v1 = Model::load(testModel("v1_struct", "-DPOLICYC_TEST_V1_STRUCT"));
+  CHECK(v1.descriptor().struct_size == POLICYC_MODEL_STRUCT_SIZE_V1);
+  CHECK(v1.sourceHash().empty());
+  CHECK(v1.workspaceBytes(3) == 64 + 3 * 16);
+}
+
 TEST_CASE("runtime: run computes the model, for any thread count", "[runtime]") {
   Model model = Model::load(testModel());
   for (int64_t batch : {1, 3, 17}) {

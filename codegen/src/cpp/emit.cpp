@@ -83,6 +83,33 @@ using escape::cComment;
 using escape::cIdentifier;
 using escape::cString;
 
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A name a generated identifier must not take: C and C++ keywords and alternative tokens, the
+// types and macros the model header and wrappers use, the wrappers' own locals, and policyc's
+// prefixes (pc_, PC_, policyc, POLICYC) and the compiler's (__, _X).
+bool reservedCName(const std::string& n) {
+  static const std::set<std::string> words = {
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch", "char",
+      "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr", "constinit",
+      "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete", "do", "double",
+      "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto", "if",
+      "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq", "nullptr", "operator", "or",
+      "or_eq", "private", "protected", "public", "register", "reinterpret_cast", "requires", "restrict", "return",
+      "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct", "switch", "template", "this",
+      "thread_local", "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual",
+      "void", "volatile", "wchar_t", "while", "xor", "xor_eq", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
+      "uint16_t", "uint32_t", "uint64_t", "size_t", "ptrdiff_t", "intptr_t", "uintptr_t", "NULL", "INT64_C", "UINT64_C",
+      "errno", "assert", "offsetof", "main", "std", "pc", "batch", "workspace", "ins", "outs", "need", "w"};
+  if (words.count(n)) return true;
+  const std::string u = upper(n);
+  if (u.rfind("PC_", 0) == 0 || u.rfind("POLICYC", 0) == 0) return true;
+  return n.rfind("__", 0) == 0 || (n.size() > 1 && n[0] == '_' && std::isupper(static_cast<unsigned char>(n[1])));
+}
+
 std::string sourceStr(const ir::Node* n) {
   std::string s = fmt::format("%{} ({})", cComment(ir::formatName(n->name())), n->info().name);
   std::vector<std::string> origins;
@@ -159,6 +186,9 @@ bool plainOverDomain(const KernelProgram& p, const Kernel& k, int id, const Inde
 // row and column strides are dense (any batch stride, any offset).
 bool onednnEligible(const KernelProgram& p, const Kernel& k) {
   if (!packable(p, k)) return false;
+  // An epilogue that can fail on its data (an integer division) reports through the run's status,
+  // which oneDNN's extern call does not carry.
+  if (k.canFail()) return false;
   const Buffer& x = p.buffer(k.anchorInputs[0]);
   if (k.domain.empty() || !k.domain[0].isBatch()) return false;
   for (const Instr& in : k.body) {
@@ -313,6 +343,7 @@ class Emitter {
     marchFlag(o_.target);  // validates the name
     GeneratedCpp g;
     g.name = cIdentifier(o_.name.empty() ? p_.name : o_.name, 64);
+    if (reservedCName(g.name)) g.name = "m_" + g.name;  // pc_run, policyc_model_descriptor, int_run ... stay distinct
     g.target = o_.target;
     for (size_t i = 0; i < p_.inputs.size(); ++i) inputIndex_[p_.inputs[i]] = static_cast<int>(i);
     for (size_t i = 0; i < p_.outputs.size(); ++i) outputIndex_[p_.outputs[i].second] = static_cast<int>(i);
@@ -361,23 +392,20 @@ class Emitter {
  private:
   // ---- names and addresses
 
-  // C names of the typed wrappers' parameters (inputs, then outputs): unique, not a keyword and
-  // not a name the wrappers use themselves.
+  // C names of the typed wrappers' parameters (inputs, then outputs): unique even in upper case
+  // (the header's NAME_X_SIZE macros), and never a keyword, a type or macro the header or the
+  // wrappers use, or a name of policyc's own (reservedCName).
   void nameWrapperParams() {
-    static const std::set<std::string> reserved = {
-        "batch", "workspace", "ins", "outs", "need", "w", "auto", "break", "case", "char", "const", "continue",
-        "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long",
-        "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
-        "union", "unsigned", "void", "volatile", "while", "bool", "class", "new", "delete", "this", "template",
-        "typename", "namespace", "operator", "private", "public", "protected", "virtual", "true", "false"};
     std::set<std::string> used;
     std::vector<std::string> names;
     for (int id : p_.inputs) names.push_back(p_.buffer(id).name);
     for (const auto& [n, id] : p_.outputs) names.push_back(n);
     for (const std::string& n : names) {
-      std::string base = cIdentifier(n), name = base;
-      for (int i = 1; reserved.count(name) || used.count(name); ++i) name = fmt::format("{}_{}", base, i);
-      used.insert(name);
+      std::string base = cIdentifier(n);
+      if (reservedCName(base)) base = "v_" + base;  // a reserved prefix stays reserved with any suffix
+      std::string name = base;
+      for (int i = 1; used.count(upper(name)); ++i) name = fmt::format("{}_{}", base, i);
+      used.insert(upper(name));
       paramNames_.push_back(name);
     }
   }
@@ -1723,7 +1751,7 @@ class Emitter {
       s += fmt::format("{}if (at < 0) at += {};\n", indent, size);
       // An index outside the axis is an error of the run (as in the interpreter); nothing outside
       // the table is read (an empty table is never read).
-      s += fmt::format("{}if (at < 0 || at >= {}) {{ pc::report(status, POLICYC_ERROR_INDEX); at = 0; }}\n", indent, size);
+      s += fmt::format("{}if (at < 0 || at >= {}) {{ pc::report(status, pc::kIndexError); at = 0; }}\n", indent, size);
       std::vector<std::string> idx;
       for (size_t d = 0; d < axis; ++d) idx.push_back(vars[d]);
       idx.push_back("at");
@@ -1811,10 +1839,10 @@ class Emitter {
     const std::string fn = fnName(k, im);
     if (im && isExtern(*im)) return fmt::format("if (!{}(inputs, outputs, batch, ws, threads)) return POLICYC_ERROR_EXTERN;\n", fn);
     const Split& sp = splits_.at({i, im ? static_cast<int>(*im) : -1});
-    std::string check = k.canFail() ? " if (pc_status != 0) return pc_status;" : "";
+    std::string check = k.canFail() ? " if (pc_status != 0) return pc::statusCode(pc_status);" : "";
     if (sp.units == "1") return fmt::format("{}(inputs, outputs, batch, ws, &pc_status, 0, 1);{}\n", fn, check);
-    return fmt::format("pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{ {}(inputs, outputs, batch, ws, &pc_status, lo, hi); }});{}\n",
-                       sp.units, sp.costPerUnit, fn, check);
+    return fmt::format("pc::runKernel({}, threads, {}, {}, kMinChunkCost, inputs, outputs, batch, ws, &pc_status);{}\n", fn,
+                       sp.units, sp.costPerUnit, check);
   }
 
   // The autotuner's hooks (tuning builds), or the creation of the oneDNN primitives the model's
@@ -1913,7 +1941,7 @@ class Emitter {
     s += "  if (pc_workspace_bytes(batch) > 0 && workspace == nullptr) return POLICYC_ERROR_ARGUMENT;\n";
     s += "  if (reinterpret_cast<uintptr_t>(workspace) % POLICYC_WORKSPACE_ALIGNMENT != 0) return POLICYC_ERROR_WORKSPACE;\n";
     s += "  unsigned char* ws = static_cast<unsigned char*>(workspace);\n";
-    s += "  int pc_status = POLICYC_OK;  // a kernel's report of a value outside an operator's domain\n";
+    s += "  int pc_status = 0;  // what kernels report of values outside an operator's domain (pc::report)\n";
     s += "  (void)pc_status;\n";
     for (size_t i = 0; i < p_.kernels.size(); ++i) {
       s += fmt::format("  __atomic_store_n(&pc_running_kernel, {}, __ATOMIC_RELAXED);\n", i);

@@ -350,7 +350,7 @@ class Emitter {
   }
   Value* loadElem(int id, const std::vector<Value*>& perDim, const std::string& name) {
     DType t = p_.buffer(id).type.dtype;
-    Value* v = b_.CreateLoad(memType(t), elemPtr(id, perDim), name);
+    Value* v = b_.CreateLoad(memType(t), elemPtr(id, perDim), escape::printable(name));  // `name` is a buffer's: the model's
     return t == DType::Bool ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
   }
   void storeElem(int id, const std::vector<Value*>& perDim, Value* v) {
@@ -391,6 +391,7 @@ class Emitter {
   }
 
   // Records in the kernel's error local that `cond` (an i1 or a vector of them) held somewhere.
+  // The bits are the C++ prelude's pc::kIndexError and pc::kDivisionError.
   static constexpr uint32_t kIndexError = 1, kDivisionError = 2;
   void flagError(Value* cond, uint32_t bit) {
     if (!errors_) fail("internal: a kernel that can fail was not marked so (Kernel::canFail)");
@@ -709,7 +710,7 @@ class Emitter {
           std::vector<Value*> idx = indices(in.index, vars);
           if (width && usesAxis(in.index, lastAxis)) {
             llvm::Type* vt = llvm::FixedVectorType::get(memType(in.dtype), width);
-            v[i] = b_.CreateAlignedLoad(vt, elemPtr(in.buffer, idx), llvm::Align(4), buf.name);
+            v[i] = b_.CreateAlignedLoad(vt, elemPtr(in.buffer, idx), llvm::Align(4), escape::printable(buf.name));
           } else {
             v[i] = loadElem(in.buffer, idx, buf.name);
             if (width) v[i] = b_.CreateVectorSplat(width, v[i]);
@@ -902,12 +903,10 @@ class Emitter {
       case KernelKind::Reduction: emitReduction(k); break;
     }
     if (errors_) {
+      // The bits found, OR-ed into the run's status (as the C++ backend's pc::report).
       Value* found = b_.CreateLoad(i32_, errors_, "found");
-      Value* code = b_.CreateSelect(b_.CreateICmpNE(b_.CreateAnd(found, b_.getInt32(kIndexError)), b_.getInt32(0)),
-                                    b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_INDEX)),
-                                    b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_DIVISION)));
       ifThen(b_.CreateICmpNE(found, b_.getInt32(0)), "report", [&] {
-        b_.CreateAlignedStore(code, status_, llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Monotonic);
+        b_.CreateAtomicRMW(llvm::AtomicRMWInst::Or, status_, found, llvm::Align(4), llvm::AtomicOrdering::Monotonic);
       });
       errors_ = nullptr;
     }
@@ -1436,7 +1435,7 @@ class Emitter {
       Value* r = b_.CreateLoad(f32_, acc);
       if (k.anchorInputs.size() > 2) {
         const Buffer& Bv = p_.buffer(k.anchorInputs[2]);
-        r = b_.CreateFAdd(r, convert(loadElem(Bv.id, {vars[1]}, Bv.name), Bv.type.dtype, DType::F32), n.name());
+        r = b_.CreateFAdd(r, convert(loadElem(Bv.id, {vars[1]}, Bv.name), Bv.type.dtype, DType::F32), nodeLabel(&n));
       }
       emitBody(k.body, vars, convert(r, DType::F32, t));
     });
@@ -1566,7 +1565,7 @@ class Emitter {
           Value* row = elemPtr(X.id, {i0, i1, ih, nullptr});
           forCount(W, "iw", [&](Value* iw) {
             Value* at = b_.CreateAdd(iw, c64(padL));
-            Value* v = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, iw), X.name);
+            Value* v = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, iw), escape::printable(X.name));
             Value* m = b_.CreateLoad(f32_, colAt(at));
             b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m, v), m, v), colAt(at));
             b_.CreateStore(b_.CreateOr(b_.CreateLoad(i8_, nanAt(at)), b_.CreateZExt(isNan(v), i8_)), nanAt(at));
@@ -1932,7 +1931,7 @@ class Emitter {
       b_.CreateStore(batch, b_.CreateStructGEP(ctxTy_, ctx, 2));
       b_.CreateStore(ws, b_.CreateStructGEP(ctxTy_, ctx, 3));
       llvm::AllocaInst* status = b_.CreateAlloca(i32_, nullptr, "status");
-      b_.CreateStore(b_.getInt32(POLICYC_OK), status);
+      b_.CreateStore(b_.getInt32(0), status);
       b_.CreateStore(status, b_.CreateStructGEP(ctxTy_, ctx, 4));
       Value* minChunk = llvm::ConstantFP::get(f64_, o_.minChunkCost);
       Value* serial = b_.CreateOr(b_.CreateICmpEQ(threads, b_.getInt32(1)), b_.CreateIsNull(parallelFor_), "serial");
@@ -1955,13 +1954,16 @@ class Emitter {
             });
         if (p_.kernels[ki].canFail()) {
           // What the kernel reported (its threads have joined): the run's result.
-          llvm::LoadInst* code = b_.CreateAlignedLoad(i32_, status, llvm::Align(4), p_.kernels[ki].name + ".status");
-          code->setAtomic(llvm::AtomicOrdering::Monotonic);
+          llvm::LoadInst* bits = b_.CreateAlignedLoad(i32_, status, llvm::Align(4), p_.kernels[ki].name + ".status");
+          bits->setAtomic(llvm::AtomicOrdering::Monotonic);
           llvm::BasicBlock* failed = block("failed");
           llvm::BasicBlock* next = block("next");
-          b_.CreateCondBr(b_.CreateICmpNE(code, b_.getInt32(POLICYC_OK)), failed, next);
+          b_.CreateCondBr(b_.CreateICmpNE(bits, b_.getInt32(0)), failed, next);
           b_.SetInsertPoint(failed);
-          b_.CreateRet(code);
+          // The index error first when both happened (pc::statusCode).
+          b_.CreateRet(b_.CreateSelect(b_.CreateICmpNE(b_.CreateAnd(bits, b_.getInt32(kIndexError)), b_.getInt32(0)),
+                                       b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_INDEX)),
+                                       b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_DIVISION))));
           b_.SetInsertPoint(next);
         }
       }

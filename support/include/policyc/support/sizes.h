@@ -28,8 +28,8 @@ std::optional<int64_t> add(int64_t a, int64_t b);
 std::optional<int64_t> sub(int64_t a, int64_t b);
 std::optional<int64_t> mul(int64_t a, int64_t b);
 
-// The number of elements of a shape: nullopt when a dim is negative or the product exceeds
-// `limit` (kMaxElements by default). The empty shape has one element.
+// The number of elements of a shape: nullopt when a dim is negative or over `limit`, or the
+// product exceeds `limit` (kMaxElements by default). The empty shape has one element.
 std::optional<int64_t> numel(std::span<const int64_t> dims, int64_t limit = kMaxElements);
 // numel * elementSize as size_t; nullopt on overflow.
 std::optional<size_t> bytes(int64_t numel, size_t elementSize);
