@@ -24,12 +24,7 @@ std::unique_ptr<ir::Graph> loadModel(const std::string& path) {
 }
 
 ir::Tensor readTensor(const std::string& npyPath) {
-  runtime::NpyArray array;
-  try {
-    array = runtime::readNpy(npyPath);
-  } catch (const std::runtime_error& e) {
-    throw Error(e.what());
-  }
+  runtime::NpyArray array = asError([&] { return runtime::readNpy(npyPath); });
   auto dtype = ir::parseDType(array.dtype);
   if (!dtype) fail("'{}': unsupported dtype '{}'", npyPath, array.dtype);
   return ir::Tensor::fromBytes(*dtype, array.shape, array.data.data(), array.data.size());
@@ -38,11 +33,7 @@ ir::Tensor readTensor(const std::string& npyPath) {
 void writeTensor(const std::string& npyPath, const ir::Tensor& tensor) {
   runtime::NpyArray array{std::string(ir::dtypeName(tensor.dtype())), tensor.shape(),
                           std::vector<std::byte>(tensor.bytes(), tensor.bytes() + tensor.nbytes())};
-  try {
-    runtime::writeNpy(npyPath, array);
-  } catch (const std::runtime_error& e) {
-    throw Error(e.what());
-  }
+  asError([&] { runtime::writeNpy(npyPath, array); });
 }
 
 std::vector<ir::Tensor> randomInputs(const ir::Graph& graph, int64_t batch, uint64_t seed) {

@@ -51,11 +51,7 @@ namespace {
 
 // The C header, whole or not at all.
 void writeHeader(const std::string& path, const std::string& text) {
-  try {
-    files::writeAtomic(path, text);
-  } catch (const std::runtime_error& e) {
-    fail("{}", e.what());
-  }
+  asError([&] { files::writeAtomic(path, text); });
 }
 
 // A hash of the graph (its text and weights) and of the options that change the code.

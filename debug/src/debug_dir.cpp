@@ -32,11 +32,7 @@ std::optional<DebugDir> DebugDir::select(const std::string& flagDir, const std::
 }
 
 void DebugDir::write(std::string_view name, std::string_view text) const {
-  try {
-    files::writeAtomic(dir_ / name, text);
-  } catch (const std::runtime_error& e) {
-    fail("{}", e.what());
-  }
+  asError([&] { files::writeAtomic(dir_ / name, text); });
 }
 
 void DebugDir::writeGraph(std::string_view name, const ir::Graph& graph) const {

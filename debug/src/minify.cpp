@@ -57,11 +57,7 @@ namespace {
 void writeTensorNpy(const fs::path& path, const ir::Tensor& t) {
   runtime::NpyArray array{std::string(ir::dtypeName(t.dtype())), t.shape(),
                           std::vector<std::byte>(t.bytes(), t.bytes() + t.nbytes())};
-  try {
-    runtime::writeNpy(path.string(), array);
-  } catch (const std::runtime_error& e) {
-    throw Error(e.what());
-  }
+  asError([&] { runtime::writeNpy(path.string(), array); });
 }
 
 std::string slurp(const fs::path& path) {

@@ -126,11 +126,7 @@ void writePir(const Graph& graph, const std::string& path, const PrintOptions& o
   std::string sidecarPath = path + ".bin";
   // Whole files or none (temp file + rename), so a failure never leaves a half-written model.
   auto writeFile = [](const std::string& target, const void* data, size_t size) {
-    try {
-      files::writeAtomic(target, std::string_view(static_cast<const char*>(data), size));
-    } catch (const std::runtime_error& e) {
-      fail("{}", e.what());
-    }
+    asError([&] { files::writeAtomic(target, std::string_view(static_cast<const char*>(data), size)); });
   };
   if (!printed.sidecar.empty()) {
     writeFile(sidecarPath, printed.sidecar.data(), printed.sidecar.size());

@@ -267,34 +267,22 @@ struct PoolGeometry {
 void refMaxPool(const RefCall& call) {
   const RefTensor& x = in(call, 0);
   RefTensor& y = out(call);
-  const PoolGeometry geo(call, x, y);
-  // Named references, not a structured binding: lambdas below capture them (clang 14 cannot).
-  const auto& nsp = geo.nsp;
-  const auto& kernel = geo.kernel;
-  const auto& strides = geo.strides;
-  const auto& dilations = geo.dilations;
-  const auto& pads = geo.pads;
-  const auto& inSpatial = geo.inSpatial;
-  const auto& outSpatial = geo.outSpatial;
-  const auto& inStrides = geo.inStrides;
-  const auto& planes = geo.planes;
-  const auto& inPlane = geo.inPlane;
-  const auto& outPlane = geo.outPlane;
-  for (int64_t p = 0; p < planes; ++p) {
-    const double* xPlane = x.data.data() + p * inPlane;
-    forEachIndex(outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {
+  const PoolGeometry geo(call, x, y);  // captured by the lambdas below as geo.* (clang 14 cannot capture bindings)
+  for (int64_t p = 0; p < geo.planes; ++p) {
+    const double* xPlane = x.data.data() + p * geo.inPlane;
+    forEachIndex(geo.outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {
       // Padding never wins: only in-bounds elements take part (an empty window gives -inf).
       double best = -kInf;
-      forEachIndex(kernel, [&](int64_t, const std::vector<int64_t>& kPos) {
+      forEachIndex(geo.kernel, [&](int64_t, const std::vector<int64_t>& kPos) {
         int64_t offset = 0;
-        for (size_t d = 0; d < nsp; ++d) {
-          int64_t pos = outPos[d] * strides[d] - pads[d] + kPos[d] * dilations[d];
-          if (pos < 0 || pos >= inSpatial[d]) return;
-          offset += pos * inStrides[d];
+        for (size_t d = 0; d < geo.nsp; ++d) {
+          int64_t pos = outPos[d] * geo.strides[d] - geo.pads[d] + kPos[d] * geo.dilations[d];
+          if (pos < 0 || pos >= geo.inSpatial[d]) return;
+          offset += pos * geo.inStrides[d];
         }
         best = maxNaN(best, xPlane[offset]);
       });
-      y.data[p * outPlane + o] = best;
+      y.data[p * geo.outPlane + o] = best;
     });
   }
 }
@@ -306,27 +294,16 @@ void refAvgPool(const RefCall& call) {
   const RefTensor& x = in(call, 0);
   RefTensor& y = out(call);
   bool countIncludePad = attrInt(call.attrs, "count_include_pad") != 0;
-  const PoolGeometry geo(call, x, y);
-  // Named references, not a structured binding: lambdas below capture them (clang 14 cannot).
-  const auto& nsp = geo.nsp;
-  const auto& kernel = geo.kernel;
-  const auto& strides = geo.strides;
-  const auto& pads = geo.pads;
-  const auto& inSpatial = geo.inSpatial;
-  const auto& outSpatial = geo.outSpatial;
-  const auto& inStrides = geo.inStrides;
-  const auto& planes = geo.planes;
-  const auto& inPlane = geo.inPlane;
-  const auto& outPlane = geo.outPlane;
-  for (int64_t p = 0; p < planes; ++p) {
-    const double* xPlane = x.data.data() + p * inPlane;
-    forEachIndex(outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {
-      std::vector<int64_t> begin(nsp);
-      std::vector<int64_t> extent(nsp);
+  const PoolGeometry geo(call, x, y);  // captured by the lambdas below as geo.* (clang 14 cannot capture bindings)
+  for (int64_t p = 0; p < geo.planes; ++p) {
+    const double* xPlane = x.data.data() + p * geo.inPlane;
+    forEachIndex(geo.outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {
+      std::vector<int64_t> begin(geo.nsp);
+      std::vector<int64_t> extent(geo.nsp);
       int64_t windowSize = 1;
-      for (size_t d = 0; d < nsp; ++d) {
-        begin[d] = outPos[d] * strides[d] - pads[d];
-        int64_t end = std::min(begin[d] + kernel[d], inSpatial[d] + pads[nsp + d]);
+      for (size_t d = 0; d < geo.nsp; ++d) {
+        begin[d] = outPos[d] * geo.strides[d] - geo.pads[d];
+        int64_t end = std::min(begin[d] + geo.kernel[d], geo.inSpatial[d] + geo.pads[geo.nsp + d]);
         extent[d] = end - begin[d];
         windowSize *= extent[d];
       }
@@ -334,16 +311,16 @@ void refAvgPool(const RefCall& call) {
       int64_t count = 0;
       forEachIndex(extent, [&](int64_t, const std::vector<int64_t>& kPos) {
         int64_t offset = 0;
-        for (size_t d = 0; d < nsp; ++d) {
+        for (size_t d = 0; d < geo.nsp; ++d) {
           int64_t pos = begin[d] + kPos[d];
-          if (pos < 0 || pos >= inSpatial[d]) return;
-          offset += pos * inStrides[d];
+          if (pos < 0 || pos >= geo.inSpatial[d]) return;
+          offset += pos * geo.inStrides[d];
         }
         sum += xPlane[offset];
         ++count;
       });
       double divisor = static_cast<double>(countIncludePad ? windowSize : count);
-      y.data[p * outPlane + o] = count == 0 ? 0.0 : sum / divisor;
+      y.data[p * geo.outPlane + o] = count == 0 ? 0.0 : sum / divisor;
     });
   }
 }

@@ -33,47 +33,39 @@ bool fileNameChar(unsigned char c) {
 
 constexpr size_t kMaxFileName = 200;
 
-}  // namespace
-
-std::string message(std::string_view text) {
+// Every rule below: bytes `keep` accepts stay, every other byte is written by `encode`.
+template <typename Keep, typename Encode>
+std::string encodeBytes(std::string_view text, Keep keep, Encode encode) {
   std::string out;
   out.reserve(text.size());
   for (unsigned char c : text) {
-    if (printableAscii(c)) {
+    if (keep(c)) {
       out += static_cast<char>(c);
     } else {
-      appendHex(out, c);
+      encode(out, c);
     }
   }
   return out;
 }
 
+void hex(std::string& out, unsigned char c) { appendHex(out, c); }
+
+void octal(std::string& out, unsigned char c) {
+  char digits[5];
+  std::snprintf(digits, sizeof digits, "\\%03o", static_cast<unsigned>(c));
+  out += digits;
+}
+
+}  // namespace
+
+std::string message(std::string_view text) { return encodeBytes(text, printableAscii, hex); }
+
 std::string cComment(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (printableAscii(c) && c != '\\' && c != '*' && c != '?') {
-      out += static_cast<char>(c);
-    } else {
-      appendHex(out, c);
-    }
-  }
-  return out;
+  return encodeBytes(text, [](unsigned char c) { return printableAscii(c) && c != '\\' && c != '*' && c != '?'; }, hex);
 }
 
 std::string cString(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (printableAscii(c) && c != '\\' && c != '"' && c != '?') {
-      out += static_cast<char>(c);
-    } else {
-      char octal[5];
-      std::snprintf(octal, sizeof octal, "\\%03o", static_cast<unsigned>(c));
-      out += octal;
-    }
-  }
-  return out;
+  return encodeBytes(text, [](unsigned char c) { return printableAscii(c) && c != '\\' && c != '"' && c != '?'; }, octal);
 }
 
 std::string cIdentifier(std::string_view text, size_t maxLen) {
@@ -93,16 +85,7 @@ std::string cIdentifier(std::string_view text, size_t maxLen) {
 }
 
 std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (printableAscii(c) && c != '\\' && c != '"') {
-      out += static_cast<char>(c);
-    } else {
-      appendHex(out, c);
-    }
-  }
-  return out;
+  return encodeBytes(text, [](unsigned char c) { return printableAscii(c) && c != '\\' && c != '"'; }, hex);
 }
 
 std::string fileName(std::string_view text) {

@@ -185,11 +185,7 @@ namespace {
 
 // Writes `bytes` to `path` whole or not at all.
 void writeAtomically(const std::string& path, const std::string& bytes) {
-  try {
-    files::writeAtomic(path, bytes);
-  } catch (const std::runtime_error& e) {
-    fail("{}", e.what());
-  }
+  asError([&] { files::writeAtomic(path, bytes); });
 }
 
 std::string codegenFile(const LlvmModule& module, LlvmFileKind kind) {

@@ -31,6 +31,19 @@ template <typename... Args>
   throw UnsupportedError(fmt::format(format, std::forward<Args>(args)...));
 }
 
+// Runs f() and returns what it returns; a std::runtime_error it throws (support/ and runtime/,
+// which cannot know policyc::Error: file writes, .npy I/O) becomes an Error with the same message.
+template <typename F>
+decltype(auto) asError(F&& f) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw Error(e.what());
+  }
+}
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));
