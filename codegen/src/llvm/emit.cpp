@@ -1616,6 +1616,7 @@ class Emitter {
       for (size_t d : outer) eligible[d] = true;
       int splitAt = splitAxis(k.domain, eligible);
       setDomainSplit(k.domain, splitAt, 4);
+      // The outer loops walk only the kept axes (the reduced ones are walked by `inner`).
       std::vector<Value*> vars(r, nullptr);
       domainLoops(k.domain, splitAt, [&](const std::vector<Value*>& ov) {
         vars = ov;
@@ -1671,7 +1672,7 @@ class Emitter {
             emitBody(k.body, v, convert(y, DType::F64, outT));
           });
         }
-      });
+      }, outer, std::vector<Value*>(r, nullptr));
       return;
     }
 
@@ -1752,7 +1753,7 @@ class Emitter {
         if (!ir::isFloat(outT)) a = b_.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, a);
       }
       emitBody(k.body, outIdx, convert(a, DType::F64, outT));
-    });
+    }, kept, std::vector<Value*>(r, nullptr));  // the kept axes only: `red` is walked inside
   }
 
   // ---- irregular data movement
