@@ -102,7 +102,7 @@ class Baseline {
   virtual std::optional<double> samplesPerSecond(int64_t batch, int threads) = 0;
 };
 
-// Another compiled form of the model (the nofuse backend), timed like the model itself.
+// Another compiled form of the model (without fusion), timed like the model itself.
 class CompiledBaseline : public Baseline {
  public:
   CompiledBaseline(std::string name, runtime::Model model, const BenchOptions& o)
@@ -287,7 +287,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
   }
   if (!o.trace.empty() && !o.profile) fail("--trace needs --profile");
   const bool compiled = std::filesystem::path(o.model).extension() == ".so";
-  std::string so = compiled ? o.model : compile(o.model, o.backend, o.profile);
+  std::string so = compiled ? o.model : compile(o.model, o.fuse, o.profile);
   runtime::Model model = runtime::Model::load(so);
   const policyc_profile* prof = model.profile();
   if (o.profile && (!prof || !prof->instrumented)) {
@@ -298,7 +298,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
   if (o.baseline == "nofuse" || o.baseline == "interp") {
     if (compiled) fail("--baseline {} needs the .onnx/.pir model, not the compiled '{}'", o.baseline, o.model);
     if (o.baseline == "nofuse") {
-      baseline = std::make_unique<CompiledBaseline>("nofuse", runtime::Model::load(compile(o.model, "nofuse", false)), o);
+      baseline = std::make_unique<CompiledBaseline>("nofuse", runtime::Model::load(compile(o.model, false, false)), o);
     } else {
       baseline = std::make_unique<InterpreterBaseline>(loadModel(o.model), o);
     }
@@ -306,8 +306,10 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     baseline = std::make_unique<CsvBaseline>(o.baseline);
   }
 
-  fmt::print("{} ({}), target {}{}; microseconds per call, {} warm-up calls, then >= {} calls and >= {} s per row\n",
-             model.name(), so, model.target(), o.profile ? ", profiled (timers around every kernel)" : "", o.warmup,
+  const std::string backend =
+      compiled ? std::string() : fmt::format("backend {}{}, ", codegen::backendName(o.backend), o.fuse ? "" : " without fusion");
+  fmt::print("{} ({}), {}target {}{}; microseconds per call, {} warm-up calls, then >= {} calls and >= {} s per row\n",
+             model.name(), so, backend, model.target(), o.profile ? ", profiled (timers around every kernel)" : "", o.warmup,
              o.minCalls, o.minSeconds);
   fmt::print("{:>6} {:>7} {:>10} {:>10} {:>10} {:>9} {:>12} {:>8}\n", "batch", "threads", "median", "p10", "p90", "calls",
              "samples/s", "GFLOP/s");
@@ -365,6 +367,16 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
                             {"mean_us", r.mean},       {"samples_per_s", r.samplesPerSecond()}};
       if (prof) row["flops"] = flopsPerCall(prof, r.batch);
       if (base[i]) row["baseline_samples_per_s"] = *base[i];
+      if (o.profile) {  // profiles[i] is row i's: both are filled row by row
+        for (const KernelRow& k : profiles[i].kernels) {
+          const policyc_kernel_info& info = prof->kernels[k.kernel];
+          row["kernels"].push_back({{"name", info.name},
+                                    {"kind", info.kind},
+                                    {"nodes", info.nodes},
+                                    {"calls", k.calls},
+                                    {"us_per_call", k.calls ? static_cast<double>(k.ns) / 1e3 / static_cast<double>(k.calls) : 0.0}});
+        }
+      }
       j["rows"].push_back(row);
     }
     std::ofstream f(o.json);

@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "policyc/codegen/backend.h"
+
 namespace policyc::tools {
 
 struct BenchOptions {
   std::string model;                 // .onnx / .pir (compiled through the cache) or OUT.so
-  std::string backend = "cpp";       // cpp | nofuse, for .onnx/.pir
+  codegen::Backend backend = codegen::kDefaultBackend;  // cpp | llvm, for .onnx/.pir
+  bool fuse = true;                  // false: --no-fuse
   std::vector<int64_t> batches = {1};
   std::vector<int> threads = {1};
   double minSeconds = 1.0;
@@ -19,13 +22,14 @@ struct BenchOptions {
   int64_t warmup = 50;
   std::string json;                  // write the rows as JSON here
   std::string csv;                   // write the rows as CSV here
-  std::string baseline;              // interp | nofuse | FILE.csv (batch, [threads,] samples_per_s)
+  // interp | nofuse (the same backend without fusion) | FILE.csv (batch, [threads,] samples_per_s)
+  std::string baseline;
   bool profile = false;              // compile with profiling and print the per-kernel table
   std::string trace;                 // with profile: a Chrome trace of every row
 };
 
-// Compiles an .onnx/.pir model into a cached .so: (model, backend, profile) -> path.
-using BenchCompile = std::function<std::string(const std::string&, const std::string&, bool)>;
+// Compiles an .onnx/.pir model into a cached .so with options.backend: (model, fuse, profile) -> path.
+using BenchCompile = std::function<std::string(const std::string&, bool, bool)>;
 
 // Runs the benchmark and prints its tables; errors are policyc::Error. Returns the exit code.
 int runBench(const BenchOptions& options, const BenchCompile& compile);

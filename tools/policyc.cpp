@@ -66,15 +66,39 @@ struct ImplFlags {
   }
 };
 
-// The default backend of `compile` and `run`: llvm, measured as fast as cpp on the reference
-// policies at batch 1 and 64 (docs/performance.md) and compiled in-process in about half a
-// second instead of a C++ build; cpp when an option only it has is given (--profile, --mode
-// max-autotune, --tune-batch, --force-impl).
-std::string resolveBackend(const std::string& given, const ImplFlags& impl, bool profile = false) {
-  if (!given.empty()) return given;
-  return impl.needsCpp() || profile ? "cpp" : "llvm";
-}
-constexpr const char* kDefaultBackendHelp = "; default llvm, or cpp with --profile, --mode max-autotune, --tune-batch or --force-impl";
+// --backend and --no-fuse. The default of every command is llvm (codegen::kDefaultBackend):
+// measured as fast as cpp on the reference policies (docs/performance.md) and compiled in-process
+// in about half a second instead of a C++ build; cpp when an option only it has is given (--mode
+// max-autotune, --tune-batch, --force-impl). Names are checked by codegen::parseBackend, so the
+// old `--backend nofuse` says what replaced it.
+struct BackendFlags {
+  std::string backend;  // empty: the default
+  bool noFuse = false;
+
+  void addTo(CLI::App* cmd, bool interp, const std::string& help) {
+    cmd->add_option("--backend", backend, help + "; default llvm, or cpp with --mode max-autotune, --tune-batch or --force-impl")
+        ->check(CLI::Validator(
+            [interp](std::string& name) -> std::string {
+              try {
+                codegen::parseBackend(name, !interp);
+                return "";
+              } catch (const Error& e) {
+                return e.what();
+              }
+            },
+            interp ? "interp|cpp|llvm" : "cpp|llvm"));
+    cmd->add_flag("--no-fuse", noFuse,
+                  "no fusion: the fusion passes and kernel fusion off, one kernel per graph node (narrows a bug down to fusion)");
+  }
+  codegen::Backend resolve(const ImplFlags& impl) const {
+    if (!backend.empty()) return codegen::parseBackend(backend);
+    return impl.needsCpp() ? codegen::Backend::Cpp : codegen::kDefaultBackend;
+  }
+  void applyTo(debug::CompileRequest& request, const ImplFlags& impl) const {
+    request.backend = resolve(impl);
+    request.fuse = !noFuse;
+  }
+};
 
 // Exit codes: 0 success, 1 a check that ran and failed (later), 2 bad input or a compiler failure.
 constexpr int kExitBadInput = 2;
@@ -170,7 +194,7 @@ int runDump(const DumpOptions& o) {
 
 struct RunOptions {
   std::string model;
-  std::string backend;  // empty: resolveBackend
+  BackendFlags backend;
   std::vector<std::string> inputs;
   bool random = false;
   int64_t batch = 1;
@@ -257,9 +281,10 @@ int runJit(const RunOptions& o);
 int runRun(const RunOptions& given) {
   if (std::filesystem::path(given.model).extension() == ".so") return runCompiled(given);
   RunOptions o = given;
-  o.backend = resolveBackend(given.backend, given.impl);
-  if (o.backend == "llvm") return runJit(o);
-  if (debug::isCodegenBackend(o.backend)) return runThroughCache(o);
+  const codegen::Backend backend = o.backend.resolve(o.impl);
+  if (backend == codegen::Backend::Llvm) return runJit(o);
+  if (backend == codegen::Backend::Cpp) return runThroughCache(o);
+  if (o.backend.noFuse) fail("--no-fuse applies to the compiling backends (cpp, llvm), not to interp");
   auto graph = tools::loadModel(o.model);
   if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
     o.pipeline.optimize(*graph);
@@ -279,7 +304,7 @@ struct CompileOptions {
   std::string header;
   std::string name;
   TargetFlags target;
-  std::string backend;  // empty: resolveBackend
+  BackendFlags backend;
   std::string emit = "so";
   std::string debugDir;
   bool profile = false;
@@ -291,7 +316,7 @@ struct CompileOptions {
 // (+ OUT.h), through the shared compile driver (debug/compile.h), which fills the debug directory.
 void compileModel(const CompileOptions& o) {
   debug::CompileRequest request;
-  request.backend = resolveBackend(o.backend, o.impl, o.profile);
+  o.backend.applyTo(request, o.impl);
   request.emit = o.emit;
   o.target.applyTo(request);
   debug::validateTarget(request);  // an unknown target fails before any work
@@ -317,12 +342,12 @@ int runCompile(const CompileOptions& o) {
 
 // The cached compile of `model` (debug::compileCached), keyed also by this policyc binary.
 std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const ImplFlags& impl,
-                          const TargetFlags& target, const std::string& backend = "cpp", const std::string& debugDir = "",
+                          const TargetFlags& target, const BackendFlags& backend, const std::string& debugDir = "",
                           bool profile = false) {
   debug::CompileRequest request;
   impl.applyTo(request);
   request.modelPath = model;
-  request.backend = backend;
+  backend.applyTo(request, impl);
   request.pipeline = pipeline.options();
   request.cpp.name = "model";
   target.applyTo(request);
@@ -348,7 +373,7 @@ int runJit(const RunOptions& o) {
   debug::CompileRequest request;
   o.impl.applyTo(request);
   request.modelPath = o.model;
-  request.backend = "llvm";
+  o.backend.applyTo(request, o.impl);
   request.jit = true;
   request.pipeline = o.pipeline.options();
   request.cpp.name = "model";
@@ -369,7 +394,7 @@ int runJit(const RunOptions& o) {
 
 struct CheckCliOptions {
   std::string model;
-  std::string backend = "cpp";
+  BackendFlags backend;
   std::vector<std::string> inputs;
   int64_t batch = 1;
   uint64_t seed = 0;
@@ -395,13 +420,14 @@ int runCheck(const CheckCliOptions& o) {
   c.threads = o.threads;
   c.perNode = o.perNode;
   c.compile.modelPath = o.model;
-  c.compile.backend = o.backend;
+  o.backend.applyTo(c.compile, o.impl);
   c.compile.pipeline = o.pipeline.options();
   c.compile.cpp.name = "model";
   o.target.applyTo(c.compile);
   c.compile.debugDir = o.debugDir;
   o.impl.applyTo(c.compile);
-  fmt::print("check {} (backend {}, {}, rtol {}, atol {}, {} thread{})\n", o.model, o.backend,
+  fmt::print("check {} (backend {}{}, {}, rtol {}, atol {}, {} thread{})\n", o.model, codegen::backendName(c.compile.backend),
+             c.compile.fuse ? "" : " without fusion",
              o.inputs.empty() ? fmt::format("random inputs: batch {}, seed {}", o.batch, o.seed) : std::string("given inputs"),
              o.rtol, o.atol, o.threads, o.threads == 1 ? "" : "s");
   std::fflush(stdout);
@@ -414,7 +440,7 @@ int runCheck(const CheckCliOptions& o) {
 struct MinifyCliOptions {
   std::string model;
   std::string failure;
-  std::string backend = "cpp";
+  BackendFlags backend;
   std::string match;
   std::string outDir;
   std::vector<std::string> inputs;
@@ -428,7 +454,8 @@ struct MinifyCliOptions {
 int runMinify(const MinifyCliOptions& o) {
   debug::MinifyOptions m;
   m.failure = debug::parseFailureKind(o.failure);
-  m.backend = o.backend;
+  m.backend = o.backend.resolve(ImplFlags{});
+  m.fuse = !o.backend.noFuse;
   m.match = o.match;
   m.outDir = o.outDir;
   m.rtol = o.rtol;
@@ -525,10 +552,9 @@ int main(int argc, char** argv) {
   RunOptions run;
   CLI::App* runCmd = app.add_subcommand("run", "run a model on given or random inputs");
   runCmd->add_option("model", run.model, "model file (.onnx or .pir), or a compiled model (.so)")->required();
-  runCmd->add_option("--backend", run.backend,
-                     std::string("interp (reference interpreter), cpp (compiled, cached in POLICYC_CACHE_DIR), nofuse (cpp "
-                                 "without fusion) or llvm (compiled in-process by the LLVM JIT)") + kDefaultBackendHelp)
-      ->check(CLI::IsMember({"interp", "cpp", "nofuse", "llvm"}));
+  run.backend.addTo(runCmd, true,
+                    "interp (reference interpreter), cpp (compiled, cached in POLICYC_CACHE_DIR) or llvm (compiled in-process "
+                    "by the LLVM JIT)");
   runCmd->add_option("--debug-dir", run.debugDir, "with a compiling backend: write every stage here");
   run.target.addTo(runCmd);
   runCmd->add_option("--input", run.inputs, "NAME=FILE.npy, once per model input");
@@ -548,10 +574,7 @@ int main(int argc, char** argv) {
   compileCmd->add_option("--header", compile.header, "also write the model's C header here");
   compileCmd->add_option("--name", compile.name, "C name of the typed wrapper (NAME_run); default: OUT's stem");
   compile.target.addTo(compileCmd);
-  compileCmd->add_option("--backend", compile.backend,
-                         std::string("llvm (LLVM IR), cpp (generated C++) or nofuse (cpp without fusion: one kernel per node)") +
-                             kDefaultBackendHelp)
-      ->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
+  compile.backend.addTo(compileCmd, false, "llvm (LLVM IR) or cpp (generated C++)");
   compileCmd->add_option("--emit", compile.emit,
                          "backend llvm: so (a shared object, default), obj (a relocatable object), asm (assembly) or llvm (textual IR)")
       ->check(CLI::IsMember({"so", "obj", "asm", "llvm"}));
@@ -566,10 +589,10 @@ int main(int argc, char** argv) {
   PipelineFlags benchPipeline;
   ImplFlags benchImpl;
   TargetFlags benchTarget;
+  BackendFlags benchBackend;
   CLI::App* benchCmd = app.add_subcommand("bench", "time the compiled model per call (median, p10, p90), against a baseline, per kernel");
   benchCmd->add_option("model", bench.model, "model file (.onnx or .pir, compiled through the cache) or OUT.so")->required();
-  benchCmd->add_option("--backend", bench.backend, "cpp (default), nofuse or llvm, for .onnx/.pir")
-      ->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
+  benchBackend.addTo(benchCmd, false, "cpp or llvm, for .onnx/.pir");
   benchCmd->add_option("--batch", bench.batches, "batch sizes (repeatable or comma-separated; default 1)")->delimiter(',')->check(kBatchRange);
   benchCmd->add_option("--threads", bench.threads, "thread counts (repeatable or comma-separated; default 1)")->delimiter(',')->check(kThreadsRange);
   benchCmd->add_option("--min-time", bench.minSeconds, "seconds of timed calls per row at least (default 1)")->check(kFiniteNonNegative);
@@ -577,7 +600,7 @@ int main(int argc, char** argv) {
   benchCmd->add_option("--warmup", bench.warmup, "untimed calls before each row (default 50)");
   benchTarget.addTo(benchCmd);
   benchCmd->add_option("--baseline", bench.baseline,
-                       "compare throughput with: interp (the reference interpreter), nofuse, or FILE.csv "
+                       "compare throughput with: interp (the reference interpreter), nofuse (the same backend without fusion), or FILE.csv "
                        "(columns batch, samples_per_s, optionally threads)");
   benchCmd->add_flag("--profile", bench.profile, "compile with a timer around every kernel; print a table per row");
   benchCmd->add_option("--trace", bench.trace, "with --profile: write a Chrome trace (chrome://tracing, Perfetto) here");
@@ -591,7 +614,7 @@ int main(int argc, char** argv) {
   minifyCmd->add_option("model", minify.model, "model file (.onnx or .pir)")->required();
   minifyCmd->add_option("--failure", minify.failure, "accuracy | compile | crash")->required();
   minifyCmd->add_option("-o,--output-dir", minify.outDir, "write repro.pir, inputs/*.npy and repro.sh here")->required();
-  minifyCmd->add_option("--backend", minify.backend, "cpp (default), nofuse or llvm")->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
+  minify.backend.addTo(minifyCmd, false, "cpp or llvm");
   minifyCmd->add_option("--match", minify.match, "the failure's output must contain this text too");
   minifyCmd->add_option("--input", minify.inputs, "NAME=FILE.npy, once per model input (default: random inputs)");
   minifyCmd->add_option("--batch", minify.batch, "batch size of the random inputs (default 1)")->check(kBatchRange);
@@ -603,8 +626,7 @@ int main(int argc, char** argv) {
   CheckCliOptions check;
   CLI::App* checkCmd = app.add_subcommand("check", "compare the compiled model with the reference interpreter (exit 1 on a mismatch)");
   checkCmd->add_option("model", check.model, "model file (.onnx or .pir)")->required();
-  checkCmd->add_option("--backend", check.backend, "cpp (default), nofuse or llvm (in-process JIT)")
-      ->check(CLI::IsMember({"cpp", "nofuse", "llvm"}));
+  check.backend.addTo(checkCmd, false, "cpp or llvm (in-process JIT)");
   checkCmd->add_option("--input", check.inputs, "NAME=FILE.npy, once per model input (default: random inputs)");
   checkCmd->add_option("--batch", check.batch, "batch size of the random inputs (default 1)")->check(kBatchRange);
   checkCmd->add_option("--seed", check.seed, "seed of the random inputs (default 0)");
@@ -638,7 +660,11 @@ int main(int argc, char** argv) {
           (!benchPipeline.passes.empty() || !benchPipeline.disabled.empty() || !benchPipeline.printAfter.empty())) {
         fail("'{}' is already compiled: the pass options apply to .onnx and .pir models", bench.model);
       }
-      return tools::runBench(bench, [&](const std::string& model, const std::string& backend, bool profile) {
+      bench.backend = benchBackend.resolve(benchImpl);
+      bench.fuse = !benchBackend.noFuse;
+      return tools::runBench(bench, [&](const std::string& model, bool fuse, bool profile) {
+        BackendFlags backend = benchBackend;
+        backend.noFuse = !fuse;
         return compileCached(model, benchPipeline, benchImpl, benchTarget, backend, "", profile);
       });
     }

@@ -27,6 +27,19 @@ PC_INLINE uint64_t nowNs() {
   return static_cast<uint64_t>(t.tv_sec) * 1000000000u + static_cast<uint64_t>(t.tv_nsec);
 }
 
+// A profiled model's bookkeeping after kernel `kernel` ran from t0 (policyc_profile in
+// policyc_model.h): its totals, and a trace event while the trace has room. Both backends call it.
+PC_INLINE void profileRecord(uint64_t* ns, uint64_t* calls, policyc_trace_event* trace, int64_t capacity, int64_t* count,
+                             int32_t kernel, int64_t batch, uint64_t t0) {
+  const uint64_t dt = nowNs() - t0;
+  __atomic_fetch_add(&ns[kernel], dt, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&calls[kernel], 1, __ATOMIC_RELAXED);
+  if (__atomic_load_n(count, __ATOMIC_RELAXED) >= capacity) return;
+  const int64_t e = __atomic_fetch_add(count, 1, __ATOMIC_RELAXED);
+  if (e < capacity) trace[e] = {kernel, 0, batch, t0, dt};
+  else __atomic_store_n(count, capacity, __ATOMIC_RELAXED);
+}
+
 // 8 floats: one AVX register where the target has AVX, two SSE registers otherwise.
 // Naturally aligned types (GCC keeps under-aligned vector variables in memory); loads and stores
 // of any alignment go through memcpy.

@@ -225,7 +225,7 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
   size_t numOutputs = graph.outputs().size();
   if (options.perNode) {
     passes::PipelineOptions pipeline = request.pipeline;
-    pipeline.noFusion = pipeline.noFusion || request.backend == "nofuse";
+    pipeline.noFusion = pipeline.noFusion || !request.fuse;
     passes::runPipeline(*work, pipeline);
     std::vector<std::pair<std::string, ir::Value*>> outs = work->outputs();
     std::set<const ir::Value*> already;
@@ -241,7 +241,7 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
     request.optimize = false;
   }
   // Backend llvm runs in-process (the JIT): no files, no system compiler.
-  request.jit = request.backend == "llvm";
+  request.jit = request.backend == codegen::Backend::Llvm;
   CompileResult compiled = compileGraph(*work, request);
   runtime::Model model = loadCompiled(compiled);
   report.so = compiled.jit ? "(in-process JIT)" : compiled.so;

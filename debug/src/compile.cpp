@@ -23,11 +23,10 @@ namespace policyc::debug {
 
 namespace fs = std::filesystem;
 
-bool isCodegenBackend(const std::string& backend) { return backend == "cpp" || backend == "nofuse" || backend == "llvm"; }
 bool isEmitKind(const std::string& emit) { return emit == "so" || emit == "obj" || emit == "asm" || emit == "llvm"; }
 
 void validateTarget(const CompileRequest& request) {
-  if (request.backend == "llvm") {
+  if (request.backend == codegen::Backend::Llvm) {
     codegen::LlvmTarget t = codegen::resolveLlvmTarget({request.cpp.target, request.cpu, request.features});
     if (!t.isHost && (request.jit || request.emit == "so")) {
       fail("target {} is not this machine's: its code cannot be {} here (--emit=obj, asm or llvm write it for another machine)",
@@ -36,8 +35,9 @@ void validateTarget(const CompileRequest& request) {
     return;
   }
   codegen::marchFlag(request.cpp.target);
-  if (!request.cpu.empty() || !request.features.empty()) fail("--cpu and --features apply to backend llvm (this is backend {})", request.backend);
-  if (request.emit != "so") fail("--emit={} applies to backend llvm (backend {} writes a shared object)", request.emit, request.backend);
+  const char* backend = codegen::backendName(request.backend);
+  if (!request.cpu.empty() || !request.features.empty()) fail("--cpu and --features apply to backend llvm (this is backend {})", backend);
+  if (request.emit != "so") fail("--emit={} applies to backend llvm (backend {} writes a shared object)", request.emit, backend);
 }
 
 runtime::Model loadCompiled(const CompileResult& compiled) {
@@ -59,7 +59,7 @@ uint64_t graphHash(const ir::Graph& graph, const CompileRequest& r) {
   ir::PrintedGraph printed = ir::printGraph(graph);
   std::string_view weights(reinterpret_cast<const char*>(printed.sidecar.data()), printed.sidecar.size());
   const passes::PipelineOptions& p = r.pipeline;
-  std::string options = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", r.backend, r.cpp.target, r.cpu, r.features, r.mode,
+  std::string options = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", codegen::backendName(r.backend), r.fuse, r.cpp.target, r.cpu, r.features, r.mode,
                                     p.passes ? fmt::format("{}", fmt::join(*p.passes, ",")) : "default", fmt::join(p.disabled, ","),
                                     r.cpp.profile, fmt::join(r.cpp.tuneBatches, ","), r.cpp.externKernels, r.cpp.forceImpl,
                                     r.cpp.name, r.optimize);
@@ -69,15 +69,14 @@ uint64_t graphHash(const ir::Graph& graph, const CompileRequest& r) {
 }  // namespace
 
 CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request) {
-  if (!isCodegenBackend(request.backend)) fail("backend '{}' does not compile (compiling backends: cpp, nofuse, llvm)", request.backend);
+  if (request.backend == codegen::Backend::Interp) fail("backend interp does not compile (compiling backends: cpp, llvm)");
   if (!isEmitKind(request.emit)) fail("unknown --emit '{}' (valid: so, obj, asm, llvm)", request.emit);
   validateTarget(request);  // an unknown target fails before any work
   if (!isCompileMode(request.mode)) fail("unknown mode '{}' (valid: default, max-autotune)", request.mode);
-  const bool llvm = request.backend == "llvm";
+  const bool llvm = request.backend == codegen::Backend::Llvm;
   if (llvm && request.mode != "default") fail("--mode {} applies to backend cpp (backend llvm has one implementation per kernel)", request.mode);
-  if (llvm && request.cpp.profile) fail("--profile applies to backend cpp (backend llvm's models report kernel costs but time nothing)");
   auto start = std::chrono::steady_clock::now();
-  const bool nofuse = request.backend == "nofuse";
+  const bool nofuse = !request.fuse;
   codegen::CppOptions cpp = request.cpp;
   if (!cpp.fault) cpp.fault = codegen::injectedFaultFromEnv();
   // What produced the code, for the descriptor (the cache passes its key's hash).
@@ -143,6 +142,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     options.target = {request.cpp.target, request.cpu, request.features};
     options.minChunkCost = cpp.minChunkCost;
     options.fault = cpp.fault;
+    options.profile = cpp.profile;
     options.externKernels = cpp.externKernels;
     options.keepUnoptimizedIr = d != nullptr;
     options.sourceHash = cpp.sourceHash;
@@ -232,9 +232,10 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
   const passes::PipelineOptions& p = request.pipeline;
   const char* fault = std::getenv("POLICYC_INJECT_FAULT");
   const codegen::CppOptions& cpp = request.cpp;
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fileHash(model), fileHash(model + ".bin"),
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fileHash(model), fileHash(model + ".bin"),
                                 p.passes ? fmt::format("{}", fmt::join(*p.passes, ",")) : "default",
-                                fmt::join(p.disabled, ","), request.backend, cpp.target, cpp.name,
+                                fmt::join(p.disabled, ","), codegen::backendName(request.backend), request.fuse ? "fuse" : "no-fuse",
+                                cpp.target, cpp.name,
                                 fault ? fault : "", compilerId, cpp.profile ? "profile" : "", request.mode,
                                 fmt::join(cpp.tuneBatches, ","), cpp.externKernels ? "extern" : "no-extern", cpp.forceImpl, request.cpu,
                                 request.features);

@@ -199,8 +199,8 @@ class Minifier {
   std::string write(const Candidate& c, const fs::path& dir) const {
     fs::create_directories(dir / "inputs");
     ir::writePir(*c.graph, (dir / "repro.pir").string());
-    std::string cmd = shellQuote(o_.policyc) + " check " + shellQuote((dir / "repro.pir").string()) + " --backend " + o_.backend +
-                      fmt::format(" --rtol {} --atol {}", o_.rtol, o_.atol);
+    std::string cmd = shellQuote(o_.policyc) + " check " + shellQuote((dir / "repro.pir").string()) + " --backend " + codegen::backendName(o_.backend) +
+                      (o_.fuse ? "" : " --no-fuse") + fmt::format(" --rtol {} --atol {}", o_.rtol, o_.atol);
     for (size_t i = 0; i < c.inputs.size(); ++i) {
       fs::path npy = dir / "inputs" / (fmt::format("in{}", i) + ".npy");
       writeTensorNpy(npy, c.inputs[i]);
@@ -276,7 +276,8 @@ class Minifier {
     const bool crashed = r.signal != 0 || r.timedOut || r.output.find("the compiled model crashed") != std::string::npos;
     switch (o_.failure) {
       case FailureKind::Accuracy: kind = !crashed && r.exitCode == 1 && r.output.find("FAIL") != std::string::npos; break;
-      case FailureKind::Compile: kind = r.exitCode == 2 && r.output.find("the C++ compiler failed") != std::string::npos; break;
+      // Both backends say "the C++ compiler failed" / "the LLVM compiler failed" (codegen).
+      case FailureKind::Compile: kind = r.exitCode == 2 && r.output.find(" compiler failed") != std::string::npos; break;
       case FailureKind::Crash: kind = crashed; break;
     }
     return kind && (o_.match.empty() || r.output.find(o_.match) != std::string::npos);

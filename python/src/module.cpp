@@ -239,16 +239,25 @@ class Policy {
   std::vector<py::dtype> inDTypes_, outDTypes_;
 };
 
-std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::string& backend, const std::string& mode,
-                                      const std::string& target, int threads, const std::optional<std::string>& debugDir,
-                                      bool externKernels, const std::vector<int64_t>& tuneBatch) {
-  if (backend != "cpp" && backend != "nofuse" && backend != "llvm") {
-    throw py::value_error("backend must be 'cpp', 'nofuse' or 'llvm', got '" + backend + "'");
-  }
+// backend None: llvm (codegen::kDefaultBackend), or cpp when an option only it has is given
+// (mode 'max-autotune', tune_batch), as the command line does.
+std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::optional<std::string>& backend, bool fuse,
+                                      const std::string& mode, const std::string& target, int threads,
+                                      const std::optional<std::string>& debugDir, bool externKernels,
+                                      const std::vector<int64_t>& tuneBatch) {
   if (!debug::isCompileMode(mode)) throw py::value_error("mode must be 'default' or 'max-autotune', got '" + mode + "'");
   debug::CompileRequest request;
   request.modelPath = path;
-  request.backend = backend;
+  if (backend) {
+    try {
+      request.backend = codegen::parseBackend(*backend, true);
+    } catch (const Error& e) {
+      throw py::value_error(escape::message(e.what()));
+    }
+  } else {
+    request.backend = mode != "default" || !tuneBatch.empty() ? codegen::Backend::Cpp : codegen::kDefaultBackend;
+  }
+  request.fuse = fuse;
   request.mode = mode;
   request.cpp.name = "model";
   request.cpp.target = target;
@@ -294,11 +303,12 @@ PYBIND11_MODULE(_policyc, m) {
       .def("_abi_call_ns", &Policy::abiCallNs, py::arg("inputs"), py::arg("calls") = 10000,
            "median ns of the C ABI run itself on these inputs (for measuring the binding's overhead)")
       .def("__repr__", [](const Policy& p) { return "<policyc.Policy " + p.name() + " from " + p.path() + ">"; });
-  m.def("compile", &compilePolicy, py::arg("path"), py::arg("backend") = "cpp", py::arg("mode") = "default",
+  m.def("compile", &compilePolicy, py::arg("path"), py::arg("backend") = py::none(), py::arg("fuse") = true, py::arg("mode") = "default",
         py::arg("target") = "native", py::arg("threads") = 1, py::arg("debug_dir") = py::none(),
         py::arg("extern_kernels") = true, py::arg("tune_batch") = std::vector<int64_t>{},
-        "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it; mode 'max-autotune' times every "
-        "GEMM/conv implementation at tune_batch (default 1,16,64); extern_kernels=False keeps oneDNN out");
+        "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it; backend 'llvm' (default) or 'cpp' "
+        "(the default when mode or tune_batch is given); fuse=False: one kernel per graph node; mode 'max-autotune' "
+        "times every GEMM/conv implementation at tune_batch (default 1,16,64); extern_kernels=False keeps oneDNN out");
   m.def(
       "load", [](const std::string& so, int threads) { return std::make_unique<Policy>(runtime::Model::load(so), threads); },
       py::arg("path"), py::arg("threads") = 1, "load a compiled model (.so)");

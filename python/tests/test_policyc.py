@@ -138,7 +138,7 @@ class PolicyTest(unittest.TestCase):
             try:
                 debug = os.path.join(tmp, "debug")
                 with self.assertRaisesRegex(RuntimeError, re.escape("the C++ compiler failed") + ".*" + re.escape(debug)):
-                    policyc.compile(PPO, debug_dir=debug)
+                    policyc.compile(PPO, backend="cpp", debug_dir=debug)
                 self.assertTrue(os.path.exists(os.path.join(debug, "output_code.cpp")))
             finally:
                 if old is None:
@@ -150,17 +150,28 @@ class PolicyTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "not a loadable shared object: not an ELF file"):
             policyc.load(os.path.join(ROOT, "README.md"))
 
-    def test_max_autotune_no_extern_and_llvm_agree_with_the_default(self):
+    def test_max_autotune_no_extern_cpp_and_unfused_agree_with_the_default(self):
         obs = np.random.default_rng(3).standard_normal((5, 17)).astype(np.float32)
         want = policyc.compile(PPO)(obs)
         with tempfile.TemporaryDirectory() as debug:
             tuned = policyc.compile(PPO, mode="max-autotune", tune_batch=[1, 4], debug_dir=debug)
             self.assertIn("dispatch:", open(os.path.join(debug, "autotune.txt")).read())
+            self.assertTrue(os.path.exists(os.path.join(debug, "output_code.cpp")))  # max-autotune picks cpp
+        with tempfile.TemporaryDirectory() as debug:
+            default = policyc.compile(PPO, debug_dir=debug)
+            self.assertTrue(os.path.exists(os.path.join(debug, "module.ll")))  # the default backend is llvm
         plain = policyc.compile(PPO, extern_kernels=False)
-        llvm = policyc.compile(PPO, backend="llvm")
-        for got in (tuned(obs), plain(obs), llvm(obs)):
+        cpp = policyc.compile(PPO, backend="cpp")
+        unfused = policyc.compile(PPO, fuse=False)
+        for got in (tuned(obs), plain(obs), cpp(obs), unfused(obs), default(obs)):
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+    def test_bad_backend_names_are_value_errors(self):
+        with self.assertRaisesRegex(ValueError, "use --no-fuse \\(Python: fuse=False\\)"):
+            policyc.compile(PPO, backend="nofuse")
+        with self.assertRaisesRegex(ValueError, r"unknown backend 'interp' \(valid: cpp, llvm\)"):
+            policyc.compile(PPO, backend="interp")
 
     def test_two_python_threads_share_one_policy(self):
         rng = np.random.default_rng(1)

@@ -103,11 +103,13 @@ TEST_CASE("kernel cost: params are counted once, as static bytes, and a params-f
   CHECK(staticBytes == Approx(static_cast<double>(weights)));  // each param is read by exactly one kernel
 }
 
-TEST_CASE("profiling: every model exports its kernels; a profiled build times each kernel call", "[profile]") {
-  fs::path plain = scratchDir() / "plain.so", profiled = scratchDir() / "profiled.so";
+TEST_CASE("profiling: every model exports its kernels, a profiled build times each kernel call", "[profile]") {
+  const std::string backend = GENERATE("cpp", "llvm");
+  INFO("backend " << backend);
+  fs::path plain = scratchDir() / (backend + "_plain.so"), profiled = scratchDir() / (backend + "_profiled.so");
   const std::string model = testing::sourcePath("examples/models/ppo_mlp.onnx");
-  REQUIRE(testing::runCli("compile '" + model + "' --backend cpp -o '" + plain.string() + "'").exitCode == 0);
-  REQUIRE(testing::runCli("compile '" + model + "' --profile -o '" + profiled.string() + "'").exitCode == 0);
+  REQUIRE(testing::runCli("compile '" + model + "' --backend " + backend + " -o '" + plain.string() + "'").exitCode == 0);
+  REQUIRE(testing::runCli("compile '" + model + "' --backend " + backend + " --profile -o '" + profiled.string() + "'").exitCode == 0);
 
   runtime::Model a = runtime::Model::load(plain.string());
   runtime::Model b = runtime::Model::load(profiled.string());

@@ -166,7 +166,7 @@ TEST_CASE("cpp backend: the descriptor describes the model", "[codegen][cpp]") {
   CHECK(u->outputs[1].rank == 1);
 }
 
-TEST_CASE("cpp backend: batch 0 touches nothing; bad arguments are refused", "[codegen][cpp]") {
+TEST_CASE("cpp backend: batch 0 touches nothing, bad arguments are refused", "[codegen][cpp]") {
   const policyc_model* m = compiled("ppo_mlp");
   const void* in[] = {nullptr};
   void* out[] = {nullptr, nullptr};

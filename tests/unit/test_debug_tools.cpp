@@ -73,17 +73,22 @@ TEST_CASE("debug tools: an injected fault is found, minified to at most 3 nodes 
     const char* model;
     const char* op;
     const char* kind;
+    const char* backend;
   };
+  // The default backend (llvm) for every kind; cpp for each kind once.
   const Case cases[] = {
-      {"impala_cnn", "add", "accuracy"}, {"impala_cnn", "max_pool", "compile"}, {"impala_cnn", "relu", "crash"},
-      {"atari_cnn", "conv", "accuracy"},  {"atari_cnn", "linear", "compile"},    {"atari_cnn", "relu", "crash"},
+      {"impala_cnn", "add", "accuracy", "llvm"}, {"impala_cnn", "max_pool", "compile", "llvm"}, {"impala_cnn", "relu", "crash", "llvm"},
+      {"atari_cnn", "conv", "accuracy", "llvm"},  {"atari_cnn", "linear", "compile", "llvm"},    {"atari_cnn", "relu", "crash", "llvm"},
+      {"atari_cnn", "conv", "accuracy", "cpp"},   {"atari_cnn", "linear", "compile", "cpp"},     {"impala_cnn", "relu", "crash", "cpp"},
   };
   for (const Case& c : cases) {
-    DYNAMIC_SECTION(c.model << " " << c.op << ":" << c.kind) {
+    DYNAMIC_SECTION(c.model << " " << c.op << ":" << c.kind << " backend " << c.backend) {
       std::string env = std::string("POLICYC_INJECT_FAULT=") + c.op + ":" + c.kind + " ";
       std::string kind = c.kind;
+      const std::string backend = std::string(" --backend ") + c.backend;
+      const std::string compilerFailed = std::string(c.backend) == "cpp" ? "the C++ compiler failed" : "the LLVM compiler failed";
       // check: the failure, and where it is.
-      Outcome check = sh(env + cli() + " check " + model(c.model) + " --per-node");
+      Outcome check = sh(env + cli() + " check " + model(c.model) + backend + " --per-node");
       INFO("check:\n" << check.output);
       if (kind == "accuracy") {
         CHECK(check.exitCode == 1);
@@ -91,7 +96,7 @@ TEST_CASE("debug tools: an injected fault is found, minified to at most 3 nodes 
         CHECK(check.output.find(std::string(" (") + c.op + ")") != std::string::npos);
       } else if (kind == "compile") {
         CHECK(check.exitCode == 2);
-        CHECK(check.output.find("the C++ compiler failed") != std::string::npos);
+        CHECK(check.output.find(compilerFailed) != std::string::npos);
         CHECK(check.output.find(std::string(" (") + c.op + ")") != std::string::npos);  // the kernel's nodes
       } else {
         CHECK(check.exitCode == 1);  // the crash happened in a child process
@@ -99,8 +104,8 @@ TEST_CASE("debug tools: an injected fault is found, minified to at most 3 nodes 
         CHECK(check.output.find(std::string(" (") + c.op + ")") != std::string::npos);  // the kernel's nodes
       }
       // minify: at most 3 op nodes, the faulty op among them.
-      fs::path out = scratch() / (std::string(c.model) + "_" + c.op + "_" + c.kind);
-      Outcome min = sh(env + cli() + " minify " + model(c.model) + " --failure " + kind + " -o " + out.string());
+      fs::path out = scratch() / (std::string(c.model) + "_" + c.op + "_" + c.kind + "_" + c.backend);
+      Outcome min = sh(env + cli() + " minify " + model(c.model) + backend + " --failure " + kind + " -o " + out.string());
       INFO("minify:\n" << min.output);
       REQUIRE(min.exitCode == 0);
       CHECK(min.output.find("SUCCESS") != std::string::npos);
@@ -119,7 +124,7 @@ TEST_CASE("debug tools: an injected fault is found, minified to at most 3 nodes 
         CHECK(again.output.find("FAIL") != std::string::npos);
       } else if (kind == "compile") {
         CHECK(again.exitCode == 2);
-        CHECK(again.output.find("the C++ compiler failed") != std::string::npos);
+        CHECK(again.output.find(compilerFailed) != std::string::npos);
       } else {
         // check runs the model in a child: the crash is reported, not suffered.
         CHECK(again.exitCode == 1);

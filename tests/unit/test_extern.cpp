@@ -143,7 +143,7 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   CHECK(convs == 3);
 }
 
-TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact; extern kernels link libdnnl", "[extern]") {
+TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact, extern kernels link libdnnl", "[extern]") {
   auto g = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   passes::runPipeline(*g);
   codegen::CppOptions o;

@@ -156,7 +156,7 @@ ir::TensorType f32(std::vector<ir::Dim> dims) { return {ir::DType::F32, std::mov
 
 runtime::Model compileAndLoad(const ir::Graph& graph, const std::string& backend, const fs::path& debugDir) {
   debug::CompileRequest r;
-  r.backend = backend;
+  r.backend = codegen::parseBackend(backend);
   r.jit = backend == "llvm";
   r.output = (scratch() / fmt::format("{}-{}.so", debugDir.filename().string(), backend)).string();
   r.cpp.name = "model";
@@ -279,7 +279,7 @@ TEST_CASE("hostile names: every byte in every name compiles to code that does on
   }
   // The C header is C, whatever the names.
   debug::CompileRequest r;
-  r.backend = "cpp";
+  r.backend = codegen::Backend::Cpp;
   r.output = (scratch() / "names-header.so").string();
   r.header = (scratch() / "names.h").string();
   r.cpp.name = "model";
@@ -330,7 +330,7 @@ TEST_CASE("hostile names: names that are C keywords, types, macros or policyc's 
   g.setOutputs(outs);
   for (const char* modelName : {"pc", "policyc_model", "int"}) {
     debug::CompileRequest r;
-    r.backend = "cpp";
+    r.backend = codegen::Backend::Cpp;
     r.output = (scratch() / fmt::format("keywords-{}.so", modelName)).string();
     r.header = (scratch() / fmt::format("keywords-{}.h", modelName)).string();
     r.cpp.name = modelName;
@@ -342,7 +342,7 @@ TEST_CASE("hostile names: names that are C keywords, types, macros or policyc's 
     CHECK(std::system(("cc -std=c99 -Wall -Werror -fsyntax-only -I " + std::string(POLICYC_SOURCE_DIR) + "/runtime/include " +
                        (scratch() / "use_keywords.c").string())
                           .c_str()) == 0);
-    r.backend = "llvm";
+    r.backend = codegen::Backend::Llvm;
     r.output = (scratch() / fmt::format("keywords-{}-llvm.so", modelName)).string();
     REQUIRE_NOTHROW(debug::compileGraph(g, r));
   }
@@ -680,7 +680,7 @@ TEST_CASE("shared objects: truncated or foreign files are refused before dlopen,
   const std::string model = testing::sourcePath("examples/models/ppo_mlp.onnx");
   const fs::path so = scratch() / "whole.so";
   debug::CompileRequest r;
-  r.backend = "llvm";
+  r.backend = codegen::Backend::Llvm;
   r.output = so.string();
   r.cpp.name = "ppo";
   debug::compileGraph(*tools::loadModel(model), r);

@@ -113,7 +113,7 @@ TEST_CASE("fusion: a residual add of an earlier value joins the conv's epilogue"
   CHECK(kernelNames(p) == std::vector<std::string>{"fused_conv_bias_relu_0", "fused_conv_bias_add_relu_1"});
 }
 
-TEST_CASE("fusion: a value read twice keeps its store; the pointwise reader moves in", "[codegen][fusion]") {
+TEST_CASE("fusion: a value read twice keeps its store, the pointwise reader moves in", "[codegen][fusion]") {
   // IMPALA's block input: x feeds relu(x) -> conv and the residual add.
   Graph g("pre_act");
   Value* in = g.addInput("in", f32({Dim::batch(), 4, 8, 8}));

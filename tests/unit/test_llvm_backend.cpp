@@ -251,14 +251,17 @@ TEST_CASE("llvm backend: the CLI runs, checks and compiles with --backend llvm",
   CHECK(fs::exists(dir / "module.ll"));
   CHECK(fs::exists(dir / "module.opt.ll"));
   CHECK(testing::slurp(dir / "compile_times.txt").find("llvm codegen") != std::string::npos);
-  // The default backend is llvm; an option only cpp has (here --profile) picks cpp.
-  fs::path byDefault = scratch() / "default_debug", profiled = scratch() / "profile_debug";
+  // The default backend is llvm, with --profile too; an option only cpp has (here --force-impl) picks cpp.
+  fs::path byDefault = scratch() / "default_debug", profiled = scratch() / "profile_debug", forced = scratch() / "forced_debug";
   CHECK(testing::runCli(fmt::format("compile {} -o {} --debug-dir {}", model, (scratch() / "d.so").string(), byDefault.string())).exitCode == 0);
   CHECK(fs::exists(byDefault / "module.ll"));
   CHECK_FALSE(fs::exists(byDefault / "output_code.cpp"));
   CHECK(testing::runCli(fmt::format("compile {} --profile -o {} --debug-dir {}", model, (scratch() / "p.so").string(), profiled.string()))
             .exitCode == 0);
-  CHECK(fs::exists(profiled / "output_code.cpp"));
-  testing::requireCleanError(testing::runCli(fmt::format("compile {} --backend llvm --profile -o {}", model, (scratch() / "p2.so").string())),
-                             "--profile applies to backend cpp", true);
+  CHECK(fs::exists(profiled / "module.ll"));
+  CHECK(testing::slurp(profiled / "module.ll").find("policyc_rt_profile_record") != std::string::npos);
+  CHECK(testing::runCli(fmt::format("compile {} --force-impl gemm4x16 -o {} --debug-dir {}", model, (scratch() / "f.so").string(),
+                                    forced.string()))
+            .exitCode == 0);
+  CHECK(fs::exists(forced / "output_code.cpp"));
 }

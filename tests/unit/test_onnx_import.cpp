@@ -222,7 +222,7 @@ TEST_CASE("onnx import: dynamic batch input through Gemm", "[onnx]") {
   for (int i = 0; i < 6; ++i) CHECK(result[0].data<float>()[i] == Approx(expect[i]));
 }
 
-TEST_CASE("onnx import: first dim written as -1 or missing is the batch; 0 is an empty dim", "[onnx]") {
+TEST_CASE("onnx import: first dim written as -1 or missing is the batch, 0 is an empty dim", "[onnx]") {
   for (int form = 0; form < 3; ++form) {
     ModelBuilder b;
     b.input("x", {1, 4});

@@ -1810,20 +1810,14 @@ class Emitter {
     const size_t n = std::max<size_t>(p_.kernels.size(), 1);
     if (o_.profile) {
       s += fmt::format("static uint64_t pc_profile_ns[{}];\nstatic uint64_t pc_profile_calls[{}];\n", n, n);
-      s += "static constexpr int64_t kTraceCapacity = 1 << 16;\n";
+      s += fmt::format("static constexpr int64_t kTraceCapacity = {};\n", CppOptions::kTraceCapacity);
       s += "static policyc_trace_event pc_trace[kTraceCapacity];\nstatic int64_t pc_trace_count = 0;\n";
       s += "static void pc_profile_reset() {\n"
            "  std::memset(pc_profile_ns, 0, sizeof pc_profile_ns);\n"
            "  std::memset(pc_profile_calls, 0, sizeof pc_profile_calls);\n"
            "  __atomic_store_n(&pc_trace_count, 0, __ATOMIC_RELAXED);\n}\n";
       s += "static void pc_profile_record(int kernel, int64_t batch, uint64_t t0) {\n"
-           "  const uint64_t dt = pc::nowNs() - t0;\n"
-           "  __atomic_fetch_add(&pc_profile_ns[kernel], dt, __ATOMIC_RELAXED);\n"
-           "  __atomic_fetch_add(&pc_profile_calls[kernel], 1, __ATOMIC_RELAXED);\n"
-           "  if (__atomic_load_n(&pc_trace_count, __ATOMIC_RELAXED) >= kTraceCapacity) return;\n"
-           "  const int64_t e = __atomic_fetch_add(&pc_trace_count, 1, __ATOMIC_RELAXED);\n"
-           "  if (e < kTraceCapacity) pc_trace[e] = {kernel, 0, batch, t0, dt};\n"
-           "  else __atomic_store_n(&pc_trace_count, kTraceCapacity, __ATOMIC_RELAXED);\n}\n";
+           "  pc::profileRecord(pc_profile_ns, pc_profile_calls, pc_trace, kTraceCapacity, &pc_trace_count, kernel, batch, t0);\n}\n";
       s += fmt::format("static const policyc_profile pc_profile = {{{}, 1, pc_kernel_info, {}, pc_profile_ns, pc_profile_calls, pc_trace, kTraceCapacity, &pc_trace_count, pc_profile_reset}};\n\n",
                        p_.kernels.size(), paramBytes(p_));
     } else {

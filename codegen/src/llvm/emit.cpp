@@ -884,7 +884,7 @@ class Emitter {
     }
     for (const ir::Node* n : k.sources) {
       if (faulty(n, InjectedFault::Kind::Compile)) {
-        fail("backend llvm: injected compile fault in node '{}' ({}) of kernel {}", n->name(), n->info().name, k.name);
+        fail("the LLVM compiler failed: injected compile fault in node '{}' ({}) of kernel {}", n->name(), n->info().name, k.name);
       }
       if (faulty(n, InjectedFault::Kind::Crash)) b_.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
     }
@@ -1934,15 +1934,47 @@ class Emitter {
       llvm::AllocaInst* status = b_.CreateAlloca(i32_, nullptr, "status");
       b_.CreateStore(b_.getInt32(0), status);
       b_.CreateStore(status, b_.CreateStructGEP(ctxTy_, ctx, 4));
+      // --profile: the clock before each kernel, the bookkeeping after it (pc::profileRecord).
+      auto* eventTy = llvm::StructType::create(ctx_, {i32_, i32_, i64_, i64_, i64_}, "policyc_trace_event");
+      llvm::GlobalVariable *profNs = nullptr, *profCalls = nullptr, *trace = nullptr, *traceCount = nullptr;
+      llvm::FunctionCallee nowNs, record;
+      if (o_.profile) {
+        auto zeroed = [&](llvm::Type* t, const std::string& name) {
+          return new llvm::GlobalVariable(m_, t, false, llvm::GlobalValue::InternalLinkage, llvm::Constant::getNullValue(t), name);
+        };
+        const uint64_t n = std::max<uint64_t>(p_.kernels.size(), 1);
+        profNs = zeroed(llvm::ArrayType::get(i64_, n), "pc_profile_ns");
+        profCalls = zeroed(llvm::ArrayType::get(i64_, n), "pc_profile_calls");
+        trace = zeroed(llvm::ArrayType::get(eventTy, CppOptions::kTraceCapacity), "pc_trace");
+        traceCount = zeroed(i64_, "pc_trace_count");
+        nowNs = m_.getOrInsertFunction(llvmbe::kNowNs, llvm::FunctionType::get(i64_, {}, false));
+        record = m_.getOrInsertFunction(llvmbe::kProfileRecord,
+                                        llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, ptr_, i64_, ptr_, i32_, i64_, i64_}, false));
+        profile_ = {profNs, profCalls, trace, traceCount};
+      }
+      Value* t0 = nullptr;
+      auto startTimer = [&](size_t ki) {
+        if (o_.profile) t0 = b_.CreateCall(nowNs, {}, p_.kernels[ki].name + ".t0");
+      };
+      auto stopTimer = [&](size_t ki) {
+        if (o_.profile) {
+          b_.CreateCall(record, {profNs, profCalls, trace, c64(CppOptions::kTraceCapacity), traceCount, b_.getInt32(static_cast<uint32_t>(ki)),
+                                 batch, t0});
+        }
+      };
       Value* minChunk = llvm::ConstantFP::get(f64_, o_.minChunkCost);
       Value* serial = b_.CreateOr(b_.CreateICmpEQ(threads, b_.getInt32(1)), b_.CreateIsNull(parallelFor_), "serial");
       size_t split = 0;  // splits_ has one entry per split function, in order
       for (size_t ki = 0; ki < kernels.size(); ++ki) {
         b_.CreateAlignedStore(b_.getInt32(static_cast<uint32_t>(ki)), running, llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Monotonic);
+        startTimer(ki);
         if (externFns_.count(ki)) {
           Value* rc = b_.CreateCall(externFnTy_, externFns_.at(ki), {ctx, threads}, p_.kernels[ki].name + ".rc");
           fails(b_.CreateICmpNE(rc, b_.getInt32(0)), POLICYC_ERROR_EXTERN);
-          if (!kernels[ki]) continue;
+          if (!kernels[ki]) {
+            stopTimer(ki);
+            continue;
+          }
         }
         const Split& sp = splits_[split++];
         Value* units = sp.units(batch);
@@ -1953,6 +1985,7 @@ class Emitter {
             [&] {
               b_.CreateCall(parallelFor_, {threads, units, sp.cost(batch), minChunk, kernels[ki], ctx});
             });
+        stopTimer(ki);
         if (p_.kernels[ki].canFail()) {
           // What the kernel reported (its threads have joined): the run's result.
           llvm::LoadInst* bits = b_.CreateAlignedLoad(i32_, status, llvm::Align(4), p_.kernels[ki].name + ".status");
@@ -1981,7 +2014,8 @@ class Emitter {
                                             cstr(o_.sourceHash)}),
         "pc_model");
 
-    // profiling data (policyc_profile_data): what each kernel is and costs; not instrumented
+    // profiling data (policyc_profile_data): what each kernel is and costs; with --profile also
+    // the counters pc_run updates and a reset function
     auto* infoTy = llvm::StructType::create(ctx_, {ptr_, ptr_, ptr_, f64_, f64_, f64_, f64_}, "policyc_kernel_info");
     std::vector<llvm::Constant*> infos;
     std::vector<llvm::Constant*> names;
@@ -1998,9 +2032,19 @@ class Emitter {
     auto* nameArr = constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(ptr_, names.size()), names), "pc_kernel_names");
     auto* profTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, i64_, ptr_, ptr_, ptr_, i64_, ptr_, ptr_}, "policyc_profile");
     llvm::Constant* null = llvm::ConstantPointerNull::get(b_.getPtrTy());
+    std::vector<llvm::Constant*> counters = {null, null, null, b_.getInt64(0), null, null};
+    if (o_.profile) {
+      llvm::Function* reset = function(b_.getVoidTy(), {}, "pc_profile_reset", false);
+      for (llvm::GlobalVariable* g : {profile_.ns, profile_.calls, profile_.trace, profile_.count}) {
+        b_.CreateMemSet(g, b_.getInt8(0), m_.getDataLayout().getTypeAllocSize(g->getValueType()), llvm::MaybeAlign(8));
+      }
+      b_.CreateRetVoid();
+      counters = {profile_.ns, profile_.calls, profile_.trace, b_.getInt64(CppOptions::kTraceCapacity), profile_.count, reset};
+    }
     auto* profile = constGlobal(
-        llvm::ConstantStruct::get(profTy, {b_.getInt32(static_cast<uint32_t>(p_.kernels.size())), b_.getInt32(0), infoArr,
-                                           b_.getInt64(static_cast<uint64_t>(paramBytes(p_))), null, null, null, b_.getInt64(0), null, null}),
+        llvm::ConstantStruct::get(profTy, {b_.getInt32(static_cast<uint32_t>(p_.kernels.size())), b_.getInt32(o_.profile ? 1 : 0), infoArr,
+                                           b_.getInt64(static_cast<uint64_t>(paramBytes(p_))), counters[0], counters[1], counters[2],
+                                           counters[3], counters[4], counters[5]}),
         "pc_profile");
 
     function(ptr_, {}, "policyc_model_descriptor", true);
@@ -2079,6 +2123,10 @@ class Emitter {
   llvm::GlobalVariable* weightsGv_ = nullptr;
   llvm::FunctionType* kernelFnTy_ = nullptr;
   llvm::Function* parallelFor_ = nullptr;
+  // --profile's counters (null without it)
+  struct {
+    llvm::GlobalVariable *ns = nullptr, *calls = nullptr, *trace = nullptr, *count = nullptr;
+  } profile_;
   llvm::Function* threadWorkspace_ = nullptr;
   llvm::StructType* ctxTy_ = nullptr;
   int64_t maxBatch_ = 0;  // codegen::maxBatch of the workspace
@@ -2161,7 +2209,7 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   impl->usesOnednn = m.getFunction(llvmbe::kOnednnConv) != nullptr;
   std::string problems;
   llvm::raw_string_ostream os(problems);
-  if (llvm::verifyModule(m, &os)) fail("internal: the LLVM backend emitted an invalid module: {}", problems);
+  if (llvm::verifyModule(m, &os)) fail("the LLVM compiler failed: internal: the LLVM backend emitted an invalid module: {}", problems);
   if (options.keepUnoptimizedIr) impl->unoptimized = printModule(m, true);
   auto emitted = std::chrono::steady_clock::now();
   impl->emitSeconds = std::chrono::duration<double>(emitted - start).count();

@@ -33,6 +33,8 @@ void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine);
 // Symbols of the run-time support (support.cpp) the emitted IR calls.
 constexpr const char* kParallelFor = "policyc_rt_parallel_for";
 constexpr const char* kThreadWorkspace = "policyc_rt_thread_workspace";
+constexpr const char* kNowNs = "policyc_rt_now_ns";                    // models built with --profile
+constexpr const char* kProfileRecord = "policyc_rt_profile_record";
 constexpr const char* kOnednnConv = "policyc_rt_onednn_conv";          // support_onednn.cpp
 constexpr const char* kOnednnConvRun = "policyc_rt_onednn_conv_run";
 

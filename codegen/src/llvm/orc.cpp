@@ -37,6 +37,8 @@
 extern "C" {
 void policyc_rt_parallel_for(int32_t, int64_t, double, double, void (*)(void*, int64_t, int64_t), void*);
 void* policyc_rt_thread_workspace(int64_t);
+uint64_t policyc_rt_now_ns();
+void policyc_rt_profile_record(uint64_t*, uint64_t*, policyc_trace_event*, int64_t, int64_t*, int32_t, int64_t, uint64_t);
 void* policyc_rt_onednn_conv(void**, const char*, const int64_t*, int32_t, const char*, const float*, const float*);
 int32_t policyc_rt_onednn_conv_run(void*, const char*, const float*, const float*, float*, int64_t, int32_t, float*, const float**);
 extern const unsigned char policyc_llvm_support_archive[];
@@ -328,6 +330,9 @@ std::unique_ptr<JitModel> jitCompile(LlvmModule module) {
                                                       llvm::JITSymbolFlags::Exported};
   support[j.mangleAndIntern(llvmbe::kThreadWorkspace)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_thread_workspace),
                                                           llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kNowNs)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_now_ns), llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kProfileRecord)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_profile_record),
+                                                        llvm::JITSymbolFlags::Exported};
   support[j.mangleAndIntern(llvmbe::kOnednnConv)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_conv),
                                                      llvm::JITSymbolFlags::Exported};
   support[j.mangleAndIntern(llvmbe::kOnednnConvRun)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_conv_run),

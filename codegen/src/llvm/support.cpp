@@ -1,7 +1,7 @@
-// Run-time support of LLVM-backend models: the thread pool (the C++ backend's, from its prelude)
-// and the typed wrappers' per-thread workspace, behind a C interface the emitted IR calls. Linked
-// into the compiler (the JIT resolves these symbols to it) and, as a static archive embedded in
-// the compiler, into every shared object the backend builds.
+// Run-time support of LLVM-backend models: the thread pool (the C++ backend's, from its prelude),
+// the typed wrappers' per-thread workspace and the profiler's bookkeeping, behind a C interface
+// the emitted IR calls. Linked into the compiler (the JIT resolves these symbols to it) and, as a
+// static archive embedded in the compiler, into every shared object the backend builds.
 #include "policyc/runtime/policyc_model.h"  // the prelude's error codes
 #include "../../cpp_prelude/policyc_prelude.h"
 
@@ -31,6 +31,15 @@ __attribute__((visibility("hidden"))) void* policyc_rt_thread_workspace(int64_t 
     w.bytes = w.p ? need : 0;
   }
   return w.p;
+}
+
+// The profiler's clock and bookkeeping (models built with --profile): pc::nowNs and
+// pc::profileRecord, as the C++ backend's models call them.
+__attribute__((visibility("hidden"))) uint64_t policyc_rt_now_ns() { return pc::nowNs(); }
+__attribute__((visibility("hidden"))) void policyc_rt_profile_record(uint64_t* ns, uint64_t* calls, policyc_trace_event* trace,
+                                                                      int64_t capacity, int64_t* count, int32_t kernel, int64_t batch,
+                                                                      uint64_t t0) {
+  pc::profileRecord(ns, calls, trace, capacity, count, kernel, batch, t0);
 }
 
 }  // extern "C"

@@ -100,6 +100,7 @@ struct CppOptions {
   // Times every kernel of every run (policyc_profile_data(): totals and a trace); costs two clock
   // reads per kernel, so it is for `policyc bench --profile`, not for deployment.
   bool profile = false;
+  static constexpr int64_t kTraceCapacity = int64_t{1} << 16;  // trace events a profiled model keeps
   // oneDNN extern kernels may be used (--no-extern: false, the artifact needs no libdnnl).
   bool externKernels = true;
   // The implementation of each tunable kernel; kernels it does not name follow the heuristic.
@@ -137,7 +138,7 @@ GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options = {})
 
 // What a driver sees of generateCpp's stages (the debug directory dumps them).
 struct CodegenStages {
-  bool fuse = true;  // false: one kernel per graph node (the nofuse backend)
+  bool fuse = true;  // false: one kernel per graph node (--no-fuse)
   std::function<void(const KernelProgram&)> lowered;                        // before fusion
   std::function<void(const KernelProgram&, const MemoryPlan&)> planned;     // after fusion and planning
 };

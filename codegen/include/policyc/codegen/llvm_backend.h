@@ -48,6 +48,7 @@ struct LlvmOptions {
   // called through the backend's support library; false: a model that needs no libdnnl.
   bool externKernels = true;
   std::optional<InjectedFault> fault;   // as CppOptions::fault (compile: the emitter fails)
+  bool profile = false;                 // as CppOptions::profile (the support library's clock)
   bool keepUnoptimizedIr = false;       // keep the module as emitted as text (the debug directory's module.ll)
   std::string sourceHash;               // as CppOptions::sourceHash
 };

@@ -15,7 +15,7 @@ namespace policyc::debug {
 
 struct AutotuneOptions {
   codegen::CppOptions cpp;       // target, extern kernels, tuneBatches (the batch sizes timed)
-  bool fuse = true;              // false for the nofuse backend
+  bool fuse = true;              // false: --no-fuse
   double secondsPerCandidate = 0.2;  // timed calls per candidate and batch size, at least 3
   bool progress = true;          // a counter on stderr (a bar when it is a terminal)
 };

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "policyc/codegen/backend.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/llvm_backend.h"
 #include "policyc/ir/graph.h"
@@ -17,22 +18,22 @@
 
 namespace policyc::debug {
 
-// The backends a compiled model can come from; `nofuse` is `cpp` with every fusion pass and
-// kernel fusion off (one kernel per graph node), for narrowing a bug down to fusion; `llvm`
-// emits LLVM IR (codegen/llvm_backend.h), JIT-compiled in-process or built into the same .so.
-bool isCodegenBackend(const std::string& backend);  // cpp | nofuse | llvm
-
 struct CompileRequest {
   std::string modelPath;             // names and hashes the debug directory
   std::string output;                // OUT.so
   std::string header;                // also write the C header here (optional)
-  std::string backend = "cpp";       // cpp | nofuse | llvm
+  // cpp or llvm (codegen/backend.h); llvm emits LLVM IR (codegen/llvm_backend.h), JIT-compiled
+  // in-process or built into the same kind of .so as cpp's.
+  codegen::Backend backend = codegen::kDefaultBackend;
+  // false (--no-fuse): every fusion pass and kernel fusion off (one kernel per graph node), for
+  // narrowing a bug down to fusion.
+  bool fuse = true;
   // Backend llvm: what to write at `output` (so: a shared object; obj, asm, llvm: OUT.o, OUT.s,
   // OUT.ll), or (jit) nothing: the model is compiled in-process into CompileResult::jit.
   std::string emit = "so";
   bool jit = false;
   std::string cpu, features;         // backend llvm: --cpu, --features (cpp.target is the target)
-  passes::PipelineOptions pipeline;  // the graph passes (noFusion is set for nofuse)
+  passes::PipelineOptions pipeline;  // the graph passes (noFusion is set when fuse is false)
   codegen::CppOptions cpp;           // fault: POLICYC_INJECT_FAULT unless already set
   std::string debugDir;              // --debug-dir; empty: POLICYC_DEBUG=1 decides
   bool optimize = true;              // false: the graph is already optimised

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "policyc/codegen/backend.h"
 #include "policyc/ir/graph.h"
 #include "policyc/ir/tensor.h"
 
@@ -17,7 +18,8 @@ const char* failureKindName(FailureKind kind);
 
 struct MinifyOptions {
   FailureKind failure = FailureKind::Accuracy;
-  std::string backend = "cpp";   // cpp | nofuse
+  codegen::Backend backend = codegen::kDefaultBackend;  // cpp | llvm
+  bool fuse = true;              // false: --no-fuse
   std::string match;             // the child's output must contain this too (keeps the failure the same)
   std::string outDir;            // repro.pir (+ .bin), inputs/*.npy, repro.sh; the best so far as it goes
   std::string policyc;           // the policyc executable the children run

@@ -33,7 +33,7 @@ using PassFn = PassStats (*)(ir::Graph&);
 struct PassInfo {
   std::string_view name;
   PassFn run;
-  bool fusion;  // turned off by --backend nofuse
+  bool fusion;  // turned off by --no-fuse
   std::string_view description;
 };
 

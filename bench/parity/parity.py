@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""The backend parity guard: every example model and every one-op graph of make_ops.py through
+both backends, compiled with --profile, timed by `policyc bench`; then per kernel the two
+backends' microseconds per call side by side (a kernel of either more than 1.25x the other's
+fails the bar), and for the ops timed at several widths whether the time grows linearly with the
+width (a doubling of the width may cost at most 2 x 1.25 the time). Prints a markdown report
+(docs/performance.md, "Backend parity") and exits 1 when a bar fails.
+
+    parity.py POLICYC OUT_DIR [--batch 1,64] [--min-time 0.3] [MODEL.onnx ...]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+BAR = 1.25
+NOISE_US = 0.5  # below this both backends' times are mostly the timer's own cost
+
+
+def bench(policyc, model, backend, batches, min_time, out):
+    path = os.path.join(out, f"{os.path.splitext(os.path.basename(model))[0]}.{backend}.json")
+    cmd = [policyc, "bench", model, "--backend", backend, "--profile", "--batch", batches, "--min-time", str(min_time),
+           "--min-calls", "50", "--warmup", "20", "--json", path]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"parity: {' '.join(cmd)} failed:\n{r.stdout}")
+    with open(path) as f:
+        return json.load(f)
+
+
+def kernels(result):
+    """{(batch, kernel name): (kind, us per call)}"""
+    return {(row["batch"], k["name"]): (k["kind"], k["us_per_call"]) for row in result["rows"] for k in row.get("kernels", [])}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("policyc")
+    ap.add_argument("out")
+    ap.add_argument("models", nargs="*")
+    ap.add_argument("--batch", default="1,64")
+    ap.add_argument("--min-time", type=float, default=0.3)
+    a = ap.parse_intermixed_args()
+    os.makedirs(a.out, exist_ok=True)
+    failures = []
+    rows = []
+    times = {}  # (op, batch) -> {width: (cpp, llvm)}
+    for model in a.models:
+        name = os.path.splitext(os.path.basename(model))[0]
+        print(f"parity: {name}", file=sys.stderr, flush=True)
+        cpp, llvm = (kernels(bench(a.policyc, model, b, a.batch, a.min_time, a.out)) for b in ("cpp", "llvm"))
+        for key in sorted(set(cpp) & set(llvm)):
+            batch, kernel = key
+            kind, c = cpp[key]
+            _, l = llvm[key]
+            ratio = l / c if c > 0 else float("inf")
+            slow = max(ratio, 1 / ratio if ratio > 0 else float("inf"))
+            noise = max(c, l) < NOISE_US
+            verdict = "below timer resolution" if noise else ("ok" if slow <= BAR else f"FAIL: {'llvm' if ratio > 1 else 'cpp'} slower")
+            if not noise and slow > BAR:
+                failures.append(f"{name} batch {batch} {kernel}: cpp {c:.2f} us, llvm {l:.2f} us")
+            rows.append((name, batch, kernel, kind, c, l, ratio, verdict))
+            m = re.fullmatch(r"(.+)_(\d+)", name)
+            if m and len(cpp) // len(a.batch.split(",")) == 1:
+                times.setdefault((m.group(1), batch), {})[int(m.group(2))] = (c, l)
+        missing = (set(cpp) ^ set(llvm))
+        if missing:
+            failures.append(f"{name}: kernels in one backend only: {sorted(k for _, k in missing)}")
+
+    print(f"Per kernel, microseconds per call (median run time split by the profiler), batch {a.batch}; "
+          f"the bar: neither backend more than {BAR}x the other (kernels under {NOISE_US} us in both are timer noise).\n")
+    print("| model | batch | kernel | kind | cpp us | llvm us | llvm/cpp | |")
+    print("|---|---:|---|---|---:|---:|---:|---|")
+    for name, batch, kernel, kind, c, l, ratio, verdict in rows:
+        print(f"| {name} | {batch} | {kernel} | {kind} | {c:.2f} | {l:.2f} | {ratio:.2f} | {verdict} |")
+    print(f"\nTime against width (one-op graphs): each doubling of the width may cost at most {2 * BAR}x.\n")
+    print("| op | batch | widths | cpp us | llvm us | worst step cpp | worst step llvm | |")
+    print("|---|---:|---|---|---|---:|---:|---|")
+    for (op, batch), byWidth in sorted(times.items()):
+        ws = sorted(byWidth)
+        steps = {b: [] for b in (0, 1)}
+        for lo, hi in zip(ws, ws[1:]):
+            for b in (0, 1):
+                t0, t1 = byWidth[lo][b], byWidth[hi][b]
+                if max(t0, t1) >= NOISE_US:
+                    steps[b].append((t1 / t0) ** (1 / ((hi / lo).bit_length() - 1)) if t0 > 0 else float("inf"))
+        worst = [max(steps[b]) if steps[b] else 0.0 for b in (0, 1)]
+        linear = all(w <= 2 * BAR for w in worst)
+        if not linear:
+            failures.append(f"{op} batch {batch}: time grows faster than the width (worst step cpp {worst[0]:.2f}x, llvm {worst[1]:.2f}x)")
+        print(f"| {op} | {batch} | {','.join(map(str, ws))} | {', '.join(f'{byWidth[w][0]:.2f}' for w in ws)} | "
+              f"{', '.join(f'{byWidth[w][1]:.2f}' for w in ws)} | {worst[0]:.2f}x | {worst[1]:.2f}x | {'linear' if linear else 'FAIL'} |")
+    print()
+    if failures:
+        print(f"{len(failures)} bar(s) failed:")
+        for f in failures:
+            print(f"- {f}")
+        return 1
+    print("every kernel within the bar, every width sweep linear")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

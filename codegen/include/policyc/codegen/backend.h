@@ -1,0 +1,23 @@
+// The backends a model runs on, by name: one enum every command, the driver and the Python
+// binding share (a name is parsed once, at the edge; everything behind it switches on the enum).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace policyc::codegen {
+
+// interp: the reference interpreter (nothing compiled); cpp: generated C++ built by the system
+// compiler into a .so; llvm: LLVM IR, JIT-compiled in-process or built into the same kind of .so.
+// Fusion is not a backend: CompileRequest::fuse / --no-fuse turns it off for either compiler.
+enum class Backend { Interp, Cpp, Llvm };
+
+// The default of every command and of the Python binding.
+constexpr Backend kDefaultBackend = Backend::Llvm;
+
+const char* backendName(Backend backend);  // interp | cpp | llvm
+// The backend called `name`; policyc::Error listing the valid names otherwise ("nofuse" says
+// what replaced it). With compiling = true "interp" is refused too.
+Backend parseBackend(std::string_view name, bool compiling = false);
+
+}  // namespace policyc::codegen
