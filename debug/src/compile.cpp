@@ -146,7 +146,8 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     options.externKernels = cpp.externKernels;
     options.keepUnoptimizedIr = d != nullptr;
     options.sourceHash = cpp.sourceHash;
-    if (!cpp.forceImpl.empty() || cpp.choice) fail("--force-impl applies to backend cpp (backend llvm takes the default's choice of oneDNN convs, or none with --no-extern)");
+    options.forceImpl = cpp.forceImpl;
+    options.choice = cpp.choice;
     std::optional<codegen::LlvmModule> module;
     {
       StageTimer t(d, "llvm codegen (IRBuilder + O3)");

@@ -59,11 +59,13 @@ std::string capture(const std::string& cmd) {
 
 namespace {
 
-void checkParity(const std::string& name, bool externKernels = true, std::vector<int64_t> batches = {1, 3, 64}) {
+void checkParity(const std::string& name, bool externKernels = true, std::vector<int64_t> batches = {1, 3, 64},
+                 const std::string& forceImpl = "") {
   auto graph = optimized(name);
   codegen::LlvmOptions options;
   options.minChunkCost = 0;  // split every kernel as far as it goes: 2 threads exercise every split
   options.externKernels = externKernels;
+  options.forceImpl = forceImpl;
   runtime::Model model = jitModel(*graph, options);
   for (int64_t batch : batches) {
     std::vector<ir::Tensor> inputs = debug::randomTensors(graphInputTypes(*graph), batch, 7);
@@ -102,6 +104,43 @@ TEST_CASE("llvm backend: the CNNs without oneDNN (--no-extern) match the interpr
   checkParity("atari_cnn", false, {1, 5});
   checkParity("impala_cnn", false, {1, 2});
   checkParity("uint8_convbn", false, {1, 3});
+}
+
+// The implementations come from the schedule both backends read: the ones this backend has run
+// when forced, the others are one clear error, and both backends write the same C header.
+TEST_CASE("llvm backend: forced implementations it has match the interpreter, others are refused by name", "[llvm]") {
+  checkParity("atari_cnn", true, {1, 3}, "onednn_postops");
+  checkParity("atari_cnn", true, {1, 3}, "gemm4x32");
+  auto graph = optimized("atari_cnn");
+  codegen::LlvmOptions options;
+  options.forceImpl = "gemm4x16";
+  // A forced implementation applies where the backend has it: none has gemm4x16 here.
+  REQUIRE(codegen::generateLlvm(*graph, options).header().size() > 0);
+  codegen::ImplChoice missing;
+  missing["fused_linear_bias_relu_3"] = {{-1, "onednn"}};
+  options.forceImpl = "";
+  options.choice = missing;
+  CHECK_THROWS_WITH(codegen::generateLlvm(*graph, options),
+                    Catch::Contains("kernel 'fused_linear_bias_relu_3' has no implementation 'onednn' (candidates: gemm4x32)"));
+  codegen::ImplChoice byBatch;
+  byBatch["fused_conv_bias_relu_0"] = {{4, "gemm4x32"}, {-1, "onednn"}};
+  options.choice = byBatch;
+  CHECK_THROWS_WITH(codegen::generateLlvm(*graph, options), Catch::Contains("would run gemm4x32 at some batch sizes and onednn"));
+}
+
+TEST_CASE("llvm backend: the C header is the C++ backend's, names and workspace included", "[llvm]") {
+  for (const char* model : {"ppo_mlp", "atari_cnn", "multi_input"}) {
+    INFO(model);
+    auto graph = optimized(model);
+    codegen::LlvmOptions llvm;
+    llvm.name = "int";  // a reserved name: both backends make it m_int
+    codegen::CppOptions cpp;
+    cpp.name = "int";
+    const std::string header = codegen::generateLlvm(*graph, llvm).header();
+    CHECK(header == codegen::generateCpp(*graph, cpp).header);
+    CHECK(header.find("int m_int_run(") != std::string::npos);
+    CHECK(header.find("_WORKSPACE_BYTES_PER_BATCH") != std::string::npos);
+  }
 }
 
 TEST_CASE("llvm backend: the AOT shared object loads like the C++ backend's and computes what the JIT does", "[llvm]") {

@@ -13,6 +13,7 @@
 #include "cpp_embedded.h"
 #include "packing.h"
 #include "policyc/codegen/cpp_backend.h"
+#include "schedule.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
 #include "policyc/support/escape.h"
@@ -22,23 +23,6 @@ namespace {
 
 using ir::DType;
 using ir::Op;
-
-constexpr size_t kWeightAlign = 64;
-
-const char* ctype(DType t) {
-  switch (t) {
-    case DType::F32: return "float";
-    case DType::F64: return "double";
-    case DType::I32: return "int32_t";
-    case DType::I64: return "int64_t";
-    case DType::U8: return "uint8_t";
-    case DType::I8: return "int8_t";
-    case DType::Bool: return "bool";
-  }
-  return "float";
-}
-// Element type of a buffer in memory (bool is one byte, 0 or 1).
-const char* storageType(DType t) { return t == DType::Bool ? "uint8_t" : ctype(t); }
 
 int abiDType(DType t) {
   switch (t) {
@@ -83,33 +67,6 @@ using escape::cComment;
 using escape::cIdentifier;
 using escape::cString;
 
-std::string upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// A name a generated identifier must not take: C and C++ keywords and alternative tokens, the
-// types and macros the model header and wrappers use, the wrappers' own locals, and policyc's
-// prefixes (pc_, PC_, policyc, POLICYC) and the compiler's (__, _X).
-bool reservedCName(const std::string& n) {
-  static const std::set<std::string> words = {
-      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch", "char",
-      "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr", "constinit",
-      "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete", "do", "double",
-      "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto", "if",
-      "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq", "nullptr", "operator", "or",
-      "or_eq", "private", "protected", "public", "register", "reinterpret_cast", "requires", "restrict", "return",
-      "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct", "switch", "template", "this",
-      "thread_local", "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual",
-      "void", "volatile", "wchar_t", "while", "xor", "xor_eq", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
-      "uint16_t", "uint32_t", "uint64_t", "size_t", "ptrdiff_t", "intptr_t", "uintptr_t", "NULL", "INT64_C", "UINT64_C",
-      "errno", "assert", "offsetof", "main", "std", "pc", "batch", "workspace", "ins", "outs", "need", "w"};
-  if (words.count(n)) return true;
-  const std::string u = upper(n);
-  if (u.rfind("PC_", 0) == 0 || u.rfind("POLICYC", 0) == 0) return true;
-  return n.rfind("__", 0) == 0 || (n.size() > 1 && n[0] == '_' && std::isupper(static_cast<unsigned char>(n[1])));
-}
-
 std::string sourceStr(const ir::Node* n) {
   std::string s = fmt::format("%{} ({})", cComment(ir::formatName(n->name())), n->info().name);
   std::vector<std::string> origins;
@@ -119,12 +76,6 @@ std::string sourceStr(const ir::Node* n) {
 }
 
 std::string dimStr(const ir::Dim& d) { return d.isBatch() ? "batch" : std::to_string(d.value()); }
-
-std::vector<int64_t> spatialList(const ir::Node& n, const char* name, size_t count, int64_t fallback) {
-  std::vector<int64_t> v = ir::attrIntsOr(n.attrs(), name, {});
-  if (v.empty()) v.assign(count, fallback);
-  return v;
-}
 
 int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
@@ -154,187 +105,6 @@ struct Affine {
   }
 };
 
-// ---- kernels with packed weights, and their implementations
-
-enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps };
-constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops"};
-const char* implName(Impl i) { return kImplNames[static_cast<int>(i)]; }
-bool isExtern(Impl i) { return i == Impl::Onednn || i == Impl::OnednnPostOps; }
-std::optional<Impl> implByName(const std::string& name) {
-  for (int i = 0; i < 4; ++i) {
-    if (name == kImplNames[i]) return static_cast<Impl>(i);
-  }
-  return std::nullopt;
-}
-
-// Whether buffer `id` is a dense, non-view f32 array indexed by `index` exactly as the domain
-// (element [i0, i1, ...] at the C-order position): what oneDNN reads or writes as a plain tensor.
-bool plainOverDomain(const KernelProgram& p, const Kernel& k, int id, const IndexMap& index) {
-  const Buffer& b = p.buffer(id);
-  if (b.isView() || b.type.dtype != DType::F32 || b.type.rank() != k.domain.size() || index.size() != k.domain.size()) return false;
-  int64_t stride = 1;
-  for (size_t d = k.domain.size(); d-- > 0;) {
-    if (index[d].axis != static_cast<int>(d) || index[d].scale != 1 || index[d].offset != 0) return false;
-    if (!(b.type.shape[d] == k.domain[d])) return false;
-    if (d > 0 && b.strides[d] != stride) return false;
-    if (d > 0) stride *= k.domain[d].value();
-  }
-  return true;
-}
-
-// oneDNN runs linear on a row-major [batch, K] operand and conv on an NCHW one whose channel,
-// row and column strides are dense (any batch stride, any offset).
-bool onednnEligible(const KernelProgram& p, const Kernel& k) {
-  if (!packable(p, k)) return false;
-  // An epilogue that can fail on its data (an integer division) reports through the run's status,
-  // which oneDNN's extern call does not carry.
-  if (k.canFail()) return false;
-  const Buffer& x = p.buffer(k.anchorInputs[0]);
-  if (k.domain.empty() || !k.domain[0].isBatch()) return false;
-  for (const Instr& in : k.body) {
-    if (in.opcode == Opcode::Acc && in.dtype != DType::F32) return false;
-  }
-  // Linear rows must be dense too: oneDNN 2.6 runs an inner product on strided rows (a split
-  // view) with its reference implementation, hundreds of times slower.
-  if (k.kind == KernelKind::Linear) return x.type.rank() == 2 && x.type.shape[0].isBatch() && x.strides[1] == 1 && x.strides[0] == packedK(p, k);
-  int64_t h = x.type.shape[2].value(), w = x.type.shape[3].value();
-  return x.type.shape[0].isBatch() && x.strides[3] == 1 && x.strides[2] == w && x.strides[1] == h * w;
-}
-
-// The epilogue as oneDNN post-ops: eltwise ops and x*a+b on the running value, at most one
-// residual add (a sum post-op: the residual is copied into the destination first), then one
-// plain store.
-struct PostOp {
-  std::string alg;  // dnnl::algorithm enumerator; empty: sum
-  double alpha = 0, beta = 0;
-  const ir::Node* node = nullptr;
-};
-struct PostOpPlan {
-  std::vector<PostOp> ops;
-  int store = -1;      // the buffer the result goes to
-  int residual = -1;   // the buffer a sum post-op adds (-1: none)
-};
-
-std::optional<PostOpPlan> postOpPlan(const KernelProgram& p, const Kernel& k) {
-  const std::vector<Instr>& b = k.body;
-  if (b.empty() || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
-  PostOpPlan plan;
-  int cur = 0;
-  auto isConst = [&](int i) { return b[static_cast<size_t>(i)].opcode == Opcode::Const; };
-  for (size_t i = 1; i < b.size(); ++i) {
-    const Instr& in = b[i];
-    if (in.opcode == Opcode::Const) continue;
-    if (in.opcode == Opcode::Load) {
-      if (!plainOverDomain(p, k, in.buffer, in.index)) return std::nullopt;
-      continue;
-    }
-    if (in.opcode == Opcode::Store) {
-      if (i + 1 != b.size() || in.args[0] != cur || !plainOverDomain(p, k, in.buffer, in.index)) return std::nullopt;
-      plan.store = in.buffer;
-      return plan;
-    }
-    if (in.opcode != Opcode::Apply || in.dtype != DType::F32) return std::nullopt;
-    const ir::Node& n = *in.node;
-    PostOp op{"", 0, 0, in.node};
-    if (in.args.size() == 1) {
-      if (in.args[0] != cur) return std::nullopt;
-      switch (in.op) {
-        case Op::Relu: op.alg = "eltwise_relu"; break;
-        case Op::LeakyRelu: op.alg = "eltwise_relu"; op.alpha = n.attrFloat("alpha"); break;
-        case Op::Tanh: op.alg = "eltwise_tanh"; break;
-        case Op::Sigmoid: op.alg = "eltwise_logistic"; break;
-        case Op::Elu: op.alg = "eltwise_elu"; op.alpha = n.attrFloat("alpha"); break;
-        case Op::Exp: op.alg = "eltwise_exp"; break;
-        case Op::Abs: op.alg = "eltwise_abs"; break;
-        case Op::Sqrt: op.alg = "eltwise_sqrt"; break;
-        case Op::Log: op.alg = "eltwise_log"; break;
-        case Op::Gelu: op.alg = "eltwise_gelu_erf"; break;
-        case Op::Silu: op.alg = "eltwise_swish"; op.alpha = 1; break;
-        case Op::Softplus: op.alg = "eltwise_soft_relu"; break;
-        case Op::HardSwish: op.alg = "eltwise_hardswish"; break;
-        default: return std::nullopt;
-      }
-    } else if (in.args.size() == 2 && (in.args[0] == cur || in.args[1] == cur) && in.args[0] != in.args[1]) {
-      const int other = in.args[0] == cur ? in.args[1] : in.args[0];
-      const bool first = in.args[0] == cur;
-      const Instr& o = b[static_cast<size_t>(other)];
-      if (isConst(other) && o.dtype == DType::F32) {
-        op.alg = "eltwise_linear";
-        const double c = o.constant;
-        if (in.op == Op::Add) {
-          op.alpha = 1, op.beta = c;
-        } else if (in.op == Op::Sub) {
-          op.alpha = first ? 1 : -1, op.beta = first ? -c : c;
-        } else if (in.op == Op::Mul) {
-          op.alpha = c;
-        } else {
-          return std::nullopt;
-        }
-      } else if (in.op == Op::Add && o.opcode == Opcode::Load && plan.residual < 0) {
-        plan.residual = o.buffer;  // op.alg stays empty: a sum
-      } else {
-        return std::nullopt;
-      }
-    } else {
-      return std::nullopt;
-    }
-    // Consecutive x*a+b fold into one: oneDNN 2.6's GEMM inner product computes a chain of two
-    // eltwise_linear post-ops wrongly (measured: the second one's b is lost).
-    if (op.alg == "eltwise_linear" && !plan.ops.empty() && plan.ops.back().alg == "eltwise_linear") {
-      PostOp& prev = plan.ops.back();
-      prev.beta = op.alpha * prev.beta + op.beta;
-      prev.alpha = op.alpha * prev.alpha;
-    } else {
-      plan.ops.push_back(op);
-    }
-    cur = static_cast<int>(i);
-  }
-  return std::nullopt;  // no store
-}
-
-// Whether a source node of `k` gets an injected accuracy fault (POLICYC_INJECT_FAULT).
-bool hasAccuracyFault(const Kernel& k, const std::optional<InjectedFault>& fault) {
-  if (!fault || fault->kind != InjectedFault::Kind::Accuracy) return false;
-  for (const ir::Node* n : k.sources) {
-    if (n->isOp() && n->info().name == fault->op) return true;
-  }
-  return false;
-}
-
-std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern,
-                               const std::optional<InjectedFault>& fault = std::nullopt) {
-  if (!packable(p, k)) return {};
-  std::vector<Impl> v = {Impl::Gemm4x32, Impl::Gemm4x16};
-  if (allowExtern && onednnEligible(p, k)) {
-    v.push_back(Impl::Onednn);
-    // An injected fault lives in the generated epilogue: keep the epilogue generated.
-    if (postOpPlan(p, k) && !hasAccuracyFault(k, fault)) v.push_back(Impl::OnednnPostOps);
-  }
-  return v;
-}
-
-// The heuristic of --mode default for a kernel at batch sizes around `batch` (measured on the
-// reference policies, docs/performance.md): oneDNN's convolution for convs (its direct kernels
-// beat the generated implicit GEMM at every batch size, the layout copies included), with the
-// epilogue as post-ops (and oneDNN's own layouts) when those are cheap ones — relu, x*a+b, a
-// residual sum — and as generated code otherwise (oneDNN 2.6's tanh post-op, for one, is several
-// times slower than its logistic); the generated two-panel microkernel for linear layers, where
-// oneDNN's fixed per-call cost is larger than the whole layer at small batches.
-Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern,
-                   const std::optional<InjectedFault>& fault) {
-  (void)batch;
-  std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault);
-  auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
-  if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return Impl::Gemm4x32;
-  if (has(Impl::OnednnPostOps)) {
-    bool cheap = true;
-    const std::optional<PostOpPlan> plan = postOpPlan(p, k);
-    for (const PostOp& op : plan->ops) cheap = cheap && (op.alg.empty() || op.alg == "eltwise_relu" || op.alg == "eltwise_linear");
-    if (cheap) return Impl::OnednnPostOps;
-  }
-  return Impl::Onednn;
-}
-
 class Emitter {
  public:
   Emitter(const KernelProgram& p, const MemoryPlan& plan, const CppOptions& o) : p_(p), plan_(plan), o_(o) {}
@@ -342,15 +112,24 @@ class Emitter {
   GeneratedCpp run() {
     marchFlag(o_.target);  // validates the name
     GeneratedCpp g;
-    g.name = cIdentifier(o_.name.empty() ? p_.name : o_.name, 64);
-    if (reservedCName(g.name)) g.name = "m_" + g.name;  // pc_run, policyc_model_descriptor, int_run ... stay distinct
+    ScheduleOptions so;
+    so.name = o_.name;
+    so.externKernels = o_.externKernels;
+    so.fault = o_.fault;
+    so.choice = o_.choice;
+    so.tuneBatches = o_.tuneBatches;
+    so.forceImpl = o_.forceImpl;
+    so.tuning = o_.tuning;
+    s_ = scheduleProgram(p_, plan_, so);
+    for (size_t ki = 0; ki < s_.kernels.size(); ++ki) {
+      if (!s_.kernels[ki].impls.empty()) impls_[ki] = s_.kernels[ki].impls;
+      if (!s_.kernels[ki].dispatch.empty()) dispatch_[ki] = s_.kernels[ki].dispatch;
+    }
+    g.name = s_.cName;
     g.target = o_.target;
     for (size_t i = 0; i < p_.inputs.size(); ++i) inputIndex_[p_.inputs[i]] = static_cast<int>(i);
     for (size_t i = 0; i < p_.outputs.size(); ++i) outputIndex_[p_.outputs[i].second] = static_cast<int>(i);
     for (const Buffer& b : p_.buffers) bufferNames_.push_back(uniqueBufferName(b));
-    planImpls();
-    layoutWeights();
-    nameWrapperParams();
 
     std::string kernels;
     for (size_t k = 0; k < p_.kernels.size(); ++k) kernels += emitKernel(p_.kernels[k], k);
@@ -364,7 +143,7 @@ class Emitter {
     s += "\n";
     s += kPolicycPrelude;
     s += "\n";
-    if (usesExtern()) {
+    if (s_.usesExtern) {
       s += kPolicycOnednnPrelude;
       s += "\n";
       g.libraries = {"dnnl", "gomp"};
@@ -372,43 +151,25 @@ class Emitter {
     if (!o_.injectLine.empty()) s += o_.injectLine + "\n";
     s += emitWeightsBlock();
     s += fmt::format("\n// Workspace: {} + {}*batch bytes.\nstatic const int64_t kStaticBytes = {};\nstatic const int64_t kPerBatchBytes = {};\n",
-                     workspaceStatic(), workspacePerBatch(), plan_.staticBytes, plan_.perBatchBytes);
-    if (usesExtern()) {
+                     s_.workspaceStatic, s_.workspacePerBatch, plan_.staticBytes, plan_.perBatchBytes);
+    if (s_.usesExtern) {
       s += fmt::format("// oneDNN kernels' NHWC copies and results, after the buffers of the memory plan.\n"
                        "static const int64_t kExternPerBatchBytes = {};\n"
                        "static inline int64_t pc_extern_offset(int64_t batch) {{ return (kStaticBytes + kPerBatchBytes * batch + 63) / 64 * 64; }}\n",
-                       externPerBatch_);
+                       s_.externPerBatch);
     }
     s += fmt::format("// With threads > 1, a kernel is split only into chunks of at least this much work.\n"
                      "static const double kMinChunkCost = {};\n", literal(o_.minChunkCost, DType::F64));
     s += "\n" + kernels;
     s += emitAbi(g.name);
-    g.header = emitHeader(g.name);
-    g.weights = std::move(weights_);
+    g.header = cHeader(p_, s_, o_.target);
+    g.weights = s_.weights;
     for (const auto& [ki, d] : dispatch_) g.dispatch[p_.kernels[ki].name] = d;
     return g;
   }
 
  private:
   // ---- names and addresses
-
-  // C names of the typed wrappers' parameters (inputs, then outputs): unique even in upper case
-  // (the header's NAME_X_SIZE macros), and never a keyword, a type or macro the header or the
-  // wrappers use, or a name of policyc's own (reservedCName).
-  void nameWrapperParams() {
-    std::set<std::string> used;
-    std::vector<std::string> names;
-    for (int id : p_.inputs) names.push_back(p_.buffer(id).name);
-    for (const auto& [n, id] : p_.outputs) names.push_back(n);
-    for (const std::string& n : names) {
-      std::string base = cIdentifier(n);
-      if (reservedCName(base)) base = "v_" + base;  // a reserved prefix stays reserved with any suffix
-      std::string name = base;
-      for (int i = 1; used.count(upper(name)); ++i) name = fmt::format("{}_{}", base, i);
-      used.insert(upper(name));
-      paramNames_.push_back(name);
-    }
-  }
 
   std::string uniqueBufferName(const Buffer& b) {
     std::string base = cIdentifier(b.name, 32);
@@ -430,7 +191,7 @@ class Emitter {
         return fmt::format("{}* PC_RESTRICT {} = static_cast<{}*>(outputs[{}]);", ty, n, ty, outputIndex_.at(root));
       case BufferKind::Param:
         return fmt::format("const {}* PC_RESTRICT {} = reinterpret_cast<const {}*>(pc_weights + {});", ty, n, ty,
-                           paramOffset_.at(root));
+                           s_.paramOffset.at(root));
       case BufferKind::Temp: {
         const MemorySlot* slot = plan_.slotOf(root);
         if (!slot) fail("internal: temporary '{}' has no memory slot", b.name);
@@ -478,60 +239,16 @@ class Emitter {
 
   // ---- weights
 
-  void appendBlob(const void* data, size_t bytes) {
-    weights_.resize((weights_.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
-    const auto* c = static_cast<const unsigned char*>(data);
-    weights_.insert(weights_.end(), c, c + bytes);
-  }
-
   bool packable(const Kernel& k) const { return codegen::packable(p_, k); }
   int64_t packedN(const Kernel& k) const { return codegen::packedN(p_, k); }
   int64_t packedK(const Kernel& k) const { return codegen::packedK(p_, k); }
 
-  void layoutWeights() {
-    std::set<int> raw;
-    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
-      const Kernel& k = p_.kernels[ki];
-      std::vector<int> reads = k.reads();
-      for (int id : reads) {
-        int root = p_.buffer(id).root;
-        if (p_.buffer(root).kind != BufferKind::Param) continue;
-        // Weights and biases of packed kernels are read only through their packed copies, except
-        // the weight of a oneDNN kernel (reordered into oneDNN's layout when the model loads).
-        if (packable(k) && id == k.anchorInputs[1] && needsRawWeight(ki)) {
-          raw.insert(root);
-          continue;
-        }
-        if (packable(k) && (id == k.anchorInputs[1] || (k.anchorInputs.size() > 2 && id == k.anchorInputs[2]))) continue;
-        raw.insert(root);
-      }
-    }
-    for (int root : raw) {
-      const ir::Tensor& t = p_.buffer(root).value->producer()->paramData();
-      appendBlob(t.bytes(), t.nbytes());
-      paramOffset_[root] = weights_.size() - t.nbytes();
-    }
-    // Weights [N,K] packed into panels of kPanel columns: panel j holds W[j*16 + c, k] at
-    // [k][c], so the microkernel streams one panel contiguously (zero padding past N).
-    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
-      const Kernel& k = p_.kernels[ki];
-      if (!packable(k)) continue;
-      std::vector<float> packed = packWeightPanels(p_, k);
-      appendBlob(packed.data(), packed.size() * sizeof(float));
-      packedOffset_[ki] = weights_.size() - packed.size() * sizeof(float);
-      std::vector<float> bias = packBiasPanels(p_, k);
-      appendBlob(bias.data(), bias.size() * sizeof(float));
-      packedBiasOffset_[ki] = weights_.size() - bias.size() * sizeof(float);
-    }
-    weights_.resize((weights_.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
-  }
-
   std::string emitWeightsBlock() const {
     std::string s = "\n// The weights blob (weights.bin, ";
-    s += fmt::format("{} bytes): every param the kernels read, 64-byte aligned; linear weights\n", weights_.size());
+    s += fmt::format("{} bytes): every param the kernels read, 64-byte aligned; linear weights\n", s_.weights.size());
     s += "// packed into panels of 16 output columns. The build writes the blob next to this file and\n";
     s += "// defines PC_WEIGHTS_FILE to its path.\n";
-    if (weights_.empty()) return s + "static const unsigned char* const pc_weights = nullptr;\n";
+    if (s_.weights.empty()) return s + "static const unsigned char* const pc_weights = nullptr;\n";
     s += "#ifndef PC_WEIGHTS_FILE\n#define PC_WEIGHTS_FILE \"weights.bin\"\n#endif\n";
     s += "__asm__(\".section .rodata\\n\"\n        \".balign 64\\n\"\n        \"pc_weights_blob:\\n\"\n"
          "        \".incbin \\\"\" PC_WEIGHTS_FILE \"\\\"\\n\"\n        \".previous\\n\");\n";
@@ -541,80 +258,6 @@ class Emitter {
   }
 
   // ---- implementations of GEMM/conv kernels
-
-  void planImpls() {
-    std::vector<int64_t> batches = o_.tuneBatches;
-    std::sort(batches.begin(), batches.end());
-    batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-    if (batches.empty() || batches.front() < 1) fail("the tuning batch sizes must be positive (got {})", fmt::join(o_.tuneBatches, ","));
-    batches_ = batches;
-    std::optional<Impl> forced;
-    if (!o_.forceImpl.empty()) {
-      forced = implByName(o_.forceImpl);
-      if (!forced) fail("unknown implementation '{}' (valid: {})", o_.forceImpl, fmt::join(kImplNames, ", "));
-    }
-    const ImplChoice heuristic = heuristicChoice(p_, batches, o_.externKernels, o_.fault);
-    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
-      const Kernel& k = p_.kernels[ki];
-      std::vector<Impl> c = candidatesOf(p_, k, o_.externKernels, o_.fault);
-      if (c.empty()) continue;
-      if (o_.tuning) {
-        impls_[ki] = c;
-        continue;
-      }
-      ImplDispatch d = heuristic.at(k.name);
-      if (o_.choice && o_.choice->count(k.name)) d = o_.choice->at(k.name);
-      if (forced && std::find(c.begin(), c.end(), *forced) != c.end()) d = {{-1, implName(*forced)}};
-      if (d.empty() || d.back().maxBatch != -1) fail("internal: the implementation choice of kernel '{}' has no range for every batch", k.name);
-      std::vector<Impl> used;
-      for (const ImplRange& r : d) {
-        std::optional<Impl> im = implByName(r.impl);
-        if (!im || std::find(c.begin(), c.end(), *im) == c.end()) {
-          std::vector<std::string> names;
-          for (Impl i : c) names.push_back(implName(i));
-          fail("kernel '{}' has no implementation '{}' (candidates: {})", k.name, r.impl, fmt::join(names, ", "));
-        }
-        if (std::find(used.begin(), used.end(), *im) == used.end()) used.push_back(*im);
-      }
-      impls_[ki] = used;
-      dispatch_[ki] = d;
-    }
-    for (const auto& [ki, v] : impls_) {
-      for (Impl im : v) {
-        if (!isExtern(im)) continue;
-        const Kernel& k = p_.kernels[ki];
-        int64_t floats = 0;
-        if (k.kind == KernelKind::Conv) {
-          // As pc::dnnl_ext::Conv::srcPerRow + dstPerRow: with oneDNN's own layouts, channels
-          // rounded up to 16 (nChw16c).
-          const ir::Shape& x = p_.buffer(k.anchorInputs[0]).type.shape;
-          auto channels = [&](int64_t c) { return im == Impl::OnednnPostOps ? (c + 15) / 16 * 16 : c; };
-          floats = channels(x[1].value()) * x[2].value() * x[3].value() +
-                   channels(k.domain[1].value()) * k.domain[2].value() * k.domain[3].value();
-        } else if (im == Impl::Onednn) {
-          floats = k.domain[1].value();
-        }
-        externPerBatch_ = std::max(externPerBatch_, (floats * 4 + 63) / 64 * 64);
-      }
-    }
-  }
-
-  bool needsRawWeight(size_t ki) const {
-    auto it = impls_.find(ki);
-    if (it == impls_.end()) return false;
-    return std::any_of(it->second.begin(), it->second.end(), isExtern);
-  }
-  bool usesExtern() const {
-    for (const auto& [ki, v] : impls_) {
-      if (needsRawWeight(ki)) return true;
-    }
-    return false;
-  }
-  // The workspace as a + b * batch: the memory plan's, then (rounded to 64 bytes) the extern kernels' scratch.
-  int64_t workspaceStatic() const { return usesExtern() ? (plan_.staticBytes + 63) / 64 * 64 : plan_.staticBytes; }
-  int64_t workspacePerBatch() const {
-    return usesExtern() ? (plan_.perBatchBytes + 63) / 64 * 64 + externPerBatch_ : plan_.perBatchBytes;
-  }
 
   // `code` (whole lines) with `indent` before every line.
   static std::string indented(const std::string& code, const std::string& indent) {
@@ -642,8 +285,8 @@ class Emitter {
                                              literal(op.beta, DType::F32));
       }
     }
-    const std::string weight = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", paramOffset_.at(p_.buffer(k.anchorInputs[1]).root));
-    const std::string bias = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", packedBiasOffset_.at(index));
+    const std::string weight = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", s_.paramOffset.at(p_.buffer(k.anchorInputs[1]).root));
+    const std::string bias = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", s_.kernels[index].packedBias);
     const Buffer& X = p_.buffer(k.anchorInputs[0]);
     if (k.kind == KernelKind::Linear) {
       return fmt::format("static pc::dnnl_ext::Linear {}({{{}, {}, {}, {{{}}}}}, {}, {});\n", objectName(index, im), packedK(k),
@@ -969,7 +612,7 @@ class Emitter {
       if (k.anchorInputs.size() > 2) roots.erase(p_.buffer(k.anchorInputs[2]).root);
     }
     for (int r : roots) {
-      if (p_.buffer(r).kind == BufferKind::Param && !paramOffset_.count(r)) continue;
+      if (p_.buffer(r).kind == BufferKind::Param && !s_.paramOffset.count(r)) continue;
       s += "  " + rootDecl(r) + "\n";
     }
     const int64_t per = impl == Impl::Gemm4x16 ? 1 : 2;
@@ -1104,7 +747,7 @@ class Emitter {
   std::string packedPointers(size_t index) const {
     return fmt::format("  const float* PC_RESTRICT wp = reinterpret_cast<const float*>(pc_weights + {});\n"
                        "  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n",
-                       packedOffset_.at(index), packedBiasOffset_.at(index));
+                       s_.kernels[index].packedWeight, s_.kernels[index].packedBias);
   }
 
   // Stores panel j of `out` (16 columns, the last panel clipped to N) through the epilogue.
@@ -1869,7 +1512,7 @@ class Emitter {
     }
     std::string prep;
     for (const auto& [ki, d] : dispatch_) {
-      for (int64_t b : batches_) {
+      for (int64_t b : s_.tuneBatches) {
         for (const ImplRange& r : d) {
           if (r.maxBatch >= 0 && b > r.maxBatch) continue;
           std::optional<Impl> im = implByName(r.impl);
@@ -1899,10 +1542,10 @@ class Emitter {
     s += tensorDescs("outputs", outs, outNames);
     // A batch over the largest the workspace arithmetic allows is refused: SIZE_MAX bytes, and run
     // returns POLICYC_ERROR_ARGUMENT (codegen::maxBatch).
-    s += fmt::format("\nstatic constexpr int64_t pc_max_batch = INT64_C({});\n", maxBatch(workspaceStatic(), workspacePerBatch()));
+    s += fmt::format("\nstatic constexpr int64_t pc_max_batch = INT64_C({});\n", s_.maxBatch);
     s += "static size_t pc_workspace_bytes(int64_t batch) {\n";
     s += "  if (batch > pc_max_batch) return SIZE_MAX;\n";
-    s += fmt::format("  return static_cast<size_t>({} + {} * (batch < 0 ? 0 : batch));\n}}\n\n", workspaceStatic(), workspacePerBatch());
+    s += fmt::format("  return static_cast<size_t>({} + {} * (batch < 0 ? 0 : batch));\n}}\n\n", s_.workspaceStatic, s_.workspacePerBatch);
     s += "// With threads > 1 each large kernel is split into chunks of whole units (see pc::parallelFor);\n"
          "// the kernels still run one after another.\n";
     // Which kernel a run is in: `policyc check --per-node` reads it from a signal handler when the
@@ -1981,12 +1624,12 @@ class Emitter {
     // The typed wrappers.
     std::string params, ptrsIn, ptrsOut;
     for (size_t i = 0; i < ins.size(); ++i) {
-      params += fmt::format("const {}* {}, ", storageType(p_.buffer(ins[i]).type.dtype), paramNames_[i]);
-      ptrsIn += fmt::format("{}{}", i ? ", " : "", paramNames_[i]);
+      params += fmt::format("const {}* {}, ", storageType(p_.buffer(ins[i]).type.dtype), s_.paramNames[i]);
+      ptrsIn += fmt::format("{}{}", i ? ", " : "", s_.paramNames[i]);
     }
     for (size_t i = 0; i < outs.size(); ++i) {
-      params += fmt::format("{}* {}, ", storageType(p_.buffer(outs[i]).type.dtype), paramNames_[ins.size() + i]);
-      ptrsOut += fmt::format("{}{}", i ? ", " : "", paramNames_[ins.size() + i]);
+      params += fmt::format("{}* {}, ", storageType(p_.buffer(outs[i]).type.dtype), s_.paramNames[ins.size() + i]);
+      ptrsOut += fmt::format("{}{}", i ? ", " : "", s_.paramNames[ins.size() + i]);
     }
     auto arrays = [&]() {
       std::string t;
@@ -2010,52 +1653,6 @@ class Emitter {
     return s;
   }
 
-  std::string emitHeader(const std::string& name) const {
-    std::string up;
-    for (char c : name) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    std::string s = fmt::format("/* {}.h: the C interface of the policyc-compiled model '{}' (target {}). */\n", name,
-                                cComment(p_.name), o_.target);
-    s += fmt::format("#ifndef POLICYC_MODEL_{}_H_\n#define POLICYC_MODEL_{}_H_\n\n", up, up);
-    s += kPolicycModelHeader;
-    s += "\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
-    s += fmt::format("#define {}_NUM_INPUTS {}\n#define {}_NUM_OUTPUTS {}\n", up, p_.inputs.size(), up, p_.outputs.size());
-    s += fmt::format("/* Workspace of a run: {}_WORKSPACE_STATIC_BYTES + {}_WORKSPACE_BYTES_PER_BATCH * batch. */\n", up, up);
-    s += fmt::format("#define {}_WORKSPACE_STATIC_BYTES {}\n#define {}_WORKSPACE_BYTES_PER_BATCH {}\n", up, workspaceStatic(),
-                     up, workspacePerBatch());
-    auto sizes = [&](int id, const std::string& n, const std::string& cName) {
-      const Buffer& b = p_.buffer(id);
-      std::string N = cName;
-      for (char& c : N) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      int64_t per = 1;
-      std::vector<std::string> dims;
-      for (const ir::Dim& d : b.type.shape) {
-        dims.push_back(d.isBatch() ? "batch" : std::to_string(d.value()));
-        if (d.isStatic()) per *= d.value();
-      }
-      return fmt::format("/* {} {}[{}] */\n#define {}_{}_SIZE {}  /* elements per batch row */\n", cComment(n),
-                         ir::dtypeName(b.type.dtype), fmt::join(dims, ","), up, N, per);
-    };
-    std::string params;
-    size_t pi = 0;
-    for (int id : p_.inputs) {
-      s += sizes(id, p_.buffer(id).name, paramNames_[pi]);
-      params += fmt::format("const {}* {}, ", storageType(p_.buffer(id).type.dtype), paramNames_[pi++]);
-    }
-    for (const auto& [n, id] : p_.outputs) {
-      s += sizes(id, n, paramNames_[pi]);
-      params += fmt::format("{}* {}, ", storageType(p_.buffer(id).type.dtype), paramNames_[pi++]);
-    }
-    s += "\n/* The model's descriptor (the same as policyc_model_descriptor()). */\n";
-    s += fmt::format("const policyc_model* {}_descriptor(void);\n", name);
-    s += "/* Runs the model on C-order arrays; returns POLICYC_OK or an error code. Uses a per-thread\n"
-         " * workspace that is allocated on the first call and when a larger batch needs more. */\n";
-    s += fmt::format("int {}_run({}int64_t batch);\n", name, params);
-    s += "/* Same, with the caller's workspace (POLICYC_WORKSPACE_ALIGNMENT-aligned, workspace_bytes(batch)). */\n";
-    s += fmt::format("int {}_run_with_workspace({}int64_t batch, void* workspace);\n", name, params);
-    s += "\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
-    return s;
-  }
-
   // How the kernel being emitted, and each emitted one, splits between threads.
   struct Split {
     std::string units = "1", costPerUnit = "1.0";
@@ -2063,89 +1660,18 @@ class Emitter {
   mutable Split split_;
   bool faultyAnchor_ = false;  // the kernel being emitted is a template whose anchor gets the fault
   std::map<std::pair<size_t, int>, Split> splits_;  // by (kernel, implementation or -1)
-  std::map<size_t, std::vector<Impl>> impls_;       // the implementations emitted per tunable kernel
-  std::map<size_t, ImplDispatch> dispatch_;         // which one runs for which batch sizes (not tuning)
-  std::vector<int64_t> batches_;                    // the tuning batch sizes, sorted
-  int64_t externPerBatch_ = 0;                      // workspace bytes per batch row of oneDNN kernels
+  Schedule s_;                                      // what to emit (schedule.h)
+  std::map<size_t, std::vector<Impl>> impls_;       // s_'s implementations per tunable kernel
+  std::map<size_t, ImplDispatch> dispatch_;         // s_'s dispatch (not tuning)
 
   const KernelProgram& p_;
   const MemoryPlan& plan_;
   const CppOptions& o_;
   std::map<int, int> inputIndex_, outputIndex_;
   std::vector<std::string> bufferNames_;
-  std::vector<std::string> paramNames_;
-  std::map<int, size_t> paramOffset_;
-  std::map<size_t, size_t> packedOffset_, packedBiasOffset_;
-  std::vector<unsigned char> weights_;
 };
 
 }  // namespace
-
-std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
-                                        const std::optional<InjectedFault>& fault) {
-  std::vector<std::string> names;
-  for (Impl i : candidatesOf(program, kernel, allowExtern, fault)) names.push_back(implName(i));
-  return names;
-}
-
-std::optional<ExternConv> externConv(const KernelProgram& program, const Kernel& k, const std::string& impl) {
-  std::optional<Impl> im = implByName(impl);
-  if (k.kind != KernelKind::Conv || !im || !isExtern(*im)) return std::nullopt;
-  std::vector<Impl> c = candidatesOf(program, k, true);
-  if (std::find(c.begin(), c.end(), *im) == c.end()) return std::nullopt;
-  const ir::Node& n = *k.anchor;
-  const Buffer& X = program.buffer(k.anchorInputs[0]);
-  const Buffer& W = program.buffer(k.anchorInputs[1]);
-  std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
-  ExternConv e;
-  e.shape = {X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(), k.domain[1].value(),
-             W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(), k.domain[3].value(),
-             st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0]};
-  e.anyLayout = *im == Impl::OnednnPostOps;
-  auto channels = [&](int64_t ch) { return e.anyLayout ? (ch + 15) / 16 * 16 : ch; };
-  const int64_t floats = channels(e.shape[0]) * e.shape[1] * e.shape[2] + channels(e.shape[3]) * e.shape[6] * e.shape[7];
-  e.scratchBytesPerRow = (floats * 4 + 63) / 64 * 64;  // as planImpls
-  if (*im == Impl::OnednnPostOps) {
-    const PostOpPlan plan = *postOpPlan(program, k);
-    for (const PostOp& op : plan.ops) {
-      if (!e.postOps.empty()) e.postOps += ";";
-      e.postOps += op.alg.empty() ? std::string("sum")
-                                  : fmt::format("{}:{}:{}", op.alg.substr(std::string("eltwise_").size()), op.alpha, op.beta);
-    }
-    e.residual = plan.residual;
-    e.store = plan.store;
-  }
-  return e;
-}
-
-std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches) {
-  std::vector<int64_t> bounds;
-  for (size_t i = 0; i + 1 < batches.size(); ++i) {
-    bounds.push_back(static_cast<int64_t>(std::floor(std::sqrt(static_cast<double>(batches[i]) * static_cast<double>(batches[i + 1])))));
-  }
-  bounds.push_back(-1);
-  return bounds;
-}
-
-ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
-                           const std::optional<InjectedFault>& fault) {
-  ImplChoice choice;
-  std::vector<int64_t> bounds = batchRangeBounds(batches);
-  for (const Kernel& k : program.kernels) {
-    if (candidatesOf(program, k, allowExtern, fault).empty()) continue;
-    ImplDispatch d;
-    for (size_t i = 0; i < batches.size(); ++i) {
-      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern, fault));
-      if (!d.empty() && d.back().impl == impl) {
-        d.back().maxBatch = bounds[i];
-      } else {
-        d.push_back({bounds[i], impl});
-      }
-    }
-    choice[k.name] = d;
-  }
-  return choice;
-}
 
 std::vector<std::string> cppTargets() { return {"native", "x86-64-v3", "x86-64-v4", "generic"}; }
 
@@ -2161,38 +1687,7 @@ GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const
   return Emitter(program, plan, options).run();
 }
 
-InjectedFault parseInjectedFault(const std::string& spec) {
-  size_t colon = spec.rfind(':');
-  std::string op = colon == std::string::npos ? "" : spec.substr(0, colon);
-  std::string kind = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  if (op.empty() || (kind != "accuracy" && kind != "compile" && kind != "crash")) {
-    fail("POLICYC_INJECT_FAULT='{}': expected <op>:accuracy|compile|crash, e.g. relu:accuracy", spec);
-  }
-  if (!ir::findOp(op)) fail("POLICYC_INJECT_FAULT='{}': '{}' is not an operator of the op table", spec, op);
-  InjectedFault f;
-  f.op = op;
-  f.kind = kind == "accuracy" ? InjectedFault::Kind::Accuracy
-           : kind == "compile" ? InjectedFault::Kind::Compile
-                               : InjectedFault::Kind::Crash;
-  return f;
-}
-
-std::optional<InjectedFault> injectedFaultFromEnv() {
-  const char* spec = std::getenv("POLICYC_INJECT_FAULT");
-  if (!spec || !*spec) return std::nullopt;
-  return parseInjectedFault(spec);
-}
-
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options) { return generateCpp(graph, options, {}); }
-
-PlannedProgram planGraph(const ir::Graph& graph, const CodegenStages& stages) {
-  PlannedProgram p{lowerGraph(graph), {}};
-  if (stages.lowered) stages.lowered(p.program);
-  if (stages.fuse) fuseKernels(p.program);
-  p.plan = planMemory(p.program);
-  if (stages.planned) stages.planned(p.program, p.plan);
-  return p;
-}
 
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options, const CodegenStages& stages) {
   try {

@@ -24,6 +24,7 @@
 
 #include "llvm_internal.h"
 #include "packing.h"
+#include "schedule.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
 #include "policyc/support/escape.h"
@@ -35,18 +36,13 @@ using ir::DType;
 using ir::Op;
 using llvm::Value;
 
-constexpr int64_t kWeightAlign = 64;
+constexpr int64_t kWeightAlign = 64;  // the blob's alignment (schedule.cpp lays it out)
 constexpr unsigned kLanes = 16;  // the vector epilogue's width: one weight panel
 
 bool isSignedInt(DType t) { return t == DType::I32 || t == DType::I64 || t == DType::I8; }
 
 int abiDType(DType t) { return static_cast<int>(t); }  // policyc_dtype follows ir::DType's order
 
-std::vector<int64_t> spatialList(const ir::Node& n, const char* name, size_t count, int64_t fallback) {
-  std::vector<int64_t> v = ir::attrIntsOr(n.attrs(), name, {});
-  if (v.empty()) v.assign(count, fallback);
-  return v;
-}
 int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
 // Model-provided names reach value names and metadata strings only through escape::printable, so
@@ -55,8 +51,8 @@ std::string nodeLabel(const ir::Node* n) { return n ? escape::printable(n->name(
 
 class Emitter {
  public:
-  Emitter(const KernelProgram& p, const MemoryPlan& plan, const LlvmOptions& o, llvm::Module& m)
-      : p_(p), plan_(plan), o_(o), m_(m), ctx_(m.getContext()), b_(ctx_) {
+  Emitter(const KernelProgram& p, const MemoryPlan& plan, const Schedule& s, const LlvmOptions& o, llvm::Module& m)
+      : p_(p), plan_(plan), s_(s), o_(o), m_(m), ctx_(m.getContext()), b_(ctx_) {
     f32_ = b_.getFloatTy();
     f64_ = b_.getDoubleTy();
     i1_ = b_.getInt1Ty();
@@ -192,72 +188,43 @@ class Emitter {
 
   // ---- weights
 
-  void appendBlob(const void* data, size_t bytes) {
-    weights_.resize((weights_.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
-    const auto* c = static_cast<const unsigned char*>(data);
-    weights_.insert(weights_.end(), c, c + bytes);
-  }
-
-  // Convs that run on oneDNN: the C++ backend's default choice (codegen::heuristicChoice), one
-  // implementation for every batch size (the heuristic does not depend on it).
+  // The schedule's implementation of each GEMM/conv kernel: the generated two-panel microkernel
+  // (gemm4x32) or, for convs, a oneDNN primitive; one implementation for every batch size.
   void chooseExterns() {
-    if (!o_.externKernels) return;
-    const ImplChoice choice = heuristicChoice(p_, {1, 16, 64}, true, o_.fault);
     for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
-      auto it = choice.find(p_.kernels[ki].name);
-      if (it == choice.end() || it->second.empty()) continue;
-      if (std::optional<ExternConv> e = externConv(p_, p_.kernels[ki], it->second.back().impl)) {
-        externs_[ki] = *e;
-        externImpl_[ki] = it->second.back().impl;
-        externPerBatch_ = std::max(externPerBatch_, e->scratchBytesPerRow);
+      const Kernel& k = p_.kernels[ki];
+      const ImplDispatch& d = s_.kernels[ki].dispatch;
+      if (d.empty()) continue;
+      const std::string& impl = d.front().impl;
+      for (const ImplRange& r : d) {
+        if (r.impl != impl) {
+          unsupported("kernel '{}' would run {} at some batch sizes and {} at others: this backend runs one implementation per "
+                      "kernel (backend cpp dispatches by batch size)", k.name, impl, r.impl);
+        }
       }
+      if (impl == implName(Impl::Gemm4x32)) continue;
+      std::optional<ExternConv> e = externConv(p_, k, impl);
+      if (!e) fail("internal: kernel '{}' was scheduled with implementation {}, which this backend lacks", k.name, impl);
+      externs_[ki] = *e;
+      externImpl_[ki] = impl;
     }
   }
-  bool usesExtern() const { return !externs_.empty(); }
-  // The workspace as a + b * batch: the memory plan's, then (rounded to 64 bytes) the extern
-  // kernels' scratch, at externOffset(batch) (as the C++ backend's pc_extern_offset).
+  bool usesExtern() const { return s_.usesExtern; }
+  // The workspace as a + b * batch (the schedule's), the extern kernels' scratch at
+  // externOffset(batch) (as the C++ backend's pc_extern_offset).
   // batch < 0 or over the largest the workspace allows.
-  Value* badBatch(Value* batch) { return b_.CreateOr(b_.CreateICmpSLT(batch, c64(0)), b_.CreateICmpSGT(batch, c64(maxBatch_))); }
-  int64_t workspaceStatic() const { return usesExtern() ? (plan_.staticBytes + 63) / 64 * 64 : plan_.staticBytes; }
-  int64_t workspacePerBatch() const {
-    return usesExtern() ? (plan_.perBatchBytes + 63) / 64 * 64 + externPerBatch_ : plan_.perBatchBytes;
-  }
+  Value* badBatch(Value* batch) { return b_.CreateOr(b_.CreateICmpSLT(batch, c64(0)), b_.CreateICmpSGT(batch, c64(s_.maxBatch))); }
+  int64_t workspaceStatic() const { return s_.workspaceStatic; }
+  int64_t workspacePerBatch() const { return s_.workspacePerBatch; }
   Value* externOffset(Value* batch) {
     Value* end = b_.CreateAdd(c64(plan_.staticBytes), b_.CreateMul(c64(plan_.perBatchBytes), batch));
     return b_.CreateMul(b_.CreateSDiv(b_.CreateAdd(end, c64(63)), c64(64)), c64(64));
   }
 
+  // The schedule's weights blob as one aligned constant.
   void layoutWeights() {
-    std::set<int> raw;
-    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
-      const Kernel& k = p_.kernels[ki];
-      // oneDNN reorders the plain weight into its own layout when the primitive is created.
-      if (externs_.count(ki)) raw.insert(p_.buffer(k.anchorInputs[1]).root);
-      for (int id : k.reads()) {
-        int root = p_.buffer(id).root;
-        if (p_.buffer(root).kind != BufferKind::Param) continue;
-        if (packable(p_, k) && (id == k.anchorInputs[1] || (k.anchorInputs.size() > 2 && id == k.anchorInputs[2]))) continue;
-        raw.insert(root);
-      }
-    }
-    for (int root : raw) {
-      const ir::Tensor& t = p_.buffer(root).value->producer()->paramData();
-      appendBlob(t.bytes(), t.nbytes());
-      paramOffset_[root] = static_cast<int64_t>(weights_.size() - t.nbytes());
-    }
-    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
-      const Kernel& k = p_.kernels[ki];
-      if (!packable(p_, k)) continue;
-      std::vector<float> packed = packWeightPanels(p_, k);
-      appendBlob(packed.data(), packed.size() * sizeof(float));
-      packedOffset_[ki] = static_cast<int64_t>(weights_.size() - packed.size() * sizeof(float));
-      std::vector<float> bias = packBiasPanels(p_, k);
-      appendBlob(bias.data(), bias.size() * sizeof(float));
-      packedBiasOffset_[ki] = static_cast<int64_t>(weights_.size() - bias.size() * sizeof(float));
-    }
-    weights_.resize((weights_.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
-    if (weights_.empty()) return;
-    llvm::Constant* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(weights_.data(), weights_.size()));
+    if (s_.weights.empty()) return;
+    llvm::Constant* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(s_.weights.data(), s_.weights.size()));
     weightsGv_ = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::PrivateLinkage, data, "pc_weights");
     weightsGv_->setAlignment(llvm::Align(kWeightAlign));
     weightsGv_->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
@@ -304,8 +271,8 @@ class Emitter {
         v = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, outputs_, static_cast<uint64_t>(outputIndex_.at(root))), name);
         break;
       case BufferKind::Param:
-        if (!paramOffset_.count(root)) fail("internal: param '{}' is not in the weights", b.name);
-        v = weightsAt(paramOffset_.at(root), name);
+        if (!s_.paramOffset.count(root)) fail("internal: param '{}' is not in the weights", b.name);
+        v = weightsAt(s_.paramOffset.at(root), name);
         break;
       case BufferKind::Temp: {
         const MemorySlot* slot = plan_.slotOf(root);
@@ -937,7 +904,7 @@ class Emitter {
     Value* name = cstr(k.name);
     const Buffer& W = p_.buffer(k.anchorInputs[1]);
     Value* conv = b_.CreateCall(onednnConv_, {slot, name, shape, b_.getInt32(e.anyLayout ? 1 : 0), cstr(e.postOps),
-                                              weightsAt(paramOffset_.at(W.root), "weight"), weightsAt(packedBiasOffset_.at(ki), "bias")},
+                                              weightsAt(s_.paramOffset.at(W.root), "weight"), weightsAt(s_.kernels[ki].packedBias, "bias")},
                                 "conv");
     Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_), "scratch");
     Value* src = elemPtr(k.anchorInputs[0], {});
@@ -1197,8 +1164,8 @@ class Emitter {
       Value* rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, rowsOf(batch), c64(4));
       return b_.CreateFMul(b_.CreateSIToFP(rows, f64_), llvm::ConstantFP::get(f64_, static_cast<double>(2 * kPanel * K)));
     };
-    Value* wp = weightsAt(packedOffset_.at(index), "wp");
-    Value* bp = weightsAt(packedBiasOffset_.at(index), "bp");
+    Value* wp = weightsAt(s_.kernels[index].packedWeight, "wp");
+    Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
     Value* rows = rowsOf(batch_);
     Value* quads = b_.CreateSDiv(b_.CreateAdd(rows, c64(3)), c64(4), "quads");
     // Row r of x (leading dims flattened) as its domain variables, and its pointer.
@@ -1279,8 +1246,8 @@ class Emitter {
     const int64_t panels = (M + kPanel - 1) / kPanel, quads = (P + 3) / 4;
     split_.units = [this, quads](Value* batch) { return b_.CreateMul(batch, c64(quads)); };
     split_.cost = [this, K, panels](Value*) -> Value* { return llvm::ConstantFP::get(f64_, static_cast<double>(4 * kPanel * K * panels)); };
-    Value* wp = weightsAt(packedOffset_.at(index), "wp");
-    Value* bp = weightsAt(packedBiasOffset_.at(index), "bp");
+    Value* wp = weightsAt(s_.kernels[index].packedWeight, "wp");
+    Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
     llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(4 * K)), "patch");
     const DType t = accType(k);
     // Windows inside the input are read in place through a table of offsets (c, kh, kw order);
@@ -1843,7 +1810,6 @@ class Emitter {
   }
 
   void emitAbi(const std::vector<llvm::Function*>& kernels, const std::string& cName, const std::string& targetName) {
-    maxBatch_ = maxBatch(workspaceStatic(), workspacePerBatch());
     // descriptors of the inputs and outputs
     auto* descTy = llvm::StructType::create(ctx_, {ptr_, i32_, i32_, ptr_}, "policyc_tensor_desc");
     auto descs = [&](const std::vector<std::pair<std::string, int>>& list, const std::string& what) {
@@ -1871,7 +1837,7 @@ class Emitter {
       Value* bsafe = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, batch, c64(0));
       Value* bytes = b_.CreateAdd(c64(workspaceStatic()), b_.CreateMul(c64(workspacePerBatch()), bsafe));
       // A batch over the largest the workspace arithmetic allows needs SIZE_MAX bytes (codegen::maxBatch).
-      b_.CreateRet(b_.CreateSelect(b_.CreateICmpSGT(batch, c64(maxBatch_)), c64(-1), bytes));
+      b_.CreateRet(b_.CreateSelect(b_.CreateICmpSGT(batch, c64(s_.maxBatch)), c64(-1), bytes));
     }
 
     // The kernel the last run entered (a debugging aid, as in the C++ backend).
@@ -2108,6 +2074,7 @@ class Emitter {
 
   const KernelProgram& p_;
   const MemoryPlan& plan_;
+  const Schedule& s_;
   const LlvmOptions& o_;
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
@@ -2117,9 +2084,6 @@ class Emitter {
   unsigned nodeMd_ = 0;
 
   std::map<int, int> inputIndex_, outputIndex_;
-  std::vector<unsigned char> weights_;
-  std::map<int, int64_t> paramOffset_;
-  std::map<size_t, int64_t> packedOffset_, packedBiasOffset_;
   llvm::GlobalVariable* weightsGv_ = nullptr;
   llvm::FunctionType* kernelFnTy_ = nullptr;
   llvm::Function* parallelFor_ = nullptr;
@@ -2129,7 +2093,6 @@ class Emitter {
   } profile_;
   llvm::Function* threadWorkspace_ = nullptr;
   llvm::StructType* ctxTy_ = nullptr;
-  int64_t maxBatch_ = 0;  // codegen::maxBatch of the workspace
   Value* status_ = nullptr;                // the run's status (a kernel's)
   llvm::AllocaInst* errors_ = nullptr;     // what the kernel being emitted found (Kernel::canFail)
   llvm::FunctionType* externFnTy_ = nullptr;
@@ -2138,7 +2101,6 @@ class Emitter {
   std::map<size_t, ExternConv> externs_;       // by kernel index
   std::map<size_t, std::string> externImpl_;
   std::map<size_t, llvm::Function*> externFns_;
-  int64_t externPerBatch_ = 0;
 
   // the kernel function being emitted
   llvm::Function* fn_ = nullptr;
@@ -2191,13 +2153,18 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   auto impl = std::make_unique<LlvmModule::Impl>();
   impl->target = resolveLlvmTarget(options.target);
   std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
-  // The same C header as the C++ backend's (names, sizes, workspace).
-  CppOptions cpp;
-  cpp.name = options.name;
-  cpp.externKernels = options.externKernels;  // the same choice of oneDNN convs: the same workspace
-  GeneratedCpp text = emitCpp(program, plan, cpp);
-  impl->name = text.name;
-  impl->header = text.header;
+  // What to emit (schedule.h), and the C header of every backend.
+  ScheduleOptions so;
+  so.name = options.name;
+  so.externKernels = options.externKernels;
+  so.fault = options.fault;
+  so.choice = options.choice;
+  so.forceImpl = options.forceImpl;
+  // The generated two-panel microkernel everywhere; oneDNN for convs (through the support library).
+  so.available = [](const Kernel& k, Impl im) { return im == Impl::Gemm4x32 || (isExtern(im) && k.kind == KernelKind::Conv); };
+  const Schedule schedule = scheduleProgram(program, plan, so);
+  impl->name = schedule.cName;
+  impl->header = cHeader(program, schedule, impl->target.name);
 
   auto start = std::chrono::steady_clock::now();
   impl->context = std::make_unique<llvm::LLVMContext>();
@@ -2205,7 +2172,7 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   llvm::Module& m = *impl->module;
   m.setTargetTriple(impl->target.triple);
   m.setDataLayout(machine->createDataLayout());
-  Emitter(program, plan, options, m).run(impl->name, impl->target.name);
+  Emitter(program, plan, schedule, options, m).run(impl->name, impl->target.name);
   impl->usesOnednn = m.getFunction(llvmbe::kOnednnConv) != nullptr;
   std::string problems;
   llvm::raw_string_ostream os(problems);

@@ -49,6 +49,11 @@ struct LlvmOptions {
   bool externKernels = true;
   std::optional<InjectedFault> fault;   // as CppOptions::fault (compile: the emitter fails)
   bool profile = false;                 // as CppOptions::profile (the support library's clock)
+  // As CppOptions::choice and forceImpl, for the implementations this backend has: gemm4x32 for
+  // every GEMM/conv kernel, onednn and onednn_postops for convs, one per kernel for every batch
+  // size (anything else is an UnsupportedError naming the kernel).
+  std::optional<ImplChoice> choice;
+  std::string forceImpl;
   bool keepUnoptimizedIr = false;       // keep the module as emitted as text (the debug directory's module.ll)
   std::string sourceHash;               // as CppOptions::sourceHash
 };

@@ -1,0 +1,515 @@
+// The schedule (schedule.h): implementations, weights layout, workspace and C names of a
+// post-fusion kernel program, decided once for both emitters; and the C header they share.
+#include "schedule.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "cpp_embedded.h"
+#include "packing.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/text.h"
+#include "policyc/support/escape.h"
+
+namespace policyc::codegen {
+
+using ir::DType;
+using ir::Op;
+
+namespace {
+
+constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops"};
+constexpr size_t kWeightAlign = 64;
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+
+// Whether buffer `id` is a dense, non-view f32 array indexed by `index` exactly as the domain
+// (element [i0, i1, ...] at the C-order position): what oneDNN reads or writes as a plain tensor.
+bool plainOverDomain(const KernelProgram& p, const Kernel& k, int id, const IndexMap& index) {
+  const Buffer& b = p.buffer(id);
+  if (b.isView() || b.type.dtype != DType::F32 || b.type.rank() != k.domain.size() || index.size() != k.domain.size()) return false;
+  int64_t stride = 1;
+  for (size_t d = k.domain.size(); d-- > 0;) {
+    if (index[d].axis != static_cast<int>(d) || index[d].scale != 1 || index[d].offset != 0) return false;
+    if (!(b.type.shape[d] == k.domain[d])) return false;
+    if (d > 0 && b.strides[d] != stride) return false;
+    if (d > 0) stride *= k.domain[d].value();
+  }
+  return true;
+}
+
+// oneDNN runs linear on a row-major [batch, K] operand and conv on an NCHW one whose channel,
+// row and column strides are dense (any batch stride, any offset).
+bool onednnEligible(const KernelProgram& p, const Kernel& k) {
+  if (!packable(p, k)) return false;
+  // An epilogue that can fail on its data (an integer division) reports through the run's status,
+  // which oneDNN's extern call does not carry.
+  if (k.canFail()) return false;
+  const Buffer& x = p.buffer(k.anchorInputs[0]);
+  if (k.domain.empty() || !k.domain[0].isBatch()) return false;
+  for (const Instr& in : k.body) {
+    if (in.opcode == Opcode::Acc && in.dtype != DType::F32) return false;
+  }
+  // Linear rows must be dense too: oneDNN 2.6 runs an inner product on strided rows (a split
+  // view) with its reference implementation, hundreds of times slower.
+  if (k.kind == KernelKind::Linear) return x.type.rank() == 2 && x.type.shape[0].isBatch() && x.strides[1] == 1 && x.strides[0] == packedK(p, k);
+  int64_t h = x.type.shape[2].value(), w = x.type.shape[3].value();
+  return x.type.shape[0].isBatch() && x.strides[3] == 1 && x.strides[2] == w && x.strides[1] == h * w;
+}
+
+// Whether a source node of `k` gets an injected accuracy fault (POLICYC_INJECT_FAULT).
+bool hasAccuracyFault(const Kernel& k, const std::optional<InjectedFault>& fault) {
+  if (!fault || fault->kind != InjectedFault::Kind::Accuracy) return false;
+  for (const ir::Node* n : k.sources) {
+    if (n->isOp() && n->info().name == fault->op) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* implName(Impl i) { return kImplNames[static_cast<int>(i)]; }
+bool isExtern(Impl i) { return i == Impl::Onednn || i == Impl::OnednnPostOps; }
+std::optional<Impl> implByName(const std::string& name) {
+  for (int i = 0; i < 4; ++i) {
+    if (name == kImplNames[i]) return static_cast<Impl>(i);
+  }
+  return std::nullopt;
+}
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+    case DType::I32: return "int32_t";
+    case DType::I64: return "int64_t";
+    case DType::U8: return "uint8_t";
+    case DType::I8: return "int8_t";
+    case DType::Bool: return "bool";
+  }
+  return "float";
+}
+// Element type of a buffer in memory (bool is one byte, 0 or 1).
+const char* storageType(DType t) { return t == DType::Bool ? "uint8_t" : ctype(t); }
+
+std::string implNames() { return fmt::format("{}", fmt::join(kImplNames, ", ")); }
+
+std::vector<int64_t> spatialList(const ir::Node& n, const char* name, size_t count, int64_t fallback) {
+  std::vector<int64_t> v = ir::attrIntsOr(n.attrs(), name, {});
+  if (v.empty()) v.assign(count, fallback);
+  return v;
+}
+// A name a generated identifier must not take: C and C++ keywords and alternative tokens, the
+// types and macros the model header and wrappers use, the wrappers' own locals, and policyc's
+// prefixes (pc_, PC_, policyc, POLICYC) and the compiler's (__, _X).
+bool reservedCName(const std::string& n) {
+  static const std::set<std::string> words = {
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch", "char",
+      "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr", "constinit",
+      "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete", "do", "double",
+      "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto", "if",
+      "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq", "nullptr", "operator", "or",
+      "or_eq", "private", "protected", "public", "register", "reinterpret_cast", "requires", "restrict", "return",
+      "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct", "switch", "template", "this",
+      "thread_local", "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual",
+      "void", "volatile", "wchar_t", "while", "xor", "xor_eq", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
+      "uint16_t", "uint32_t", "uint64_t", "size_t", "ptrdiff_t", "intptr_t", "uintptr_t", "NULL", "INT64_C", "UINT64_C",
+      "errno", "assert", "offsetof", "main", "std", "pc", "batch", "workspace", "ins", "outs", "need", "w"};
+  if (words.count(n)) return true;
+  const std::string u = upper(n);
+  if (u.rfind("PC_", 0) == 0 || u.rfind("POLICYC", 0) == 0) return true;
+  return n.rfind("__", 0) == 0 || (n.size() > 1 && n[0] == '_' && std::isupper(static_cast<unsigned char>(n[1])));
+}
+
+std::optional<PostOpPlan> postOpPlan(const KernelProgram& p, const Kernel& k) {
+  const std::vector<Instr>& b = k.body;
+  if (b.empty() || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
+  PostOpPlan plan;
+  int cur = 0;
+  auto isConst = [&](int i) { return b[static_cast<size_t>(i)].opcode == Opcode::Const; };
+  for (size_t i = 1; i < b.size(); ++i) {
+    const Instr& in = b[i];
+    if (in.opcode == Opcode::Const) continue;
+    if (in.opcode == Opcode::Load) {
+      if (!plainOverDomain(p, k, in.buffer, in.index)) return std::nullopt;
+      continue;
+    }
+    if (in.opcode == Opcode::Store) {
+      if (i + 1 != b.size() || in.args[0] != cur || !plainOverDomain(p, k, in.buffer, in.index)) return std::nullopt;
+      plan.store = in.buffer;
+      return plan;
+    }
+    if (in.opcode != Opcode::Apply || in.dtype != DType::F32) return std::nullopt;
+    const ir::Node& n = *in.node;
+    PostOp op{"", 0, 0, in.node};
+    if (in.args.size() == 1) {
+      if (in.args[0] != cur) return std::nullopt;
+      switch (in.op) {
+        case Op::Relu: op.alg = "eltwise_relu"; break;
+        case Op::LeakyRelu: op.alg = "eltwise_relu"; op.alpha = n.attrFloat("alpha"); break;
+        case Op::Tanh: op.alg = "eltwise_tanh"; break;
+        case Op::Sigmoid: op.alg = "eltwise_logistic"; break;
+        case Op::Elu: op.alg = "eltwise_elu"; op.alpha = n.attrFloat("alpha"); break;
+        case Op::Exp: op.alg = "eltwise_exp"; break;
+        case Op::Abs: op.alg = "eltwise_abs"; break;
+        case Op::Sqrt: op.alg = "eltwise_sqrt"; break;
+        case Op::Log: op.alg = "eltwise_log"; break;
+        case Op::Gelu: op.alg = "eltwise_gelu_erf"; break;
+        case Op::Silu: op.alg = "eltwise_swish"; op.alpha = 1; break;
+        case Op::Softplus: op.alg = "eltwise_soft_relu"; break;
+        case Op::HardSwish: op.alg = "eltwise_hardswish"; break;
+        default: return std::nullopt;
+      }
+    } else if (in.args.size() == 2 && (in.args[0] == cur || in.args[1] == cur) && in.args[0] != in.args[1]) {
+      const int other = in.args[0] == cur ? in.args[1] : in.args[0];
+      const bool first = in.args[0] == cur;
+      const Instr& o = b[static_cast<size_t>(other)];
+      if (isConst(other) && o.dtype == DType::F32) {
+        op.alg = "eltwise_linear";
+        const double c = o.constant;
+        if (in.op == Op::Add) {
+          op.alpha = 1, op.beta = c;
+        } else if (in.op == Op::Sub) {
+          op.alpha = first ? 1 : -1, op.beta = first ? -c : c;
+        } else if (in.op == Op::Mul) {
+          op.alpha = c;
+        } else {
+          return std::nullopt;
+        }
+      } else if (in.op == Op::Add && o.opcode == Opcode::Load && plan.residual < 0) {
+        plan.residual = o.buffer;  // op.alg stays empty: a sum
+      } else {
+        return std::nullopt;
+      }
+    } else {
+      return std::nullopt;
+    }
+    // Consecutive x*a+b fold into one: oneDNN 2.6's GEMM inner product computes a chain of two
+    // eltwise_linear post-ops wrongly (measured: the second one's b is lost).
+    if (op.alg == "eltwise_linear" && !plan.ops.empty() && plan.ops.back().alg == "eltwise_linear") {
+      PostOp& prev = plan.ops.back();
+      prev.beta = op.alpha * prev.beta + op.beta;
+      prev.alpha = op.alpha * prev.alpha;
+    } else {
+      plan.ops.push_back(op);
+    }
+    cur = static_cast<int>(i);
+  }
+  return std::nullopt;  // no store
+}
+
+std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern,
+                               const std::optional<InjectedFault>& fault) {
+  if (!packable(p, k)) return {};
+  std::vector<Impl> v = {Impl::Gemm4x32, Impl::Gemm4x16};
+  if (allowExtern && onednnEligible(p, k)) {
+    v.push_back(Impl::Onednn);
+    // An injected fault lives in the generated epilogue: keep the epilogue generated.
+    if (postOpPlan(p, k) && !hasAccuracyFault(k, fault)) v.push_back(Impl::OnednnPostOps);
+  }
+  return v;
+}
+
+namespace {
+
+// The heuristic of --mode default for a kernel at batch sizes around `batch` (measured on the
+// reference policies, docs/performance.md): oneDNN's convolution for convs (its direct kernels
+// beat the generated implicit GEMM at every batch size, the layout copies included), with the
+// epilogue as post-ops (and oneDNN's own layouts) when those are cheap ones — relu, x*a+b, a
+// residual sum — and as generated code otherwise (oneDNN 2.6's tanh post-op, for one, is several
+// times slower than its logistic); the generated two-panel microkernel for linear layers, where
+// oneDNN's fixed per-call cost is larger than the whole layer at small batches.
+Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern,
+                   const std::optional<InjectedFault>& fault) {
+  (void)batch;
+  std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault);
+  auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
+  if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return Impl::Gemm4x32;
+  if (has(Impl::OnednnPostOps)) {
+    bool cheap = true;
+    const std::optional<PostOpPlan> plan = postOpPlan(p, k);
+    for (const PostOp& op : plan->ops) cheap = cheap && (op.alg.empty() || op.alg == "eltwise_relu" || op.alg == "eltwise_linear");
+    if (cheap) return Impl::OnednnPostOps;
+  }
+  return Impl::Onednn;
+}
+
+}  // namespace
+
+std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
+                                        const std::optional<InjectedFault>& fault) {
+  std::vector<std::string> names;
+  for (Impl i : candidatesOf(program, kernel, allowExtern, fault)) names.push_back(implName(i));
+  return names;
+}
+
+std::optional<ExternConv> externConv(const KernelProgram& program, const Kernel& k, const std::string& impl) {
+  std::optional<Impl> im = implByName(impl);
+  if (k.kind != KernelKind::Conv || !im || !isExtern(*im)) return std::nullopt;
+  std::vector<Impl> c = candidatesOf(program, k, true);
+  if (std::find(c.begin(), c.end(), *im) == c.end()) return std::nullopt;
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = program.buffer(k.anchorInputs[0]);
+  const Buffer& W = program.buffer(k.anchorInputs[1]);
+  std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+  ExternConv e;
+  e.shape = {X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(), k.domain[1].value(),
+             W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(), k.domain[3].value(),
+             st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0]};
+  e.anyLayout = *im == Impl::OnednnPostOps;
+  auto channels = [&](int64_t ch) { return e.anyLayout ? (ch + 15) / 16 * 16 : ch; };
+  const int64_t floats = channels(e.shape[0]) * e.shape[1] * e.shape[2] + channels(e.shape[3]) * e.shape[6] * e.shape[7];
+  e.scratchBytesPerRow = (floats * 4 + 63) / 64 * 64;  // as planImpls
+  if (*im == Impl::OnednnPostOps) {
+    const PostOpPlan plan = *postOpPlan(program, k);
+    for (const PostOp& op : plan.ops) {
+      if (!e.postOps.empty()) e.postOps += ";";
+      e.postOps += op.alg.empty() ? std::string("sum")
+                                  : fmt::format("{}:{}:{}", op.alg.substr(std::string("eltwise_").size()), op.alpha, op.beta);
+    }
+    e.residual = plan.residual;
+    e.store = plan.store;
+  }
+  return e;
+}
+
+std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches) {
+  std::vector<int64_t> bounds;
+  for (size_t i = 0; i + 1 < batches.size(); ++i) {
+    bounds.push_back(static_cast<int64_t>(std::floor(std::sqrt(static_cast<double>(batches[i]) * static_cast<double>(batches[i + 1])))));
+  }
+  bounds.push_back(-1);
+  return bounds;
+}
+
+ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
+                           const std::optional<InjectedFault>& fault) {
+  ImplChoice choice;
+  std::vector<int64_t> bounds = batchRangeBounds(batches);
+  for (const Kernel& k : program.kernels) {
+    if (candidatesOf(program, k, allowExtern, fault).empty()) continue;
+    ImplDispatch d;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern, fault));
+      if (!d.empty() && d.back().impl == impl) {
+        d.back().maxBatch = bounds[i];
+      } else {
+        d.push_back({bounds[i], impl});
+      }
+    }
+    choice[k.name] = d;
+  }
+  return choice;
+}
+
+InjectedFault parseInjectedFault(const std::string& spec) {
+  size_t colon = spec.rfind(':');
+  std::string op = colon == std::string::npos ? "" : spec.substr(0, colon);
+  std::string kind = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  if (op.empty() || (kind != "accuracy" && kind != "compile" && kind != "crash")) {
+    fail("POLICYC_INJECT_FAULT='{}': expected <op>:accuracy|compile|crash, e.g. relu:accuracy", spec);
+  }
+  if (!ir::findOp(op)) fail("POLICYC_INJECT_FAULT='{}': '{}' is not an operator of the op table", spec, op);
+  InjectedFault f;
+  f.op = op;
+  f.kind = kind == "accuracy" ? InjectedFault::Kind::Accuracy
+           : kind == "compile" ? InjectedFault::Kind::Compile
+                               : InjectedFault::Kind::Crash;
+  return f;
+}
+
+std::optional<InjectedFault> injectedFaultFromEnv() {
+  const char* spec = std::getenv("POLICYC_INJECT_FAULT");
+  if (!spec || !*spec) return std::nullopt;
+  return parseInjectedFault(spec);
+}
+
+PlannedProgram planGraph(const ir::Graph& graph, const CodegenStages& stages) {
+  PlannedProgram p{lowerGraph(graph), {}};
+  if (stages.lowered) stages.lowered(p.program);
+  if (stages.fuse) fuseKernels(p.program);
+  p.plan = planMemory(p.program);
+  if (stages.planned) stages.planned(p.program, p.plan);
+  return p;
+}
+
+// ---- the schedule
+
+Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const ScheduleOptions& o) {
+  Schedule s;
+  s.cName = escape::cIdentifier(o.name.empty() ? p.name : o.name, 64);
+  if (reservedCName(s.cName)) s.cName = "m_" + s.cName;  // pc_run, policyc_model_descriptor, int_run ... stay distinct
+
+  // The typed wrappers' parameters (inputs, then outputs): unique even in upper case (the
+  // header's NAME_X_SIZE macros), and never a reserved name.
+  {
+    std::set<std::string> used;
+    std::vector<std::string> names;
+    for (int id : p.inputs) names.push_back(p.buffer(id).name);
+    for (const auto& [n, id] : p.outputs) names.push_back(n);
+    for (const std::string& n : names) {
+      std::string base = escape::cIdentifier(n);
+      if (reservedCName(base)) base = "v_" + base;  // a reserved prefix stays reserved with any suffix
+      std::string name = base;
+      for (int i = 1; used.count(upper(name)); ++i) name = fmt::format("{}_{}", base, i);
+      used.insert(upper(name));
+      s.paramNames.push_back(name);
+    }
+  }
+
+  // The implementation of every tunable kernel per batch range.
+  std::vector<int64_t> batches = o.tuneBatches;
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  if (batches.empty() || batches.front() < 1) fail("the tuning batch sizes must be positive (got {})", fmt::join(o.tuneBatches, ","));
+  s.tuneBatches = batches;
+  std::optional<Impl> forced;
+  if (!o.forceImpl.empty()) {
+    forced = implByName(o.forceImpl);
+    if (!forced) fail("unknown implementation '{}' (valid: {})", o.forceImpl, implNames());
+  }
+  s.kernels.resize(p.kernels.size());
+  const ImplChoice heuristic = heuristicChoice(p, batches, o.externKernels, o.fault);
+  for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
+    const Kernel& k = p.kernels[ki];
+    KernelSchedule& ks = s.kernels[ki];
+    std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
+    if (o.available) std::erase_if(c, [&](Impl im) { return !o.available(k, im); });
+    if (c.empty()) continue;
+    if (o.tuning) {
+      ks.impls = c;
+    } else {
+      ImplDispatch d = heuristic.at(k.name);
+      if (o.choice && o.choice->count(k.name)) d = o.choice->at(k.name);
+      if (forced && std::find(c.begin(), c.end(), *forced) != c.end()) d = {{-1, implName(*forced)}};
+      if (d.empty() || d.back().maxBatch != -1) fail("internal: the implementation choice of kernel '{}' has no range for every batch", k.name);
+      for (const ImplRange& r : d) {
+        std::optional<Impl> im = implByName(r.impl);
+        if (!im || std::find(c.begin(), c.end(), *im) == c.end()) {
+          std::vector<std::string> names;
+          for (Impl i : c) names.push_back(implName(i));
+          fail("kernel '{}' has no implementation '{}' (candidates: {})", k.name, r.impl, fmt::join(names, ", "));
+        }
+        if (std::find(ks.impls.begin(), ks.impls.end(), *im) == ks.impls.end()) ks.impls.push_back(*im);
+      }
+      ks.dispatch = d;
+    }
+    ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), isExtern);
+    s.usesExtern = s.usesExtern || ks.rawWeight;
+    for (Impl im : ks.impls) {
+      if (!isExtern(im)) continue;
+      int64_t floats = 0;
+      if (k.kind == KernelKind::Conv) {
+        // As pc::dnnl_ext::Conv::srcPerRow + dstPerRow: with oneDNN's own layouts, channels
+        // rounded up to 16 (nChw16c).
+        const ir::Shape& x = p.buffer(k.anchorInputs[0]).type.shape;
+        auto channels = [&](int64_t ch) { return im == Impl::OnednnPostOps ? (ch + 15) / 16 * 16 : ch; };
+        floats = channels(x[1].value()) * x[2].value() * x[3].value() +
+                 channels(k.domain[1].value()) * k.domain[2].value() * k.domain[3].value();
+      } else if (im == Impl::Onednn) {
+        floats = k.domain[1].value();
+      }
+      s.externPerBatch = std::max(s.externPerBatch, (floats * 4 + 63) / 64 * 64);
+    }
+  }
+
+  // The weights blob. Weights and biases of packed kernels are read only through their packed
+  // copies, except the weight of a oneDNN kernel (reordered into oneDNN's layout when the model
+  // loads); every other param the kernels read is there as it is.
+  auto append = [&](const void* data, size_t bytes) {
+    s.weights.resize((s.weights.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
+    const auto* c = static_cast<const unsigned char*>(data);
+    s.weights.insert(s.weights.end(), c, c + bytes);
+    return static_cast<int64_t>(s.weights.size() - bytes);
+  };
+  std::set<int> raw;
+  for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
+    const Kernel& k = p.kernels[ki];
+    const bool packed = packable(p, k);
+    for (int id : k.reads()) {
+      const int root = p.buffer(id).root;
+      if (p.buffer(root).kind != BufferKind::Param) continue;
+      const bool weight = packed && id == k.anchorInputs[1];
+      const bool bias = packed && k.anchorInputs.size() > 2 && id == k.anchorInputs[2];
+      if ((weight && !s.kernels[ki].rawWeight) || bias) continue;
+      raw.insert(root);
+    }
+  }
+  for (int root : raw) {
+    const ir::Tensor& t = p.buffer(root).value->producer()->paramData();
+    s.paramOffset[root] = append(t.bytes(), t.nbytes());
+  }
+  // Weights [N,K] packed into panels of kPanel columns: panel j holds W[j*16 + c, k] at [k][c],
+  // so the microkernel streams one panel contiguously (zero padding past N).
+  for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
+    const Kernel& k = p.kernels[ki];
+    if (!packable(p, k)) continue;
+    std::vector<float> packed = packWeightPanels(p, k);
+    s.kernels[ki].packedWeight = append(packed.data(), packed.size() * sizeof(float));
+    std::vector<float> bias = packBiasPanels(p, k);
+    s.kernels[ki].packedBias = append(bias.data(), bias.size() * sizeof(float));
+  }
+  s.weights.resize((s.weights.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
+
+  s.workspaceStatic = s.usesExtern ? (plan.staticBytes + 63) / 64 * 64 : plan.staticBytes;
+  s.workspacePerBatch = s.usesExtern ? (plan.perBatchBytes + 63) / 64 * 64 + s.externPerBatch : plan.perBatchBytes;
+  s.maxBatch = maxBatch(s.workspaceStatic, s.workspacePerBatch);
+  return s;
+}
+
+std::string cHeader(const KernelProgram& p_, const Schedule& schedule, const std::string& target) {
+  const std::string& name = schedule.cName;
+  std::string up;
+  for (char c : name) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::string s = fmt::format("/* {}.h: the C interface of the policyc-compiled model '{}' (target {}). */\n", name,
+                              escape::cComment(p_.name), target);
+  s += fmt::format("#ifndef POLICYC_MODEL_{}_H_\n#define POLICYC_MODEL_{}_H_\n\n", up, up);
+  s += kPolicycModelHeader;
+  s += "\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
+  s += fmt::format("#define {}_NUM_INPUTS {}\n#define {}_NUM_OUTPUTS {}\n", up, p_.inputs.size(), up, p_.outputs.size());
+  s += fmt::format("/* Workspace of a run: {}_WORKSPACE_STATIC_BYTES + {}_WORKSPACE_BYTES_PER_BATCH * batch. */\n", up, up);
+  s += fmt::format("#define {}_WORKSPACE_STATIC_BYTES {}\n#define {}_WORKSPACE_BYTES_PER_BATCH {}\n", up, schedule.workspaceStatic,
+                   up, schedule.workspacePerBatch);
+  auto sizes = [&](int id, const std::string& n, const std::string& cName) {
+    const Buffer& b = p_.buffer(id);
+    std::string N = cName;
+    for (char& c : N) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    int64_t per = 1;
+    std::vector<std::string> dims;
+    for (const ir::Dim& d : b.type.shape) {
+      dims.push_back(d.isBatch() ? "batch" : std::to_string(d.value()));
+      if (d.isStatic()) per *= d.value();
+    }
+    return fmt::format("/* {} {}[{}] */\n#define {}_{}_SIZE {}  /* elements per batch row */\n", escape::cComment(n),
+                       ir::dtypeName(b.type.dtype), fmt::join(dims, ","), up, N, per);
+  };
+  std::string params;
+  size_t pi = 0;
+  for (int id : p_.inputs) {
+    s += sizes(id, p_.buffer(id).name, schedule.paramNames[pi]);
+    params += fmt::format("const {}* {}, ", storageType(p_.buffer(id).type.dtype), schedule.paramNames[pi++]);
+  }
+  for (const auto& [n, id] : p_.outputs) {
+    s += sizes(id, n, schedule.paramNames[pi]);
+    params += fmt::format("{}* {}, ", storageType(p_.buffer(id).type.dtype), schedule.paramNames[pi++]);
+  }
+  s += "\n/* The model's descriptor (the same as policyc_model_descriptor()). */\n";
+  s += fmt::format("const policyc_model* {}_descriptor(void);\n", name);
+  s += "/* Runs the model on C-order arrays; returns POLICYC_OK or an error code. Uses a per-thread\n"
+       " * workspace that is allocated on the first call and when a larger batch needs more. */\n";
+  s += fmt::format("int {}_run({}int64_t batch);\n", name, params);
+  s += "/* Same, with the caller's workspace (POLICYC_WORKSPACE_ALIGNMENT-aligned, workspace_bytes(batch)). */\n";
+  s += fmt::format("int {}_run_with_workspace({}int64_t batch, void* workspace);\n", name, params);
+  s += "\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
+  return s;
+}
+
+}  // namespace policyc::codegen
