@@ -16,8 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "model_io.h"
-#include "policyc/debug/check.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/runtime/loader.h"
@@ -67,7 +66,7 @@ struct Buffers {
   std::unique_ptr<void, decltype(&std::free)> workspace{nullptr, &std::free};
 
   Buffers(const runtime::Model& model, int64_t batch) {
-    inputs = randomTensors(debug::inputTypes(model), batch, 1);
+    inputs = driver::randomTensors(driver::inputTypes(model), batch, 1);
     for (const runtime::TensorSpec& spec : model.outputs()) {
       outputs.emplace_back(static_cast<ir::DType>(spec.dtype), spec.shapeAt(batch));
     }
@@ -124,7 +123,7 @@ class InterpreterBaseline : public Baseline {
   InterpreterBaseline(std::unique_ptr<ir::Graph> graph, const BenchOptions& o) : graph_(std::move(graph)), o_(o) {}
   std::string name() const override { return "interp"; }
   std::optional<double> samplesPerSecond(int64_t batch, int threads) override {
-    std::vector<ir::Tensor> inputs = randomInputs(*graph_, batch, 1);
+    std::vector<ir::Tensor> inputs = driver::randomInputs(*graph_, batch, 1);
     auto call = [&] { (void)ir::interpret(*graph_, inputs); };
     return timeCalls(batch, threads, 1, std::min<int64_t>(o_.minCalls, 10), o_.minSeconds, call).samplesPerSecond();
   }
@@ -300,7 +299,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     if (o.baseline == "nofuse") {
       baseline = std::make_unique<CompiledBaseline>("nofuse", runtime::Model::load(compile(o.model, false, false)), o);
     } else {
-      baseline = std::make_unique<InterpreterBaseline>(loadModel(o.model), o);
+      baseline = std::make_unique<InterpreterBaseline>(driver::loadModel(o.model), o);
     }
   } else if (!o.baseline.empty()) {
     baseline = std::make_unique<CsvBaseline>(o.baseline);

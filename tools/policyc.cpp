@@ -16,13 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "bench.h"
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/memory_plan.h"
 #include "policyc/debug/check.h"
-#include "policyc/debug/compile.h"
-#include "policyc/debug/debug_dir.h"
+#include "policyc/driver/compile.h"
+#include "policyc/driver/debug_dir.h"
 #include "policyc/debug/minify.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
@@ -58,7 +58,7 @@ struct ImplFlags {
   }
   // Whether an option only backend cpp has is given.
   bool needsCpp() const { return mode != "default" || !tuneBatch.empty() || !forceImpl.empty(); }
-  void applyTo(debug::CompileRequest& r) const {
+  void applyTo(driver::CompileRequest& r) const {
     r.mode = mode;
     if (!tuneBatch.empty()) r.cpp.tuneBatches = tuneBatch;
     r.cpp.externKernels = !noExtern;
@@ -94,7 +94,7 @@ struct BackendFlags {
     if (!backend.empty()) return codegen::parseBackend(backend);
     return impl.needsCpp() ? codegen::Backend::Cpp : codegen::kDefaultBackend;
   }
-  void applyTo(debug::CompileRequest& request, const ImplFlags& impl) const {
+  void applyTo(driver::CompileRequest& request, const ImplFlags& impl) const {
     request.backend = resolve(impl);
     request.fuse = !noFuse;
   }
@@ -152,7 +152,7 @@ struct TargetFlags {
     cmd->add_option("--cpu", cpu, "backend llvm: the CPU to generate code for (default: the target's; native: this machine's)");
     cmd->add_option("--features", features, "backend llvm: CPU features to add or remove, comma-separated (e.g. +avx2,-avx512f)");
   }
-  void applyTo(debug::CompileRequest& request) const {
+  void applyTo(driver::CompileRequest& request) const {
     request.cpp.target = target;
     request.cpu = cpu;
     request.features = features;
@@ -167,7 +167,7 @@ struct DumpOptions {
 };
 
 int runDump(const DumpOptions& o) {
-  auto graph = tools::loadModel(o.model);
+  auto graph = driver::loadModel(o.model);
   if (o.stage != "imported") o.pipeline.optimize(*graph);
   if (o.stage == "pre-fusion" || o.stage == "post-fusion") {
     if (!o.output.empty()) fail("-o writes .pir graphs; --stage {} prints the kernel program", o.stage);
@@ -216,7 +216,7 @@ std::map<std::string, ir::Tensor> readNamedInputs(const std::vector<std::string>
     if (eq == std::string::npos || eq == 0) fail("--input takes NAME=FILE.npy, got '{}'", spec);
     std::string name = spec.substr(0, eq);
     if (named.count(name)) fail("input '{}' is given twice", name);
-    named.emplace(name, tools::readTensor(spec.substr(eq + 1)));
+    named.emplace(name, driver::readTensor(spec.substr(eq + 1)));
   }
   return named;
 }
@@ -226,10 +226,10 @@ std::map<std::string, ir::Tensor> readNamedInputs(const std::vector<std::string>
 std::vector<ir::Tensor> commandInputs(const std::vector<ir::TensorType>& types, const std::vector<std::string>& names,
                                       bool random, const std::vector<std::string>& given, int64_t batch, uint64_t seed,
                                       int64_t minBatch = 0) {
-  if (!random) return tools::orderInputs(names, readNamedInputs(given));
+  if (!random) return driver::orderInputs(names, readNamedInputs(given));
   if (!given.empty()) fail("give either --input or --random, not both");
   if (batch < minBatch) fail("--batch must be >= {}, got {}", minBatch, batch);
-  return tools::randomTensors(types, batch, seed);
+  return driver::randomTensors(types, batch, seed);
 }
 std::vector<ir::Tensor> commandInputs(const ir::Graph& graph, bool random, const std::vector<std::string>& given,
                                       int64_t batch, uint64_t seed, int64_t minBatch = 0) {
@@ -251,9 +251,9 @@ void reportOutputs(const std::vector<std::string>& names, const std::vector<ir::
     std::error_code ec;
     std::filesystem::create_directories(outputDir, ec);
     if (ec) fail("cannot create output directory '{}': {}", outputDir, ec.message());
-    for (size_t i = 0; i < outputs.size(); ++i) tools::writeTensor(files::confined(outputDir, names[i], ".npy").string(), outputs[i]);
+    for (size_t i = 0; i < outputs.size(); ++i) driver::writeTensor(files::confined(outputDir, names[i], ".npy").string(), outputs[i]);
   }
-  for (size_t i = 0; i < outputs.size(); ++i) fmt::print("{}: {}\n", escape::message(names[i]), tools::summarize(outputs[i]));
+  for (size_t i = 0; i < outputs.size(); ++i) fmt::print("{}: {}\n", escape::message(names[i]), driver::summarize(outputs[i]));
 }
 
 // `policyc run MODEL.so`: a compiled model through the runtime loader, on the same inputs (for the
@@ -268,9 +268,9 @@ int runCompiled(const RunOptions& o) {
   for (const runtime::TensorSpec& spec : model.inputs()) inputNames.push_back(spec.name);
   for (const runtime::TensorSpec& spec : model.outputs()) outputNames.push_back(spec.name);
   std::vector<ir::Tensor> inputs =
-      commandInputs(debug::inputTypes(model), inputNames, o.random, o.inputs, o.batch, o.seed);
+      commandInputs(driver::inputTypes(model), inputNames, o.random, o.inputs, o.batch, o.seed);
   // The batch is that of the first input with a batch dimension; run() checks the others.
-  std::vector<ir::Tensor> outputs = debug::runModel(model, inputs, o.threads);
+  std::vector<ir::Tensor> outputs = driver::runModel(model, inputs, o.threads);
   reportOutputs(outputNames, outputs, o.outputDir);
   return 0;
 }
@@ -285,7 +285,7 @@ int runRun(const RunOptions& given) {
   if (backend == codegen::Backend::Llvm) return runJit(o);
   if (backend == codegen::Backend::Cpp) return runThroughCache(o);
   if (o.backend.noFuse) fail("--no-fuse applies to the compiling backends (cpp, llvm), not to interp");
-  auto graph = tools::loadModel(o.model);
+  auto graph = driver::loadModel(o.model);
   if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
     o.pipeline.optimize(*graph);
   }
@@ -315,12 +315,12 @@ struct CompileOptions {
 // MODEL -> optimised graph -> kernel program -> fusion -> memory plan -> LLVM IR or C++ -> OUT.so
 // (+ OUT.h), through the shared compile driver (debug/compile.h), which fills the debug directory.
 void compileModel(const CompileOptions& o) {
-  debug::CompileRequest request;
+  driver::CompileRequest request;
   o.backend.applyTo(request, o.impl);
   request.emit = o.emit;
   o.target.applyTo(request);
-  debug::validateTarget(request);  // an unknown target fails before any work
-  auto graph = tools::loadModel(o.model);
+  driver::validateTarget(request);  // an unknown target fails before any work
+  auto graph = driver::loadModel(o.model);
   request.modelPath = o.model;
   request.output = o.output;
   request.header = o.header;
@@ -329,7 +329,7 @@ void compileModel(const CompileOptions& o) {
   request.cpp.profile = o.profile;
   request.debugDir = o.debugDir;
   o.impl.applyTo(request);
-  debug::compileGraph(*graph, request);
+  driver::compileGraph(*graph, request);
 }
 
 int runCompile(const CompileOptions& o) {
@@ -340,11 +340,11 @@ int runCompile(const CompileOptions& o) {
   return 0;
 }
 
-// The cached compile of `model` (debug::compileCached), keyed also by this policyc binary.
+// The cached compile of `model` (driver::compileCached), keyed also by this policyc binary.
 std::string compileCached(const std::string& model, const PipelineFlags& pipeline, const ImplFlags& impl,
                           const TargetFlags& target, const BackendFlags& backend, const std::string& debugDir = "",
                           bool profile = false) {
-  debug::CompileRequest request;
+  driver::CompileRequest request;
   impl.applyTo(request);
   request.modelPath = model;
   backend.applyTo(request, impl);
@@ -353,8 +353,8 @@ std::string compileCached(const std::string& model, const PipelineFlags& pipelin
   target.applyTo(request);
   request.debugDir = debugDir;
   request.cpp.profile = profile;
-  debug::validateTarget(request);  // an unknown target fails before any work
-  return debug::compileCached(request, debug::fileHash("/proc/self/exe"), [&] { return tools::loadModel(model); });
+  driver::validateTarget(request);  // an unknown target fails before any work
+  return driver::compileCached(request, driver::fileHash("/proc/self/exe"), [&] { return driver::loadModel(model); });
 }
 
 // `policyc run MODEL --backend cpp`: the cached compile, run through the loader.
@@ -370,7 +370,7 @@ int runThroughCache(const RunOptions& o) {
 // files, no dlopen) and run through the same runtime checks.
 int runJit(const RunOptions& o) {
   if (o.threads < 1) fail("--threads must be >= 1, got {}", o.threads);
-  debug::CompileRequest request;
+  driver::CompileRequest request;
   o.impl.applyTo(request);
   request.modelPath = o.model;
   o.backend.applyTo(request, o.impl);
@@ -379,15 +379,15 @@ int runJit(const RunOptions& o) {
   request.cpp.name = "model";
   o.target.applyTo(request);
   request.debugDir = o.debugDir;
-  debug::validateTarget(request);
-  auto graph = tools::loadModel(o.model);
-  debug::CompileResult compiled = debug::compileGraph(*graph, request);
-  runtime::Model model = debug::loadCompiled(compiled);
+  driver::validateTarget(request);
+  auto graph = driver::loadModel(o.model);
+  driver::CompileResult compiled = driver::compileGraph(*graph, request);
+  runtime::Model model = driver::loadCompiled(compiled);
   std::vector<std::string> inputNames, outputNames;
   for (const runtime::TensorSpec& spec : model.inputs()) inputNames.push_back(spec.name);
   for (const runtime::TensorSpec& spec : model.outputs()) outputNames.push_back(spec.name);
-  std::vector<ir::Tensor> inputs = commandInputs(debug::inputTypes(model), inputNames, o.random, o.inputs, o.batch, o.seed);
-  std::vector<ir::Tensor> outputs = debug::runModel(model, inputs, o.threads);
+  std::vector<ir::Tensor> inputs = commandInputs(driver::inputTypes(model), inputNames, o.random, o.inputs, o.batch, o.seed);
+  std::vector<ir::Tensor> outputs = driver::runModel(model, inputs, o.threads);
   reportOutputs(outputNames, outputs, o.outputDir);
   return 0;
 }
@@ -412,7 +412,7 @@ struct CheckCliOptions {
 int runCheck(const CheckCliOptions& o) {
   if (o.threads < 1) fail("--threads must be >= 1, got {}", o.threads);
   if (o.rtol < 0 || o.atol < 0) fail("--rtol and --atol must be >= 0");
-  auto graph = tools::loadModel(o.model);
+  auto graph = driver::loadModel(o.model);
   std::vector<ir::Tensor> inputs = commandInputs(*graph, o.inputs.empty(), o.inputs, o.batch, o.seed);
   debug::CheckOptions c;
   c.rtol = o.rtol;
@@ -469,7 +469,7 @@ int runMinify(const MinifyCliOptions& o) {
     fmt::print("{}\n", line);
     std::fflush(stdout);
   };
-  auto graph = tools::loadModel(o.model);
+  auto graph = driver::loadModel(o.model);
   std::vector<ir::Tensor> inputs = commandInputs(*graph, o.inputs.empty(), o.inputs, o.batch, o.seed, 1);
   debug::MinifyResult r = debug::minify(*graph, inputs, m);
   if (!r.reproduced) return 0;

@@ -6,7 +6,7 @@ fails the bar), and for the ops timed at several widths whether the time grows l
 width (a doubling of the width may cost at most 2 x 1.25 the time). Prints a markdown report
 (docs/performance.md, "Backend parity") and exits 1 when a bar fails.
 
-    parity.py POLICYC OUT_DIR [--batch 1,64] [--min-time 0.3] [MODEL.onnx ...]
+    parity.py POLICYC OUT_DIR [--batch 1,64] [--min-time 0.3] [--reuse] [MODEL.onnx ...]
 """
 import argparse
 import json
@@ -19,8 +19,11 @@ BAR = 1.25
 NOISE_US = 0.5  # below this both backends' times are mostly the timer's own cost
 
 
-def bench(policyc, model, backend, batches, min_time, out):
+def bench(policyc, model, backend, batches, min_time, out, reuse):
     path = os.path.join(out, f"{os.path.splitext(os.path.basename(model))[0]}.{backend}.json")
+    if reuse and os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
     cmd = [policyc, "bench", model, "--backend", backend, "--profile", "--batch", batches, "--min-time", str(min_time),
            "--min-calls", "50", "--warmup", "20", "--json", path]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -42,6 +45,7 @@ def main():
     ap.add_argument("models", nargs="*")
     ap.add_argument("--batch", default="1,64")
     ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--reuse", action="store_true", help="report from the JSON of an earlier run where there is one")
     a = ap.parse_intermixed_args()
     os.makedirs(a.out, exist_ok=True)
     failures = []
@@ -50,7 +54,7 @@ def main():
     for model in a.models:
         name = os.path.splitext(os.path.basename(model))[0]
         print(f"parity: {name}", file=sys.stderr, flush=True)
-        cpp, llvm = (kernels(bench(a.policyc, model, b, a.batch, a.min_time, a.out)) for b in ("cpp", "llvm"))
+        cpp, llvm = (kernels(bench(a.policyc, model, b, a.batch, a.min_time, a.out, a.reuse)) for b in ("cpp", "llvm"))
         for key in sorted(set(cpp) & set(llvm)):
             batch, kernel = key
             kind, c = cpp[key]
@@ -85,7 +89,7 @@ def main():
             for b in (0, 1):
                 t0, t1 = byWidth[lo][b], byWidth[hi][b]
                 if max(t0, t1) >= NOISE_US:
-                    steps[b].append((t1 / t0) ** (1 / ((hi / lo).bit_length() - 1)) if t0 > 0 else float("inf"))
+                    steps[b].append((t1 / t0) ** (1 / ((hi // lo).bit_length() - 1)) if t0 > 0 else float("inf"))
         worst = [max(steps[b]) if steps[b] else 0.0 for b in (0, 1)]
         linear = all(w <= 2 * BAR for w in worst)
         if not linear:

@@ -12,7 +12,7 @@ if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then
   shift
 fi
 ensure_packages
-build_tree "$POLICYC_ROOT/build" -DCMAKE_BUILD_TYPE=Release
+build_tree "$POLICYC_ROOT/build" -DCMAKE_BUILD_TYPE=Release >&2
 mkdir -p "$out/ops"
 /usr/bin/python3 "$POLICYC_ROOT/bench/parity/make_ops.py" "$out/ops"
 export POLICYC_CACHE_DIR="$out/cache"

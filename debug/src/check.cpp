@@ -24,10 +24,12 @@
 namespace policyc::debug {
 
 namespace fs = std::filesystem;
+using driver::compareTensors;
+using driver::CompileRequest;
+using driver::CompileResult;
+using driver::runModel;
 
 namespace {
-
-std::string typeStr(const ir::Tensor& t) { return fmt::format("{}[{}]", ir::dtypeName(t.dtype()), fmt::join(t.shape(), ",")); }
 
 double rmse(const ir::Tensor& a, const ir::Tensor& b) {
   double sum = 0;
@@ -119,99 +121,6 @@ std::pair<std::string, std::string> crashProbe(const runtime::Model& model, cons
 
 }  // namespace
 
-TensorCheck compareTensors(const std::string& name, const ir::Tensor& got, const ir::Tensor& want, double rtol, double atol) {
-  TensorCheck c;
-  c.name = name;
-  c.type = typeStr(want);
-  if (got.shape() != want.shape()) {
-    c.allclose = c.pass = false;
-    c.note = fmt::format("shape [{}] != reference [{}]", fmt::join(got.shape(), ","), fmt::join(want.shape(), ","));
-    return c;
-  }
-  bool exact = !ir::isFloat(want.dtype());
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    double g = got.getAsDouble(i), w = want.getAsDouble(i);
-    if (std::isnan(w) || std::isnan(g)) {
-      if (std::isnan(w) != std::isnan(g) && c.allclose) {
-        c.allclose = false;
-        c.note = fmt::format("element {}: {} where the reference has {}", i, g, w);
-      }
-      continue;
-    }
-    if (g == w) continue;  // also equal infinities
-    double abs = std::abs(g - w);
-    c.maxAbs = std::max(c.maxAbs, abs);
-    if (w != 0) c.maxRel = std::max(c.maxRel, abs / std::abs(w));
-    bool ok = exact ? false : abs <= atol + rtol * std::abs(w);
-    if (!ok && c.allclose) {
-      c.allclose = false;
-      c.note = fmt::format("element {}: {} != reference {}", i, g, w);
-    }
-  }
-  c.pass = c.allclose;
-  return c;
-}
-
-static_assert(static_cast<int>(ir::DType::Bool) == POLICYC_BOOL, "ir::DType and policyc_dtype share their order");
-
-std::vector<ir::Tensor> randomTensors(const std::vector<ir::TensorType>& types, int64_t batch, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<ir::Tensor> inputs;
-  for (const ir::TensorType& type : types) {
-    ir::Tensor t(type.dtype, ir::evalShape(type.shape, batch));
-    std::normal_distribution<double> normal(0.0, 1.0);
-    std::uniform_int_distribution<int> byte(0, 255);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (ir::isFloat(t.dtype())) {
-        t.setAsDouble(i, normal(rng));
-      } else if (t.dtype() == ir::DType::Bool) {
-        t.setAsDouble(i, byte(rng) & 1);
-      } else {
-        t.setAsDouble(i, byte(rng));
-      }
-    }
-    inputs.push_back(std::move(t));
-  }
-  return inputs;
-}
-
-std::vector<ir::TensorType> inputTypes(const runtime::Model& model) {
-  std::vector<ir::TensorType> types;
-  for (const runtime::TensorSpec& spec : model.inputs()) {
-    ir::Shape shape;
-    for (int64_t d : spec.shape) shape.push_back(d == -1 ? ir::Dim::batch() : ir::Dim(d));
-    types.push_back({static_cast<ir::DType>(spec.dtype), shape});
-  }
-  return types;
-}
-
-std::vector<ir::Tensor> runModel(const runtime::Model& model, const std::vector<ir::Tensor>& inputs, int threads) {
-  if (inputs.size() != model.inputs().size()) {
-    fail("'{}' takes {} inputs, got {}", model.path(), model.inputs().size(), inputs.size());
-  }
-  int64_t batch = 1;
-  bool found = false;
-  for (size_t i = 0; i < inputs.size() && !found; ++i) {
-    const std::vector<int64_t>& spec = model.inputs()[i].shape;
-    for (size_t d = 0; d < spec.size() && d < inputs[i].shape().size(); ++d) {
-      if (spec[d] == -1) {
-        batch = inputs[i].shape()[d];
-        found = true;
-        break;
-      }
-    }
-  }
-  std::vector<runtime::TensorView> in, out;
-  for (const ir::Tensor& t : inputs) {
-    in.emplace_back(static_cast<policyc_dtype>(t.dtype()), t.shape(), static_cast<const void*>(t.bytes()));
-  }
-  std::vector<ir::Tensor> outputs;
-  for (const runtime::TensorSpec& spec : model.outputs()) outputs.emplace_back(static_cast<ir::DType>(spec.dtype), spec.shapeAt(batch));
-  for (ir::Tensor& t : outputs) out.emplace_back(static_cast<policyc_dtype>(t.dtype()), t.shape(), static_cast<void*>(t.bytes()));
-  model.run(in, out, batch, threads);
-  return outputs;
-}
-
 CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options) {
   CheckReport report;
   files::TempDir tmp("policyc-check");
@@ -242,8 +151,8 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
   }
   // Backend llvm runs in-process (the JIT): no files, no system compiler.
   request.jit = request.backend == codegen::Backend::Llvm;
-  CompileResult compiled = compileGraph(*work, request);
-  runtime::Model model = loadCompiled(compiled);
+  CompileResult compiled = driver::compileGraph(*work, request);
+  runtime::Model model = driver::loadCompiled(compiled);
   report.so = compiled.jit ? "(in-process JIT)" : compiled.so;
   // The model runs in a forked child first: a model that crashes is reported (and the temporary
   // directory removed) instead of taking this process down.

@@ -16,10 +16,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/codegen/cpp_backend.h"
-#include "policyc/debug/compile.h"
-#include "policyc/debug/debug_dir.h"
+#include "policyc/driver/compile.h"
+#include "policyc/driver/debug_dir.h"
 #include "policyc/ir/error.h"
 #include "policyc/runtime/loader.h"
 #include "policyc/support/escape.h"
@@ -47,7 +47,7 @@ const char* numpyDType(policyc_dtype d) {
 // This module's own file, for the cache key: a rebuilt binding never reuses an old compile.
 std::string moduleId() {
   Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&moduleId), &info) && info.dli_fname) return debug::fileHash(info.dli_fname);
+  if (dladdr(reinterpret_cast<void*>(&moduleId), &info) && info.dli_fname) return driver::fileHash(info.dli_fname);
   return "unknown";
 }
 
@@ -245,8 +245,8 @@ std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::option
                                       const std::string& mode, const std::string& target, int threads,
                                       const std::optional<std::string>& debugDir, bool externKernels,
                                       const std::vector<int64_t>& tuneBatch) {
-  if (!debug::isCompileMode(mode)) throw py::value_error("mode must be 'default' or 'max-autotune', got '" + mode + "'");
-  debug::CompileRequest request;
+  if (!driver::isCompileMode(mode)) throw py::value_error("mode must be 'default' or 'max-autotune', got '" + mode + "'");
+  driver::CompileRequest request;
   request.modelPath = path;
   if (backend) {
     try {
@@ -267,8 +267,8 @@ std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::option
   std::string so;
   {
     py::gil_scoped_release release;
-    debug::validateTarget(request);
-    so = debug::compileCached(request, moduleId(), [&] { return tools::loadModel(path); });
+    driver::validateTarget(request);
+    so = driver::compileCached(request, moduleId(), [&] { return driver::loadModel(path); });
   }
   return std::make_unique<Policy>(runtime::Model::load(so), threads);
 }

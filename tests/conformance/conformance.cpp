@@ -225,7 +225,7 @@ std::string checkCompiled(ir::Graph& graph, const std::vector<ir::Tensor>& input
     if (code != POLICYC_OK) return fmt::format("run with {} threads returned {}", threads, code);
     for (size_t o = 0; o < expected.size(); ++o) {
       // Within 1e-4 (relative and absolute; NaN where NaN; integers and bools exactly).
-      debug::TensorCheck c = debug::compareTensors("", got[o], expected[o], 1e-4, 1e-4);
+      driver::TensorCheck c = driver::compareTensors("", got[o], expected[o], 1e-4, 1e-4);
       if (!c.pass) return fmt::format("compiled, {} threads: output {}: {}", threads, o, c.note);
       if (threads > 1 && got[o].nbytes() > 0 && std::memcmp(got[o].bytes(), first[o].bytes(), got[o].nbytes()) != 0) {
         return fmt::format("output {} differs bitwise between 1 and {} threads", o, threads);

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/passes/pass_manager.h"
@@ -24,7 +24,7 @@ namespace {
 const fs::path& scratchDir() { return testing::scratchDir("policyc-bench-test"); }
 
 std::unique_ptr<ir::Graph> optimized(const std::string& model) {
-  auto graph = tools::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
+  auto graph = driver::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
   passes::runPipeline(*graph);
   return graph;
 }

@@ -9,7 +9,7 @@
 
 #include <onnx/onnx_pb.h>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "support/cli.h"
 #include "unit/fixtures.h"
 
@@ -61,8 +61,8 @@ TEST_CASE("cli: run with inputs writes every output as .npy matching PyTorch", "
     REQUIRE(r.exitCode == 0);
     for (const auto& [name, path] : c.outputs) {
       CHECK(r.out.find(name + ": ") != std::string::npos);
-      ir::Tensor got = tools::readTensor((outDir / (name + ".npy")).string());
-      ir::Tensor want = tools::readTensor(path);
+      ir::Tensor got = driver::readTensor((outDir / (name + ".npy")).string());
+      ir::Tensor want = driver::readTensor(path);
       REQUIRE(got.shape() == want.shape());
       for (int64_t i = 0; i < got.numel(); ++i) CHECK(std::abs(got.getAsDouble(i) - want.getAsDouble(i)) < 1e-5);
     }
@@ -198,8 +198,8 @@ TEST_CASE("cli: run --backend cpp compiles once into the cache and matches the i
   CHECK(std::distance(fs::directory_iterator(cache), fs::directory_iterator()) == 1);
   REQUIRE(cli("run " + kPpo + common + refOut.string()).exitCode == 0);
   for (const char* name : {"action_dist_inputs", "vf"}) {
-    ir::Tensor got = tools::readTensor((cppOut / (std::string(name) + ".npy")).string());
-    ir::Tensor want = tools::readTensor((refOut / (std::string(name) + ".npy")).string());
+    ir::Tensor got = driver::readTensor((cppOut / (std::string(name) + ".npy")).string());
+    ir::Tensor want = driver::readTensor((refOut / (std::string(name) + ".npy")).string());
     REQUIRE(got.shape() == want.shape());
     for (int64_t i = 0; i < got.numel(); ++i) CHECK(std::abs(got.getAsDouble(i) - want.getAsDouble(i)) < 1e-4);
   }

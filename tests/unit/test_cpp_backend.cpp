@@ -17,7 +17,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
@@ -36,7 +36,7 @@ namespace {
 const fs::path& scratchDir() { return testing::scratchDir("policyc-cpp-test"); }
 
 codegen::GeneratedCpp generate(const std::string& model, const codegen::CppOptions& options = {}) {
-  auto graph = tools::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
+  auto graph = driver::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
   passes::runPipeline(*graph);
   return codegen::generateCpp(*graph, options);
 }
@@ -89,7 +89,7 @@ std::vector<ir::Tensor> runCompiled(const policyc_model* m, const std::vector<ir
 // `graph` at `batch`: every output within 1e-4 (integers exactly), and bitwise the same for
 // every thread count.
 void compareWithInterpreter(const policyc_model* m, const ir::Graph& graph, int64_t batch, const std::string& what) {
-  std::vector<ir::Tensor> inputs = tools::randomInputs(graph, batch, 7 + static_cast<uint64_t>(batch));
+  std::vector<ir::Tensor> inputs = driver::randomInputs(graph, batch, 7 + static_cast<uint64_t>(batch));
   std::vector<ir::Tensor> expected = ir::interpret(graph, inputs);
   REQUIRE(static_cast<size_t>(m->num_outputs) == expected.size());
   std::vector<ir::Tensor> single;
@@ -120,7 +120,7 @@ void compareWithInterpreter(const policyc_model* m, const ir::Graph& graph, int6
 }
 
 void checkParity(const std::string& model, int64_t batch) {
-  auto graph = tools::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
+  auto graph = driver::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
   compareWithInterpreter(compiled(model), *graph, batch, model);
 }
 

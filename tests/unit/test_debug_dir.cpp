@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "policyc/debug/debug_dir.h"
+#include "policyc/driver/debug_dir.h"
 #include "policyc/ir/text.h"
 
 using namespace policyc;
@@ -28,11 +28,11 @@ TEST_CASE("debug dir: off by default, --debug-dir wins, POLICYC_DEBUG=1 picks a 
   std::ofstream(model) << "model bytes";
 
   ::unsetenv("POLICYC_DEBUG");
-  CHECK_FALSE(debug::DebugDir::select("", model.string(), "m").has_value());
+  CHECK_FALSE(driver::DebugDir::select("", model.string(), "m").has_value());
   ::setenv("POLICYC_DEBUG", "0", 1);
-  CHECK_FALSE(debug::DebugDir::select("", model.string(), "m").has_value());
+  CHECK_FALSE(driver::DebugDir::select("", model.string(), "m").has_value());
 
-  auto flagged = debug::DebugDir::select((root / "flag").string(), model.string(), "m");
+  auto flagged = driver::DebugDir::select((root / "flag").string(), model.string(), "m");
   REQUIRE(flagged.has_value());
   CHECK(flagged->path() == root / "flag");
   CHECK(fs::is_directory(root / "flag"));
@@ -40,11 +40,11 @@ TEST_CASE("debug dir: off by default, --debug-dir wins, POLICYC_DEBUG=1 picks a 
   ::setenv("POLICYC_DEBUG", "1", 1);
   fs::path cwd = fs::current_path();
   fs::current_path(root);
-  auto env = debug::DebugDir::select("", model.string(), "m");
+  auto env = driver::DebugDir::select("", model.string(), "m");
   fs::current_path(cwd);
   ::unsetenv("POLICYC_DEBUG");
   REQUIRE(env.has_value());
-  std::string hash = debug::fileHash(model.string());
+  std::string hash = driver::fileHash(model.string());
   CHECK(hash.size() == 16);
   CHECK(env->path() == fs::path("policyc_debug") / ("m-" + hash.substr(0, 8)));
 }
@@ -52,7 +52,7 @@ TEST_CASE("debug dir: off by default, --debug-dir wins, POLICYC_DEBUG=1 picks a 
 TEST_CASE("debug dir: writes files, reloadable graphs and the compile-time table", "[debug]") {
   fs::path dir = fs::temp_directory_path() / "policyc_test_debug" / "files";
   fs::remove_all(dir);
-  debug::DebugDir d(dir);
+  driver::DebugDir d(dir);
   d.write("passes.log", "pass dce: no change\n");
   CHECK(slurp(dir / "passes.log") == "pass dce: no change\n");
 
@@ -67,7 +67,7 @@ TEST_CASE("debug dir: writes files, reloadable graphs and the compile-time table
   CHECK(ir::printGraph(*back).text == ir::printGraph(g).text);
 
   {
-    debug::StageTimer t(&d, "import");
+    driver::StageTimer t(&d, "import");
   }
   d.recordTime("passes", 2.5);
   d.recordTime("passes", 0.5);
@@ -76,5 +76,5 @@ TEST_CASE("debug dir: writes files, reloadable graphs and the compile-time table
   CHECK(times.find("import") != std::string::npos);
   CHECK(times.find("passes                         3.00") != std::string::npos);
   CHECK(times.find("total") != std::string::npos);
-  { debug::StageTimer off(nullptr, "ignored"); }  // no directory: nothing recorded, no crash
+  { driver::StageTimer off(nullptr, "ignored"); }  // no directory: nothing recorded, no crash
 }

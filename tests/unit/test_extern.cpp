@@ -14,12 +14,12 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/kernel_program.h"
-#include "policyc/debug/autotune.h"
+#include "policyc/driver/autotune.h"
 #include "policyc/debug/check.h"
-#include "policyc/debug/compile.h"
+#include "policyc/driver/compile.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/passes/pass_manager.h"
@@ -68,12 +68,12 @@ runtime::Model build(const Graph& graph, const codegen::CppOptions& options, con
 
 // Every output of `model` on `graph`'s random inputs at `batch` with `threads` within 1e-4 of the interpreter.
 void checkAgainstInterpreter(const runtime::Model& model, const Graph& graph, int64_t batch, int threads, const std::string& what) {
-  std::vector<Tensor> inputs = tools::randomInputs(graph, batch, 11 + static_cast<uint64_t>(batch));
+  std::vector<Tensor> inputs = driver::randomInputs(graph, batch, 11 + static_cast<uint64_t>(batch));
   std::vector<Tensor> expected = interpret(graph, inputs);
-  std::vector<Tensor> actual = debug::runModel(model, inputs, threads);
+  std::vector<Tensor> actual = driver::runModel(model, inputs, threads);
   REQUIRE(actual.size() == expected.size());
   for (size_t o = 0; o < expected.size(); ++o) {
-    debug::TensorCheck c = debug::compareTensors(fmt::format("output {}", o), actual[o], expected[o], 1e-4, 1e-4);
+    driver::TensorCheck c = driver::compareTensors(fmt::format("output {}", o), actual[o], expected[o], 1e-4, 1e-4);
     INFO(what << " batch " << batch << " threads " << threads << ": " << c.name << " max abs " << c.maxAbs << " " << c.note);
     CHECK(c.pass);
   }
@@ -108,7 +108,7 @@ std::unique_ptr<Graph> postOpGraph() {
 }  // namespace
 
 TEST_CASE("extern: which kernels have which implementations, and the heuristic", "[extern]") {
-  auto g = tools::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
+  auto g = driver::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
   passes::runPipeline(*g);
   codegen::KernelProgram p = codegen::lowerGraph(*g);
   codegen::fuseKernels(p);
@@ -123,7 +123,7 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true)) {
     CHECK(d == codegen::ImplDispatch{{-1, "gemm4x32"}});
   }
-  auto atari = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  auto atari = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   passes::runPipeline(*atari);
   codegen::KernelProgram a = codegen::lowerGraph(*atari);
   codegen::fuseKernels(a);
@@ -144,7 +144,7 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
 }
 
 TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact, extern kernels link libdnnl", "[extern]") {
-  auto g = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  auto g = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   passes::runPipeline(*g);
   codegen::CppOptions o;
   codegen::GeneratedCpp with = codegen::generateCpp(*g, o);
@@ -160,7 +160,7 @@ TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact, extern kernels 
 }
 
 TEST_CASE("extern: a choice of a missing implementation is one clear error", "[extern]") {
-  auto g = tools::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
+  auto g = driver::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
   passes::runPipeline(*g);
   codegen::CppOptions o;
   o.forceImpl = "mkl";
@@ -204,11 +204,11 @@ TEST_CASE("extern: post-op chains and residual sums match the interpreter", "[ex
 // parity with the interpreter the C++ backend's tests check: the interpreter takes minutes on
 // impala_cnn at batch 64 in the sanitizer build.
 void checkImpls(const std::string& model, const std::vector<std::string>& impls, bool viaDefault = false) {
-  auto g = tools::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
+  auto g = driver::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
   std::map<int64_t, std::pair<std::vector<Tensor>, std::vector<Tensor>>> cases;  // batch -> inputs, expected
   for (int64_t batch : {1, 3, 64}) {
-    std::vector<Tensor> inputs = tools::randomInputs(*g, batch, 11 + static_cast<uint64_t>(batch));
-    std::vector<Tensor> expected = viaDefault && batch == 64 ? debug::runModel(build(*g, {}, "default"), inputs, 1)
+    std::vector<Tensor> inputs = driver::randomInputs(*g, batch, 11 + static_cast<uint64_t>(batch));
+    std::vector<Tensor> expected = viaDefault && batch == 64 ? driver::runModel(build(*g, {}, "default"), inputs, 1)
                                                              : interpret(*g, inputs);
     cases[batch] = {std::move(inputs), std::move(expected)};
   }
@@ -218,9 +218,9 @@ void checkImpls(const std::string& model, const std::vector<std::string>& impls,
     runtime::Model m = build(*g, o, impl);
     for (const auto& [batch, c] : cases) {
       for (int threads : {1, 2, 1}) {
-        std::vector<Tensor> actual = debug::runModel(m, c.first, threads);
+        std::vector<Tensor> actual = driver::runModel(m, c.first, threads);
         for (size_t i = 0; i < c.second.size(); ++i) {
-          debug::TensorCheck t = debug::compareTensors("output", actual[i], c.second[i], 1e-4, 1e-4);
+          driver::TensorCheck t = driver::compareTensors("output", actual[i], c.second[i], 1e-4, 1e-4);
           INFO(model << " " << impl << " batch " << batch << " threads " << threads << " output " << i << ": max abs " << t.maxAbs);
           CHECK(t.pass);
         }
@@ -240,17 +240,17 @@ TEST_CASE("extern: impala_cnn with every implementation matches the interpreter"
 }
 
 TEST_CASE("extern: changing the thread count between calls keeps oneDNN results right", "[extern]") {
-  auto g = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  auto g = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   codegen::CppOptions o;
   o.forceImpl = "onednn";
   runtime::Model m = build(*g, o, "threads");
-  std::vector<Tensor> inputs = tools::randomInputs(*g, 16, 5);
+  std::vector<Tensor> inputs = driver::randomInputs(*g, 16, 5);
   std::vector<Tensor> expected = interpret(*g, inputs);
   for (int threads : {1, 2, 3, 1, 3, 2, 2, 1}) {
-    std::vector<Tensor> actual = debug::runModel(m, inputs, threads);
+    std::vector<Tensor> actual = driver::runModel(m, inputs, threads);
     for (size_t i = 0; i < expected.size(); ++i) {
       INFO("threads " << threads << " output " << i);
-      CHECK(debug::compareTensors("o", actual[i], expected[i], 1e-4, 1e-4).pass);
+      CHECK(driver::compareTensors("o", actual[i], expected[i], 1e-4, 1e-4).pass);
     }
   }
 }
@@ -258,13 +258,13 @@ TEST_CASE("extern: changing the thread count between calls keeps oneDNN results 
 TEST_CASE("extern: max-autotune times every candidate, writes autotune.txt, and a re-compile times nothing", "[extern][autotune]") {
   const fs::path cache = scratchDir() / "tune-cache";
   setenv("POLICYC_CACHE_DIR", cache.c_str(), 1);
-  auto g = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  auto g = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   passes::runPipeline(*g);
-  debug::AutotuneOptions o;
+  driver::AutotuneOptions o;
   o.cpp.tuneBatches = {1, 4};
   o.secondsPerCandidate = 0.02;
   o.progress = false;
-  debug::AutotuneResult first = debug::autotune(*g, o);
+  driver::AutotuneResult first = driver::autotune(*g, o);
   CHECK(first.kernels == 6);  // 3 convs, 3 linear layers
   CHECK(first.timed == 12);
   std::istringstream report(first.report);
@@ -282,7 +282,7 @@ TEST_CASE("extern: max-autotune times every candidate, writes autotune.txt, and 
   CHECK(first.report.find("onednn_postops ") != std::string::npos);
   CHECK(first.choice.size() == 6);
   // The second tuning of the same kernels is all cache: nothing built, nothing timed.
-  debug::AutotuneResult second = debug::autotune(*g, o);
+  driver::AutotuneResult second = driver::autotune(*g, o);
   CHECK(second.timed == 0);
   CHECK(second.choice == first.choice);
   CHECK(second.report.find("(cached)") != std::string::npos);
@@ -290,7 +290,7 @@ TEST_CASE("extern: max-autotune times every candidate, writes autotune.txt, and 
   codegen::CppOptions cpp;
   cpp.choice = first.choice;
   cpp.tuneBatches = {1, 4};
-  auto original = tools::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  auto original = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   runtime::Model m = build(*original, cpp, "tuned");
   for (int64_t batch : {1, 2, 3, 9}) checkAgainstInterpreter(m, *original, batch, 1, "tuned");
   unsetenv("POLICYC_CACHE_DIR");
@@ -309,7 +309,7 @@ TEST_CASE("max pool: rows with NaN, -inf and padding match the interpreter", "[c
   g.setOutputs({{"y", op(g, Op::Relu, {p}, "relu")}, {"p", p}, {"q", q}});
   codegen::CppOptions o;
   runtime::Model m = build(g, o, "pool");
-  std::vector<Tensor> inputs = tools::randomInputs(g, 4, 3);
+  std::vector<Tensor> inputs = driver::randomInputs(g, 4, 3);
   float* d = inputs[0].data<float>();
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   d[0] = nan;          // a corner: inside the first windows only
@@ -317,11 +317,11 @@ TEST_CASE("max pool: rows with NaN, -inf and padding match the interpreter", "[c
   d[70] = -inf;
   d[71] = inf;
   for (int64_t i = 63; i < 126; ++i) d[i] = -inf;  // a whole channel of -inf
-  std::vector<Tensor> expected = interpret(g, inputs), actual = debug::runModel(m, inputs, 1);
+  std::vector<Tensor> expected = interpret(g, inputs), actual = driver::runModel(m, inputs, 1);
   bool sawNan = false;
   for (size_t i = 0; i < expected.size(); ++i) {
     for (int64_t e = 0; e < expected[i].numel(); ++e) sawNan = sawNan || std::isnan(expected[i].getAsDouble(e));
-    debug::TensorCheck c = debug::compareTensors("output", actual[i], expected[i], 0, 0);
+    driver::TensorCheck c = driver::compareTensors("output", actual[i], expected[i], 0, 0);
     INFO("output " << i << ": " << c.note);
     CHECK(c.pass);
   }

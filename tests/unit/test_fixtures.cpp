@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
 #include "policyc/ir/verifier.h"
@@ -33,8 +33,8 @@ void requireClose(const ir::Tensor& got, const ir::Tensor& want, const std::stri
 
 std::vector<ir::Tensor> referenceInputs(const ir::Graph& graph, const testing::FixtureCase& c) {
   std::map<std::string, ir::Tensor> named;
-  for (const auto& [name, path] : c.inputs) named.emplace(name, tools::readTensor(path));
-  return tools::orderInputs(graph, std::move(named));
+  for (const auto& [name, path] : c.inputs) named.emplace(name, driver::readTensor(path));
+  return driver::orderInputs(graph, std::move(named));
 }
 
 }  // namespace
@@ -43,14 +43,14 @@ TEST_CASE("fixtures: the interpreter matches PyTorch on every fixture at batch 1
   auto fixtures = testing::loadFixtures();
   REQUIRE(fixtures.size() >= 6);
   for (const auto& fx : fixtures) {
-    auto graph = tools::loadModel(fx.onnx);
+    auto graph = driver::loadModel(fx.onnx);
     REQUIRE_NOTHROW(ir::verify(*graph));
     for (const auto& c : fx.cases) {
       auto outputs = ir::interpret(*graph, referenceInputs(*graph, c));
       auto names = graph->outputs();
       REQUIRE(outputs.size() == c.outputs.size());
       for (size_t i = 0; i < outputs.size(); ++i) {
-        requireClose(outputs[i], tools::readTensor(c.outputs.at(names[i].first)),
+        requireClose(outputs[i], driver::readTensor(c.outputs.at(names[i].first)),
                      fx.name + " batch " + std::to_string(c.batch) + " output " + names[i].first);
       }
     }
@@ -60,7 +60,7 @@ TEST_CASE("fixtures: the interpreter matches PyTorch on every fixture at batch 1
 TEST_CASE("fixtures: print -> parse -> print is byte-identical and runs bit-identically", "[fixtures][text]") {
   for (const auto& fx : testing::loadFixtures()) {
     INFO(fx.name);
-    auto graph = tools::loadModel(fx.onnx);
+    auto graph = driver::loadModel(fx.onnx);
     ir::PrintedGraph first = ir::printGraph(*graph);
     auto parsed = ir::parseGraph(first.text, fx.name + ".pir", first.sidecar);
     ir::PrintedGraph second = ir::printGraph(*parsed);

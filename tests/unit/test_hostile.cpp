@@ -21,9 +21,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/debug/check.h"
-#include "policyc/debug/compile.h"
+#include "policyc/driver/compile.h"
 #include "policyc/frontend/onnx_import.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
@@ -155,17 +155,17 @@ struct Onnx {
 ir::TensorType f32(std::vector<ir::Dim> dims) { return {ir::DType::F32, std::move(dims)}; }
 
 runtime::Model compileAndLoad(const ir::Graph& graph, const std::string& backend, const fs::path& debugDir) {
-  debug::CompileRequest r;
+  driver::CompileRequest r;
   r.backend = codegen::parseBackend(backend);
   r.jit = backend == "llvm";
   r.output = (scratch() / fmt::format("{}-{}.so", debugDir.filename().string(), backend)).string();
   r.cpp.name = "model";
   r.debugDir = debugDir.string();
   r.progress = false;
-  return debug::loadCompiled(debug::compileGraph(graph, r));
+  return driver::loadCompiled(driver::compileGraph(graph, r));
 }
 
-std::vector<ir::Tensor> randomInputs(const ir::Graph& graph, int64_t batch) { return tools::randomInputs(graph, batch, 7); }
+std::vector<ir::Tensor> randomInputs(const ir::Graph& graph, int64_t batch) { return driver::randomInputs(graph, batch, 7); }
 
 }  // namespace
 
@@ -262,10 +262,10 @@ TEST_CASE("hostile names: every byte in every name compiles to code that does on
     DYNAMIC_SECTION("backend " << backend) {
       const fs::path dir = scratch() / fmt::format("names-{}", backend);
       runtime::Model model = compileAndLoad(g, backend, dir);
-      std::vector<ir::Tensor> got = debug::runModel(model, inputs, 2);
+      std::vector<ir::Tensor> got = driver::runModel(model, inputs, 2);
       REQUIRE(got.size() == want.size());
       for (size_t i = 0; i < got.size(); ++i) {
-        debug::TensorCheck c = debug::compareTensors("out", got[i], want[i], 1e-5, 1e-5);
+        driver::TensorCheck c = driver::compareTensors("out", got[i], want[i], 1e-5, 1e-5);
         CHECK(c.pass);
       }
       CHECK(!fs::exists(marker));
@@ -278,12 +278,12 @@ TEST_CASE("hostile names: every byte in every name compiles to code that does on
     }
   }
   // The C header is C, whatever the names.
-  debug::CompileRequest r;
+  driver::CompileRequest r;
   r.backend = codegen::Backend::Cpp;
   r.output = (scratch() / "names-header.so").string();
   r.header = (scratch() / "names.h").string();
   r.cpp.name = "model";
-  debug::compileGraph(g, r);
+  driver::compileGraph(g, r);
   const std::string header = testing::slurp(r.header);
   CHECK(plainAscii(header, true));
   write(scratch() / "use_header.c", "#include \"" + r.header + "\"\nint main(void) { return 0; }\n");
@@ -329,13 +329,13 @@ TEST_CASE("hostile names: names that are C keywords, types, macros or policyc's 
   }
   g.setOutputs(outs);
   for (const char* modelName : {"pc", "policyc_model", "int"}) {
-    debug::CompileRequest r;
+    driver::CompileRequest r;
     r.backend = codegen::Backend::Cpp;
     r.output = (scratch() / fmt::format("keywords-{}.so", modelName)).string();
     r.header = (scratch() / fmt::format("keywords-{}.h", modelName)).string();
     r.cpp.name = modelName;
     INFO("model name " << modelName);
-    REQUIRE_NOTHROW(debug::compileGraph(g, r));
+    REQUIRE_NOTHROW(driver::compileGraph(g, r));
     runtime::Model m = runtime::Model::load(r.output);
     CHECK(m.inputs()[0].name == "pc_run");
     write(scratch() / "use_keywords.c", "#include \"" + r.header + "\"\nint main(void) { return 0; }\n");
@@ -344,7 +344,7 @@ TEST_CASE("hostile names: names that are C keywords, types, macros or policyc's 
                           .c_str()) == 0);
     r.backend = codegen::Backend::Llvm;
     r.output = (scratch() / fmt::format("keywords-{}-llvm.so", modelName)).string();
-    REQUIRE_NOTHROW(debug::compileGraph(g, r));
+    REQUIRE_NOTHROW(driver::compileGraph(g, r));
   }
 }
 
@@ -497,7 +497,7 @@ TEST_CASE("sizes: .npy headers and batch sizes are checked", "[hostile][sizes]")
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   requireOneLineError(runPolicyc({"run", model, "--backend", "interp", "--input", "obs=" + fifo.string()}), "not a regular file");
 
-  runtime::Model ppo = compileAndLoad(*tools::loadModel(model), "llvm", scratch() / "ppo-batch");
+  runtime::Model ppo = compileAndLoad(*driver::loadModel(model), "llvm", scratch() / "ppo-batch");
   CHECK_THROWS_WITH(ppo.workspaceBytes(int64_t{1} << 40), Contains("batch must be between 0 and 2147483647"));
   CHECK(ppo.descriptor().workspace_bytes(int64_t{1} << 40) == SIZE_MAX);
   CHECK(ppo.runUnchecked(nullptr, nullptr, int64_t{1} << 40, nullptr, 1) == POLICYC_ERROR_ARGUMENT);
@@ -557,8 +557,8 @@ TEST_CASE("semantics: integer overflow saturates alike in interp, cpp and llvm, 
       const std::vector<ir::Tensor> want = ir::interpret(g, inputs);
       for (const char* backend : {"cpp", "llvm"}) {
         runtime::Model model = compileAndLoad(g, backend, scratch() / fmt::format("int-{}-{}", c.name, backend));
-        std::vector<ir::Tensor> got = debug::runModel(model, inputs, 1);
-        INFO("backend " << backend << ": " << tools::summarize(got[0]) << " vs interp " << tools::summarize(want[0]));
+        std::vector<ir::Tensor> got = driver::runModel(model, inputs, 1);
+        INFO("backend " << backend << ": " << driver::summarize(got[0]) << " vs interp " << driver::summarize(want[0]));
         CHECK(got[0].bitEqual(want[0]));
       }
     }
@@ -576,7 +576,7 @@ TEST_CASE("semantics: integer overflow saturates alike in interp, cpp and llvm, 
       for (const char* backend : {"cpp", "llvm"}) {
         runtime::Model model = compileAndLoad(g, backend, scratch() / fmt::format("cast-{}-{}-{}", ir::dtypeName(from), ir::dtypeName(to), backend));
         INFO(ir::dtypeName(from) << " -> " << ir::dtypeName(to) << " on " << backend);
-        CHECK(debug::runModel(model, inputs, 1)[0].bitEqual(want[0]));
+        CHECK(driver::runModel(model, inputs, 1)[0].bitEqual(want[0]));
       }
     }
   }
@@ -592,9 +592,9 @@ TEST_CASE("semantics: division by zero and out-of-range gather indices are error
     CHECK_THROWS_WITH(ir::interpret(g, inputs), Contains("integer division by zero"));
     for (const char* backend : {"cpp", "llvm"}) {
       runtime::Model model = compileAndLoad(g, backend, scratch() / fmt::format("div0-{}", backend));
-      CHECK_THROWS_WITH(debug::runModel(model, inputs, 2), Contains("run returned -5 (an integer division by zero)"));
+      CHECK_THROWS_WITH(driver::runModel(model, inputs, 2), Contains("run returned -5 (an integer division by zero)"));
       inputs[1] = tensorOf(ir::DType::I32, {1, 2, 1, 1});
-      CHECK_NOTHROW(debug::runModel(model, inputs, 1));
+      CHECK_NOTHROW(driver::runModel(model, inputs, 1));
       inputs[1] = tensorOf(ir::DType::I32, {1, 0, 1, 1});
     }
   }
@@ -609,7 +609,7 @@ TEST_CASE("semantics: division by zero and out-of-range gather indices are error
         CHECK_THROWS_WITH(ir::interpret(g, inputs), Contains("out of range"));
         for (const char* backend : {"cpp", "llvm"}) {
           runtime::Model model = compileAndLoad(g, backend, scratch() / fmt::format("gather-{}-{}", rows, backend));
-          CHECK_THROWS_WITH(debug::runModel(model, inputs, 1), Contains("run returned -4"));
+          CHECK_THROWS_WITH(driver::runModel(model, inputs, 1), Contains("run returned -4"));
         }
       }
     }
@@ -634,10 +634,10 @@ TEST_CASE("semantics: a conv epilogue that divides integers, and both errors in 
     const std::vector<ir::Tensor> want = ir::interpret(g, inputs);
     for (const char* backend : {"cpp", "llvm"}) {
       runtime::Model model = compileAndLoad(g, backend, scratch() / fmt::format("convdiv-{}", backend));
-      CHECK(debug::runModel(model, inputs, 1)[0].bitEqual(want[0]));
+      CHECK(driver::runModel(model, inputs, 1)[0].bitEqual(want[0]));
       std::vector<ir::Tensor> zero = inputs;
       zero[1].setAsDouble(5, 0);
-      CHECK_THROWS_WITH(debug::runModel(model, zero, 2), Contains("run returned -5"));
+      CHECK_THROWS_WITH(driver::runModel(model, zero, 2), Contains("run returned -5"));
     }
   }
   SECTION("a bad gather index and a zero divisor in one kernel: the index error, in every backend") {
@@ -651,7 +651,7 @@ TEST_CASE("semantics: a conv epilogue that divides integers, and both errors in 
     CHECK_THROWS_WITH(ir::interpret(g, inputs), Contains("out of range"));
     for (const char* backend : {"cpp", "llvm"}) {
       runtime::Model model = compileAndLoad(g, backend, scratch() / fmt::format("both-{}", backend));
-      for (int threads : {1, 2}) CHECK_THROWS_WITH(debug::runModel(model, inputs, threads), Contains("run returned -4"));
+      for (int threads : {1, 2}) CHECK_THROWS_WITH(driver::runModel(model, inputs, threads), Contains("run returned -4"));
     }
   }
 }
@@ -679,11 +679,11 @@ TEST_CASE("sizes: dims over the limits never reach shape arithmetic", "[hostile]
 TEST_CASE("shared objects: truncated or foreign files are refused before dlopen, cache entries rebuilt", "[hostile][so]") {
   const std::string model = testing::sourcePath("examples/models/ppo_mlp.onnx");
   const fs::path so = scratch() / "whole.so";
-  debug::CompileRequest r;
+  driver::CompileRequest r;
   r.backend = codegen::Backend::Llvm;
   r.output = so.string();
   r.cpp.name = "ppo";
-  debug::compileGraph(*tools::loadModel(model), r);
+  driver::compileGraph(*driver::loadModel(model), r);
   const std::string bytes = testing::slurp(so);
   REQUIRE(runtime::Model::load(so.string()).sourceHash().size() == 16);
 

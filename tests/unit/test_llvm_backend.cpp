@@ -10,7 +10,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/codegen/llvm_backend.h"
 #include "policyc/debug/check.h"
 #include "policyc/ir/error.h"
@@ -29,7 +29,7 @@ namespace {
 const fs::path& scratch() { return testing::scratchDir("policyc-llvm-test"); }
 
 std::unique_ptr<ir::Graph> optimized(const std::string& model) {
-  auto graph = tools::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
+  auto graph = driver::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
   passes::runPipeline(*graph);
   return graph;
 }
@@ -68,14 +68,14 @@ void checkParity(const std::string& name, bool externKernels = true, std::vector
   options.forceImpl = forceImpl;
   runtime::Model model = jitModel(*graph, options);
   for (int64_t batch : batches) {
-    std::vector<ir::Tensor> inputs = debug::randomTensors(graphInputTypes(*graph), batch, 7);
+    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 7);
     std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-    std::vector<ir::Tensor> one = debug::runModel(model, inputs, 1);
-    std::vector<ir::Tensor> two = debug::runModel(model, inputs, 2);
+    std::vector<ir::Tensor> one = driver::runModel(model, inputs, 1);
+    std::vector<ir::Tensor> two = driver::runModel(model, inputs, 2);
     REQUIRE(one.size() == want.size());
     for (size_t o = 0; o < want.size(); ++o) {
       INFO(name << " batch " << batch << " output " << o);
-      debug::TensorCheck c = debug::compareTensors("", one[o], want[o], 1e-4, 1e-4);
+      driver::TensorCheck c = driver::compareTensors("", one[o], want[o], 1e-4, 1e-4);
       INFO(c.note);
       CHECK(c.pass);
       REQUIRE(two[o].nbytes() == one[o].nbytes());
@@ -158,8 +158,8 @@ TEST_CASE("llvm backend: the AOT shared object loads like the C++ backend's and 
   CHECK(aot.symbol("ppo_run") != nullptr);
   CHECK(aot.symbol("ppo_run_with_workspace") != nullptr);
   runtime::Model jit = jitModel(*graph, options);
-  std::vector<ir::Tensor> inputs = debug::randomTensors(graphInputTypes(*graph), 5, 3);
-  std::vector<ir::Tensor> a = debug::runModel(aot, inputs, 2), b = debug::runModel(jit, inputs, 1);
+  std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), 5, 3);
+  std::vector<ir::Tensor> a = driver::runModel(aot, inputs, 2), b = driver::runModel(jit, inputs, 1);
   for (size_t o = 0; o < a.size(); ++o) CHECK(std::memcmp(a[o].bytes(), b[o].bytes(), a[o].nbytes()) == 0);
   // The descriptor's arguments are checked as the C++ backend's are.
   CHECK(aot.descriptor().run(nullptr, nullptr, 1, nullptr, 1) == POLICYC_ERROR_ARGUMENT);
@@ -256,12 +256,12 @@ TEST_CASE("llvm backend: an unknown target, CPU or feature is one clear error li
 
 TEST_CASE("llvm backend: injected faults miscompile, trap or fail the compile as asked", "[llvm]") {
   auto graph = optimized("ppo_mlp");
-  std::vector<ir::Tensor> inputs = debug::randomTensors(graphInputTypes(*graph), 2, 1);
+  std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), 2, 1);
   std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
   codegen::LlvmOptions options;
   options.fault = codegen::parseInjectedFault("tanh:accuracy");
-  std::vector<ir::Tensor> got = debug::runModel(jitModel(*graph, options), inputs, 1);
-  CHECK_FALSE(debug::compareTensors("", got[0], want[0], 1e-4, 1e-4).pass);
+  std::vector<ir::Tensor> got = driver::runModel(jitModel(*graph, options), inputs, 1);
+  CHECK_FALSE(driver::compareTensors("", got[0], want[0], 1e-4, 1e-4).pass);
   options.fault = codegen::parseInjectedFault("linear:compile");
   CHECK_THROWS_WITH(codegen::generateLlvm(*graph, options), Catch::Contains("injected compile fault") && Catch::Contains("linear"));
 }

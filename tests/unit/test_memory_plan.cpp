@@ -3,7 +3,7 @@
 
 #include "policyc/codegen/memory_plan.h"
 #include "policyc/ir/graph.h"
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/passes/pass_manager.h"
 #include "unit/fixtures.h"
 
@@ -100,7 +100,7 @@ TEST_CASE("memory plan: temporaries without batch go to the static area", "[code
 TEST_CASE("memory plan: every fixture packs without overlap", "[codegen][memory]") {
   for (const auto& fx : testing::loadFixtures()) {
     INFO(fx.name);
-    auto graph = tools::loadModel(fx.onnx);
+    auto graph = driver::loadModel(fx.onnx);
     passes::runPipeline(*graph);
     codegen::KernelProgram p = codegen::lowerGraph(*graph);
     codegen::fuseKernels(p);

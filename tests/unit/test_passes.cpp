@@ -6,7 +6,7 @@
 #include <limits>
 #include <random>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/graph.h"
 #include "policyc/ir/interpreter.h"
@@ -103,7 +103,7 @@ void requireClose(const Tensor& got, const Tensor& want, const std::string& what
 PassStats runPass(Graph& g, passes::PassFn pass, std::vector<Tensor> inputs = {}) {
   REQUIRE_NOTHROW(verify(g));
   auto before = g.clone();
-  if (inputs.empty()) inputs = tools::randomInputs(g, 3, 42);
+  if (inputs.empty()) inputs = driver::randomInputs(g, 3, 42);
   std::vector<Tensor> expected = interpret(*before, inputs);
   PassStats stats = pass(g);
   INFO("after the pass:\n" << printGraph(g).text);
@@ -803,7 +803,7 @@ TEST_CASE("default pipeline: an MLP with a value head becomes fused linears", "[
   Value* out = b.op(Op::Identity, {b.op(Op::Gemm, {pa, b.randomParam("ow", {2, 8})}, kTransB, "logits")}, "id");
   b.outputs({{"logits", out}, {"value", va}});
   auto before = b.g.clone();
-  auto inputs = tools::randomInputs(b.g, 2, 7);
+  auto inputs = driver::randomInputs(b.g, 2, 7);
   passes::PipelineResult result = passes::runPipeline(b.g);
   CHECK(count(b.g, Op::Gemm) == 0);
   CHECK(count(b.g, Op::Identity) == 0);

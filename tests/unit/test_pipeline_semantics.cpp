@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <set>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/frontend/onnx_import.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
@@ -102,13 +102,13 @@ TEST_CASE("pipeline semantics: fixtures, after every pass and with each pass dis
   auto fixtures = testing::loadFixtures();
   REQUIRE(fixtures.size() >= 6);
   for (const auto& fx : fixtures) {
-    Model m{fx.name, tools::loadModel(fx.onnx), {}, {}};
+    Model m{fx.name, driver::loadModel(fx.onnx), {}, {}};
     // The smallest reference batch keeps the interpreter runs short.
     auto c = std::min_element(fx.cases.begin(), fx.cases.end(),
                               [](const auto& a, const auto& b) { return a.batch < b.batch; });
     std::map<std::string, ir::Tensor> named;
-    for (const auto& [name, path] : c->inputs) named.emplace(name, tools::readTensor(path));
-    m.inputs = tools::orderInputs(*m.graph, std::move(named));
+    for (const auto& [name, path] : c->inputs) named.emplace(name, driver::readTensor(path));
+    m.inputs = driver::orderInputs(*m.graph, std::move(named));
     m.expected = ir::interpret(*m.graph, m.inputs);
     checkModel(m);
 
@@ -139,7 +139,7 @@ TEST_CASE("pipeline semantics: ONNX conformance models that import", "[pipeline]
     Model m{dir.filename().string(), nullptr, {}, {}};
     try {
       m.graph = frontend::importOnnxFile((dir / "model.onnx").string());
-      m.inputs = tools::randomInputs(*m.graph, 2, 1);
+      m.inputs = driver::randomInputs(*m.graph, 2, 1);
       m.expected = ir::interpret(*m.graph, m.inputs);
     } catch (const std::exception&) {
       continue;  // not importable, or the random inputs are invalid for it (indices, division by zero)

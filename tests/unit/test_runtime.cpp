@@ -17,7 +17,7 @@
 #include <thread>
 #include <type_traits>
 
-#include "model_io.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/runtime/loader.h"
 #include "support/cli.h"
 #include "unit/fixtures.h"
@@ -445,8 +445,8 @@ std::string affineSummary(const ir::Tensor& obs, const ir::Tensor& bias) {
   std::vector<float> y, total;
   expectedAffine(o, b, y, total);
   int64_t batch = obs.shape()[0];
-  return "y: " + tools::summarize(ir::Tensor::fromVector(ir::DType::F32, {batch, 4}, y)) + "\n" +
-         "total: " + tools::summarize(ir::Tensor::fromVector(ir::DType::F32, {batch}, total)) + "\n";
+  return "y: " + driver::summarize(ir::Tensor::fromVector(ir::DType::F32, {batch, 4}, y)) + "\n" +
+         "total: " + driver::summarize(ir::Tensor::fromVector(ir::DType::F32, {batch}, total)) + "\n";
 }
 
 }  // namespace
@@ -454,7 +454,7 @@ std::string affineSummary(const ir::Tensor& obs, const ir::Tensor& bias) {
 TEST_CASE("runtime cli: run OUT.so --random matches the model on the same random inputs", "[runtime][cli]") {
   std::string so = testModel();
   std::vector<ir::TensorType> types{{ir::DType::F32, {ir::Dim::batch(), 4}}, {ir::DType::F32, {4}}};
-  std::vector<ir::Tensor> inputs = tools::randomTensors(types, 3, 11);
+  std::vector<ir::Tensor> inputs = driver::randomTensors(types, 3, 11);
   CliResult r = cli("run " + so + " --random --batch 3 --seed 11");
   INFO("stderr: " << r.err);
   REQUIRE(r.exitCode == 0);
@@ -471,16 +471,16 @@ TEST_CASE("runtime cli: run OUT.so --input writes every output", "[runtime][cli]
   fs::create_directories(dir);
   ir::Tensor obs = ir::Tensor::fromVector(ir::DType::F32, {2, 4}, std::vector<float>{1, 2, 3, 4, -1, -2, -3, -4});
   ir::Tensor bias = ir::Tensor::fromVector(ir::DType::F32, {4}, std::vector<float>{0.5f, 0, 0, 1});
-  tools::writeTensor((dir / "obs.npy").string(), obs);
-  tools::writeTensor((dir / "bias.npy").string(), bias);
+  driver::writeTensor((dir / "obs.npy").string(), obs);
+  driver::writeTensor((dir / "bias.npy").string(), bias);
   fs::path outDir = dir / "out";
   CliResult r = cli("run " + so + " --input obs=" + (dir / "obs.npy").string() + " --input bias=" +
                     (dir / "bias.npy").string() + " --output-dir " + outDir.string() + " --threads 2");
   INFO("stderr: " << r.err);
   REQUIRE(r.exitCode == 0);
   CHECK(r.out == affineSummary(obs, bias));
-  ir::Tensor y = tools::readTensor((outDir / "y.npy").string());
-  ir::Tensor total = tools::readTensor((outDir / "total.npy").string());
+  ir::Tensor y = driver::readTensor((outDir / "y.npy").string());
+  ir::Tensor total = driver::readTensor((outDir / "total.npy").string());
   CHECK(y.bitEqual(ir::Tensor::fromVector(ir::DType::F32, {2, 4}, std::vector<float>{2.5f, 4, 6, 9, -1.5f, -4, -6, -7})));
   CHECK(total.bitEqual(ir::Tensor::fromVector(ir::DType::F32, {2}, std::vector<float>{21.5f, -18.5f})));
 }
@@ -489,10 +489,10 @@ TEST_CASE("runtime cli: bad input to run OUT.so is one error line, exit 2, no ou
   std::string so = testModel();
   fs::path dir = scratch() / "cli_bad";
   fs::create_directories(dir);
-  tools::writeTensor((dir / "obs25.npy").string(), ir::Tensor(ir::DType::F32, {2, 5}));
-  tools::writeTensor((dir / "obs24.npy").string(), ir::Tensor(ir::DType::F32, {2, 4}));
-  tools::writeTensor((dir / "obs_i64.npy").string(), ir::Tensor(ir::DType::I64, {2, 4}));
-  tools::writeTensor((dir / "bias.npy").string(), ir::Tensor(ir::DType::F32, {4}));
+  driver::writeTensor((dir / "obs25.npy").string(), ir::Tensor(ir::DType::F32, {2, 5}));
+  driver::writeTensor((dir / "obs24.npy").string(), ir::Tensor(ir::DType::F32, {2, 4}));
+  driver::writeTensor((dir / "obs_i64.npy").string(), ir::Tensor(ir::DType::I64, {2, 4}));
+  driver::writeTensor((dir / "bias.npy").string(), ir::Tensor(ir::DType::F32, {4}));
   std::string bias = " --input bias=" + (dir / "bias.npy").string();
   fs::path outDir = dir / "out";
 
@@ -556,7 +556,7 @@ namespace {
 // ppo_mlp compiled once per test run.
 const std::string& compiledPpo() {
   static std::string so = [] {
-    auto graph = tools::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
+    auto graph = driver::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
     passes::runPipeline(*graph);
     fs::path path = scratch() / "ppo_mlp.so";
     codegen::buildSharedObject(codegen::generateCpp(*graph), path.string());
@@ -573,8 +573,8 @@ struct PpoRun {
   std::vector<TensorView> in, out;
 
   PpoRun(int64_t b, uint64_t seed) : batch(b) {
-    auto graph = tools::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
-    obs = tools::randomInputs(*graph, b, seed).at(0);
+    auto graph = driver::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
+    obs = driver::randomInputs(*graph, b, seed).at(0);
     expected = ir::interpret(*graph, {obs});
     for (const ir::Tensor& e : expected) got.emplace_back(e.dtype(), e.shape());
     in = {TensorView(POLICYC_F32, obs.shape(), static_cast<const void*>(obs.bytes()))};

@@ -6,12 +6,15 @@
 #include <string>
 #include <vector>
 
-#include "policyc/debug/compile.h"
+#include "policyc/driver/compile.h"
+#include "policyc/driver/model_io.h"
 #include "policyc/ir/graph.h"
 #include "policyc/ir/tensor.h"
 #include "policyc/runtime/loader.h"
 
 namespace policyc::debug {
+
+using driver::TensorCheck;
 
 struct CheckOptions {
   double rtol = 1e-4;
@@ -21,17 +24,7 @@ struct CheckOptions {
   double rmseMultiplier = 2.0;
   int threads = 1;
   bool perNode = false;        // also find the first diverging node
-  CompileRequest compile;      // backend, passes, target, debug directory; output is chosen here
-};
-
-struct TensorCheck {
-  std::string name;   // output name, or the node's value name
-  std::string type;   // "f32[1,12]"
-  double maxAbs = 0, maxRel = 0;
-  bool allclose = true;
-  std::optional<double> rmse, refRmse;  // when the RMSE rule was consulted
-  bool pass = true;
-  std::string note;   // e.g. "shape [1,12] != [1,13]", "NaN where the reference has 2.5"
+  driver::CompileRequest compile;  // backend, passes, target, debug directory; output is chosen here
 };
 
 struct DivergingNode {
@@ -57,21 +50,6 @@ struct CheckReport {
 // perNode the model first runs in a child process: a crash is reported (report.crash, and the
 // crashing kernel's first node as firstDiverging) instead of taking the checker down.
 CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options);
-
-// Random inputs of these types at `batch`: floats normal(0, 1), integers and u8 uniform in
-// [0, 255], bool 0/1; reproducible for a seed.
-std::vector<ir::Tensor> randomTensors(const std::vector<ir::TensorType>& types, int64_t batch, uint64_t seed);
-
-// A loaded model's input types (batch dimensions symbolic), for making inputs that fit it.
-std::vector<ir::TensorType> inputTypes(const runtime::Model& model);
-
-// Runs a loaded model on tensors in its input order; outputs shaped for the batch the inputs
-// carry (the first input dimension the model declares -1).
-std::vector<ir::Tensor> runModel(const runtime::Model& model, const std::vector<ir::Tensor>& inputs, int threads = 1);
-
-// Compares `got` with the reference `want` under allclose(rtol, atol) (integers and bools exactly,
-// NaN matches NaN); fills maxAbs, maxRel, allclose, pass and note.
-TensorCheck compareTensors(const std::string& name, const ir::Tensor& got, const ir::Tensor& want, double rtol, double atol);
 
 // The report as the CLI prints it.
 std::string formatCheckReport(const CheckReport& report, const CheckOptions& options);

@@ -1,5 +1,5 @@
 // The debug directory: choosing it, writing files atomically, and the compile-time table.
-#include "policyc/debug/debug_dir.h"
+#include "policyc/driver/debug_dir.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -11,7 +11,7 @@
 #include "policyc/support/escape.h"
 #include "policyc/support/files.h"
 
-namespace policyc::debug {
+namespace policyc::driver {
 
 namespace fs = std::filesystem;
 
@@ -83,4 +83,4 @@ std::string fileHash(const std::string& path) {
 
 uint64_t textHash(std::string_view text) { return fnv1a(kFnvOffset, text); }
 
-}  // namespace policyc::debug
+}  // namespace policyc::driver

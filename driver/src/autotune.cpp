@@ -1,7 +1,7 @@
 // The autotuner of --mode max-autotune: one tuning build holding every implementation of every
 // GEMM/conv kernel, timed per kernel through the profiling timers, checked against the
 // generated microkernel, cached per kernel signature and CPU.
-#include "policyc/debug/autotune.h"
+#include "policyc/driver/autotune.h"
 
 #include <unistd.h>
 
@@ -18,15 +18,15 @@
 
 #include <fmt/format.h>
 
-#include "policyc/debug/check.h"
-#include "policyc/debug/debug_dir.h"
-#include "policyc/debug/compile.h"
+#include "policyc/driver/model_io.h"
+#include "policyc/driver/debug_dir.h"
+#include "policyc/driver/compile.h"
 #include "policyc/ir/error.h"
 #include "policyc/support/files.h"
 #include "policyc/ir/text.h"
 #include "policyc/runtime/loader.h"
 
-namespace policyc::debug {
+namespace policyc::driver {
 
 namespace fs = std::filesystem;
 using codegen::Kernel;
@@ -416,4 +416,4 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
   return result;
 }
 
-}  // namespace policyc::debug
+}  // namespace policyc::driver

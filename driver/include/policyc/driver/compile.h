@@ -16,7 +16,7 @@
 #include "policyc/passes/pass_manager.h"
 #include "policyc/runtime/loader.h"
 
-namespace policyc::debug {
+namespace policyc::driver {
 
 struct CompileRequest {
   std::string modelPath;             // names and hashes the debug directory
@@ -86,4 +86,4 @@ std::filesystem::path cacheDir();
 std::string compileCached(CompileRequest request, const std::string& compilerId,
                           const std::function<std::unique_ptr<ir::Graph>()>& load);
 
-}  // namespace policyc::debug
+}  // namespace policyc::driver

@@ -11,7 +11,7 @@
 
 #include "policyc/ir/graph.h"
 
-namespace policyc::debug {
+namespace policyc::driver {
 
 // Where a compilation's dumps go, when anywhere: `--debug-dir DIR`, or POLICYC_DEBUG=1 for
 // ./policyc_debug/<model>-<hash>/ (the hash is of the model's bytes, so two models of one name
@@ -60,4 +60,4 @@ std::string fileHash(const std::string& path);
 // FNV-1a over a string (cache keys).
 uint64_t textHash(std::string_view text);
 
-}  // namespace policyc::debug
+}  // namespace policyc::driver

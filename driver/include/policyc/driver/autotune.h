@@ -11,7 +11,7 @@
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/ir/graph.h"
 
-namespace policyc::debug {
+namespace policyc::driver {
 
 struct AutotuneOptions {
   codegen::CppOptions cpp;       // target, extern kernels, tuneBatches (the batch sizes timed)
@@ -40,4 +40,4 @@ std::string kernelSignature(const codegen::KernelProgram& program, const codegen
 // The CPU model name (/proc/cpuinfo), part of the cache key.
 std::string cpuModel();
 
-}  // namespace policyc::debug
+}  // namespace policyc::driver

@@ -1,6 +1,6 @@
 // The compile driver: graph -> passes -> kernel program -> fusion -> memory plan -> C++ -> .so,
 // with every stage written into the debug directory when one is active.
-#include "policyc/debug/compile.h"
+#include "policyc/driver/compile.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -12,14 +12,14 @@
 
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/memory_plan.h"
-#include "policyc/debug/autotune.h"
-#include "policyc/debug/debug_dir.h"
+#include "policyc/driver/autotune.h"
+#include "policyc/driver/debug_dir.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
 #include "policyc/support/escape.h"
 #include "policyc/support/files.h"
 
-namespace policyc::debug {
+namespace policyc::driver {
 
 namespace fs = std::filesystem;
 
@@ -271,4 +271,4 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
   return so.string();
 }
 
-}  // namespace policyc::debug
+}  // namespace policyc::driver
