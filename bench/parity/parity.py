@@ -84,6 +84,8 @@ def main():
     print("|---|---:|---|---|---|---:|---:|---|")
     for (op, batch), byWidth in sorted(times.items()):
         ws = sorted(byWidth)
+        if len(ws) < 2:
+            continue  # a name that ends in a number, not a sweep
         steps = {b: [] for b in (0, 1)}
         for lo, hi in zip(ws, ws[1:]):
             for b in (0, 1):

@@ -1699,10 +1699,9 @@ class Emitter {
             Value* tie = b_.CreateSelect(isNan(v), isNan(bv), b_.CreateFCmpOEQ(v, bv));
             better = b_.CreateOr(better, tie);
           }
-          ifThen(better, "better", [&] {
-            b_.CreateStore(i, best);
-            b_.CreateStore(v, bestValue);
-          });
+          // Selects, not a branch: which element wins is data (a branch mispredicts on it).
+          b_.CreateStore(b_.CreateSelect(better, i, b_.CreateLoad(i64_, best)), best);
+          b_.CreateStore(b_.CreateSelect(better, v, bv), bestValue);
         });
         emitBody(k.body, outIdx, convert(b_.CreateLoad(i64_, best), DType::I64, outT));
         return;
