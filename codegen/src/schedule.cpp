@@ -343,6 +343,17 @@ PlannedProgram planGraph(const ir::Graph& graph, const CodegenStages& stages) {
 
 // ---- the schedule
 
+ScheduleOptions scheduleOptions(const CodegenOptions& o) {
+  ScheduleOptions s;
+  s.name = o.name;
+  s.externKernels = o.externKernels;
+  s.fault = o.fault;
+  s.choice = o.choice;
+  s.tuneBatches = o.tuneBatches;
+  s.forceImpl = o.forceImpl;
+  return s;
+}
+
 Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const ScheduleOptions& o) {
   Schedule s;
   s.cName = escape::cIdentifier(o.name.empty() ? p.name : o.name, 64);

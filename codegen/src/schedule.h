@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "policyc/codegen/cpp_backend.h"
+#include "policyc/codegen/codegen.h"
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/memory_plan.h"
 
@@ -96,6 +96,9 @@ struct Schedule {
   int64_t workspaceStatic = 0, workspacePerBatch = 0;
   int64_t maxBatch = 0;  // the largest batch the workspace arithmetic allows (codegen::maxBatch)
 };
+
+// The schedule options of a backend's CodegenOptions.
+ScheduleOptions scheduleOptions(const CodegenOptions& options);
 
 // policyc::Error for a bad choice (an implementation a kernel does not have, no range for every
 // batch) or bad tuning batch sizes.

@@ -138,16 +138,9 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   }
   if (llvm) {
     codegen::LlvmOptions options;
-    options.name = request.cpp.name;
+    static_cast<codegen::CodegenOptions&>(options) = cpp;  // what both backends take
     options.target = {request.cpp.target, request.cpu, request.features};
-    options.minChunkCost = cpp.minChunkCost;
-    options.fault = cpp.fault;
-    options.profile = cpp.profile;
-    options.externKernels = cpp.externKernels;
     options.keepUnoptimizedIr = d != nullptr;
-    options.sourceHash = cpp.sourceHash;
-    options.forceImpl = cpp.forceImpl;
-    options.choice = cpp.choice;
     std::optional<codegen::LlvmModule> module;
     {
       StageTimer t(d, "llvm codegen (IRBuilder + O3)");

@@ -112,13 +112,7 @@ class Emitter {
   GeneratedCpp run() {
     marchFlag(o_.target);  // validates the name
     GeneratedCpp g;
-    ScheduleOptions so;
-    so.name = o_.name;
-    so.externKernels = o_.externKernels;
-    so.fault = o_.fault;
-    so.choice = o_.choice;
-    so.tuneBatches = o_.tuneBatches;
-    so.forceImpl = o_.forceImpl;
+    ScheduleOptions so = scheduleOptions(o_);
     so.tuning = o_.tuning;
     s_ = scheduleProgram(p_, plan_, so);
     for (size_t ki = 0; ki < s_.kernels.size(); ++ki) {
@@ -1453,7 +1447,7 @@ class Emitter {
     const size_t n = std::max<size_t>(p_.kernels.size(), 1);
     if (o_.profile) {
       s += fmt::format("static uint64_t pc_profile_ns[{}];\nstatic uint64_t pc_profile_calls[{}];\n", n, n);
-      s += fmt::format("static constexpr int64_t kTraceCapacity = {};\n", CppOptions::kTraceCapacity);
+      s += fmt::format("static constexpr int64_t kTraceCapacity = {};\n", CodegenOptions::kTraceCapacity);
       s += "static policyc_trace_event pc_trace[kTraceCapacity];\nstatic int64_t pc_trace_count = 0;\n";
       s += "static void pc_profile_reset() {\n"
            "  std::memset(pc_profile_ns, 0, sizeof pc_profile_ns);\n"

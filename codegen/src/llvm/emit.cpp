@@ -1910,7 +1910,7 @@ class Emitter {
         const uint64_t n = std::max<uint64_t>(p_.kernels.size(), 1);
         profNs = zeroed(llvm::ArrayType::get(i64_, n), "pc_profile_ns");
         profCalls = zeroed(llvm::ArrayType::get(i64_, n), "pc_profile_calls");
-        trace = zeroed(llvm::ArrayType::get(eventTy, CppOptions::kTraceCapacity), "pc_trace");
+        trace = zeroed(llvm::ArrayType::get(eventTy, CodegenOptions::kTraceCapacity), "pc_trace");
         traceCount = zeroed(i64_, "pc_trace_count");
         nowNs = m_.getOrInsertFunction(llvmbe::kNowNs, llvm::FunctionType::get(i64_, {}, false));
         record = m_.getOrInsertFunction(llvmbe::kProfileRecord,
@@ -1923,7 +1923,7 @@ class Emitter {
       };
       auto stopTimer = [&](size_t ki) {
         if (o_.profile) {
-          b_.CreateCall(record, {profNs, profCalls, trace, c64(CppOptions::kTraceCapacity), traceCount, b_.getInt32(static_cast<uint32_t>(ki)),
+          b_.CreateCall(record, {profNs, profCalls, trace, c64(CodegenOptions::kTraceCapacity), traceCount, b_.getInt32(static_cast<uint32_t>(ki)),
                                  batch, t0});
         }
       };
@@ -2004,7 +2004,7 @@ class Emitter {
         b_.CreateMemSet(g, b_.getInt8(0), m_.getDataLayout().getTypeAllocSize(g->getValueType()), llvm::MaybeAlign(8));
       }
       b_.CreateRetVoid();
-      counters = {profile_.ns, profile_.calls, profile_.trace, b_.getInt64(CppOptions::kTraceCapacity), profile_.count, reset};
+      counters = {profile_.ns, profile_.calls, profile_.trace, b_.getInt64(CodegenOptions::kTraceCapacity), profile_.count, reset};
     }
     auto* profile = constGlobal(
         llvm::ConstantStruct::get(profTy, {b_.getInt32(static_cast<uint32_t>(p_.kernels.size())), b_.getInt32(o_.profile ? 1 : 0), infoArr,
@@ -2153,12 +2153,7 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   impl->target = resolveLlvmTarget(options.target);
   std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
   // What to emit (schedule.h), and the C header of every backend.
-  ScheduleOptions so;
-  so.name = options.name;
-  so.externKernels = options.externKernels;
-  so.fault = options.fault;
-  so.choice = options.choice;
-  so.forceImpl = options.forceImpl;
+  ScheduleOptions so = scheduleOptions(options);
   // The generated two-panel microkernel everywhere; oneDNN for convs (through the support library).
   so.available = [](const Kernel& k, Impl im) { return im == Impl::Gemm4x32 || (isExtern(im) && k.kind == KernelKind::Conv); };
   const Schedule schedule = scheduleProgram(program, plan, so);

@@ -2,14 +2,10 @@
 // compiler into a shared object implementing the C ABI of runtime/include/policyc/runtime/policyc_model.h.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-#include <functional>
-#include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "policyc/codegen/codegen.h"
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/memory_plan.h"
 
@@ -22,101 +18,13 @@ std::vector<std::string> cppTargets();
 // The -march flag of a target; policyc::Error listing the valid names for an unknown one.
 std::string marchFlag(const std::string& target);
 
-// A deliberate miscompilation: wrong arithmetic (accuracy: the node's result plus one), C++
-// that does not compile (compile), or a trap when the node's kernel runs (crash).
-struct InjectedFault {
-  enum class Kind { Accuracy, Compile, Crash };
-  std::string op;
-  Kind kind = Kind::Accuracy;
-};
-// Parses "<op>:accuracy|compile|crash" (POLICYC_INJECT_FAULT); Error naming the valid forms and
-// ops otherwise.
-InjectedFault parseInjectedFault(const std::string& spec);
-// The fault POLICYC_INJECT_FAULT asks for; nullopt when it is unset or empty.
-std::optional<InjectedFault> injectedFaultFromEnv();
-
-// ---- implementations of GEMM and conv kernels (--mode, --no-extern, max-autotune)
-//
-// A linear or 2-D conv kernel with a constant f32 weight can run as one of several
-// implementations, by name:
-//   gemm4x32        generated microkernel, 4 rows x 2 panels of 16 columns (8 accumulators)
-//   gemm4x16        generated microkernel, 4 rows x 1 panel (4 accumulators)
-//   onednn          a oneDNN primitive (conv on NHWC copies), the epilogue as generated code
-//   onednn_postops  a oneDNN primitive with the epilogue as oneDNN post-ops (eltwise, sum);
-//                   only for epilogues that are a chain of such ops ending in a plain store
-// The oneDNN ones are extern kernels: the model then links libdnnl. A kernel with an injected
-// accuracy fault (`fault`) has no onednn_postops: the fault lives in the generated epilogue.
-std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
-                                        const std::optional<InjectedFault>& fault = std::nullopt);
-
-// Which implementation a kernel runs for a range of batch sizes: `impl` up to `maxBatch`
-// (inclusive; -1: every larger batch). Ranges are in increasing order, the last unbounded.
-struct ImplRange {
-  int64_t maxBatch = -1;
-  std::string impl;
-  bool operator==(const ImplRange&) const = default;
-};
-using ImplDispatch = std::vector<ImplRange>;
-using ImplChoice = std::map<std::string, ImplDispatch>;  // by kernel name
-
-// The upper bounds of the batch ranges that tuning at `batches` (sorted) decides: the geometric
-// middle between neighbours ({1,16,64} -> 4, 32, unbounded).
-std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
-
-// `--mode default`: the cheap heuristic's choice for every tunable kernel, per range of `batches`.
-ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
-                           const std::optional<InjectedFault>& fault = std::nullopt);
-
-// A conv kernel as a oneDNN primitive (implementations onednn and onednn_postops): what the C++
-// backend's pc::dnnl_ext::Conv is constructed from, for backends that call the same primitive
-// (the LLVM backend, through its support library).
-struct ExternConv {
-  // C, H, W, M, KH, KW, OH, OW, strideH, strideW, dilationH, dilationW, padTop, padLeft,
-  // padBottom, padRight, the source's batch stride (elements)
-  std::vector<int64_t> shape;
-  bool anyLayout = false;  // onednn_postops: oneDNN's preferred layouts
-  // The epilogue as post-ops ("relu:alpha:beta;sum;linear:2:1", algorithm names without
-  // "eltwise_"); empty for onednn, whose epilogue stays generated code over the NHWC result.
-  std::string postOps;
-  int residual = -1;  // onednn_postops: the buffer the sum post-op adds (-1: none)
-  int store = -1;     // onednn_postops: the buffer the result goes to
-  int64_t scratchBytesPerRow = 0;  // the workspace it needs per batch row (NHWC / blocked copies)
-};
-// nullopt when `impl` is not a oneDNN implementation of this kernel.
-std::optional<ExternConv> externConv(const KernelProgram& program, const Kernel& kernel, const std::string& impl);
-
-struct CppOptions {
-  std::string name;               // C identifier prefix of the typed wrapper; empty: the program's name
+struct CppOptions : CodegenOptions {
   std::string target = "native";  // one of cppTargets()
-  // With threads > 1 a kernel is split only into chunks of at least this much work (about one
-  // multiply-add each): smaller ones cost more to hand to a thread than to run. 0 splits every
-  // kernel as far as its units allow (tests use it to exercise every split).
-  double minChunkCost = 131072.0;
   // Test hook: a line inserted verbatim into the generated source (e.g. to provoke a compiler error).
   std::string injectLine;
-  // Fault injection for testing the debugging tools (POLICYC_INJECT_FAULT=<op>:<kind>): every
-  // node of operator `faultOp` (its op-table name, e.g. "relu", "conv") is miscompiled.
-  std::optional<InjectedFault> fault;
-  // Times every kernel of every run (policyc_profile_data(): totals and a trace); costs two clock
-  // reads per kernel, so it is for `policyc bench --profile`, not for deployment.
-  bool profile = false;
-  static constexpr int64_t kTraceCapacity = int64_t{1} << 16;  // trace events a profiled model keeps
-  // oneDNN extern kernels may be used (--no-extern: false, the artifact needs no libdnnl).
-  bool externKernels = true;
-  // The implementation of each tunable kernel; kernels it does not name follow the heuristic.
-  std::optional<ImplChoice> choice;
-  // The batch sizes the choice was made for (--tune-batch): their ranges, and the batch sizes
-  // whose oneDNN primitives are created when the model is loaded.
-  std::vector<int64_t> tuneBatches = {1, 16, 64};
-  // Forces every tunable kernel to this implementation where it has it (a debugging aid and
-  // the tests' way to reach every implementation); empty: off.
-  std::string forceImpl;
   // The autotuner's build: every candidate of every tunable kernel, selected at run time through
   // the exported policyc_tune_select(kernel, candidate) (policyc_tune_candidates lists them).
   bool tuning = false;
-  // The descriptor's source_hash: 16 hex digits naming the model and options that produced the
-  // code (the compile cache checks a loaded entry against its key); empty: "".
-  std::string sourceHash;
 };
 
 struct GeneratedCpp {
@@ -136,37 +44,8 @@ GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const
 // backend does not implement is an UnsupportedError "unsupported in backend cpp: node 'x' (op): ...".
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options = {});
 
-// What a driver sees of generateCpp's stages (the debug directory dumps them).
-struct CodegenStages {
-  bool fuse = true;  // false: one kernel per graph node (--no-fuse)
-  std::function<void(const KernelProgram&)> lowered;                        // before fusion
-  std::function<void(const KernelProgram&, const MemoryPlan&)> planned;     // after fusion and planning
-};
+// With the stages' callbacks (CodegenStages: the debug directory dumps them).
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options, const CodegenStages& stages);
-
-// What every backend starts from: the graph lowered, fused (unless stages.fuse is false) and its
-// memory planned, with the stages' callbacks called on the way.
-struct PlannedProgram {
-  KernelProgram program;
-  MemoryPlan plan;
-};
-PlannedProgram planGraph(const ir::Graph& graph, const CodegenStages& stages = {});
-
-// The C++ compiler models are built with: $POLICYC_CXX when set and not empty, else "c++".
-std::string defaultCompiler();
-
-struct BuildOptions {
-  std::string compiler = defaultCompiler();  // $POLICYC_CXX if set, else the system compiler c++
-  // Where output_code.cpp, weights.bin and build.log go; empty: a fresh temporary directory,
-  // removed on every path out (a failed build's error says to rerun with --debug-dir to keep them).
-  std::string workDir;
-  bool keepWorkDir = false;
-};
-
-struct BuildResult {
-  std::string workDir;  // where the source, weights and log are (empty when removed)
-  double seconds = 0;   // the system compiler's wall time
-};
 
 // Writes the source and the weights blob (entering the object through `.incbin`), runs
 // `c++ -std=c++17 -O3 -fPIC -shared -march=...` into a temporary name next to `outSo` and renames

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "policyc/codegen/cpp_backend.h"
+#include "policyc/codegen/codegen.h"
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/codegen/memory_plan.h"
 #include "policyc/runtime/policyc_model.h"
@@ -40,22 +40,12 @@ LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options);
 // Target names besides triples.
 std::vector<std::string> llvmTargetNames();
 
-struct LlvmOptions {
-  std::string name;  // C identifier prefix of the typed wrappers; empty: the program's name
+// As CodegenOptions, for the implementations this backend has: gemm4x32 for every GEMM/conv
+// kernel, onednn and onednn_postops for convs, one per kernel for every batch size (a choice of
+// anything else is an UnsupportedError naming the kernel; a forced one applies where it exists).
+struct LlvmOptions : CodegenOptions {
   LlvmTargetOptions target;
-  double minChunkCost = 131072.0;       // as CppOptions::minChunkCost
-  // Convs may run on oneDNN where the C++ backend's default would (codegen::heuristicChoice),
-  // called through the backend's support library; false: a model that needs no libdnnl.
-  bool externKernels = true;
-  std::optional<InjectedFault> fault;   // as CppOptions::fault (compile: the emitter fails)
-  bool profile = false;                 // as CppOptions::profile (the support library's clock)
-  // As CppOptions::choice and forceImpl, for the implementations this backend has: gemm4x32 for
-  // every GEMM/conv kernel, onednn and onednn_postops for convs, one per kernel for every batch
-  // size (anything else is an UnsupportedError naming the kernel).
-  std::optional<ImplChoice> choice;
-  std::string forceImpl;
-  bool keepUnoptimizedIr = false;       // keep the module as emitted as text (the debug directory's module.ll)
-  std::string sourceHash;               // as CppOptions::sourceHash
+  bool keepUnoptimizedIr = false;  // keep the module as emitted as text (the debug directory's module.ll)
 };
 
 // An emitted and optimised module with its LLVM context (opaque: LLVM types stay out of this header).
