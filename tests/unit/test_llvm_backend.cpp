@@ -2,7 +2,9 @@
 // (batch 1, 3, 64; 1 and 2 threads, bitwise equal between them), the AOT shared object against
 // the JIT, an aarch64 object's ABI symbols, module.ll's provenance, target and CPU errors,
 // injected faults, and the CLI's --backend llvm / --emit.
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "policyc/debug/check.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
+#include "policyc/ir/text.h"
 #include "policyc/passes/pass_manager.h"
 #include "policyc/runtime/loader.h"
 #include "support/cli.h"
@@ -126,6 +129,32 @@ TEST_CASE("llvm backend: forced implementations it has match the interpreter, ot
   byBatch["fused_conv_bias_relu_0"] = {{4, "gemm4x32"}, {-1, "onednn"}};
   options.choice = byBatch;
   CHECK_THROWS_WITH(codegen::generateLlvm(*graph, options), Catch::Contains("would run gemm4x32 at some batch sizes and onednn"));
+}
+
+// argmax and reduce_max run as branch-free passes (llvm.maximum, then a scan for the index): NaN
+// wins, ties go to the first (or, with select_last_index, the last) index, and a zero maximum
+// keeps the sign of the first zero, exactly as in the interpreter.
+TEST_CASE("llvm backend: argmax and reduce_max agree with the interpreter on NaN, ties and signed zeros", "[llvm]") {
+  auto graph = ir::parseGraph(R"(graph am(%x: f32[batch,6]) {
+  %a = argmax(%x) {axis=-1, keepdims=0} : i64[batch]
+  %l = argmax(%x) {axis=-1, keepdims=0, select_last_index=1} : i64[batch]
+  %m = reduce_max(%x) {axes=[-1], keepdims=0} : f32[batch]
+  return (a=%a, l=%l, m=%m)
+})");
+  const float n = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {1, 3, 3, 2, 0, 3,  n, 1, n, 2, 5, 1,  1, 2, n, 2, n, 0,  -0.0f, 0.0f, -1, -0.0f, -2, -3,
+                          0.0f, -0.0f, -1, -2, -3, -4,  -5, -4, -4, -9, -4, -6,  2, 2, 2, 2, 2, 2};
+  std::vector<ir::Tensor> inputs = {ir::Tensor::fromVector(ir::DType::F32, {7, 6}, x)};
+  std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+  std::vector<ir::Tensor> got = driver::runModel(jitModel(*graph), inputs, 1);
+  REQUIRE(got.size() == 3);
+  for (size_t o = 0; o < 3; ++o) {
+    INFO("output " << o);
+    REQUIRE(got[o].nbytes() == want[o].nbytes());
+    CHECK(std::memcmp(got[o].bytes(), want[o].bytes(), want[o].nbytes()) == 0);  // NaN and -0 bit for bit
+  }
+  CHECK(std::signbit(got[2].getAsDouble(3)));   // [-0, +0, ...]: -0
+  CHECK(!std::signbit(got[2].getAsDouble(4)));  // [+0, -0, ...]: +0
 }
 
 TEST_CASE("llvm backend: the C header is the C++ backend's, names and workspace included", "[llvm]") {

@@ -1682,26 +1682,30 @@ class Emitter {
       if (isArg) {
         const size_t ax = red[0];
         const bool last = n.attrInt("select_last_index") != 0;
-        llvm::AllocaInst* best = local(i64_, "best");
-        llvm::AllocaInst* bestValue = local(f64_, "bestValue");
-        b_.CreateStore(c64(0), best);
-        std::vector<Value*> first = xv;
-        first[ax] = c64(0);
-        b_.CreateStore(asF64(operand(k, first)), bestValue);
-        forRange(c64(1), c64(X.type.shape[ax].value()), "x" + std::to_string(ax), [&](Value* i) {
+        // Two passes, each without a data-dependent branch or a long dependency chain: the
+        // maximum (llvm.maximum: a NaN wins, as NaN counts as the largest value in numpy), then
+        // the first index holding it (the last with select_last_index), found by walking the
+        // axis towards that end and keeping every match.
+        const int64_t extent = X.type.shape[ax].value();
+        auto valueAt = [&](Value* i) {
           std::vector<Value*> at = xv;
           at[ax] = i;
-          Value* v = asF64(operand(k, at));
-          Value* bv = b_.CreateLoad(f64_, bestValue);
-          // NaN counts as the largest value, as in numpy.
-          Value* better = b_.CreateSelect(isNan(bv), b_.getFalse(), b_.CreateOr(isNan(v), b_.CreateFCmpOGT(v, bv)));
-          if (last) {
-            Value* tie = b_.CreateSelect(isNan(v), isNan(bv), b_.CreateFCmpOEQ(v, bv));
-            better = b_.CreateOr(better, tie);
-          }
-          // Selects, not a branch: which element wins is data (a branch mispredicts on it).
-          b_.CreateStore(b_.CreateSelect(better, i, b_.CreateLoad(i64_, best)), best);
-          b_.CreateStore(b_.CreateSelect(better, v, bv), bestValue);
+          return asF64(operand(k, at));
+        };
+        llvm::AllocaInst* top = local(f64_, "top");
+        b_.CreateStore(llvm::ConstantFP::getInfinity(f64_, true), top);
+        forRange(c64(0), c64(extent), "x" + std::to_string(ax), [&](Value* i) {
+          b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(f64_, top), valueAt(i)), top);
+        });
+        Value* mx = b_.CreateLoad(f64_, top, "max");
+        Value* nanMax = isNan(mx);
+        llvm::AllocaInst* best = local(i64_, "best");
+        b_.CreateStore(c64(0), best);
+        forRange(c64(0), c64(extent), "y" + std::to_string(ax), [&](Value* j) {
+          Value* i = last ? j : b_.CreateSub(c64(extent - 1), j);
+          Value* v = valueAt(i);
+          Value* match = b_.CreateSelect(nanMax, isNan(v), b_.CreateFCmpOEQ(v, mx));
+          b_.CreateStore(b_.CreateSelect(match, i, b_.CreateLoad(i64_, best)), best);
         });
         emitBody(k.body, outIdx, convert(b_.CreateLoad(i64_, best), DType::I64, outT));
         return;
@@ -1711,8 +1715,23 @@ class Emitter {
       domainLoops(X.type.shape, -1, [&](const std::vector<Value*>& v) {
         Value* x = asF64(operand(k, v));
         Value* a = b_.CreateLoad(f64_, acc);
-        b_.CreateStore(isMax ? maxNaN(a, x, true) : b_.CreateFAdd(a, x), acc);
+        // llvm.maximum: a NaN wins (the reference's maxNaN), and the loop vectorises.
+        b_.CreateStore(isMax ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, x) : b_.CreateFAdd(a, x), acc);
       }, red, xv);
+      if (isMax) {
+        // llvm.maximum orders -0 below +0; the reference keeps the first of equal values, so a
+        // zero maximum takes the sign of the first zero (a scalar pass, only then).
+        ifThen(b_.CreateFCmpOEQ(b_.CreateLoad(f64_, acc), llvm::ConstantFP::get(f64_, 0.0)), "zero", [&] {
+          llvm::AllocaInst* found = local(i1_, "found");
+          b_.CreateStore(b_.getFalse(), found);
+          domainLoops(X.type.shape, -1, [&](const std::vector<Value*>& v) {
+            Value* x = asF64(operand(k, v));
+            Value* first = b_.CreateAnd(b_.CreateNot(b_.CreateLoad(i1_, found)), b_.CreateFCmpOEQ(x, llvm::ConstantFP::get(f64_, 0.0)));
+            b_.CreateStore(b_.CreateSelect(first, x, b_.CreateLoad(f64_, acc)), acc);
+            b_.CreateStore(b_.CreateOr(b_.CreateLoad(i1_, found), first), found);
+          }, red, xv);
+        });
+      }
       Value* a = b_.CreateLoad(f64_, acc, n.name());
       if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
         a = b_.CreateFDiv(a, llvm::ConstantFP::get(f64_, static_cast<double>(count)));
