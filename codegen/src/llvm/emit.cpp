@@ -1,8 +1,8 @@
 // The LLVM emitter: the fused kernel program as one LLVM module built with IRBuilder — one
 // function per kernel (named after it, every value named and tagged !policyc.node after the graph
-// node it computes), the weights as one aligned constant global (linear/conv weights in the
-// C++ backend's panel layout), the same microkernel shapes (4 rows x 2 panels of 16 columns),
-// exp/tanh/sigmoid/log/erf as polynomial IR on scalars and vectors alike, and the C ABI.
+// node it computes), the schedule's weights as one aligned constant global, the same microkernel
+// shapes as the C++ backend (4 rows x 2 panels of 16 columns), and the C ABI. The IR-building
+// layer it stands on (types, control flow, conversions, math, one body instruction) is builder.h.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,6 +22,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include "builder.h"
 #include "llvm_internal.h"
 #include "packing.h"
 #include "schedule.h"
@@ -32,6 +33,8 @@
 namespace policyc::codegen {
 namespace {
 
+using llvmbe::isSignedInt;
+using llvmbe::nodeLabel;
 using ir::DType;
 using ir::Op;
 using llvm::Value;
@@ -39,29 +42,15 @@ using llvm::Value;
 constexpr int64_t kWeightAlign = 64;  // the blob's alignment (schedule.cpp lays it out)
 constexpr unsigned kLanes = 16;  // the vector epilogue's width: one weight panel
 
-bool isSignedInt(DType t) { return t == DType::I32 || t == DType::I64 || t == DType::I8; }
-
 int abiDType(DType t) { return static_cast<int>(t); }  // policyc_dtype follows ir::DType's order
 
 int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
-// Model-provided names reach value names and metadata strings only through escape::printable, so
-// module.ll reads as plain ASCII whatever bytes a name holds.
-std::string nodeLabel(const ir::Node* n) { return n ? escape::printable(n->name()) : std::string(); }
 
-class Emitter {
+class Emitter : llvmbe::Builder {
  public:
   Emitter(const KernelProgram& p, const MemoryPlan& plan, const Schedule& s, const LlvmOptions& o, llvm::Module& m)
-      : p_(p), plan_(plan), s_(s), o_(o), m_(m), ctx_(m.getContext()), b_(ctx_) {
-    f32_ = b_.getFloatTy();
-    f64_ = b_.getDoubleTy();
-    i1_ = b_.getInt1Ty();
-    i8_ = b_.getInt8Ty();
-    i32_ = b_.getInt32Ty();
-    i64_ = b_.getInt64Ty();
-    ptr_ = b_.getPtrTy();
-    nodeMd_ = ctx_.getMDKindID("policyc.node");
-  }
+      : Builder(m), p_(p), plan_(plan), s_(s), o_(o) {}
 
   void run(const std::string& cName, const std::string& targetName) {
     for (size_t i = 0; i < p_.inputs.size(); ++i) inputIndex_[p_.inputs[i]] = static_cast<int>(i);
@@ -75,117 +64,6 @@ class Emitter {
   }
 
  private:
-  // ---- types and constants
-
-  llvm::Type* regType(DType t) const {
-    switch (t) {
-      case DType::F32: return f32_;
-      case DType::F64: return f64_;
-      case DType::I32: return i32_;
-      case DType::I64: return i64_;
-      case DType::U8:
-      case DType::I8: return i8_;
-      case DType::Bool: return i1_;
-    }
-    return f32_;
-  }
-  llvm::Type* memType(DType t) const { return t == DType::Bool ? i8_ : regType(t); }
-  // The register type at `width` lanes (0: a scalar).
-  llvm::Type* regType(DType t, unsigned width) const {
-    llvm::Type* s = regType(t);
-    return width ? llvm::FixedVectorType::get(s, width) : s;
-  }
-  Value* c64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
-  // A constant of dtype t at the shape of `like` (scalar or vector).
-  Value* constant(double v, DType t, llvm::Type* like) {
-    llvm::Type* s = regType(t);
-    llvm::Constant* c = nullptr;
-    if (ir::isFloat(t)) {
-      c = llvm::ConstantFP::get(s, v);
-    } else if (t == DType::Bool) {
-      c = llvm::ConstantInt::get(s, v != 0 ? 1 : 0);
-    } else {
-      // An unbounded integer bound (Clip's default -inf/inf) is the type's own limit; NaN is 0.
-      const unsigned bits = s->getIntegerBitWidth();
-      llvm::APInt lo = isSignedInt(t) ? llvm::APInt::getSignedMinValue(bits) : llvm::APInt::getMinValue(bits);
-      llvm::APInt hi = isSignedInt(t) ? llvm::APInt::getSignedMaxValue(bits) : llvm::APInt::getMaxValue(bits);
-      if (std::isnan(v)) c = llvm::ConstantInt::get(s, 0);
-      else if (std::isinf(v)) c = llvm::ConstantInt::get(ctx_, v < 0 ? lo : hi);
-      else c = llvm::ConstantInt::get(s, static_cast<uint64_t>(static_cast<int64_t>(v)), isSignedInt(t));
-    }
-    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(like)) return llvm::ConstantVector::getSplat(vt->getElementCount(), c);
-    return c;
-  }
-  Value* fc(double v, Value* like) { return constant(v, like->getType()->getScalarType()->isDoubleTy() ? DType::F64 : DType::F32, like->getType()); }
-
-  // ---- structured control flow
-
-  llvm::BasicBlock* block(const std::string& name) { return llvm::BasicBlock::Create(ctx_, name, fn_); }
-
-  // for (i = lo; i < hi; ++i) body(i)
-  void forRange(Value* lo, Value* hi, const std::string& name, const std::function<void(Value*)>& body) {
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    llvm::BasicBlock* head = block(name + ".head");
-    llvm::BasicBlock* loop = block(name + ".body");
-    llvm::BasicBlock* exit = block(name + ".exit");
-    b_.CreateBr(head);
-    b_.SetInsertPoint(head);
-    llvm::PHINode* i = b_.CreatePHI(i64_, 2, name);
-    i->addIncoming(lo, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(i, hi), loop, exit);
-    b_.SetInsertPoint(loop);
-    body(i);
-    Value* next = b_.CreateAdd(i, c64(1), name + ".next", false, true);  // nsw only: loops may start below 0
-    i->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateBr(head);
-    b_.SetInsertPoint(exit);
-  }
-  void forCount(int64_t n, const std::string& name, const std::function<void(Value*)>& body) { forRange(c64(0), c64(n), name, body); }
-  void ifThen(Value* cond, const std::string& name, const std::function<void()>& then) {
-    llvm::BasicBlock* t = block(name + ".then");
-    llvm::BasicBlock* e = block(name + ".end");
-    b_.CreateCondBr(cond, t, e);
-    b_.SetInsertPoint(t);
-    then();
-    b_.CreateBr(e);
-    b_.SetInsertPoint(e);
-  }
-  void ifElse(Value* cond, const std::string& name, const std::function<void()>& then, const std::function<void()>& other) {
-    llvm::BasicBlock* t = block(name + ".then");
-    llvm::BasicBlock* f = block(name + ".else");
-    llvm::BasicBlock* e = block(name + ".end");
-    b_.CreateCondBr(cond, t, f);
-    b_.SetInsertPoint(t);
-    then();
-    b_.CreateBr(e);
-    b_.SetInsertPoint(f);
-    other();
-    b_.CreateBr(e);
-    b_.SetInsertPoint(e);
-  }
-  // A mutable local (an alloca in the entry block; SROA turns it into SSA values).
-  llvm::AllocaInst* local(llvm::Type* t, const std::string& name, Value* count = nullptr) {
-    llvm::IRBuilder<> e(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
-    llvm::AllocaInst* a = e.CreateAlloca(t, count, name);
-    a->setAlignment(llvm::Align(64));
-    return a;
-  }
-
-  // Tags every instruction emitted since `mark` (the block's last instruction then) with the node.
-  llvm::Instruction* mark() { return b_.GetInsertBlock()->empty() ? nullptr : &b_.GetInsertBlock()->back(); }
-  void tag(llvm::Instruction* since, const ir::Node* node) {
-    if (!node) return;
-    // !{value name, operator, the source model's nodes it came from}: as output_code.cpp's comments.
-    std::vector<llvm::Metadata*> parts = {llvm::MDString::get(ctx_, nodeLabel(node)), llvm::MDString::get(ctx_, node->info().name)};
-    for (const std::string& origin : node->provenance()) parts.push_back(llvm::MDString::get(ctx_, escape::printable(origin)));
-    llvm::MDNode* md = llvm::MDNode::get(ctx_, parts);
-    llvm::BasicBlock* bb = b_.GetInsertBlock();
-    auto it = since ? std::next(since->getIterator()) : bb->begin();
-    for (; it != bb->end(); ++it) {
-      if (!it->getMetadata(nodeMd_)) it->setMetadata(nodeMd_, md);
-    }
-  }
-
   // ---- weights
 
   // The schedule's implementation of each GEMM/conv kernel: the generated two-panel microkernel
@@ -325,328 +203,6 @@ class Emitter {
     if (t == DType::Bool) v = b_.CreateZExt(v, i8_);
     b_.CreateStore(v, elemPtr(id, perDim));
   }
-
-  // ---- conversions and the op table's scalar semantics (on scalars or vectors)
-
-  Value* convert(Value* v, DType from, DType to) {
-    if (from == to) return v;
-    llvm::Type* t = regType(to);
-    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(v->getType())) t = llvm::FixedVectorType::get(t, vt->getNumElements());
-    if (to == DType::Bool) {
-      return ir::isFloat(from) ? b_.CreateFCmpUNE(v, llvm::Constant::getNullValue(v->getType()))
-                               : b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
-    }
-    if (ir::isFloat(from) && ir::isFloat(to)) return b_.CreateFPCast(v, t);
-    if (ir::isFloat(from)) {
-      // ONNX / numpy: truncation toward zero, NaN -> 0, saturation (the .sat intrinsics exactly).
-      auto id = isSignedInt(to) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
-      return b_.CreateIntrinsic(id, {t, v->getType()}, {v});
-    }
-    if (ir::isFloat(to)) return isSignedInt(from) ? b_.CreateSIToFP(v, t) : b_.CreateUIToFP(v, t);
-    if (from == DType::Bool) return b_.CreateZExt(v, t);
-    // Integers to integers saturate, as pc::cast: every dtype's values fit in i64 (u8 is the only
-    // unsigned one), so clamp there to the target's range.
-    llvm::Type* wide = intLike(v, i64_);
-    Value* w = b_.CreateIntCast(v, wide, isSignedInt(from));
-    if (to != DType::I64) {
-      const int bits = static_cast<int>(ir::dtypeSize(to)) * 8;
-      const int64_t lo = isSignedInt(to) ? -(int64_t{1} << (bits - 1)) : 0;
-      const int64_t hi = isSignedInt(to) ? (int64_t{1} << (bits - 1)) - 1 : (int64_t{1} << bits) - 1;
-      w = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, w, ic(hi, wide)), ic(lo, wide));
-    }
-    return b_.CreateTrunc(w, t);
-  }
-
-  // Records in the kernel's error local that `cond` (an i1 or a vector of them) held somewhere.
-  // The bits are the C++ prelude's pc::kIndexError and pc::kDivisionError.
-  static constexpr uint32_t kIndexError = 1, kDivisionError = 2;
-  void flagError(Value* cond, uint32_t bit) {
-    if (!errors_) fail("internal: a kernel that can fail was not marked so (Kernel::canFail)");
-    if (cond->getType()->isVectorTy()) cond = b_.CreateOrReduce(cond);
-    Value* bits = b_.CreateSelect(cond, b_.getInt32(bit), b_.getInt32(0));
-    b_.CreateStore(b_.CreateOr(b_.CreateLoad(i32_, errors_), bits), errors_);
-  }
-  // Integer arithmetic saturates (the interpreter's semantics, as the C++ backend's pc::add).
-  Value* satBinary(llvm::Intrinsic::ID signedId, llvm::Intrinsic::ID unsignedId, Value* x, Value* y, DType t) {
-    return b_.CreateBinaryIntrinsic(isSignedInt(t) ? signedId : unsignedId, x, y);
-  }
-  Value* satMul(Value* x, Value* y, DType t) {
-    auto id = isSignedInt(t) ? llvm::Intrinsic::smul_fix_sat : llvm::Intrinsic::umul_fix_sat;
-    return b_.CreateIntrinsic(id, {x->getType()}, {x, y, b_.getInt32(0)});
-  }
-
-  Value* isNan(Value* x) { return b_.CreateFCmpUNO(x, x); }
-  Value* fabs(Value* x) { return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
-  Value* fma(Value* a, Value* b, Value* c) { return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {a->getType()}, {a, b, c}); }
-  Value* poly(Value* x, std::initializer_list<double> coeffs) {  // Horner, highest degree first
-    auto it = coeffs.begin();
-    Value* y = fc(*it++, x);
-    for (; it != coeffs.end(); ++it) y = fma(y, x, fc(*it, x));
-    return y;
-  }
-  llvm::Type* intLike(Value* x, llvm::Type* elem) {
-    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType())) return llvm::FixedVectorType::get(elem, vt->getNumElements());
-    return elem;
-  }
-  Value* ic(int64_t v, llvm::Type* t) {
-    auto* c = llvm::ConstantInt::get(t->getScalarType(), static_cast<uint64_t>(v), true);
-    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(t)) return llvm::ConstantVector::getSplat(vt->getElementCount(), c);
-    return c;
-  }
-  bool isF32(Value* x) const { return x->getType()->getScalarType()->isFloatTy(); }
-
-  // exp (f32: Cephes polynomial within 1.5e-6 relative, selects only; f64: llvm.exp).
-  Value* exp(Value* x) {
-    if (!isF32(x)) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
-    llvm::Type* it = intLike(x, i32_);
-    Value* x0 = b_.CreateSelect(isNan(x), fc(0, x), x);
-    Value* c = b_.CreateSelect(b_.CreateFCmpOLT(x0, fc(-87.3365, x)), fc(-87.3365, x), x0);
-    c = b_.CreateSelect(b_.CreateFCmpOGT(c, fc(88.7228, x)), fc(88.7228, x), c);
-    Value* t = fma(c, fc(1.44269504088896341, x), fc(0.5, x));
-    Value* ii = b_.CreateFPToSI(t, it);
-    Value* ti = b_.CreateSIToFP(ii, x->getType());
-    Value* n = b_.CreateSub(ii, b_.CreateZExt(b_.CreateFCmpOGT(ti, t), it));  // floor
-    Value* fx = b_.CreateSIToFP(n, x->getType());
-    Value* r = fma(fx, fc(-0.693359375, x), c);
-    r = fma(fx, fc(2.12194440e-4, x), r);
-    Value* z = b_.CreateFMul(r, r);
-    Value* y = poly(r, {1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1});
-    y = b_.CreateFAdd(fma(y, z, r), fc(1.0, x));
-    // 2^n as two factors: n reaches 128 near the top of the range.
-    Value* n1 = b_.CreateAShr(n, ic(1, it));
-    Value* s1 = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(n1, ic(127, it)), ic(23, it)), x->getType());
-    Value* s2 = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(b_.CreateSub(n, n1), ic(127, it)), ic(23, it)), x->getType());
-    Value* e = b_.CreateFMul(b_.CreateFMul(y, s1), s2);
-    e = b_.CreateSelect(b_.CreateFCmpOGT(x, fc(88.7228, x)), fc(INFINITY, x), e);
-    e = b_.CreateSelect(b_.CreateFCmpOLT(x, fc(-103.972, x)), fc(0, x), e);
-    return b_.CreateSelect(isNan(x), x, e, "exp");
-  }
-  // log (f32: Cephes logf, denormals scaled first; x < 0 -> NaN, 0 -> -inf, inf -> inf).
-  Value* log(Value* x) {
-    if (!isF32(x)) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, x);
-    llvm::Type* it = intLike(x, i32_);
-    Value* tiny = b_.CreateFCmpOLT(x, fc(1.17549435e-38, x));
-    Value* xs = b_.CreateSelect(tiny, b_.CreateFMul(x, fc(8388608.0, x)), x);  // 2^23
-    Value* bits = b_.CreateBitCast(xs, it);
-    Value* e = b_.CreateSub(b_.CreateAnd(b_.CreateLShr(bits, ic(23, it)), ic(0xff, it)), ic(126, it));
-    e = b_.CreateSelect(tiny, b_.CreateSub(e, ic(23, it)), e);
-    Value* m = b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, ic(0x807fffff, it)), ic(0x3f000000, it)), x->getType());
-    Value* fe = b_.CreateSIToFP(e, x->getType());
-    Value* lowM = b_.CreateFCmpOLT(m, fc(0.707106781186547524, x));
-    fe = b_.CreateSelect(lowM, b_.CreateFSub(fe, fc(1, x)), fe);
-    m = b_.CreateSelect(lowM, b_.CreateFSub(b_.CreateFAdd(m, m), fc(1, x)), b_.CreateFSub(m, fc(1, x)));
-    Value* z = b_.CreateFMul(m, m);
-    Value* y = poly(m, {7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
-                        -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1});
-    y = b_.CreateFMul(b_.CreateFMul(y, m), z);
-    y = fma(fe, fc(-2.12194440e-4, x), y);
-    y = fma(z, fc(-0.5, x), y);
-    Value* r = fma(fe, fc(0.693359375, x), b_.CreateFAdd(m, y));
-    r = b_.CreateSelect(b_.CreateFCmpOEQ(x, fc(INFINITY, x)), x, r);
-    r = b_.CreateSelect(b_.CreateFCmpOEQ(x, fc(0, x)), fc(-INFINITY, x), r);
-    r = b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), fc(NAN, x), r);
-    return b_.CreateSelect(isNan(x), x, r, "log");
-  }
-  Value* tanh(Value* x) {
-    if (!isF32(x)) return callLibm("tanh", x);
-    Value* a = fabs(x);
-    Value* z = b_.CreateFMul(x, x);
-    Value* p = poly(z, {-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1});
-    Value* small = fma(b_.CreateFMul(p, z), x, x);
-    Value* a20 = b_.CreateSelect(b_.CreateFCmpOGT(a, fc(20, x)), fc(20, x), a);
-    Value* big = b_.CreateFSub(fc(1, x), b_.CreateFDiv(fc(2, x), b_.CreateFAdd(exp(b_.CreateFMul(fc(2, x), a20)), fc(1, x))));
-    Value* sbig = b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), b_.CreateFNeg(big), big);
-    Value* r = b_.CreateSelect(b_.CreateFCmpOLT(a, fc(0.625, x)), small, sbig);
-    return b_.CreateSelect(isNan(x), x, r, "tanh");
-  }
-  Value* sigmoid(Value* x) {
-    Value* e = exp(b_.CreateFNeg(fabs(x)));
-    Value* d = b_.CreateFAdd(fc(1, x), e);
-    Value* r = b_.CreateSelect(b_.CreateFCmpOGE(x, fc(0, x)), b_.CreateFDiv(fc(1, x), d), b_.CreateFDiv(e, d));
-    return b_.CreateSelect(isNan(x), x, r, "sigmoid");
-  }
-  // erf (f32: Abramowitz-Stegun 7.1.26 on |x|, within 1.5e-7 absolute; f64: libm).
-  Value* erf(Value* x) {
-    if (!isF32(x)) return callLibm("erf", x);
-    Value* a = fabs(x);
-    Value* t = b_.CreateFDiv(fc(1, x), fma(a, fc(0.3275911, x), fc(1, x)));
-    Value* p = b_.CreateFMul(poly(t, {1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592}), t);
-    Value* y = b_.CreateFSub(fc(1, x), b_.CreateFMul(p, exp(b_.CreateFNeg(b_.CreateFMul(a, a)))));
-    Value* r = b_.CreateIntrinsic(llvm::Intrinsic::copysign, {x->getType()}, {y, x});
-    return b_.CreateSelect(isNan(x), x, r, "erf");
-  }
-  // A libm function of one double/float argument, lane by lane for vectors (cold paths only).
-  Value* callLibm(const std::string& name, Value* x) {
-    llvm::Type* t = x->getType();
-    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(t)) {
-      Value* r = llvm::PoisonValue::get(vt);
-      for (unsigned l = 0; l < vt->getNumElements(); ++l) r = b_.CreateInsertElement(r, callLibm(name, b_.CreateExtractElement(x, l)), l);
-      return r;
-    }
-    const std::string fnName = t->isFloatTy() ? name + "f" : name;
-    llvm::FunctionCallee f = m_.getOrInsertFunction(fnName, llvm::FunctionType::get(t, {t}, false));
-    return b_.CreateCall(f, {x});
-  }
-  Value* maxNaN(Value* a, Value* b, bool isMax) {
-    Value* r = isMax ? b_.CreateSelect(b_.CreateFCmpOLT(a, b), b, a) : b_.CreateSelect(b_.CreateFCmpOLT(b, a), b, a);
-    r = b_.CreateSelect(isNan(b), b, r);
-    return b_.CreateSelect(isNan(a), a, r);
-  }
-  // x < y and x > y in dtype t (floats: ordered, false with a NaN).
-  Value* lessThan(Value* x, Value* y, DType t) {
-    if (ir::isFloat(t)) return b_.CreateFCmpOLT(x, y);
-    return isSignedInt(t) ? b_.CreateICmpSLT(x, y) : b_.CreateICmpULT(x, y);
-  }
-  Value* notNan(Value* x, Value* r, DType t) { return ir::isFloat(t) ? b_.CreateSelect(isNan(x), x, r) : r; }
-  Value* clamp01(Value* y) {
-    y = b_.CreateSelect(b_.CreateFCmpOLT(y, fc(0, y)), fc(0, y), y);
-    return b_.CreateSelect(b_.CreateFCmpOGT(y, fc(1, y)), fc(1, y), y);
-  }
-
-  Value* apply(const Instr& in, const std::vector<Value*>& a, const std::vector<DType>& at) {
-    const ir::Node& n = *in.node;
-    const DType T = in.dtype;
-    const bool fl = ir::isFloat(T);
-    auto arg = [&](size_t i) { return convert(a[i], at[i], T); };
-    auto attr = [&](const char* name, Value* like) { return constant(n.attrFloat(name), T, like->getType()); };
-    switch (in.op) {
-      case Op::Add: return fl ? b_.CreateFAdd(arg(0), arg(1)) : satBinary(llvm::Intrinsic::sadd_sat, llvm::Intrinsic::uadd_sat, arg(0), arg(1), T);
-      case Op::Sub: return fl ? b_.CreateFSub(arg(0), arg(1)) : satBinary(llvm::Intrinsic::ssub_sat, llvm::Intrinsic::usub_sat, arg(0), arg(1), T);
-      case Op::Mul: return fl ? b_.CreateFMul(arg(0), arg(1)) : satMul(arg(0), arg(1), T);
-      case Op::Div: {
-        if (fl) return b_.CreateFDiv(arg(0), arg(1));
-        // C truncation; division by zero is an error of the run (the result 0), lowest / -1
-        // saturates (neither may reach the division instruction: both trap on x86).
-        Value* x = arg(0);
-        Value* y = arg(1);
-        Value* zero = b_.CreateICmpEQ(y, llvm::Constant::getNullValue(y->getType()));
-        flagError(zero, kDivisionError);
-        Value* safe = b_.CreateSelect(zero, ic(1, y->getType()), y);
-        if (!isSignedInt(T)) return b_.CreateSelect(zero, llvm::Constant::getNullValue(y->getType()), b_.CreateUDiv(x, safe));
-        Value* minusOne = b_.CreateICmpEQ(safe, llvm::Constant::getAllOnesValue(y->getType()));
-        safe = b_.CreateSelect(minusOne, ic(1, y->getType()), safe);
-        Value* q = b_.CreateSDiv(x, safe);
-        q = b_.CreateSelect(minusOne, b_.CreateBinaryIntrinsic(llvm::Intrinsic::ssub_sat, llvm::Constant::getNullValue(x->getType()), x), q);
-        return b_.CreateSelect(zero, llvm::Constant::getNullValue(y->getType()), q);
-      }
-      case Op::Pow: {
-        if (!fl) {
-          Value* r = powf(convert(a[0], at[0], DType::F64), convert(a[1], at[1], DType::F64));
-          return convert(b_.CreateSelect(isNan(r), fc(0, r), b_.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, r)), DType::F64, T);
-        }
-        Value* x = arg(0);
-        Value* y = arg(1);
-        return b_.CreateSelect(b_.CreateFCmpOEQ(y, fc(2, y)), b_.CreateFMul(x, x), powf(x, y));
-      }
-      case Op::Min:
-      case Op::Max: {
-        const bool isMax = in.op == Op::Max;
-        if (fl) return maxNaN(arg(0), arg(1), isMax);
-        Value* x = arg(0);
-        Value* y = arg(1);
-        Value* less = isSignedInt(T) ? b_.CreateICmpSLT(x, y) : b_.CreateICmpULT(x, y);
-        return isMax ? b_.CreateSelect(less, y, x) : b_.CreateSelect(less, x, y);
-      }
-      case Op::Equal:
-      case Op::Less:
-      case Op::Greater: {
-        // Compared in the operands' common type (they share one after the type checks).
-        Value* x = a[0];
-        Value* y = convert(a[1], at[1], at[0]);
-        DType ct = at[0];
-        if (ir::isFloat(ct)) {
-          return in.op == Op::Equal ? b_.CreateFCmpOEQ(x, y) : in.op == Op::Less ? b_.CreateFCmpOLT(x, y) : b_.CreateFCmpOGT(x, y);
-        }
-        bool s = isSignedInt(ct);
-        if (in.op == Op::Equal) return b_.CreateICmpEQ(x, y);
-        if (in.op == Op::Less) return s ? b_.CreateICmpSLT(x, y) : b_.CreateICmpULT(x, y);
-        return s ? b_.CreateICmpSGT(x, y) : b_.CreateICmpUGT(x, y);
-      }
-      case Op::Where: return b_.CreateSelect(convert(a[0], at[0], DType::Bool), arg(1), arg(2));
-      case Op::Neg: {
-        if (fl) return b_.CreateFNeg(arg(0));
-        Value* x = arg(0);
-        return satBinary(llvm::Intrinsic::ssub_sat, llvm::Intrinsic::usub_sat, llvm::Constant::getNullValue(x->getType()), x, T);
-      }
-      case Op::Abs: {
-        if (T == DType::Bool || T == DType::U8) return a[0];
-        if (fl) return fabs(arg(0));
-        Value* x = arg(0);  // |lowest| saturates
-        return b_.CreateSelect(b_.CreateICmpSLT(x, llvm::Constant::getNullValue(x->getType())),
-                               b_.CreateBinaryIntrinsic(llvm::Intrinsic::ssub_sat, llvm::Constant::getNullValue(x->getType()), x), x);
-      }
-      case Op::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, arg(0));
-      case Op::Exp: return exp(arg(0));
-      case Op::Log: return log(arg(0));
-      case Op::Erf: return erf(arg(0));
-      case Op::Relu: {
-        Value* x = arg(0);
-        Value* zero = llvm::Constant::getNullValue(x->getType());
-        return b_.CreateSelect(lessThan(x, zero, T), zero, x);  // NaN stays NaN
-      }
-      case Op::Sigmoid: return sigmoid(arg(0));
-      case Op::Tanh: return tanh(arg(0));
-      case Op::Softplus: {
-        Value* x = arg(0);
-        Value* r = b_.CreateFAdd(b_.CreateSelect(b_.CreateFCmpOGT(x, fc(0, x)), x, fc(0, x)),
-                                 log(b_.CreateFAdd(fc(1, x), exp(b_.CreateFNeg(fabs(x))))));
-        return b_.CreateSelect(isNan(x), x, r);
-      }
-      case Op::Not: return b_.CreateNot(convert(a[0], at[0], DType::Bool));
-      case Op::LeakyRelu: {
-        Value* x = arg(0);
-        if (!fl) break;
-        return b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), b_.CreateFMul(attr("alpha", x), x), x);
-      }
-      case Op::Elu: {
-        Value* x = arg(0);
-        Value* em1 = b_.CreateFSub(exp(x), fc(1, x));
-        return b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), b_.CreateFMul(attr("alpha", x), em1), x);
-      }
-      case Op::Selu: {
-        Value* x = arg(0);
-        Value* g = attr("gamma", x);
-        Value* em1 = b_.CreateFSub(exp(x), fc(1, x));
-        return b_.CreateSelect(b_.CreateFCmpOLE(x, fc(0, x)), b_.CreateFMul(b_.CreateFMul(g, attr("alpha", x)), em1), b_.CreateFMul(g, x));
-      }
-      case Op::HardSigmoid: {
-        Value* x = arg(0);
-        Value* y = clamp01(fma(attr("alpha", x), x, attr("beta", x)));
-        return b_.CreateSelect(isNan(x), x, y);
-      }
-      case Op::Clip: {
-        Value* x = arg(0);
-        Value* lo = attr("min", x);
-        Value* hi = attr("max", x);
-        Value* y = b_.CreateSelect(lessThan(x, lo, T), lo, x);
-        y = b_.CreateSelect(lessThan(hi, y, T), hi, y);
-        return notNan(x, y, T);
-      }
-      case Op::Silu: {
-        Value* x = arg(0);
-        return b_.CreateFMul(x, sigmoid(x));
-      }
-      case Op::Gelu: {
-        Value* x = arg(0);
-        Value* e = erf(b_.CreateFMul(x, fc(0.70710678118654752440, x)));
-        return b_.CreateFMul(b_.CreateFMul(fc(0.5, x), x), b_.CreateFAdd(fc(1, x), e));
-      }
-      case Op::HardSwish: {
-        Value* x = arg(0);
-        Value* y = clamp01(b_.CreateFAdd(b_.CreateFDiv(x, fc(6, x)), fc(0.5, x)));
-        return b_.CreateSelect(isNan(x), x, b_.CreateFMul(x, y));
-      }
-      case Op::Cast: return convert(a[0], at[0], T);
-      case Op::BatchNorm: {
-        Value* x = arg(0);
-        Value* inv = b_.CreateFDiv(fc(1, x), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFAdd(arg(4), attr("epsilon", x))));
-        return fma(b_.CreateFMul(b_.CreateFSub(x, arg(3)), inv), arg(1), arg(2));
-      }
-      default: break;
-    }
-    unsupported("node '{}' ({}): no LLVM IR for this elementwise operator", n.name(), n.info().name);
-  }
-  Value* powf(Value* x, Value* y) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y); }
 
   // ---- bodies
 
@@ -2094,12 +1650,6 @@ class Emitter {
   const MemoryPlan& plan_;
   const Schedule& s_;
   const LlvmOptions& o_;
-  llvm::Module& m_;
-  llvm::LLVMContext& ctx_;
-  llvm::IRBuilder<> b_;
-  llvm::Type *f32_, *f64_, *i1_, *i8_, *i32_, *i64_;
-  llvm::PointerType* ptr_;
-  unsigned nodeMd_ = 0;
 
   std::map<int, int> inputIndex_, outputIndex_;
   llvm::GlobalVariable* weightsGv_ = nullptr;
@@ -2112,7 +1662,6 @@ class Emitter {
   llvm::Function* threadWorkspace_ = nullptr;
   llvm::StructType* ctxTy_ = nullptr;
   Value* status_ = nullptr;                // the run's status (a kernel's)
-  llvm::AllocaInst* errors_ = nullptr;     // what the kernel being emitted found (Kernel::canFail)
   llvm::FunctionType* externFnTy_ = nullptr;
   llvm::Function* onednnConv_ = nullptr;
   llvm::Function* onednnConvRun_ = nullptr;
@@ -2120,8 +1669,7 @@ class Emitter {
   std::map<size_t, std::string> externImpl_;
   std::map<size_t, llvm::Function*> externFns_;
 
-  // the kernel function being emitted
-  llvm::Function* fn_ = nullptr;
+  // the kernel function being emitted (fn_: Builder's)
   Value *inputs_ = nullptr, *outputs_ = nullptr, *batch_ = nullptr, *ws_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
   llvm::Instruction* entryEnd_ = nullptr;
   std::map<int, Value*> roots_;
