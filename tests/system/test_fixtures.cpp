@@ -7,7 +7,7 @@
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
 #include "policyc/ir/verifier.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 

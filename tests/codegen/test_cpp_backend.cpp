@@ -24,7 +24,7 @@
 #include "policyc/passes/pass_manager.h"
 #include "policyc/runtime/policyc_model.h"
 #include "support/scratch_dir.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 namespace fs = std::filesystem;

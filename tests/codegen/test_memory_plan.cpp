@@ -5,7 +5,7 @@
 #include "policyc/ir/graph.h"
 #include "policyc/driver/model_io.h"
 #include "policyc/passes/pass_manager.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 using namespace policyc::ir;

@@ -25,7 +25,7 @@
 #include "policyc/passes/pass_manager.h"
 #include "policyc/runtime/loader.h"
 #include "support/scratch_dir.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 using namespace policyc::ir;

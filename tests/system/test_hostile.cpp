@@ -36,7 +36,7 @@
 #include "policyc/support/sizes.h"
 #include "support/cli.h"
 #include "support/scratch_dir.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 using Catch::Matchers::Contains;

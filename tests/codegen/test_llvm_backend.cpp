@@ -22,7 +22,7 @@
 #include "policyc/runtime/loader.h"
 #include "support/cli.h"
 #include "support/scratch_dir.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 
 #include "policyc/driver/model_io.h"
 #include "support/cli.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 namespace fs = std::filesystem;

@@ -14,7 +14,7 @@
 #include "policyc/passes/pass_manager.h"
 #include "policyc/runtime/loader.h"
 #include "support/cli.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include "policyc/ir/text.h"
 #include "policyc/passes/pass_manager.h"
 #include "support/scratch_dir.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 namespace fs = std::filesystem;

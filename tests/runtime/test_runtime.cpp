@@ -20,7 +20,7 @@
 #include "policyc/driver/model_io.h"
 #include "policyc/runtime/loader.h"
 #include "support/cli.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 using runtime::Model;

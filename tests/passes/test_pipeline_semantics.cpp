@@ -15,7 +15,7 @@
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
 #include "policyc/passes/pass_manager.h"
-#include "unit/fixtures.h"
+#include "support/fixtures.h"
 
 using namespace policyc;
 
