@@ -293,6 +293,13 @@ TEST_CASE("llvm backend: injected faults miscompile, trap or fail the compile as
   CHECK_FALSE(driver::compareTensors("", got[0], want[0], 1e-4, 1e-4).pass);
   options.fault = codegen::parseInjectedFault("linear:compile");
   CHECK_THROWS_WITH(codegen::generateLlvm(*graph, options), Catch::Contains("injected compile fault") && Catch::Contains("linear"));
+  // A conv that runs on oneDNN has no generated body, and still fails or traps as asked.
+  auto cnn = optimized("atari_cnn");
+  options.fault = codegen::parseInjectedFault("conv:compile");
+  CHECK_THROWS_WITH(codegen::generateLlvm(*cnn, options),
+                    Catch::Contains("the LLVM compiler failed: injected compile fault") && Catch::Contains("fused_conv_bias_relu_0"));
+  options.fault = codegen::parseInjectedFault("conv:crash");
+  CHECK(codegen::generateLlvm(*cnn, options).ir().find("llvm.trap") != std::string::npos);
 }
 
 TEST_CASE("llvm backend: the CLI runs, checks and compiles with --backend llvm", "[llvm][cli]") {

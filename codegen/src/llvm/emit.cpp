@@ -381,6 +381,17 @@ class Emitter : llvmbe::Builder {
     return emitKernelFn(k, k.name, false);
   }
 
+  // POLICYC_INJECT_FAULT's compile and crash kinds for a kernel's nodes: the emitter fails, or the
+  // kernel function traps where the insertion point is (every kernel function, oneDNN's too).
+  void injectFaults(const Kernel& k) {
+    for (const ir::Node* n : k.sources) {
+      if (faulty(n, InjectedFault::Kind::Compile)) {
+        fail("the LLVM compiler failed: injected compile fault in node '{}' ({}) of kernel {}", n->name(), n->info().name, k.name);
+      }
+      if (faulty(n, InjectedFault::Kind::Crash)) b_.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
+    }
+  }
+
   llvm::Function* emitKernelFn(const Kernel& k, const std::string& name, bool externEpilogue) {
     fn_ = llvm::Function::Create(kernelFnTy_, llvm::GlobalValue::InternalLinkage, name, m_);
     fn_->addFnAttr(llvm::Attribute::NoInline);  // kernels stay separate functions: profiles show them by name
@@ -405,12 +416,7 @@ class Emitter : llvmbe::Builder {
       errors_ = local(i32_, "errors");
       llvm::IRBuilder<>(entryEnd_).CreateStore(b_.getInt32(0), errors_);
     }
-    for (const ir::Node* n : k.sources) {
-      if (faulty(n, InjectedFault::Kind::Compile)) {
-        fail("the LLVM compiler failed: injected compile fault in node '{}' ({}) of kernel {}", n->name(), n->info().name, k.name);
-      }
-      if (faulty(n, InjectedFault::Kind::Crash)) b_.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
-    }
+    injectFaults(k);
     switch (externEpilogue ? KernelKind::Copy : k.kind) {
       case KernelKind::Copy:
         if (externEpilogue) {
@@ -453,6 +459,7 @@ class Emitter : llvmbe::Builder {
     Value* threads = fn_->getArg(1);
     threads->setName("threads");
     openBody(fn_->getArg(0));
+    injectFaults(k);
     llvm::Instruction* since = mark();
     auto* slot = new llvm::GlobalVariable(m_, ptr_, false, llvm::GlobalValue::InternalLinkage,
                                           llvm::ConstantPointerNull::get(ptr_), k.name + ".onednn");
