@@ -195,13 +195,42 @@ class Emitter : llvmbe::Builder {
   }
   Value* loadElem(int id, const std::vector<Value*>& perDim, const std::string& name) {
     DType t = p_.buffer(id).type.dtype;
-    Value* v = b_.CreateLoad(memType(t), elemPtr(id, perDim), escape::printable(name));  // `name` is a buffer's: the model's
+    llvm::LoadInst* v = b_.CreateLoad(memType(t), elemPtr(id, perDim), escape::printable(name));  // `name` is a buffer's: the model's
+    restrictAccess(v, id);
     return t == DType::Bool ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
   }
   void storeElem(int id, const std::vector<Value*>& perDim, Value* v) {
     DType t = p_.buffer(id).type.dtype;
     if (t == DType::Bool) v = b_.CreateZExt(v, i8_);
-    b_.CreateStore(v, elemPtr(id, perDim));
+    restrictAccess(b_.CreateStore(v, elemPtr(id, perDim)), id);
+  }
+
+  // The C ABI's contract, as the C++ backend's PC_RESTRICT pointers say it: inputs, outputs and
+  // weights are distinct arrays, so an access through one never aliases an access through
+  // another or through the workspace (whose temporaries may share memory: they get no scope of
+  // their own). Scoped noalias metadata, one scope per such root buffer; on pointwise and copy
+  // kernels only (measured: it lets the loop vectorizer take an u8 image's cast-and-scale, 3x
+  // faster, pad 2x, gather 10x, but makes it vectorise the pools' window loops with gathers, 5x
+  // slower).
+  void restrictAccess(llvm::Instruction* access, int id) {
+    if (!restrict_) return;
+    if (!aliasDomain_) {
+      llvm::MDBuilder md(ctx_);
+      aliasDomain_ = md.createAnonymousAliasScopeDomain("policyc.roots");
+      for (const Buffer& b : p_.buffers) {
+        if (b.root != b.id || b.kind == BufferKind::Temp) continue;
+        aliasScopes_[b.id] = md.createAnonymousAliasScope(aliasDomain_, escape::printable(b.name));
+      }
+    }
+    const int root = p_.buffer(id).root;
+    std::vector<llvm::Metadata*> others;
+    for (const auto& [r, scope] : aliasScopes_) {
+      if (r != root) others.push_back(scope);
+    }
+    if (auto it = aliasScopes_.find(root); it != aliasScopes_.end()) {
+      access->setMetadata(llvm::LLVMContext::MD_alias_scope, llvm::MDNode::get(ctx_, {it->second}));
+    }
+    if (!others.empty()) access->setMetadata(llvm::LLVMContext::MD_noalias, llvm::MDNode::get(ctx_, others));
   }
 
   // ---- bodies
@@ -234,6 +263,7 @@ class Emitter : llvmbe::Builder {
           if (width && usesAxis(in.index, lastAxis)) {
             llvm::Type* vt = llvm::FixedVectorType::get(memType(in.dtype), width);
             v[i] = b_.CreateAlignedLoad(vt, elemPtr(in.buffer, idx), llvm::Align(4), escape::printable(buf.name));
+            restrictAccess(llvm::cast<llvm::Instruction>(v[i]), in.buffer);
           } else {
             v[i] = loadElem(in.buffer, idx, buf.name);
             if (width) v[i] = b_.CreateVectorSplat(width, v[i]);
@@ -245,7 +275,7 @@ class Emitter : llvmbe::Builder {
           Value* val = convert(args[0], types[0], buf.type.dtype);
           std::vector<Value*> idx = indices(in.index, vars);
           if (width) {
-            b_.CreateAlignedStore(val, elemPtr(in.buffer, idx), llvm::Align(4));
+            restrictAccess(b_.CreateAlignedStore(val, elemPtr(in.buffer, idx), llvm::Align(4)), in.buffer);
           } else {
             storeElem(in.buffer, idx, val);
           }
@@ -518,7 +548,9 @@ class Emitter : llvmbe::Builder {
   void emitPointwise(const Kernel& k) {
     int axis = splitAxis(k.domain);
     setDomainSplit(k.domain, axis, static_cast<int64_t>(k.body.size()) / 4);
+    restrict_ = true;
     domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
+    restrict_ = false;
   }
 
   // ---- linear
@@ -1314,6 +1346,7 @@ class Emitter : llvmbe::Builder {
     setDomainSplit(k.domain, axis, 1);
     const size_t r = X.type.rank();
     if (!n.isOp(Op::Pad) && !n.isOp(Op::Gather)) unsupported("node '{}' ({}): no LLVM IR for this copy template", n.name(), n.info().name);
+    restrict_ = true;  // restrictAccess: measured 1.8x faster on pad, 10x on gather
     domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
       Value* acc = nullptr;
       if (n.isOp(Op::Pad)) {
@@ -1372,6 +1405,7 @@ class Emitter : llvmbe::Builder {
       }
       emitBody(k.body, vars, acc);
     });
+    restrict_ = false;
   }
 
   // ---- the C ABI (policyc_model.h)
@@ -1659,6 +1693,9 @@ class Emitter : llvmbe::Builder {
   const LlvmOptions& o_;
 
   std::map<int, int> inputIndex_, outputIndex_;
+  llvm::MDNode* aliasDomain_ = nullptr;         // restrictAccess's scopes
+  bool restrict_ = false;                       // the kernel being emitted gets them
+  std::map<int, llvm::MDNode*> aliasScopes_;    // by root buffer (inputs, outputs, params)
   llvm::GlobalVariable* weightsGv_ = nullptr;
   llvm::FunctionType* kernelFnTy_ = nullptr;
   llvm::Function* parallelFor_ = nullptr;
