@@ -431,10 +431,9 @@ PC_INLINE float exp(float x) {
   const bool hi = x > 87.0f;
   const float xs = hi ? x - 0.693147180559945f : x;
   const float c = xs < -87.3365f ? -87.3365f : (xs > 88.05f ? 88.05f : xs);
-  // floor through an int conversion: std::floor does not vectorise without -fno-trapping-math.
-  const float t = c * 1.44269504088896341f + 0.5f;
-  const float ti = static_cast<float>(static_cast<int32_t>(t));
-  const float fx = ti > t ? ti - 1.0f : ti;
+  // Generated code is built with -fno-trapping-math, under which GCC vectorises floor (and not a
+  // floor through an int conversion after the clamp above).
+  const float fx = __builtin_floorf(c * 1.44269504088896341f + 0.5f);
   float r = c - fx * 0.693359375f;
   r = r + fx * 2.12194440e-4f;
   const float z = r * r;
@@ -453,6 +452,58 @@ PC_INLINE float exp(float x) {
   return x != x ? x : e;
 }
 PC_INLINE double exp(double x) { return std::exp(x); }
+
+// log (Cephes logf; denormals scaled first; x < 0 -> NaN, 0 -> -inf, inf -> inf), the LLVM
+// backend's polynomial.
+PC_INLINE float log(float x) {
+  const bool tiny = x < 1.17549435e-38f;
+  const float xs = tiny ? x * 8388608.0f : x;  // 2^23
+  const int32_t bits = __builtin_bit_cast(int32_t, xs);
+  const int32_t e = ((bits >> 23) & 0xff) - 126 - (tiny ? 23 : 0);
+  float m = __builtin_bit_cast(float, (bits & static_cast<int32_t>(0x807fffff)) | 0x3f000000);
+  float fe = static_cast<float>(e);
+  const bool lowM = m < 0.707106781186547524f;
+  fe = lowM ? fe - 1.0f : fe;
+  m = lowM ? (m + m) - 1.0f : m - 1.0f;
+  const float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y = fe * -2.12194440e-4f + y;
+  y = z * -0.5f + y;
+  float r = fe * 0.693359375f + (m + y);
+  r = x == std::numeric_limits<float>::infinity() ? x : r;
+  r = x == 0.0f ? -std::numeric_limits<float>::infinity() : r;
+  r = x < 0.0f ? std::numeric_limits<float>::quiet_NaN() : r;
+  return x != x ? x : r;
+}
+PC_INLINE double log(double x) { return std::log(x); }
+
+// erf (Abramowitz-Stegun 7.1.26 on |x|, within 1.5e-7 absolute), the LLVM backend's.
+PC_INLINE float erf(float x) {
+  const float a = std::fabs(x);
+  const float t = 1.0f / (a * 0.3275911f + 1.0f);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const float y = 1.0f - p * t * pc::exp(-(a * a));
+  const float r = std::copysign(y, x);
+  return x != x ? x : r;
+}
+PC_INLINE double erf(double x) { return std::erf(x); }
+
+// exp(x) - 1 as the LLVM backend computes it for f32 (elu, selu); libm's expm1 for f64.
+PC_INLINE float expm1(float x) { return pc::exp(x) - 1.0f; }
+PC_INLINE double expm1(double x) { return std::expm1(x); }
 
 PC_INLINE float tanh(float x) {
   const float a = std::fabs(x);
@@ -519,28 +570,33 @@ template <class T> PC_INLINE T sigmoid(T x) {
   return x != x ? x : r;
 }
 template <class T> PC_INLINE T softplus(T x) {
-  if (x != x) return x;
-  return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::fabs(x)));
+  // f32: log(1 + e) of the polynomials (as the LLVM backend); f64: libm's log1p.
+  T l;
+  if constexpr (std::is_same<T, float>::value) l = pc::log(1.0f + pc::exp(-std::fabs(x)));
+  else l = std::log1p(std::exp(-std::fabs(x)));
+  const T r = (x > T(0) ? x : T(0)) + l;
+  return x != x ? x : r;
 }
 template <class T> PC_INLINE T leakyRelu(T x, T alpha) { return x < T(0) ? alpha * x : x; }
-template <class T> PC_INLINE T elu(T x, T alpha) { return x < T(0) ? alpha * std::expm1(x) : x; }
-template <class T> PC_INLINE T selu(T x, T alpha, T gamma) { return x <= T(0) ? gamma * alpha * std::expm1(x) : gamma * x; }
+template <class T> PC_INLINE T elu(T x, T alpha) { return x < T(0) ? alpha * pc::expm1(x) : x; }
+template <class T> PC_INLINE T selu(T x, T alpha, T gamma) { return x <= T(0) ? gamma * alpha * pc::expm1(x) : gamma * x; }
+// Selects, not early returns, so that loops of them vectorise.
 template <class T> PC_INLINE T hardSigmoid(T x, T alpha, T beta) {
-  if (x != x) return x;
-  T y = alpha * x + beta;
-  return y < T(0) ? T(0) : (y > T(1) ? T(1) : y);
+  const T y = alpha * x + beta;
+  const T r = y < T(0) ? T(0) : (y > T(1) ? T(1) : y);
+  return x != x ? x : r;
 }
 template <class T> PC_INLINE T clip(T x, T lo, T hi) {
-  if (x != x) return x;
-  T y = x < lo ? lo : x;
-  return y > hi ? hi : y;
+  const T y = x < lo ? lo : x;
+  const T r = y > hi ? hi : y;
+  return x != x ? x : r;
 }
 template <class T> PC_INLINE T silu(T x) { return x * sigmoid(x); }
-template <class T> PC_INLINE T gelu(T x) { return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440))); }
+template <class T> PC_INLINE T gelu(T x) { return T(0.5) * x * (T(1) + pc::erf(x * T(0.70710678118654752440))); }
 template <class T> PC_INLINE T hardSwish(T x) {
-  if (x != x) return x;
-  T y = x / T(6) + T(0.5);
-  return x * (y < T(0) ? T(0) : (y > T(1) ? T(1) : y));
+  const T y = x / T(6) + T(0.5);
+  const T r = x * (y < T(0) ? T(0) : (y > T(1) ? T(1) : y));
+  return x != x ? x : r;
 }
 template <class T> PC_INLINE T batchNorm(T x, T scale, T bias, T mean, T var, T eps) {
   return (x - mean) * (T(1) / std::sqrt(var + eps)) * scale + bias;

@@ -354,6 +354,169 @@ ScheduleOptions scheduleOptions(const CodegenOptions& o) {
   return s;
 }
 
+// ---- forms and thread splits
+
+Form formOf(const KernelProgram& p, const Kernel& k) {
+  switch (k.kind) {
+    case KernelKind::Pointwise: return Form::Pointwise;
+    case KernelKind::Linear: return packable(p, k) ? Form::PackedGemm : Form::Gemm;
+    case KernelKind::Conv: return packable(p, k) ? Form::PackedConv : Form::DirectConv;
+    case KernelKind::Pool: {
+      // Row maxima need the rows unit stride; col[] holds a padded row on the stack.
+      const Buffer& X = p.buffer(k.anchorInputs[0]);
+      const bool rows = k.anchor->isOp(Op::MaxPool) && X.type.rank() == 4 && X.type.dtype == DType::F32 && X.strides[3] == 1 &&
+                        X.type.shape[3].value() <= 4096;
+      return rows ? Form::MaxPoolRows : Form::Pool;
+    }
+    case KernelKind::Reduction: {
+      const ir::Node& n = *k.anchor;
+      return n.isOp(Op::Softmax) || n.isOp(Op::LogSoftmax) || n.isOp(Op::LayerNorm) ? Form::RowReduction : Form::AxisReduction;
+    }
+    case KernelKind::Copy: return Form::Copy;
+  }
+  fail("internal: kernel '{}' has no form", k.name);
+}
+
+int64_t ThreadSplit::units(int64_t batch) const {
+  const int64_t rows = rowsPerBatch * batch + rowsFixed;
+  return (rows + tile - 1) / tile * mult;
+}
+
+double ThreadSplit::cost(int64_t batch) const {
+  const int64_t rows = rowsPerBatch * batch + rowsFixed;
+  const double c = static_cast<double>(costPerBatch * batch + costFixed);
+  return tileCost ? c * static_cast<double>(std::min(rows, tile)) : c;
+}
+
+namespace {
+
+// Loops over `dims` split at the first `eligible` axis that is not 1 (every axis when `eligible`
+// is empty), each point costing `pointCost`; whole when there is none.
+ThreadSplit domainSplit(const std::vector<ir::Dim>& dims, int64_t pointCost, const std::vector<bool>& eligible = {}) {
+  ThreadSplit sp;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (!eligible.empty() && !eligible[d]) continue;
+    if (dims[d].isBatch() || dims[d].value() != 1) {
+      sp.axis = static_cast<int>(d);
+      break;
+    }
+  }
+  if (sp.axis < 0) return sp;
+  const ir::Dim split = dims[static_cast<size_t>(sp.axis)];
+  sp.rowsPerBatch = split.isBatch() ? 1 : 0;
+  sp.rowsFixed = split.isBatch() ? 0 : split.value();
+  // The points of the other axes are each unit's cost.
+  int64_t fixed = std::max<int64_t>(pointCost, 1);
+  bool hasBatch = false;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (static_cast<int>(d) == sp.axis) continue;
+    if (dims[d].isBatch()) hasBatch = true;
+    else fixed *= dims[d].value();
+  }
+  sp.costPerBatch = hasBatch ? fixed : 0;
+  sp.costFixed = hasBatch ? 0 : fixed;
+  return sp;
+}
+
+// A split whose units are `perBatch` per batch row, each costing `cost`.
+ThreadSplit perRowSplit(int64_t perBatch, int64_t cost) {
+  ThreadSplit sp;
+  sp.rowsPerBatch = perBatch;
+  sp.rowsFixed = 0;
+  sp.costFixed = cost;
+  return sp;
+}
+
+}  // namespace
+
+ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl) {
+  const int64_t bodyCost = static_cast<int64_t>(k.body.size());
+  if (impl && isExtern(*impl)) {
+    // oneDNN runs the layer with its own threads; the epilogue over its result is ours.
+    if (*impl == Impl::OnednnPostOps && postOpPlan(p, k)) return {};
+    if (k.kind == KernelKind::Linear) return perRowSplit(1, packedN(p, k) * bodyCost);
+    const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value();
+    return perRowSplit(M, P * bodyCost);  // (image, channel) pairs, each over the positions
+  }
+  switch (formOf(p, k)) {
+    case Form::Pointwise: return domainSplit(k.domain, bodyCost / 4);
+    case Form::Gemm: {
+      const ir::Node& n = *k.anchor;
+      const ir::Shape& a = p.buffer(k.anchorInputs[0]).type.shape;
+      const ir::Dim K = n.isOp(Op::Gemm) ? a[n.attrInt("trans_a") != 0 ? 0 : 1] : a.back();
+      return domainSplit(k.domain, K.isBatch() ? 64 : K.value());
+    }
+    case Form::PackedGemm: {
+      // A quad of rows (all leading dims flattened) times a group of panels (a pair for gemm4x32,
+      // one for gemm4x16), group-major so that the panels stay in cache while every row passes.
+      const int64_t per = impl == Impl::Gemm4x16 ? 1 : 2;
+      const int64_t panels = (packedN(p, k) + kPanel - 1) / kPanel;
+      ThreadSplit sp;
+      sp.rowsPerBatch = 0;
+      sp.rowsFixed = 1;
+      for (size_t d = 0; d + 1 < k.domain.size(); ++d) {
+        if (k.domain[d].isBatch()) {
+          sp.rowsPerBatch = sp.rowsFixed;
+          sp.rowsFixed = 0;
+        } else {
+          sp.rowsPerBatch *= k.domain[d].value();
+          sp.rowsFixed *= k.domain[d].value();
+        }
+      }
+      sp.tile = 4;
+      sp.mult = (panels + per - 1) / per;
+      sp.costFixed = per * kPanel * packedK(p, k);
+      sp.tileCost = true;  // a unit of fewer than 4 rows does less
+      return sp;
+    }
+    case Form::PackedConv: {
+      // A quad of output positions of one image by every panel.
+      const int64_t panels = (packedN(p, k) + kPanel - 1) / kPanel, P = k.domain[2].value() * k.domain[3].value();
+      return perRowSplit((P + 3) / 4, 4 * kPanel * packedK(p, k) * panels);
+    }
+    case Form::DirectConv: return domainSplit(k.domain, packedK(p, k));
+    case Form::Pool: {
+      int64_t window = 1;
+      for (int64_t kd : k.anchor->attrInts("kernel_shape")) window *= kd;
+      return domainSplit(k.domain, window);
+    }
+    case Form::MaxPoolRows: {
+      // An (image, channel, output row) per unit: its window rows' maxima, then the columns'.
+      const std::vector<int64_t>& kernel = k.anchor->attrInts("kernel_shape");
+      const int64_t W = p.buffer(k.anchorInputs[0]).type.shape[3].value(), OW = k.domain[3].value();
+      return perRowSplit(k.domain[1].value() * k.domain[2].value(), OW * kernel[1] + W * kernel[0]);
+    }
+    case Form::RowReduction: {
+      // Split over the kept axes only: a row is never divided.
+      const ir::Node& n = *k.anchor;
+      const size_t r = k.domain.size();
+      const size_t axis = static_cast<size_t>(n.attrInt("axis") < 0 ? n.attrInt("axis") + static_cast<int64_t>(r) : n.attrInt("axis"));
+      const size_t end = n.isOp(Op::LayerNorm) ? r : axis + 1;
+      std::vector<bool> eligible(r, true);
+      for (size_t d = axis; d < end && d < r; ++d) eligible[d] = false;
+      return domainSplit(k.domain, 4, eligible);
+    }
+    case Form::AxisReduction: {
+      // The loops walk the operand; split over its kept axes.
+      const ir::Shape& x = p.buffer(k.anchorInputs[0]).type.shape;
+      const ReducedAxes axes = reducedAxes(*k.anchor, x.size());
+      std::vector<bool> eligible(x.size());
+      for (size_t d = 0; d < x.size(); ++d) eligible[d] = !axes.reduced[d];
+      return domainSplit(x, 1, eligible);
+    }
+    case Form::Copy: return domainSplit(k.domain, 1);
+  }
+  fail("internal: kernel '{}' has no thread split", k.name);
+}
+
+const ThreadSplit& KernelSchedule::splitOf(std::optional<Impl> impl) const {
+  if (!impl) return split;
+  for (size_t i = 0; i < impls.size(); ++i) {
+    if (impls[i] == *impl) return implSplits[i];
+  }
+  fail("internal: no thread split for implementation {}", implName(*impl));
+}
+
 Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const ScheduleOptions& o) {
   Schedule s;
   s.cName = escape::cIdentifier(o.name.empty() ? p.name : o.name, 64);
@@ -392,6 +555,8 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const Kernel& k = p.kernels[ki];
     KernelSchedule& ks = s.kernels[ki];
+    ks.form = formOf(p, k);
+    ks.split = threadSplit(p, k, std::nullopt);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
     if (o.available) std::erase_if(c, [&](Impl im) { return !o.available(k, im); });
     if (c.empty()) continue;
@@ -413,6 +578,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       }
       ks.dispatch = d;
     }
+    for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im));
     ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), isExtern);
     s.usesExtern = s.usesExtern || ks.rawWeight;
     for (Impl im : ks.impls) {

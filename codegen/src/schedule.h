@@ -58,6 +58,48 @@ std::vector<int64_t> spatialList(const ir::Node& n, const char* name, size_t cou
 // prefixes (pc_, PC_, policyc, POLICYC) and the compiler's (__, _X).
 bool reservedCName(const std::string& name);
 
+// ---- the loop nest of each kernel and its split between threads
+
+// The loop nest an emitter prints for a kernel that runs generated code (an extern
+// implementation is a oneDNN call instead, with the epilogue over its result).
+enum class Form : uint8_t {
+  Pointwise,     // the domain's loops around the body
+  Gemm,          // linear/gemm/matmul: a dot product per output element
+  PackedGemm,    // linear with a constant weight: 4-row microkernels over packed panels
+  DirectConv,    // grouped, depthwise, 1-D and 3-D convs: a dot product per output element
+  PackedConv,    // 2-D conv: implicit GEMM, 4 output positions by the packed panels
+  Pool,          // max/avg pooling: a window per output element
+  MaxPoolRows,   // 2-D f32 max pooling: row maxima, then column maxima (NaN flags beside)
+  RowReduction,  // softmax, log_softmax, layer_norm: rows along the trailing axes
+  AxisReduction, // reduce_*, argmax, global_avg_pool: loops over the operand's kept axes
+  Copy,          // pad, gather
+};
+Form formOf(const KernelProgram& p, const Kernel& k);
+
+// How a kernel's work is split between threads (pc::parallelFor in the C++ backend's run
+// function, policyc_rt_parallel_for in the LLVM one): `units(batch)` units of work, whole units
+// per chunk, each costing about `cost(batch)` multiply-adds (CodegenOptions::minChunkCost is the
+// least a chunk holds). A unit always does the same work whichever chunk it falls in, so 1 and N
+// threads compute bit for bit the same.
+struct ThreadSplit {
+  // The loop over this axis runs a chunk [lo, hi) of its extent (-1: the units are tiles of
+  // rows, see below, or the kernel runs whole). It indexes the kernel's domain, except in
+  // Form::AxisReduction, where the loops walk the operand's shape.
+  int axis = -1;
+  // units = ceil(rows / tile) * mult, rows = rowsPerBatch * batch + rowsFixed.
+  int64_t rowsPerBatch = 0, rowsFixed = 1, tile = 1, mult = 1;
+  // cost = (costPerBatch * batch + costFixed) * (tileCost ? min(rows, tile) : 1)
+  int64_t costPerBatch = 0, costFixed = 1;
+  bool tileCost = false;
+  bool whole() const { return rowsPerBatch == 0 && rowsFixed == 1 && tile == 1 && mult == 1; }
+  int64_t units(int64_t batch) const;
+  double cost(int64_t batch) const;
+};
+
+// The split of kernel `k` run by implementation `impl` (none: the kernel's generated form); for
+// an extern implementation, its epilogue's over the result (whole with post-ops).
+ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl);
+
 // ---- the schedule
 
 struct ScheduleOptions {
@@ -74,10 +116,14 @@ struct ScheduleOptions {
 };
 
 struct KernelSchedule {
+  Form form = Form::Pointwise;  // the generated loop nest (formOf)
+  ThreadSplit split;            // of the generated form (threadSplit without an implementation)
   std::vector<Impl> impls;  // the implementations emitted (tunable kernels; empty otherwise)
+  std::vector<ThreadSplit> implSplits;  // per impls entry
   ImplDispatch dispatch;    // which one runs for which batch sizes (empty in tuning builds)
   bool rawWeight = false;   // an extern implementation reads the plain weight (oneDNN reorders it)
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
+  const ThreadSplit& splitOf(std::optional<Impl> impl) const;
 };
 
 struct Schedule {

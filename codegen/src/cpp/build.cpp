@@ -111,7 +111,7 @@ BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& 
   tmpOut += fmt::format(".tmp{}", getpid());
   // No shell: every path is one argument as it is.
   std::vector<std::string> argv = {options.compiler, "-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", march,
-                                   "-ffp-contract=fast", "-fno-math-errno", "-fvisibility=hidden",
+                                   "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden",
                                    fmt::format("-DPC_WEIGHTS_FILE=\"{}\"", weights.string()), "-o", tmpOut.string(), source.string()};
   for (const std::string& l : generated.libraries) argv.push_back("-l" + l);
   {

@@ -319,11 +319,11 @@ class Emitter {
         s += "    float* result = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n";
         s += fmt::format("    {}.run({}, result, batch, threads);\n", obj, x);
         s += indented(emitEpilogueLambda(k, DType::F32), "  ");  // inside the try block
-        s += fmt::format("    pc::parallelFor(threads, batch, {}.0, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
+        s += fmt::format("    pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
                          "      for (int64_t i0 = lo; i0 < hi; ++i0) {{\n"
                          "        for (int64_t i1 = 0; i1 < {}; ++i1) epilogue(i0, i1, result[i0*{} + i1]);\n"
                          "      }}\n    }});\n",
-                         N * static_cast<int64_t>(k.body.size()), N, N);
+                         unitsExpr(*split_), costExpr(*split_), N, N);
       }
     } else {
       const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value(), OW = k.domain[3].value();
@@ -334,13 +334,13 @@ class Emitter {
       } else {
         s += fmt::format("    const float* result = {}.run({}, nullptr, nullptr, batch, threads, scratch);  // NHWC\n", obj, x);
         s += indented(emitEpilogueLambda(k, DType::F32), "  ");  // inside the try block
-        s += fmt::format("    pc::parallelFor(threads, batch * {}, {}.0, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
+        s += fmt::format("    pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
                          "      for (int64_t u = lo; u < hi; ++u) {{\n"
                          "        const int64_t i0 = u / {}, i1 = u % {};\n"
                          "        const float* a = result + i0*{} + i1;\n"
                          "        for (int64_t pos = 0; pos < {}; ++pos) epilogue(i0, i1, pos / {}, pos % {}, a[pos*{}]);\n"
                          "      }}\n    }});\n",
-                         M, P * static_cast<int64_t>(k.body.size()), M, M, P * M, P, OW, OW, M);
+                         unitsExpr(*split_), costExpr(*split_), M, M, P * M, P, OW, OW, M);
       }
     }
     s += fmt::format("  }} catch (const std::exception& e) {{\n"
@@ -388,8 +388,8 @@ class Emitter {
       case Op::Abs: return in.dtype == DType::Bool || in.dtype == DType::U8 ? a[0] : fmt::format("pc::abs<{}>({})", T, arg(0));
       case Op::Sqrt: return fmt::format("std::sqrt({})", arg(0));
       case Op::Exp: return fmt::format("pc::exp({})", arg(0));
-      case Op::Log: return fmt::format("std::log({})", arg(0));
-      case Op::Erf: return fmt::format("std::erf({})", arg(0));
+      case Op::Log: return fmt::format("pc::log({})", arg(0));
+      case Op::Erf: return fmt::format("pc::erf({})", arg(0));
       case Op::Relu: return fmt::format("pc::relu<{}>({})", T, arg(0));
       case Op::Sigmoid: return fmt::format("pc::sigmoid<{}>({})", T, arg(0));
       case Op::Tanh: return fmt::format("pc::tanh({})", arg(0));
@@ -414,9 +414,13 @@ class Emitter {
 
   // Emits `body` as statements at `indent`; returns the code. Loads and stores go through the
   // buffers' index maps over `c.vars`.
-  std::string emitBody(const std::vector<Instr>& body, const BodyCtx& c, const std::string& indent) const {
+  // With `only`, just the instructions it names (in body order).
+  std::string emitBody(const std::vector<Instr>& body, const BodyCtx& c, const std::string& indent,
+                       const std::vector<size_t>* only = nullptr) const {
     std::string s;
-    for (size_t i = 0; i < body.size(); ++i) {
+    const size_t count = only ? only->size() : body.size();
+    for (size_t o = 0; o < count; ++o) {
+      const size_t i = only ? (*only)[o] : o;
       const Instr& in = body[i];
       std::string v = valueName(c, static_cast<int>(i));
       std::vector<std::string> args;
@@ -473,45 +477,6 @@ class Emitter {
     return s;
   }
 
-  // ---- splitting a kernel between threads
-
-  // The first axis that is not statically 1: the loop a kernel over `dims` splits; -1 for none.
-  static int splitAxis(const std::vector<ir::Dim>& dims, const std::vector<bool>& eligible = {}) {
-    for (size_t d = 0; d < dims.size(); ++d) {
-      if (!eligible.empty() && !eligible[d]) continue;
-      if (dims[d].isBatch() || dims[d].value() != 1) return static_cast<int>(d);
-    }
-    return -1;
-  }
-  // The product of `dims` except axis `skip`, as a C++ expression in `batch`.
-  static std::string productExpr(const std::vector<ir::Dim>& dims, int skip = -1) {
-    int64_t fixed = 1;
-    bool hasBatch = false;
-    for (size_t d = 0; d < dims.size(); ++d) {
-      if (static_cast<int>(d) == skip) continue;
-      if (dims[d].isBatch()) {
-        hasBatch = true;
-      } else {
-        fixed *= dims[d].value();
-      }
-    }
-    return hasBatch ? fmt::format("batch*{}", fixed) : std::to_string(fixed);
-  }
-  // Records how the kernel being emitted splits: `units` chunks of the iteration space, each
-  // costing about `costPerUnit` multiply-adds.
-  void setSplit(const std::string& units, const std::string& costPerUnit) const {
-    split_ = {units, costPerUnit};
-  }
-  // A kernel whose loops over `domain` split at axis `axis` (-1: runs whole), each domain point
-  // costing `pointCost`.
-  void setDomainSplit(const std::vector<ir::Dim>& domain, int axis, int64_t pointCost) const {
-    if (axis < 0) {
-      setSplit("1", "1.0");
-      return;
-    }
-    setSplit(dimStr(domain[static_cast<size_t>(axis)]),
-             fmt::format("{}.0 * ({})", std::max<int64_t>(pointCost, 1), productExpr(domain, axis)));
-  }
   static std::string closeLoops(size_t count, std::string& indent) {
     std::string s;
     for (size_t d = 0; d < count; ++d) {
@@ -570,7 +535,7 @@ class Emitter {
   }
 
   std::string emitKernelFn(const Kernel& k, size_t index, std::optional<Impl> impl) {
-    split_ = Split{};
+    split_ = &s_.kernels[index].splitOf(impl);
     faultyAnchor_ = k.kind != KernelKind::Pointwise && faulty(k.anchor, InjectedFault::Kind::Accuracy);
     const std::string name = fnName(k, impl);
     const bool ext = impl && isExtern(*impl);
@@ -613,29 +578,69 @@ class Emitter {
     if (ext) {
       s += emitOnednnCall(k, index, *impl);
     } else {
-      switch (k.kind) {
-        case KernelKind::Pointwise: s += emitPointwise(k); break;
-        case KernelKind::Linear: s += packable(k) ? emitPackedLinear(k, index, per) : emitLinear(k); break;
-        case KernelKind::Conv: s += packable(k) ? emitPackedConv(k, index, per) : emitConv(k); break;
-        case KernelKind::Pool: s += emitPool(k); break;
-        case KernelKind::Reduction: s += emitReduction(k); break;
-        case KernelKind::Copy: s += emitCopy(k); break;
+      switch (s_.kernels[index].form) {
+        case Form::Pointwise: s += emitPointwise(k); break;
+        case Form::Gemm: s += emitLinear(k); break;
+        case Form::PackedGemm: s += emitPackedLinear(k, index, per); break;
+        case Form::DirectConv: s += emitConv(k); break;
+        case Form::PackedConv: s += emitPackedConv(k, index, per); break;
+        case Form::Pool: s += emitPool(k); break;
+        case Form::MaxPoolRows: s += emitMaxPoolRows(k); break;
+        case Form::RowReduction:
+        case Form::AxisReduction: s += emitReduction(k); break;
+        case Form::Copy: s += emitCopy(k); break;
       }
     }
     s += "}\n\n";
-    splits_[{index, impl ? static_cast<int>(*impl) : -1}] = split_;
     return s;
   }
 
   std::string emitPointwise(const Kernel& k) const {
     BodyCtx c{"v", axisVars("i", k.domain.size()), ""};
     std::string indent = "  ";
-    int axis = splitAxis(k.domain);
-    setDomainSplit(k.domain, axis, static_cast<int64_t>(k.body.size()) / 4);
-    std::string s = openLoops(k.domain, c.vars, indent, axis);
-    s += emitBody(k.body, c, indent);
+    const int axis = split_->axis;
+    // Each instruction goes in the outermost loop its operands allow (a per-channel parameter's
+    // load, and what is computed from it alone, outside the loops over the pixels). GCC would not
+    // hoist them itself: it cannot prove the stores leave the weights alone. Not in a kernel that
+    // can fail (a hoisted division would report for iterations that never run), nor over an empty
+    // inner extent (a hoisted load would read past an empty buffer).
+    const std::vector<int> level = loopLevels(k);
+    std::vector<std::vector<size_t>> at(k.domain.size() + 1);  // at[L + 1]: inside loop L (L = -1: before all)
+    for (size_t i = 0; i < k.body.size(); ++i) at[static_cast<size_t>(level[i] + 1)].push_back(i);
+    std::string s = emitBody(k.body, c, indent, &at[0]);
+    for (size_t d = 0; d < k.domain.size(); ++d) {
+      s += loopHeader(c.vars[d], dimStr(k.domain[d]), static_cast<int>(d) == axis, indent);
+      s += emitBody(k.body, c, indent, &at[d + 1]);
+    }
     s += closeLoops(k.domain.size(), indent);
     return s;
+  }
+  // The loop each instruction of a pointwise body runs in (-1: before the loops): a load in the
+  // innermost loop of an axis its index uses, an op in its operands' innermost, a store in the
+  // innermost of all; everything innermost when hoisting is not safe (see emitPointwise).
+  static std::vector<int> loopLevels(const Kernel& k) {
+    const int inner = static_cast<int>(k.domain.size()) - 1;
+    bool safe = !k.canFail();
+    for (const ir::Dim& d : k.domain) safe = safe && (d.isBatch() || d.value() > 0);
+    std::vector<int> level(k.body.size(), inner);
+    if (!safe) return level;
+    for (size_t i = 0; i < k.body.size(); ++i) {
+      const Instr& in = k.body[i];
+      int l = -1;
+      switch (in.opcode) {
+        case Opcode::Load:
+          for (const IndexExpr& e : in.index) l = std::max(l, e.axis);
+          break;
+        case Opcode::Const: break;
+        case Opcode::Apply:
+          for (int a : in.args) l = std::max(l, level[static_cast<size_t>(a)]);
+          break;
+        case Opcode::Store:
+        case Opcode::Acc: l = inner; break;
+      }
+      level[i] = l;
+    }
+    return level;
   }
 
   std::string anchorComment(const Kernel& k) const { return fmt::format("  // {}\n", sourceStr(k.anchor)); }
@@ -718,8 +723,7 @@ class Emitter {
     std::string s = emitEpilogueLambda(k, t);
     s += anchorComment(k);
     std::string indent = "  ";
-    int axis = splitAxis(k.domain);
-    setDomainSplit(k.domain, axis, (kExtent == "batch" ? 64 : std::stoll(kExtent)));
+    const int axis = split_->axis;
     s += openLoops(k.domain, vars, indent, axis);
     // f32 accumulates in f32 (the packed microkernels' precision); f64 and integers in double, as
     // the interpreter, integers then stored saturating.
@@ -848,9 +852,6 @@ class Emitter {
     // pair-major, so the pair (2 x K x 16 floats) stays in cache while every row passes. A unit
     // always runs the same microkernel (4 rows, or the last rows one by one), whichever chunk it
     // falls in.
-    const int64_t pairs = (panels + per - 1) / per;
-    setSplit(fmt::format("({} + 3) / 4 * {}", rowsExpr, pairs),
-             fmt::format("{}.0 * ({} < 4 ? {} : 4)", per * kPanel * K, rowsExpr, rowsExpr));
     s += "  const int64_t quads = (rows + 3) / 4;\n";
     s += "  float out[4][32];\n  float out16[4][16];\n";
     s += "  for (int64_t u = lo; u < hi; ++u) {\n";
@@ -936,7 +937,6 @@ class Emitter {
     // Units of work: a quad of output positions of one image, every panel. The last positions
     // that do not fill a quad run one by one, whichever chunk they fall in.
     int64_t P = OH * OW, quads = (P + 3) / 4;
-    setSplit(fmt::format("batch * {}", quads), std::to_string(4 * kPanel * K * panels) + ".0");
     s += "  for (int64_t u = lo; u < hi; ++u) {\n";
     s += fmt::format("    const int64_t i0 = u / {}, pos = u % {} * 4;\n", quads, quads);
     s += fmt::format("    if (pos + 4 <= {}) {{\n", P);
@@ -1001,8 +1001,7 @@ class Emitter {
     std::string s = emitEpilogueLambda(k, accType(k));
     s += anchorComment(k);
     std::string indent = "  ";
-    int axis = splitAxis(k.domain);
-    setDomainSplit(k.domain, axis, packedK(k));
+    const int axis = split_->axis;
     s += openLoops(k.domain, vars, indent, axis);
     s += fmt::format("{}float acc = 0.0f;\n", indent);
     s += fmt::format("{}const int64_t g = {} / {};\n", indent, vars[1], gm);
@@ -1045,17 +1044,13 @@ class Emitter {
     std::vector<int64_t> dil = spatialList(n, "dilations", nsp, 1);
     std::vector<int64_t> pads = spatialList(n, "pads", nsp * 2, 0);
     bool isMax = n.isOp(Op::MaxPool);
-    if (isMax && nsp == 2 && X.type.dtype == DType::F32 && X.strides[3] == 1 && X.type.shape[3].value() <= 4096) {
-      return emitMaxPoolRows(k);
-    }
     std::vector<std::string> vars = axisVars("i", k.domain.size());
     std::string s = emitEpilogueLambda(k, accType(k));
     s += anchorComment(k);
     std::string indent = "  ";
     int64_t window = 1;
     for (int64_t kd : kernel) window *= kd;
-    int axis = splitAxis(k.domain);
-    setDomainSplit(k.domain, axis, window);
+    const int axis = split_->axis;
     s += openLoops(k.domain, vars, indent, axis);
     std::vector<std::string> xIdx = {vars[0], vars[1]};
     std::string cur = indent;
@@ -1119,7 +1114,6 @@ class Emitter {
     const int64_t padL = pads[1], span = std::max(padL + W, (OW - 1) * st[1] + (kernel[1] - 1) * dil[1] + 1);
     std::string s = emitEpilogueLambda(k, accType(k));
     s += anchorComment(k);
-    setSplit(fmt::format("batch * {}", C * OH), fmt::format("{}.0", OW * kernel[1] + W * kernel[0]));
     s += "  auto mx = [](float m, float v) { return m > v ? m : v; };\n";
     s += fmt::format("  float col[{}], out[{}];  // input columns {} to {} at col[{}..]\n", span, OW, -padL, span - padL - 1, padL);
     s += fmt::format("  int32_t nanIn[{}];       // whether a NaN was in that column\n", span);
@@ -1193,10 +1187,7 @@ class Emitter {
         if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) outer.push_back(d);
       }
       std::string indent = "  ";
-      std::vector<bool> eligible(r, false);
-      for (size_t d : outer) eligible[d] = true;
-      int splitAt = splitAxis(k.domain, eligible);
-      setDomainSplit(k.domain, splitAt, 4);
+      const int splitAt = split_->axis;
       for (size_t d : outer) s += loopHeader(vars[d], dimStr(k.domain[d]), static_cast<int>(d) == splitAt, indent);
       auto innerLoops = [&](const std::string& body) {
         std::string t;
@@ -1266,14 +1257,7 @@ class Emitter {
     }
     if (outIdx.size() != k.domain.size()) fail("internal: reduction '{}' domain rank mismatch", n.name());
     std::string indent = "  ";
-    std::vector<bool> eligible(r);
-    for (size_t d = 0; d < r; ++d) eligible[d] = !reduced[d];
-    int axis = splitAxis(X.type.shape, eligible);
-    if (axis < 0) {
-      setSplit("1", "1.0");
-    } else {
-      setSplit(dimStr(X.type.shape[static_cast<size_t>(axis)]), fmt::format("1.0 * ({})", productExpr(X.type.shape, axis)));
-    }
+    const int axis = split_->axis;
     for (size_t d = 0; d < r; ++d) {
       if (!reduced[d]) s += loopHeader(xv[d], dimStr(X.type.shape[d]), static_cast<int>(d) == axis, indent);
     }
@@ -1339,8 +1323,7 @@ class Emitter {
     std::string s = emitEpilogueLambda(k, t);
     s += anchorComment(k);
     std::string indent = "  ";
-    int splitAt = splitAxis(k.domain);
-    setDomainSplit(k.domain, splitAt, 1);
+    const int splitAt = split_->axis;
     s += openLoops(k.domain, vars, indent, splitAt);
     size_t r = X.type.rank();
     if (n.isOp(Op::Pad)) {
@@ -1464,16 +1447,34 @@ class Emitter {
     return s;
   }
 
+  // A ThreadSplit's numbers as C++ expressions in `batch`.
+  static std::string affineExpr(int64_t perBatch, int64_t fixed) {
+    if (perBatch == 0) return std::to_string(fixed);
+    const std::string b = perBatch == 1 ? "batch" : fmt::format("batch * {}", perBatch);
+    return fixed ? fmt::format("({} + {})", b, fixed) : b;
+  }
+  static std::string unitsExpr(const ThreadSplit& sp) {
+    std::string rows = affineExpr(sp.rowsPerBatch, sp.rowsFixed);
+    if (sp.tile > 1) rows = fmt::format("({} + {}) / {}", rows, sp.tile - 1, sp.tile);
+    return sp.mult == 1 ? rows : fmt::format("{} * {}", rows, sp.mult);
+  }
+  static std::string costExpr(const ThreadSplit& sp) {
+    std::string c = fmt::format("1.0 * {}", affineExpr(sp.costPerBatch, sp.costFixed));
+    if (!sp.tileCost) return c;
+    const std::string rows = affineExpr(sp.rowsPerBatch, sp.rowsFixed);
+    return fmt::format("{} * ({} < {} ? {} : {})", c, rows, sp.tile, rows, sp.tile);
+  }
+
   // The statement of pc_run that runs kernel i (with implementation `im`), split between threads.
   std::string kernelCall(size_t i, std::optional<Impl> im) const {
     const Kernel& k = p_.kernels[i];
     const std::string fn = fnName(k, im);
     if (im && isExtern(*im)) return fmt::format("if (!{}(inputs, outputs, batch, ws, threads)) return POLICYC_ERROR_EXTERN;\n", fn);
-    const Split& sp = splits_.at({i, im ? static_cast<int>(*im) : -1});
+    const ThreadSplit& sp = s_.kernels[i].splitOf(im);
     std::string check = k.canFail() ? " if (pc_status != 0) return pc::statusCode(pc_status);" : "";
-    if (sp.units == "1") return fmt::format("{}(inputs, outputs, batch, ws, &pc_status, 0, 1);{}\n", fn, check);
+    if (sp.whole()) return fmt::format("{}(inputs, outputs, batch, ws, &pc_status, 0, 1);{}\n", fn, check);
     return fmt::format("pc::runKernel({}, threads, {}, {}, kMinChunkCost, inputs, outputs, batch, ws, &pc_status);{}\n", fn,
-                       sp.units, sp.costPerUnit, check);
+                       unitsExpr(sp), costExpr(sp), check);
   }
 
   // The autotuner's hooks (tuning builds), or the creation of the oneDNN primitives the model's
@@ -1647,13 +1648,8 @@ class Emitter {
     return s;
   }
 
-  // How the kernel being emitted, and each emitted one, splits between threads.
-  struct Split {
-    std::string units = "1", costPerUnit = "1.0";
-  };
-  mutable Split split_;
+  const ThreadSplit* split_ = nullptr;  // of the kernel being emitted (the schedule's)
   bool faultyAnchor_ = false;  // the kernel being emitted is a template whose anchor gets the fault
-  std::map<std::pair<size_t, int>, Split> splits_;  // by (kernel, implementation or -1)
   Schedule s_;                                      // what to emit (schedule.h)
   std::map<size_t, std::vector<Impl>> impls_;       // s_'s implementations per tunable kernel
   std::map<size_t, ImplDispatch> dispatch_;         // s_'s dispatch (not tuning)

@@ -337,13 +337,6 @@ class Emitter : llvmbe::Builder {
 
   // ---- kernels
 
-  // How a kernel splits between threads: `units` chunks of the iteration space (a function of
-  // the batch, emitted in the run function), each costing about `cost` multiply-adds.
-  struct Split {
-    std::function<Value*(Value* batch)> units;
-    std::function<Value*(Value* batch)> cost;
-  };
-
   Value* dimValue(const ir::Dim& d) { return d.isBatch() ? batch_ : c64(d.value()); }
   // The product of `dims` except `skip`, in the run function (batch = its argument).
   static std::function<Value*(Value*)> product(llvm::IRBuilder<>& b, const std::vector<ir::Dim>& dims, int skip, int64_t scale) {
@@ -359,22 +352,27 @@ class Emitter : llvmbe::Builder {
       return hasBatch ? b.CreateMul(batch, c) : c;
     };
   }
-  static int splitAxis(const std::vector<ir::Dim>& dims, const std::vector<bool>& eligible = {}) {
-    for (size_t d = 0; d < dims.size(); ++d) {
-      if (!eligible.empty() && !eligible[d]) continue;
-      if (dims[d].isBatch() || dims[d].value() != 1) return static_cast<int>(d);
-    }
-    return -1;
+  // A ThreadSplit's numbers in the run function (batch = its argument).
+  Value* affine(int64_t perBatch, int64_t fixed, Value* batch) {
+    if (perBatch == 0) return c64(fixed);
+    Value* v = perBatch == 1 ? batch : b_.CreateMul(batch, c64(perBatch));
+    return fixed ? b_.CreateAdd(v, c64(fixed)) : v;
   }
-  void setDomainSplit(const std::vector<ir::Dim>& domain, int axis, int64_t pointCost) {
-    if (axis < 0) {
-      split_ = {[this](Value*) { return c64(1); }, [this](Value*) -> Value* { return llvm::ConstantFP::get(f64_, 1.0); }};
-      return;
-    }
-    const ir::Dim d = domain[static_cast<size_t>(axis)];
-    auto others = product(b_, domain, axis, std::max<int64_t>(pointCost, 1));
-    split_.units = [this, d](Value* batch) { return d.isBatch() ? batch : c64(d.value()); };
-    split_.cost = [this, others](Value* batch) { return b_.CreateSIToFP(others(batch), f64_); };
+  Value* unitsOf(const ThreadSplit& sp, Value* batch) {
+    Value* u = affine(sp.rowsPerBatch, sp.rowsFixed, batch);
+    if (sp.tile > 1) u = b_.CreateSDiv(b_.CreateAdd(u, c64(sp.tile - 1)), c64(sp.tile));
+    return sp.mult > 1 ? b_.CreateMul(u, c64(sp.mult)) : u;
+  }
+  Value* costOf(const ThreadSplit& sp, Value* batch) {
+    Value* c = b_.CreateSIToFP(affine(sp.costPerBatch, sp.costFixed, batch), f64_);
+    if (!sp.tileCost) return c;
+    Value* rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, affine(sp.rowsPerBatch, sp.rowsFixed, batch), c64(sp.tile));
+    return b_.CreateFMul(c, b_.CreateSIToFP(rows, f64_));
+  }
+  // The implementation the schedule runs kernel ki with (one for every batch size here).
+  std::optional<Impl> implOf(size_t ki) const {
+    const ImplDispatch& d = s_.kernels[ki].dispatch;
+    return d.empty() ? std::nullopt : implByName(d.front().impl);
   }
 
   // Loops over `domain` (axis `split` over [lo, hi)), calling body(vars) innermost.
@@ -428,7 +426,8 @@ class Emitter : llvmbe::Builder {
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     fn_->addFnAttr("frame-pointer", "none");
     roots_.clear();
-    split_ = {};
+    const size_t ki = static_cast<size_t>(&k - p_.kernels.data());
+    split_ = &s_.kernels[ki].splitOf(implOf(ki));
     faultyAnchor_ = k.kind != KernelKind::Pointwise && faulty(k.anchor, InjectedFault::Kind::Accuracy);
     llvm::BasicBlock* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry);
@@ -447,19 +446,21 @@ class Emitter : llvmbe::Builder {
       llvm::IRBuilder<>(entryEnd_).CreateStore(b_.getInt32(0), errors_);
     }
     injectFaults(k);
-    switch (externEpilogue ? KernelKind::Copy : k.kind) {
-      case KernelKind::Copy:
-        if (externEpilogue) {
-          emitExternEpilogue(k, externs_.at(static_cast<size_t>(&k - p_.kernels.data())));
-        } else {
-          emitCopy(k);
-        }
-        break;
-      case KernelKind::Pointwise: emitPointwise(k); break;
-      case KernelKind::Linear: packable(p_, k) ? emitPackedLinear(k) : emitLinear(k); break;
-      case KernelKind::Conv: packable(p_, k) ? emitPackedConv(k) : emitConv(k); break;
-      case KernelKind::Pool: emitPool(k); break;
-      case KernelKind::Reduction: emitReduction(k); break;
+    if (externEpilogue) {
+      emitExternEpilogue(k, externs_.at(ki));
+    } else {
+      switch (s_.kernels[ki].form) {
+        case Form::Pointwise: emitPointwise(k); break;
+        case Form::Gemm: emitLinear(k); break;
+        case Form::PackedGemm: emitPackedLinear(k); break;
+        case Form::DirectConv: emitConv(k); break;
+        case Form::PackedConv: emitPackedConv(k); break;
+        case Form::Pool: emitPool(k); break;
+        case Form::MaxPoolRows: emitMaxPoolRows(k); break;
+        case Form::RowReduction:
+        case Form::AxisReduction: emitReduction(k); break;
+        case Form::Copy: emitCopy(k); break;
+      }
     }
     if (errors_) {
       // The bits found, OR-ed into the run's status (as the C++ backend's pc::report).
@@ -470,7 +471,6 @@ class Emitter : llvmbe::Builder {
       errors_ = nullptr;
     }
     b_.CreateRetVoid();
-    splits_.push_back(split_);
     return fn_;
   }
 
@@ -514,9 +514,6 @@ class Emitter : llvmbe::Builder {
   // units are (image, channel) pairs, each walking the output positions.
   void emitExternEpilogue(const Kernel& k, const ExternConv& e) {
     const int64_t M = e.shape[3], OW = e.shape[7], P = e.shape[6] * OW, srcPerRow = e.shape[0] * e.shape[1] * e.shape[2];
-    const int64_t cost = P * static_cast<int64_t>(k.body.size());
-    split_.units = [this, M](Value* batch) { return b_.CreateMul(batch, c64(M)); };
-    split_.cost = [this, cost](Value*) -> Value* { return llvm::ConstantFP::get(f64_, static_cast<double>(cost)); };
     Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_));
     Value* result = b_.CreateInBoundsGEP(f32_, scratch, b_.CreateMul(batch_, c64(srcPerRow)), "result");
     const DType t = accType(k);
@@ -546,8 +543,7 @@ class Emitter : llvmbe::Builder {
   }
 
   void emitPointwise(const Kernel& k) {
-    int axis = splitAxis(k.domain);
-    setDomainSplit(k.domain, axis, static_cast<int64_t>(k.body.size()) / 4);
+    const int axis = split_->axis;
     restrict_ = true;
     domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
     restrict_ = false;
@@ -563,8 +559,7 @@ class Emitter : llvmbe::Builder {
     const Buffer& A = p_.buffer(a);
     const Buffer& B = p_.buffer(bId);
     ir::Dim kExtent = A.type.shape.back();
-    int axis = splitAxis(k.domain);
-    setDomainSplit(k.domain, axis, kExtent.isBatch() ? 64 : kExtent.value());
+    const int axis = split_->axis;
     const DType t = accType(k);
     domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
       std::vector<Value*> aIdx(A.type.rank(), nullptr), bIdx(B.type.rank(), nullptr), cIdx;
@@ -751,14 +746,6 @@ class Emitter : llvmbe::Builder {
     const bool vec = N % kPanel == 0 && !faultyAnchor_ && vectorizable(k);
     std::vector<ir::Dim> lead(k.domain.begin(), k.domain.end() - 1);
     auto rowsOf = product(b_, lead, -1, 1);
-    const int64_t pairs = (panels + 1) / 2;
-    split_.units = [this, rowsOf, pairs](Value* batch) {
-      return b_.CreateMul(b_.CreateSDiv(b_.CreateAdd(rowsOf(batch), c64(3)), c64(4)), c64(pairs));
-    };
-    split_.cost = [this, rowsOf, K](Value* batch) {
-      Value* rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, rowsOf(batch), c64(4));
-      return b_.CreateFMul(b_.CreateSIToFP(rows, f64_), llvm::ConstantFP::get(f64_, static_cast<double>(2 * kPanel * K)));
-    };
     Value* wp = weightsAt(s_.kernels[index].packedWeight, "wp");
     Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
     Value* rows = rowsOf(batch_);
@@ -839,8 +826,6 @@ class Emitter : llvmbe::Builder {
     const int64_t KH = W.type.shape[2].value(), KW = W.type.shape[3].value();
     const int64_t M = packedN(p_, k), K = packedK(p_, k), OW = k.domain[3].value(), P = k.domain[2].value() * OW;
     const int64_t panels = (M + kPanel - 1) / kPanel, quads = (P + 3) / 4;
-    split_.units = [this, quads](Value* batch) { return b_.CreateMul(batch, c64(quads)); };
-    split_.cost = [this, K, panels](Value*) -> Value* { return llvm::ConstantFP::get(f64_, static_cast<double>(4 * kPanel * K * panels)); };
     Value* wp = weightsAt(s_.kernels[index].packedWeight, "wp");
     Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
     llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(4 * K)), "patch");
@@ -963,8 +948,7 @@ class Emitter : llvmbe::Builder {
                          pads = spatialList(n, "pads", nsp * 2, 0);
     const int64_t group = n.attrInt("group"), C = X.type.shape[1].value(), M = k.domain[1].value();
     const int64_t gc = C / group, gm = M / group;
-    int axis = splitAxis(k.domain);
-    setDomainSplit(k.domain, axis, packedK(p_, k));
+    const int axis = split_->axis;
     const DType t = accType(k);
     domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
       llvm::AllocaInst* acc = local(f32_, "acc");
@@ -1013,14 +997,9 @@ class Emitter : llvmbe::Builder {
     std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1), dil = spatialList(n, "dilations", nsp, 1),
                          pads = spatialList(n, "pads", nsp * 2, 0);
     const bool isMax = n.isOp(Op::MaxPool);
-    if (isMax && nsp == 2 && X.type.dtype == DType::F32 && X.strides[3] == 1 && X.type.shape[3].value() <= 4096) {
-      emitMaxPoolRows(k);
-      return;
-    }
     int64_t window = 1;
     for (int64_t kd : kernel) window *= kd;
-    int axis = splitAxis(k.domain);
-    setDomainSplit(k.domain, axis, window);
+    const int axis = split_->axis;
     const DType t = accType(k);
     const bool includePad = !isMax && n.attrInt("count_include_pad") != 0;
     domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
@@ -1099,9 +1078,6 @@ class Emitter : llvmbe::Builder {
     const int64_t C = k.domain[1].value(), OH = k.domain[2].value(), OW = k.domain[3].value();
     const int64_t H = X.type.shape[2].value(), W = X.type.shape[3].value();
     const int64_t padL = pads[1], span = std::max(padL + W, (OW - 1) * st[1] + (kernel[1] - 1) * dil[1] + 1);
-    split_.units = [this, C, OH](Value* batch) { return b_.CreateMul(batch, c64(C * OH)); };
-    const double cost = static_cast<double>(OW * kernel[1] + W * kernel[0]);
-    split_.cost = [this, cost](Value*) -> Value* { return llvm::ConstantFP::get(f64_, cost); };
     const DType t = accType(k);
     llvm::AllocaInst* col = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(span)), "col");
     llvm::AllocaInst* nanIn = local(llvm::ArrayType::get(i8_, static_cast<uint64_t>(span)), "nanIn");
@@ -1174,10 +1150,7 @@ class Emitter : llvmbe::Builder {
       const bool ln = n.isOp(Op::LayerNorm);
       std::vector<size_t> reduced, outer;
       for (size_t d = 0; d < r; ++d) ((d >= axis && (ln || d == axis)) ? reduced : outer).push_back(d);
-      std::vector<bool> eligible(r, false);
-      for (size_t d : outer) eligible[d] = true;
-      int splitAt = splitAxis(k.domain, eligible);
-      setDomainSplit(k.domain, splitAt, 4);
+      const int splitAt = split_->axis;
       // The outer loops walk only the kept axes (the reduced ones are walked by `inner`).
       std::vector<Value*> vars(r, nullptr);
       domainLoops(k.domain, splitAt, [&](const std::vector<Value*>& ov) {
@@ -1253,17 +1226,7 @@ class Emitter : llvmbe::Builder {
         kept.push_back(d);
       }
     }
-    std::vector<bool> eligible(r);
-    for (size_t d = 0; d < r; ++d) eligible[d] = !reduced[d];
-    int axis = splitAxis(X.type.shape, eligible);
-    if (axis < 0) {
-      setDomainSplit(X.type.shape, -1, 1);
-    } else {
-      const ir::Dim d = X.type.shape[static_cast<size_t>(axis)];
-      auto others = product(b_, X.type.shape, axis, 1);
-      split_.units = [this, d](Value* batch) { return d.isBatch() ? batch : c64(d.value()); };
-      split_.cost = [this, others](Value* batch) { return b_.CreateSIToFP(others(batch), f64_); };
-    }
+    const int axis = split_->axis;
     const bool isArg = n.isOp(Op::ArgMax), isMax = n.isOp(Op::ReduceMax);
     std::vector<Value*> xv(r, nullptr);
     domainLoops(X.type.shape, axis, [&](const std::vector<Value*>& kv) {
@@ -1342,8 +1305,7 @@ class Emitter : llvmbe::Builder {
     const ir::Node& n = *k.anchor;
     const Buffer& X = p_.buffer(k.anchorInputs[0]);
     const DType t = accType(k);
-    int axis = splitAxis(k.domain);
-    setDomainSplit(k.domain, axis, 1);
+    const int axis = split_->axis;
     const size_t r = X.type.rank();
     if (!n.isOp(Op::Pad) && !n.isOp(Op::Gather)) unsupported("node '{}' ({}): no LLVM IR for this copy template", n.name(), n.info().name);
     restrict_ = true;  // restrictAccess: measured 1.8x faster on pad, 10x on gather
@@ -1545,7 +1507,6 @@ class Emitter : llvmbe::Builder {
       };
       Value* minChunk = llvm::ConstantFP::get(f64_, o_.minChunkCost);
       Value* serial = b_.CreateOr(b_.CreateICmpEQ(threads, b_.getInt32(1)), b_.CreateIsNull(parallelFor_), "serial");
-      size_t split = 0;  // splits_ has one entry per split function, in order
       for (size_t ki = 0; ki < kernels.size(); ++ki) {
         b_.CreateAlignedStore(b_.getInt32(static_cast<uint32_t>(ki)), running, llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Monotonic);
         startTimer(ki);
@@ -1557,14 +1518,14 @@ class Emitter : llvmbe::Builder {
             continue;
           }
         }
-        const Split& sp = splits_[split++];
-        Value* units = sp.units(batch);
+        const ThreadSplit& sp = s_.kernels[ki].splitOf(implOf(ki));
+        Value* units = unitsOf(sp, batch);
         if (llvm::isa<llvm::Instruction>(units)) units->setName(p_.kernels[ki].name + ".units");
         // One thread calls the kernel directly; more go through the support library's pool.
         ifElse(
             serial, p_.kernels[ki].name, [&] { b_.CreateCall(kernelFnTy_, kernels[ki], {ctx, c64(0), units}); },
             [&] {
-              b_.CreateCall(parallelFor_, {threads, units, sp.cost(batch), minChunk, kernels[ki], ctx});
+              b_.CreateCall(parallelFor_, {threads, units, costOf(sp, batch), minChunk, kernels[ki], ctx});
             });
         stopTimer(ki);
         if (p_.kernels[ki].canFail()) {
@@ -1717,9 +1678,8 @@ class Emitter : llvmbe::Builder {
   Value *inputs_ = nullptr, *outputs_ = nullptr, *batch_ = nullptr, *ws_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
   llvm::Instruction* entryEnd_ = nullptr;
   std::map<int, Value*> roots_;
-  Split split_;
+  const ThreadSplit* split_ = nullptr;  // of the kernel being emitted (the schedule's)
   bool faultyAnchor_ = false;
-  std::vector<Split> splits_;
 };
 
 }  // namespace
