@@ -4,8 +4,8 @@
 
 namespace policyc::codegen {
 
-extern const char* const kPolicycPrelude;      // codegen/cpp_prelude/policyc_prelude.h
-extern const char* const kPolicycOnednnPrelude;  // codegen/cpp_prelude/policyc_onednn.h
+extern const char* const kPolicycPrelude;      // codegen/model_runtime/policyc_prelude.h
+extern const char* const kPolicycOnednnPrelude;  // codegen/model_runtime/policyc_onednn.h
 extern const char* const kPolicycModelHeader;  // runtime/include/policyc/runtime/policyc_model.h
 
 }  // namespace policyc::codegen

@@ -3,7 +3,7 @@
 // the emitted IR calls. Linked into the compiler (the JIT resolves these symbols to it) and, as a
 // static archive embedded in the compiler, into every shared object the backend builds.
 #include "policyc/runtime/policyc_model.h"  // the prelude's error codes
-#include "../../cpp_prelude/policyc_prelude.h"
+#include "../../model_runtime/policyc_prelude.h"
 
 extern "C" {
 

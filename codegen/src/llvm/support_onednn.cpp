@@ -1,5 +1,5 @@
 // Run-time support of LLVM-backend models with oneDNN extern kernels: the C++ backend's
-// pc::dnnl_ext::Conv (cpp_prelude/policyc_onednn.h) behind a C interface the emitted IR calls.
+// pc::dnnl_ext::Conv (model_runtime/policyc_onednn.h) behind a C interface the emitted IR calls.
 // A separate archive from support.cpp: only models that use oneDNN link it (and libdnnl).
 #include <cstdlib>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "../../cpp_prelude/policyc_onednn.h"
+#include "../../model_runtime/policyc_onednn.h"
 
 namespace {
 

@@ -1,5 +1,7 @@
-// policyc prelude: scalar semantics of the op table (as ir/src/reference_kernels.cpp) and the
-// vector types of the GEMM microkernels. Pasted at the top of every generated output_code.cpp.
+// policyc prelude, the run-time library of generated models: scalar semantics of the op table (as
+// ir/src/reference_kernels.cpp), the vector types of the GEMM microkernels, the thread pool and
+// the profiler's bookkeeping. Pasted at the top of every generated output_code.cpp; the LLVM
+// backend's support library (codegen/src/llvm/support.cpp) compiles the same file.
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
