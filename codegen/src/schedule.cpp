@@ -332,12 +332,10 @@ std::optional<InjectedFault> injectedFaultFromEnv() {
   return parseInjectedFault(spec);
 }
 
-PlannedProgram planGraph(const ir::Graph& graph, const CodegenStages& stages) {
+PlannedProgram planGraph(const ir::Graph& graph, bool fuse) {
   PlannedProgram p{lowerGraph(graph), {}};
-  if (stages.lowered) stages.lowered(p.program);
-  if (stages.fuse) fuseKernels(p.program);
+  if (fuse) fuseKernels(p.program);
   p.plan = planMemory(p.program);
-  if (stages.planned) stages.planned(p.program, p.plan);
   return p;
 }
 

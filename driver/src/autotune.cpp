@@ -329,9 +329,9 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
     cpp.profile = true;
     cpp.choice.reset();
     cpp.forceImpl.clear();
-    codegen::CodegenStages stages;
-    stages.fuse = options.fuse;
-    stages.planned = [&](const KernelProgram& program, const codegen::MemoryPlan&) {
+    const codegen::PlannedProgram planned = codegen::planGraph(graph, options.fuse);
+    const KernelProgram& program = planned.program;
+    {
       const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels, cpp.fault);
       for (size_t i = 0; i < program.kernels.size(); ++i) {
         const Kernel& k = program.kernels[i];
@@ -355,8 +355,8 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
         t.cacheFile = cacheDir() / "autotune" / fmt::format("{:016x}.txt", textHash(t.signature));
         kernels.push_back(std::move(t));
       }
-    };
-    generated = codegen::generateCpp(graph, cpp, stages);
+    }
+    generated = codegen::emitCpp(program, planned.plan, cpp);
   }
   for (TunedKernel& k : kernels) readCache(k);
   AutotuneResult result;

@@ -1,5 +1,6 @@
-// The compile driver: graph -> passes -> kernel program -> fusion -> memory plan -> C++ -> .so,
-// with every stage written into the debug directory when one is active.
+// The compile driver, top to bottom: graph -> passes -> (autotune) -> lowering, fusion, memory
+// plan and schedule -> the backend's emitter (C++ source or an LLVM module) -> build, link or JIT,
+// with every stage written into the debug directory when one is active; and the compile cache.
 #include "policyc/driver/compile.h"
 
 #include <chrono>
@@ -7,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -66,6 +69,64 @@ uint64_t graphHash(const ir::Graph& graph, const CompileRequest& r) {
   return textHash(fmt::format("{:016x}{:016x}{}", textHash(printed.text), textHash(weights), options));
 }
 
+// A backend's output before it is built: the C header, the model's implementation dispatch, and
+// the build step (named for the stage timer).
+struct Emitted {
+  std::string header;
+  codegen::ImplChoice dispatch;
+  std::string buildStage;
+  std::function<void(CompileResult&)> build;
+};
+
+codegen::BuildOptions buildOptions(const DebugDir* d) {
+  codegen::BuildOptions build;
+  if (d) {
+    build.workDir = d->path().string();
+    build.keepWorkDir = true;
+  }
+  return build;
+}
+
+Emitted emitCpp(const codegen::KernelProgram& program, const codegen::MemoryPlan& plan, const CompileRequest& request,
+                const codegen::CppOptions& cpp, const DebugDir* d) {
+  auto generated = std::make_shared<codegen::GeneratedCpp>(codegen::emitCpp(program, plan, cpp));
+  Emitted e;
+  e.header = generated->header;
+  e.dispatch = generated->dispatch;
+  e.buildStage = "c++ build";
+  e.build = [generated, &request, d](CompileResult&) { codegen::buildSharedObject(*generated, request.output, buildOptions(d)); };
+  return e;
+}
+
+Emitted emitLlvm(const codegen::KernelProgram& program, const codegen::MemoryPlan& plan, const CompileRequest& request,
+                 const codegen::CppOptions& cpp, DebugDir* d) {
+  codegen::LlvmOptions options;
+  static_cast<codegen::CodegenOptions&>(options) = cpp;  // what both backends take
+  options.target = {request.cpp.target, request.cpu, request.features};
+  options.keepUnoptimizedIr = d != nullptr;
+  auto module = std::make_shared<codegen::LlvmModule>(codegen::emitLlvm(program, plan, options));
+  if (d) {
+    d->write("module.ll", module->unoptimizedIr());
+    d->write("module.opt.ll", module->ir(true));
+  }
+  Emitted e;
+  e.header = module->header();
+  if (request.jit) {
+    e.buildStage = "llvm jit";
+    e.build = [module](CompileResult& out) { out.jit = codegen::jitCompile(std::move(*module)); };
+  } else if (request.emit == "so") {
+    e.buildStage = "llvm object + link";
+    e.build = [module, &request, d](CompileResult&) { codegen::buildLlvmSharedObject(*module, request.output, buildOptions(d)); };
+  } else {
+    e.buildStage = "llvm " + request.emit;
+    const codegen::LlvmFileKind kind = request.emit == "obj"   ? codegen::LlvmFileKind::Object
+                                       : request.emit == "asm" ? codegen::LlvmFileKind::Assembly
+                                                               : codegen::LlvmFileKind::Ir;
+    e.build = [module, kind, &request](CompileResult&) { codegen::writeLlvmFile(*module, kind, request.output); };
+  }
+  return e;
+}
+
 }  // namespace
 
 CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request) {
@@ -107,17 +168,6 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     }
   }
   CompileResult out;
-  codegen::CodegenStages stages;
-  stages.fuse = !nofuse;
-  stages.lowered = [&](const codegen::KernelProgram& program) {
-    if (d) d->write("ir_pre_fusion.txt", codegen::printKernelProgram(program));
-  };
-  stages.planned = [&](const codegen::KernelProgram& program, const codegen::MemoryPlan& plan) {
-    if (d) d->write("ir_post_fusion.txt", codegen::printKernelProgram(program) + "\n" + codegen::printMemoryPlan(program, plan));
-    for (const codegen::Kernel& k : program.kernels) {
-      for (const ir::Node* n : k.sources) out.kernelOfNode[n->name()] = k.name;
-    }
-  };
   if (request.mode == "max-autotune") {
     AutotuneOptions tune;
     tune.cpp = cpp;
@@ -136,78 +186,46 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     }
     cpp.choice = tuned.choice;
   }
-  if (llvm) {
-    codegen::LlvmOptions options;
-    static_cast<codegen::CodegenOptions&>(options) = cpp;  // what both backends take
-    options.target = {request.cpp.target, request.cpu, request.features};
-    options.keepUnoptimizedIr = d != nullptr;
-    std::optional<codegen::LlvmModule> module;
+  // Lowering to the kernel program, fusion and the memory plan (docs/kernel_program.md), then the
+  // backend's emitter (the schedule, then C++ source or an LLVM module, and its dumps) and what
+  // builds it (a .so, an object, assembly or IR file, or code in this process). What a backend
+  // cannot do is one error naming the backend.
+  Emitted emitted;
+  try {
+    codegen::KernelProgram program;
+    codegen::MemoryPlan plan;
     {
-      StageTimer t(d, "llvm codegen (IRBuilder + O3)");
-      module.emplace(codegen::generateLlvm(*graph, options, stages));
+      StageTimer t(d, "lower, fuse, plan");
+      program = codegen::lowerGraph(*graph);
+      if (d) d->write("ir_pre_fusion.txt", codegen::printKernelProgram(program));
+      if (!nofuse) codegen::fuseKernels(program);
+      plan = codegen::planMemory(program);
     }
-    if (d) {
-      d->write("module.ll", module->unoptimizedIr());
-      d->write("module.opt.ll", module->ir(true));
+    if (d) d->write("ir_post_fusion.txt", codegen::printKernelProgram(program) + "\n" + codegen::printMemoryPlan(program, plan));
+    for (const codegen::Kernel& k : program.kernels) {
+      for (const ir::Node* n : k.sources) out.kernelOfNode[n->name()] = k.name;
     }
-    try {
-      if (request.jit) {
-        StageTimer t(d, "llvm jit");
-        out.jit = codegen::jitCompile(std::move(*module));
-      } else if (request.emit == "so") {
-        StageTimer t(d, "llvm object + link");
-        codegen::BuildOptions build;
-        if (d) {
-          build.workDir = d->path().string();
-          build.keepWorkDir = true;
-        }
-        codegen::buildLlvmSharedObject(*module, request.output, build);
-      } else {
-        StageTimer t(d, "llvm " + request.emit);
-        const codegen::LlvmFileKind kind = request.emit == "obj"   ? codegen::LlvmFileKind::Object
-                                           : request.emit == "asm" ? codegen::LlvmFileKind::Assembly
-                                                                   : codegen::LlvmFileKind::Ir;
-        codegen::writeLlvmFile(*module, kind, request.output);
-      }
-    } catch (const Error&) {
-      if (d) d->writeTimes();
-      throw;
-    }
-    if (!request.header.empty()) writeHeader(request.header, module->header());
-    if (d) {
-      d->writeTimes();
-      out.debugDir = d->path().string();
-    }
-    out.so = request.jit ? "" : request.output;
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return out;
-  }
-  codegen::GeneratedCpp generated;
-  {
-    StageTimer t(d, "codegen");
-    generated = codegen::generateCpp(*graph, cpp, stages);
-  }
-  codegen::BuildOptions build;
-  if (d) {
-    build.workDir = d->path().string();
-    build.keepWorkDir = true;
+    StageTimer t(d, llvm ? "llvm codegen (IRBuilder + O3)" : "codegen");
+    emitted = llvm ? emitLlvm(program, plan, request, cpp, d) : emitCpp(program, plan, request, cpp, d);
+  } catch (const UnsupportedError& e) {
+    unsupported("unsupported in backend {}: {}", codegen::backendName(request.backend), e.what());
   }
   {
-    StageTimer t(d, "c++ build");
+    StageTimer t(d, emitted.buildStage);
     try {
-      codegen::buildSharedObject(generated, request.output, build);
+      emitted.build(out);
     } catch (const Error&) {
       if (d) d->writeTimes();
       throw;
     }
   }
-  if (!request.header.empty()) writeHeader(request.header, generated.header);
+  if (!request.header.empty()) writeHeader(request.header, emitted.header);
   if (d) {
     d->writeTimes();
     out.debugDir = d->path().string();
   }
-  out.so = request.output;
-  out.dispatch = generated.dispatch;
+  out.so = request.jit ? "" : request.output;
+  out.dispatch = emitted.dispatch;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

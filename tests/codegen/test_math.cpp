@@ -102,7 +102,7 @@ TEST_CASE("math: both backends' f32 polynomials agree with libm, specials exactl
     checkAgainstInterpreter(*graph, model, x, "cpp");
   }
   SECTION("llvm") {
-    std::shared_ptr<codegen::JitModel> jit = codegen::jitCompile(codegen::generateLlvm(*graph, {}));
+    std::shared_ptr<codegen::JitModel> jit = codegen::jitCompile(codegen::generateLlvm(*graph));
     runtime::Model model =
         runtime::Model::adopt("<jit>", jit->descriptor(), jit->profile(), jit, [jit](const char* n) { return jit->symbol(n); });
     checkAgainstInterpreter(*graph, model, x, "llvm");

@@ -1677,11 +1677,9 @@ GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const
   return Emitter(program, plan, options).run();
 }
 
-GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options) { return generateCpp(graph, options, {}); }
-
-GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options, const CodegenStages& stages) {
+GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options) {
   try {
-    PlannedProgram planned = planGraph(graph, stages);
+    PlannedProgram planned = planGraph(graph);
     return emitCpp(planned.program, planned.plan, options);
   } catch (const UnsupportedError& e) {
     unsupported("unsupported in backend cpp: {}", e.what());

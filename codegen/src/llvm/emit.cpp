@@ -1750,9 +1750,9 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   return LlvmModule(std::move(impl));
 }
 
-LlvmModule generateLlvm(const ir::Graph& graph, const LlvmOptions& options, const CodegenStages& stages) {
+LlvmModule generateLlvm(const ir::Graph& graph, const LlvmOptions& options) {
   try {
-    PlannedProgram planned = planGraph(graph, stages);
+    PlannedProgram planned = planGraph(graph);
     return emitLlvm(planned.program, planned.plan, options);
   } catch (const UnsupportedError& e) {
     unsupported("unsupported in backend llvm: {}", e.what());

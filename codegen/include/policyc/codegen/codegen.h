@@ -107,19 +107,14 @@ struct CodegenOptions {
   std::string sourceHash;
 };
 
-// What a driver sees of a backend's stages (the debug directory dumps them).
-struct CodegenStages {
-  bool fuse = true;  // false: one kernel per graph node (--no-fuse)
-  std::function<void(const KernelProgram&)> lowered;                        // before fusion
-  std::function<void(const KernelProgram&, const MemoryPlan&)> planned;     // after fusion and planning
-};
-// What every backend starts from: the graph lowered, fused (unless stages.fuse is false) and its
-// memory planned, with the stages' callbacks called on the way.
+// What every backend starts from: the graph lowered, fused (unless `fuse` is false: one kernel
+// per graph node, --no-fuse) and its memory planned. The driver runs these steps itself, to dump
+// each stage.
 struct PlannedProgram {
   KernelProgram program;
   MemoryPlan plan;
 };
-PlannedProgram planGraph(const ir::Graph& graph, const CodegenStages& stages = {});
+PlannedProgram planGraph(const ir::Graph& graph, bool fuse = true);
 
 // The C++ compiler models are built with: $POLICYC_CXX when set and not empty, else "c++".
 std::string defaultCompiler();

@@ -44,9 +44,6 @@ GeneratedCpp emitCpp(const KernelProgram& program, const MemoryPlan& plan, const
 // backend does not implement is an UnsupportedError "unsupported in backend cpp: node 'x' (op): ...".
 GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options = {});
 
-// With the stages' callbacks (CodegenStages: the debug directory dumps them).
-GeneratedCpp generateCpp(const ir::Graph& graph, const CppOptions& options, const CodegenStages& stages);
-
 // Writes the source and the weights blob (entering the object through `.incbin`), runs
 // `c++ -std=c++17 -O3 -fPIC -shared -march=...` into a temporary name next to `outSo` and renames
 // it: a failure never leaves a partial .so. The compiler runs without a shell (every path one

@@ -80,7 +80,7 @@ class LlvmModule {
 // UnsupportedError "unsupported in backend llvm: ...".
 LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const LlvmOptions& options = {});
 // An optimised graph all the way to an optimised module (lowering, fusion, the memory plan).
-LlvmModule generateLlvm(const ir::Graph& graph, const LlvmOptions& options, const CodegenStages& stages = {});
+LlvmModule generateLlvm(const ir::Graph& graph, const LlvmOptions& options = {});
 
 enum class LlvmFileKind { Object, Assembly, Ir };
 // Writes OUT.o / OUT.s / OUT.ll (through a temporary name: no partial file on failure).
