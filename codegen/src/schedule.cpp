@@ -375,6 +375,24 @@ Form formOf(const KernelProgram& p, const Kernel& k) {
   fail("internal: kernel '{}' has no form", k.name);
 }
 
+RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  RowPoolGeometry g;
+  g.kernel = n.attrInts("kernel_shape");
+  g.strides = spatialList(n, "strides", 2, 1);
+  g.dilations = spatialList(n, "dilations", 2, 1);
+  g.pads = spatialList(n, "pads", 4, 0);
+  g.C = k.domain[1].value();
+  g.OH = k.domain[2].value();
+  g.OW = k.domain[3].value();
+  g.H = X.type.shape[2].value();
+  g.W = X.type.shape[3].value();
+  g.padL = g.pads[1];
+  g.span = std::max(g.padL + g.W, (g.OW - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
+  return g;
+}
+
 int64_t ThreadSplit::units(int64_t batch) const {
   const int64_t rows = rowsPerBatch * batch + rowsFixed;
   return (rows + tile - 1) / tile * mult;
@@ -480,9 +498,8 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
     }
     case Form::MaxPoolRows: {
       // An (image, channel, output row) per unit: its window rows' maxima, then the columns'.
-      const std::vector<int64_t>& kernel = k.anchor->attrInts("kernel_shape");
-      const int64_t W = p.buffer(k.anchorInputs[0]).type.shape[3].value(), OW = k.domain[3].value();
-      return perRowSplit(k.domain[1].value() * k.domain[2].value(), OW * kernel[1] + W * kernel[0]);
+      const RowPoolGeometry g = rowPoolGeometry(p, k);
+      return perRowSplit(g.C * g.OH, g.OW * g.kernel[1] + g.W * g.kernel[0]);
     }
     case Form::RowReduction: {
       // Split over the kept axes only: a row is never divided.

@@ -76,6 +76,15 @@ enum class Form : uint8_t {
 };
 Form formOf(const KernelProgram& p, const Kernel& k);
 
+// A Form::MaxPoolRows kernel's geometry: window, strides, dilations and pads of its two spatial
+// axes, its sizes, and the padded input row both emitters hold on the stack (input columns
+// -padL .. span - padL - 1).
+struct RowPoolGeometry {
+  std::vector<int64_t> kernel, strides, dilations, pads;
+  int64_t C = 0, OH = 0, OW = 0, H = 0, W = 0, padL = 0, span = 0;
+};
+RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k);
+
 // How a kernel's work is split between threads (pc::parallelFor in the C++ backend's run
 // function, policyc_rt_parallel_for in the LLVM one): `units(batch)` units of work, whole units
 // per chunk, each costing about `cost(batch)` multiply-adds (CodegenOptions::minChunkCost is the

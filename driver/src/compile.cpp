@@ -190,8 +190,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   // backend's emitter (the schedule, then C++ source or an LLVM module, and its dumps) and what
   // builds it (a .so, an object, assembly or IR file, or code in this process). What a backend
   // cannot do is one error naming the backend.
-  Emitted emitted;
-  try {
+  Emitted emitted = codegen::inBackend(request.backend, [&] {
     codegen::KernelProgram program;
     codegen::MemoryPlan plan;
     {
@@ -206,10 +205,8 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
       for (const ir::Node* n : k.sources) out.kernelOfNode[n->name()] = k.name;
     }
     StageTimer t(d, llvm ? "llvm codegen (IRBuilder + O3)" : "codegen");
-    emitted = llvm ? emitLlvm(program, plan, request, cpp, d) : emitCpp(program, plan, request, cpp, d);
-  } catch (const UnsupportedError& e) {
-    unsupported("unsupported in backend {}: {}", codegen::backendName(request.backend), e.what());
-  }
+    return llvm ? emitLlvm(program, plan, request, cpp, d) : emitCpp(program, plan, request, cpp, d);
+  });
   {
     StageTimer t(d, emitted.buildStage);
     try {

@@ -2,7 +2,7 @@
 // structured control flow (loops, ifs, entry-block locals), provenance tags, conversions with the
 // interpreter's integer semantics, the math functions as polynomial IR (exp, log, tanh, sigmoid,
 // erf) on scalars and vectors alike, and `apply`: one instruction of a kernel body. Nothing here
-// knows the kernel program's buffers or the C ABI (emit.cpp builds those on top of it).
+// knows the kernel program's buffers or the C ABI (emitter.h builds those on top of it).
 #pragma once
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// What the LLVM backend's emitter (emit.cpp) and its ORC/target half (orc.cpp) share.
+// What the LLVM backend's emitter (emitter.h, emit_*.cpp) and its ORC/target half (orc.cpp) share.
 #pragma once
 
 #include <memory>

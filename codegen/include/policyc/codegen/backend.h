@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "policyc/ir/error.h"
+
 namespace policyc::codegen {
 
 // interp: the reference interpreter (nothing compiled); cpp: generated C++ built by the system
@@ -19,5 +21,16 @@ const char* backendName(Backend backend);  // interp | cpp | llvm
 // The backend called `name`; policyc::Error listing the valid names otherwise ("nofuse" says
 // what replaced it). With compiling = true "interp" is refused too.
 Backend parseBackend(std::string_view name, bool compiling = false);
+
+// Runs `emit` (lowering and emission for `backend`); an UnsupportedError from it is re-thrown
+// naming the backend: "unsupported in backend llvm: node 'x' (op): ...".
+template <class F>
+auto inBackend(Backend backend, F&& emit) -> decltype(emit()) {
+  try {
+    return emit();
+  } catch (const UnsupportedError& e) {
+    unsupported("unsupported in backend {}: {}", backendName(backend), e.what());
+  }
+}
 
 }  // namespace policyc::codegen

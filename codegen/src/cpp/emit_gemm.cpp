@@ -1,0 +1,462 @@
+// The C++ emitter's GEMM and convolution templates: the general dot-product loops, the packed-panel
+// microkernel drivers with their (vector) epilogues, direct convs, and the calls into oneDNN.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "emitter.h"
+
+namespace policyc::codegen::cppemit {
+
+std::string Emitter::emitOnednnObject(const Kernel& k, size_t index, Impl im) const {
+  std::optional<PostOpPlan> plan = im == Impl::OnednnPostOps ? postOpPlan(p_, k) : std::nullopt;
+  std::string post;
+  if (plan) {
+    for (const PostOp& op : plan->ops) {
+      if (!post.empty()) post += ", ";
+      post += op.alg.empty() ? "{dnnl::algorithm::undef, 0.0f, 0.0f, true}"
+                             : fmt::format("{{dnnl::algorithm::{}, {}, {}, false}}", op.alg, literal(op.alpha, DType::F32),
+                                           literal(op.beta, DType::F32));
+    }
+  }
+  const std::string weight = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", s_.paramOffset.at(p_.buffer(k.anchorInputs[1]).root));
+  const std::string bias = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", s_.kernels[index].packedBias);
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  if (k.kind == KernelKind::Linear) {
+    return fmt::format("static pc::dnnl_ext::Linear {}({{{}, {}, {}, {{{}}}}}, {}, {});\n", objectName(index, im), packedK(k),
+                       packedN(k), X.strides[0], post, weight, bias);
+  }
+  const ir::Node& n = *k.anchor;
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+  return fmt::format("static pc::dnnl_ext::Conv {}({{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {{{}}}, {}}}, {}, {});\n",
+                     objectName(index, im), X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(),
+                     k.domain[1].value(), W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(),
+                     k.domain[3].value(), st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0], post,
+                     im == Impl::OnednnPostOps ? "true" : "false", weight, bias);
+}
+
+std::string Emitter::emitOnednnCall(const Kernel& k, size_t index, Impl im) const {
+  std::optional<PostOpPlan> plan = im == Impl::OnednnPostOps ? postOpPlan(p_, k) : std::nullopt;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const std::string obj = objectName(index, im);
+  const std::string x = fmt::format("{} + {}", ptrName(X.root), X.offset);
+  std::string s = anchorComment(k);
+  s += "  try {\n";
+  auto ptrOf = [&](int id) { return ptrName(p_.buffer(id).root); };
+  if (k.kind == KernelKind::Linear) {
+    const int64_t N = packedN(k);
+    if (plan) {
+      if (plan->residual >= 0 && p_.buffer(plan->residual).root != p_.buffer(plan->store).root) {
+        s += fmt::format("    // the residual first: oneDNN's sum post-op adds what the destination holds\n"
+                         "    std::memcpy({}, {}, sizeof(float) * {} * batch);\n",
+                         ptrOf(plan->store), ptrOf(plan->residual), N);
+      }
+      s += fmt::format("    {}.run({}, {}, batch, threads);\n", obj, x, ptrOf(plan->store));
+    } else {
+      s += "    float* result = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n";
+      s += fmt::format("    {}.run({}, result, batch, threads);\n", obj, x);
+      s += indented(emitEpilogueLambda(k, DType::F32), "  ");  // inside the try block
+      s += fmt::format("    pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
+                       "      for (int64_t i0 = lo; i0 < hi; ++i0) {{\n"
+                       "        for (int64_t i1 = 0; i1 < {}; ++i1) epilogue(i0, i1, result[i0*{} + i1]);\n"
+                       "      }}\n    }});\n",
+                       unitsExpr(*split_), costExpr(*split_), N, N);
+    }
+  } else {
+    const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value(), OW = k.domain[3].value();
+    const std::string residual = plan && plan->residual >= 0 ? ptrOf(plan->residual) : "nullptr";
+    s += "    float* scratch = reinterpret_cast<float*>(ws + pc_extern_offset(batch));\n";
+    if (plan) {
+      s += fmt::format("    {}.run({}, {}, {}, batch, threads, scratch);\n", obj, x, residual, ptrOf(plan->store));
+    } else {
+      s += fmt::format("    const float* result = {}.run({}, nullptr, nullptr, batch, threads, scratch);  // NHWC\n", obj, x);
+      s += indented(emitEpilogueLambda(k, DType::F32), "  ");  // inside the try block
+      s += fmt::format("    pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
+                       "      for (int64_t u = lo; u < hi; ++u) {{\n"
+                       "        const int64_t i0 = u / {}, i1 = u % {};\n"
+                       "        const float* a = result + i0*{} + i1;\n"
+                       "        for (int64_t pos = 0; pos < {}; ++pos) epilogue(i0, i1, pos / {}, pos % {}, a[pos*{}]);\n"
+                       "      }}\n    }});\n",
+                       unitsExpr(*split_), costExpr(*split_), M, M, P * M, P, OW, OW, M);
+    }
+  }
+  s += fmt::format("  }} catch (const std::exception& e) {{\n"
+                   "    pc_extern_failed(\"{}\", e.what());\n    return false;\n  }}\n  return true;\n",
+                   fnName(k, im));
+  return s;
+}
+
+std::string Emitter::emitLinear(const Kernel& k) const {
+  const ir::Node& n = *k.anchor;
+  std::vector<std::string> vars = axisVars("i", k.domain.size());
+  size_t R = k.domain.size();
+  int a = k.anchorInputs[0], b = k.anchorInputs[1];
+  const Buffer& A = p_.buffer(a);
+  const Buffer& B = p_.buffer(b);
+  std::vector<std::string> aIdx(A.type.rank(), "0"), bIdx(B.type.rank(), "0");
+  std::string kExtent;
+  std::string bias;
+  double alpha = 1, beta = 1;
+  if (n.isOp(Op::Linear)) {
+    for (size_t d = 0; d + 1 < A.type.rank(); ++d) aIdx[d] = vars[d];
+    aIdx.back() = "k";
+    bIdx[0] = vars[R - 1];
+    bIdx[1] = "k";
+    kExtent = dimStr(A.type.shape.back());
+    if (k.anchorInputs.size() > 2) bias = loadExpr(k.anchorInputs[2], addressOf(k.anchorInputs[2], {vars[R - 1]}));
+  } else if (n.isOp(Op::Gemm)) {
+    bool ta = n.attrInt("trans_a") != 0, tb = n.attrInt("trans_b") != 0;
+    aIdx = ta ? std::vector<std::string>{"k", vars[0]} : std::vector<std::string>{vars[0], "k"};
+    bIdx = tb ? std::vector<std::string>{vars[1], "k"} : std::vector<std::string>{"k", vars[1]};
+    kExtent = dimStr(A.type.shape[ta ? 0 : 1]);
+    alpha = n.attrFloat("alpha");
+    beta = n.attrFloat("beta");
+    if (k.anchorInputs.size() > 2) {
+      const Buffer& C = p_.buffer(k.anchorInputs[2]);
+      std::vector<std::string> cIdx(C.type.rank(), "0");
+      for (size_t d = 0; d < C.type.rank(); ++d) {
+        size_t od = R - C.type.rank() + d;
+        bool bc = C.type.shape[d].isStatic() && C.type.shape[d].value() == 1 &&
+                  !(k.domain[od].isStatic() && k.domain[od].value() == 1);
+        cIdx[d] = bc ? "0" : vars[od];
+      }
+      bias = loadExpr(k.anchorInputs[2], addressOf(k.anchorInputs[2], cIdx));
+    }
+  } else {  // matmul with numpy broadcasting; 1-D operands have no row / column dimension
+    size_t ra = A.type.rank(), rb = B.type.rank();
+    bool hasM = ra >= 2, hasN = rb >= 2;
+    size_t nb = R - (hasM ? 1 : 0) - (hasN ? 1 : 0);
+    std::string mVar = hasM ? vars[nb] : "0";
+    std::string nVar = hasN ? vars[nb + (hasM ? 1 : 0)] : "0";
+    auto batchIdx = [&](const Buffer& X, size_t rx, std::vector<std::string>& idx) {
+      for (size_t d = 0; d + 2 < rx; ++d) {
+        size_t od = nb - (rx - 2) + d;
+        bool bc = X.type.shape[d].isStatic() && X.type.shape[d].value() == 1 &&
+                  !(k.domain[od].isStatic() && k.domain[od].value() == 1);
+        idx[d] = bc ? "0" : vars[od];
+      }
+    };
+    if (ra == 1) {
+      aIdx[0] = "k";
+    } else {
+      batchIdx(A, ra, aIdx);
+      aIdx[ra - 2] = mVar;
+      aIdx[ra - 1] = "k";
+    }
+    if (rb == 1) {
+      bIdx[0] = "k";
+    } else {
+      batchIdx(B, rb, bIdx);
+      bIdx[rb - 2] = "k";
+      bIdx[rb - 1] = nVar;
+    }
+    kExtent = dimStr(A.type.shape.back());
+  }
+  DType t = accType(k);
+  std::string indent;
+  std::string s = openTemplate(k, t, vars, indent);
+  // f32 accumulates in f32 (the packed microkernels' precision); f64 and integers in double, as
+  // the interpreter, integers then stored saturating.
+  const DType accT = t == DType::F32 ? DType::F32 : DType::F64;
+  const char* accC = ctype(accT);
+  s += fmt::format("{}{} acc = 0;\n", indent, accC);
+  s += fmt::format("{}for (int64_t k = 0; k < {}; ++k) acc += {}({}) * {}({});\n", indent, kExtent, accC,
+                   loadExpr(a, addressOf(a, aIdx)), accC, loadExpr(b, addressOf(b, bIdx)));
+  if (alpha != 1) s += fmt::format("{}acc *= {};\n", indent, literal(alpha, accT));
+  if (!bias.empty()) {
+    s += beta != 1 ? fmt::format("{}acc += {} * {}({});\n", indent, literal(beta, accT), accC, bias)
+                   : fmt::format("{}acc += {}({});\n", indent, accC, bias);
+  }
+  s += fmt::format("{}{}\n", indent, callEpilogue(vars, convertExpr("acc", accT, t)));
+  s += closeLoops(k.domain.size(), indent);
+  return s;
+}
+
+std::string Emitter::packedPointers(size_t index) const {
+  return fmt::format("  const float* PC_RESTRICT wp = reinterpret_cast<const float*>(pc_weights + {});\n"
+                     "  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n",
+                     s_.kernels[index].packedWeight, s_.kernels[index].packedBias);
+}
+
+std::string Emitter::panelEpilogue(int64_t N, const std::string& indent, const std::string& call, int64_t width, const std::string& j) {
+  std::string s = fmt::format("{}const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", indent, j, width, N, j, width, N);
+  s += fmt::format("{}for (int64_t n = {}*16; n < nEnd; ++n) {};\n", indent, j, call);
+  return s;
+}
+
+std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars) const {
+  const std::vector<Instr>& b = k.body;
+  if (faultyAnchor_) return std::nullopt;  // the scalar epilogue carries the injected fault
+  if (b.size() < 2 || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
+  std::string v = "v";
+  std::string code;
+  for (size_t i = 1; i + 1 < b.size(); ++i) {
+    const Instr& in = b[i];
+    if (in.opcode != Opcode::Apply || in.args != std::vector<int>{static_cast<int>(i) - 1} || in.dtype != DType::F32 ||
+        faulty(in.node, InjectedFault::Kind::Accuracy)) {
+      return std::nullopt;
+    }
+    if (in.op == Op::Tanh) {
+      code += fmt::format("// {}\n v = pc::tanh16(v); ", sourceStr(in.node));
+    } else if (in.op == Op::Relu) {
+      code += fmt::format("// {}\n v = v < 0.0f ? 0.0f : v; ", sourceStr(in.node));
+    } else {
+      return std::nullopt;
+    }
+  }
+  const Instr& st = b.back();
+  const Buffer& out = p_.buffer(st.buffer);
+  if (st.opcode != Opcode::Store || st.args[0] != static_cast<int>(b.size()) - 2 || out.type.dtype != DType::F32 ||
+      out.strides.back() != 1) {
+    return std::nullopt;
+  }
+  for (size_t d = 0; d < st.index.size(); ++d) {
+    if (st.index[d].axis != static_cast<int>(d) || st.index[d].scale != 1 || st.index[d].offset != 0) return std::nullopt;
+  }
+  std::vector<std::string> at(vars.begin(), vars.end() - 1);
+  at.push_back("n0");
+  return code + fmt::format("pc::store16({} + {}, v);", ptrName(out.root), address(st.buffer, st.index, at));
+}
+
+std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per) const {
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  int64_t N = packedN(k), K = packedK(k);
+  int64_t panels = (N + kPanel - 1) / kPanel;
+  size_t R = k.domain.size();
+  std::vector<std::string> vars = axisVars("i", R);
+  std::string rowsExpr = "1";
+  for (size_t d = 0; d + 1 < R; ++d) rowsExpr += " * " + dimStr(k.domain[d]);
+  // Row r of x (all leading dims flattened) as its index variables.
+  std::string decomp;
+  std::vector<std::string> idx(X.type.rank(), "0");
+  {
+    std::string rem = "r";
+    for (size_t d = R - 1; d-- > 0;) {
+      if (d == 0) {
+        decomp += fmt::format("const int64_t {} = {}; ", vars[0], rem);
+      } else {
+        decomp += fmt::format("const int64_t {} = {} % {}; const int64_t {}q = {} / {}; ", vars[d], rem,
+                              dimStr(k.domain[d]), vars[d], rem, dimStr(k.domain[d]));
+        rem = vars[d] + "q";
+      }
+      idx[d] = vars[d];
+    }
+  }
+  std::vector<std::string> callVars(vars.begin(), vars.end() - 1);
+  callVars.push_back("n");
+  std::optional<std::string> vec = N % kPanel == 0 ? vectorEpilogue(k, vars) : std::nullopt;
+  std::string s = vec ? "" : emitEpilogueLambda(k, accType(k));
+  s += anchorComment(k);
+  s += fmt::format("  // x [rows, {}] times the weight packed as [{} panels][{}][16] (bias folded into bp).\n", K, panels, K);
+  s += packedPointers(index);
+  s += fmt::format("  auto row = [&](int64_t r) -> const float* {{ {}return {} + {}; }};\n", decomp, ptrName(X.root),
+                   addressOf(X.id, idx));
+  if (!vec) {
+    s += fmt::format("  auto finish = [&](int64_t r, int64_t n, float acc) {{ {}{} }};\n", decomp, callEpilogue(callVars, "acc"));
+  } else {
+    // Comments inside the one-line lambda would swallow the code after them: keep them above.
+    std::string comments, body;
+    for (size_t p0 = 0, p1; p0 < vec->size(); p0 = p1 + 1) {
+      p1 = vec->find('\n', p0);
+      if (p1 == std::string::npos) p1 = vec->size();
+      std::string line = vec->substr(p0, p1 - p0);
+      if (line.rfind("// ", 0) == 0) {
+        comments += "  " + line + "\n";
+      } else {
+        body += line;
+      }
+    }
+    s += "  // the epilogue on a whole panel (16 columns) at once\n" + comments;
+    s += fmt::format("  auto finish16 = [&](int64_t r, int64_t n0, const float* acc) {{ {}pc::f32x16 v = pc::load16(acc);{} }};\n",
+                     decomp, body);
+  }
+  s += fmt::format("  const int64_t rows = {};\n", rowsExpr);
+  // Units of work: a quad of rows times a pair of panels (32 columns; the last may be single),
+  // pair-major, so the pair (2 x K x 16 floats) stays in cache while every row passes. A unit
+  // always runs the same microkernel (4 rows, or the last rows one by one), whichever chunk it
+  // falls in.
+  s += "  const int64_t quads = (rows + 3) / 4;\n";
+  s += "  float out[4][32];\n  float out16[4][16];\n";
+  s += "  for (int64_t u = lo; u < hi; ++u) {\n";
+  s += fmt::format("    const int64_t j = u / quads * {}, r = u % quads * 4;\n", per);
+  s += fmt::format("    const float* PC_RESTRICT w = wp + j*{};\n", K * kPanel);
+  s += fmt::format("    const int64_t jEnd = j + {} < {} ? j + {} : {};  // one past the unit's last panel\n", per, panels, per, panels);
+  // The epilogue of `width` columns from panel `panel` of row `row`, held at `acc` (column n at
+  // acc[n - panel*16]): whole panels at once, or column by column.
+  auto finishing = [&](const std::string& indent, const std::string& row, const std::string& panel,
+                       const std::string& acc, int64_t width) {
+    if (!vec) return panelEpilogue(N, indent, fmt::format("finish({}, n, {}[n - {}*16])", row, acc, panel), width, panel);
+    std::string t;
+    for (int64_t c = 0; c < width; c += kPanel) {
+      t += fmt::format("{}finish16({}, {}*16{}, {}{});\n", indent, row, panel, c ? fmt::format(" + {}", c) : "", acc,
+                       c ? fmt::format(" + {}", c) : "");
+    }
+    return t;
+  };
+  if (per == 2) {
+    s += "    if (r + 4 <= rows && jEnd == j + 2) {\n";
+    s += fmt::format("      pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out);\n", K);
+    s += "      for (int64_t t = 0; t < 4; ++t) {\n" + finishing("        ", "r + t", "j", "out[t]", 32) + "      }\n";
+    s += "      continue;\n    }\n";
+  }
+  s += "    if (r + 4 <= rows) {\n";
+  s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out16);\n", K);
+  s += "      for (int64_t t = 0; t < 4; ++t) {\n" + finishing("        ", "r + t", "j", "out16[t]", 16) + "      }\n";
+  s += "      continue;\n    }\n";
+  s += "    for (int64_t t = r; t < rows; ++t) {\n";
+  s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
+  s += fmt::format("        pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]);\n", K, K * kPanel);
+  s += finishing("        ", "t", "jj", "out16[0]", 16);
+  s += "      }\n    }\n  }\n";
+  return s;
+}
+
+std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) const {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  std::vector<int64_t> st = spatialList(n, "strides", 2, 1);
+  std::vector<int64_t> dil = spatialList(n, "dilations", 2, 1);
+  std::vector<int64_t> pads = spatialList(n, "pads", 4, 0);
+  int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), Wd = X.type.shape[3].value();
+  int64_t KH = W.type.shape[2].value(), KW = W.type.shape[3].value();
+  int64_t M = packedN(k), K = packedK(k);
+  int64_t OH = k.domain[2].value(), OW = k.domain[3].value();
+  int64_t panels = (M + kPanel - 1) / kPanel;
+  std::string s = emitEpilogueLambda(k, accType(k));
+  s += anchorComment(k);
+  s += fmt::format("  // implicit GEMM: [{} positions, K={}] patches times the weight packed as [{} panels][{}][16].\n",
+                   OH * OW, K, panels, K);
+  s += packedPointers(index);
+  s += "  auto gather = [&](int64_t i0, int64_t pos, float* PC_RESTRICT dst) {\n";
+  s += fmt::format("    const int64_t oh = pos / {}, ow = pos % {};\n", OW, OW);
+  s += fmt::format("    for (int64_t c = 0; c < {}; ++c) {{\n", C);
+  s += fmt::format("      for (int64_t kh = 0; kh < {}; ++kh, dst += {}) {{\n", KH, KW);
+  s += fmt::format("        const int64_t ih = oh*{} + kh*{} - {};\n", st[0], dil[0], pads[0]);
+  s += fmt::format("        if (ih < 0 || ih >= {}) {{ for (int64_t kw = 0; kw < {}; ++kw) dst[kw] = 0.0f; continue; }}\n", H, KW);
+  s += fmt::format("        for (int64_t kw = 0; kw < {}; ++kw) {{\n", KW);
+  s += fmt::format("          const int64_t iw = ow*{} + kw*{} - {};\n", st[1], dil[1], pads[1]);
+  s += fmt::format("          dst[kw] = iw >= 0 && iw < {} ? {} : 0.0f;\n", Wd, loadExpr(X.id, addressOf(X.id, {"i0", "c", "ih", "iw"})));
+  s += "        }\n      }\n    }\n  };\n";
+  // Windows inside the input read it directly through an offset table; others are gathered.
+  std::vector<std::string> offsets;
+  const std::vector<int64_t>& xs = X.strides;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) offsets.push_back(std::to_string(c * xs[1] + kh * dil[0] * xs[2] + kw * dil[1] * xs[3]));
+  s += fmt::format("  static const int32_t window[{}] = {{{}}};\n", K, fmt::join(offsets, ","));
+  s += fmt::format("  auto inside = [&](int64_t pos) {{ const int64_t oh = pos / {}, ow = pos % {}; "
+                   "return oh*{} - {} >= 0 && oh*{} - {} + {} < {} && ow*{} - {} >= 0 && ow*{} - {} + {} < {}; }};\n",
+                   OW, OW, st[0], pads[0], st[0], pads[0], (KH - 1) * dil[0], H, st[1], pads[1], st[1], pads[1],
+                   (KW - 1) * dil[1], Wd);
+  s += fmt::format("  auto origin = [&](int64_t i0, int64_t pos) {{ const int64_t ih = pos / {} * {} - {}, iw = pos % {} * {} - {}, c = 0; "
+                   "return {} + {}; }};\n",
+                   OW, st[0], pads[0], OW, st[1], pads[1], ptrName(X.root), addressOf(X.id, {"i0", "c", "ih", "iw"}));
+  s += fmt::format("  alignas(32) float patch[4][{}];\n  float out[4][32];\n", K);
+  if (panels % 2 || per == 1) s += "  float out16[4][16];\n";
+  // Units of work: a quad of output positions of one image, every panel. The last positions
+  // that do not fill a quad run one by one, whichever chunk they fall in.
+  int64_t P = OH * OW, quads = (P + 3) / 4;
+  s += "  for (int64_t u = lo; u < hi; ++u) {\n";
+  s += fmt::format("    const int64_t i0 = u / {}, pos = u % {} * 4;\n", quads, quads);
+  s += fmt::format("    if (pos + 4 <= {}) {{\n", P);
+  s += "      const bool direct = inside(pos) && inside(pos + 1) && inside(pos + 2) && inside(pos + 3);\n";
+  s += "      if (!direct) for (int64_t t = 0; t < 4; ++t) gather(i0, pos + t, patch[t]);\n";
+  // Panels two at a time (pc::gemm_4x32: twice the accumulators), an odd last one alone.
+  // Channel outer, position inner in the epilogue: the four positions of a channel are adjacent
+  // in memory, while channels are a plane apart (often 4 KB: every channel in one cache set).
+  auto block = [&](const std::string& j, int width) {
+    const std::string kern = width == 32 ? "4x32" : "4x16";
+    const std::string o = width == 32 ? "out" : "out16";
+    std::string t = fmt::format("        if (direct) {{\n          pc::gemm_{}_at({}, window, origin(i0, pos), origin(i0, pos + 1), "
+                                "origin(i0, pos + 2), origin(i0, pos + 3), wp + {}*{}, bp + {}*16, {});\n",
+                                kern, K, j, K * kPanel, j, o);
+    t += fmt::format("        }} else {{\n          pc::gemm_{}({}, patch[0], patch[1], patch[2], patch[3], wp + {}*{}, bp + {}*16, {});\n        }}\n",
+                     kern, K, j, K * kPanel, j, o);
+    const std::string value = o + "[t][n - j*16]";
+    t += fmt::format("        const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
+    t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < 4; ++t) "
+                     "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {});\n        }}\n",
+                     j, OW, OW, value);
+    return t;
+  };
+  if (per == 1) {
+    s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
+    s += block("j", 16);
+    s += "      }\n";
+  }
+  if (per == 2 && panels >= 2) {
+    s += fmt::format("      for (int64_t j = 0; j + 2 <= {}; j += 2) {{\n", panels);
+    s += block("j", 32);
+    s += "      }\n";
+  }
+  if (per == 2 && panels % 2) {
+    s += fmt::format("      {{\n        const int64_t j = {};\n", panels - 1);
+    s += block("j", 16);
+    s += "      }\n";
+  }
+  s += "      continue;\n    }\n";
+  s += fmt::format("    for (int64_t t0 = pos; t0 < {}; ++t0) {{\n", P);
+  s += "      const int64_t t = t0 - pos;\n      gather(i0, t0, patch[0]);\n";
+  s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
+  s += fmt::format("        pc::gemm_1x16({}, patch[0], wp + j*{}, bp + j*16, out[0]);\n", K, K * kPanel);
+  s += panelEpilogue(M, "        ", fmt::format("epilogue(i0, n, t0 / {}, t0 % {}, out[0][n - j*16])", OW, OW));
+  s += "      }\n    }\n  }\n";
+  return s;
+}
+
+std::string Emitter::emitConv(const Kernel& k) const {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  size_t nsp = X.type.rank() - 2;
+  std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1);
+  std::vector<int64_t> dil = spatialList(n, "dilations", nsp, 1);
+  std::vector<int64_t> pads = spatialList(n, "pads", nsp * 2, 0);
+  int64_t group = n.attrInt("group");
+  int64_t C = X.type.shape[1].value();
+  int64_t M = k.domain[1].value();
+  int64_t gc = C / group, gm = M / group;
+  std::vector<std::string> vars = axisVars("i", k.domain.size());
+  std::string indent;
+  std::string s = openTemplate(k, accType(k), vars, indent);
+  s += fmt::format("{}float acc = 0.0f;\n", indent);
+  s += fmt::format("{}const int64_t g = {} / {};\n", indent, vars[1], gm);
+  s += fmt::format("{}for (int64_t c = 0; c < {}; ++c) {{\n", indent, gc);
+  std::string in2 = indent + "  ";
+  std::string cur = in2;
+  std::vector<std::string> xIdx = {vars[0], fmt::format("g*{} + c", gc)};
+  std::vector<std::string> wIdx = {vars[1], "c"};
+  for (size_t d = 0; d < nsp; ++d) {
+    int64_t kd = W.type.shape[2 + d].value();
+    int64_t inD = X.type.shape[2 + d].value();
+    std::string kv = fmt::format("k{}", d), pv = fmt::format("p{}", d);
+    s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", cur, kv, kv, kd, kv);
+    cur += "  ";
+    s += fmt::format("{}const int64_t {} = {}*{} + {}*{} - {};\n", cur, pv, vars[2 + d], strides[d], kv, dil[d], pads[d]);
+    s += fmt::format("{}if ({} < 0 || {} >= {}) continue;\n", cur, pv, pv, inD);
+    xIdx.push_back(pv);
+    wIdx.push_back(kv);
+  }
+  s += fmt::format("{}acc += {} * {};\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)), loadExpr(W.id, addressOf(W.id, wIdx)));
+  for (size_t d = 0; d < nsp; ++d) {
+    cur.resize(cur.size() - 2);
+    s += cur + "}\n";
+  }
+  s += indent + "}\n";
+  if (k.anchorInputs.size() > 2) {
+    s += fmt::format("{}acc += {};\n", indent, loadExpr(k.anchorInputs[2], addressOf(k.anchorInputs[2], {vars[1]})));
+  }
+  s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
+  s += closeLoops(k.domain.size(), indent);
+  return s;
+}
+
+}  // namespace policyc::codegen::cppemit

@@ -1,0 +1,476 @@
+// The C++ emitter's kernel functions and the other templates: pointwise loop nests, pooling,
+// reductions (rows and axes) and copies (pad, gather).
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "emitter.h"
+
+namespace policyc::codegen::cppemit {
+
+std::string Emitter::emitKernel(const Kernel& k, size_t index) {
+  auto it = impls_.find(index);
+  if (it == impls_.end()) return emitKernelFn(k, index, std::nullopt);
+  std::string s;
+  for (Impl im : it->second) s += emitKernelFn(k, index, im);
+  return s;
+}
+
+std::string Emitter::fnName(const Kernel& k, std::optional<Impl> im) const {
+  for (const auto& [ki, v] : impls_) {
+    if (&p_.kernels[ki] == &k && v.size() > 1 && im) return fmt::format("{}__{}", k.name, implName(*im));
+  }
+  return k.name;
+}
+
+std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<Impl> impl) {
+  split_ = &s_.kernels[index].splitOf(impl);
+  faultyAnchor_ = k.kind != KernelKind::Pointwise && faulty(k.anchor, InjectedFault::Kind::Accuracy);
+  const std::string name = fnName(k, impl);
+  const bool ext = impl && isExtern(*impl);
+  std::string s = fmt::format("// kernel {} ({}) domain {}{}\n", name, kernelKindName(k.kind), cComment(ir::shapeStr(k.domain)),
+                              impl ? fmt::format(", implementation {}", implName(*impl)) : "");
+  for (const ir::Node* n : k.sources) s += fmt::format("//   {}\n", sourceStr(n));
+  std::string objects = ext ? emitOnednnObject(k, index, *impl) : "";
+  s += objects;
+  if (ext) {
+    s += fmt::format("PC_KERNEL bool {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
+                     "    int32_t threads) {{\n",
+                     name);
+    s += "  (void)inputs; (void)outputs;\n";
+  } else {
+    // status: where the kernel reports a value outside an operator's domain (pc::report).
+    s += fmt::format("PC_KERNEL void {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
+                     "    int* status, int64_t lo, int64_t hi) {{\n",
+                     name);
+    s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)status; (void)lo; (void)hi;\n";
+  }
+  for (const ir::Node* n : k.sources) {
+    if (faulty(n, InjectedFault::Kind::Compile)) {
+      s += fmt::format("  policyc_injected_compile_fault;  // INJECTED FAULT in {}\n", sourceStr(n));
+    } else if (faulty(n, InjectedFault::Kind::Crash)) {
+      s += fmt::format("  __builtin_trap();  // INJECTED FAULT in {}\n", sourceStr(n));
+    }
+  }
+  std::set<int> roots;
+  for (int id : k.reads()) roots.insert(p_.buffer(id).root);
+  for (int id : k.writes()) roots.insert(p_.buffer(id).root);
+  if (packable(k)) {
+    roots.erase(p_.buffer(k.anchorInputs[1]).root);
+    if (k.anchorInputs.size() > 2) roots.erase(p_.buffer(k.anchorInputs[2]).root);
+  }
+  for (int r : roots) {
+    if (p_.buffer(r).kind == BufferKind::Param && !s_.paramOffset.count(r)) continue;
+    s += "  " + rootDecl(r) + "\n";
+  }
+  const int64_t per = impl == Impl::Gemm4x16 ? 1 : 2;
+  if (ext) {
+    s += emitOnednnCall(k, index, *impl);
+  } else {
+    switch (s_.kernels[index].form) {
+      case Form::Pointwise: s += emitPointwise(k); break;
+      case Form::Gemm: s += emitLinear(k); break;
+      case Form::PackedGemm: s += emitPackedLinear(k, index, per); break;
+      case Form::DirectConv: s += emitConv(k); break;
+      case Form::PackedConv: s += emitPackedConv(k, index, per); break;
+      case Form::Pool: s += emitPool(k); break;
+      case Form::MaxPoolRows: s += emitMaxPoolRows(k); break;
+      case Form::RowReduction:
+      case Form::AxisReduction: s += emitReduction(k); break;
+      case Form::Copy: s += emitCopy(k); break;
+    }
+  }
+  s += "}\n\n";
+  return s;
+}
+
+std::string Emitter::emitPointwise(const Kernel& k) const {
+  BodyCtx c{"v", axisVars("i", k.domain.size()), ""};
+  std::string indent = "  ";
+  const int axis = split_->axis;
+  // Each instruction goes in the outermost loop its operands allow (a per-channel parameter's
+  // load, and what is computed from it alone, outside the loops over the pixels). GCC would not
+  // hoist them itself: it cannot prove the stores leave the weights alone. Not in a kernel that
+  // can fail (a hoisted division would report for iterations that never run), nor over an empty
+  // inner extent (a hoisted load would read past an empty buffer).
+  const std::vector<int> level = loopLevels(k);
+  std::vector<std::vector<size_t>> at(k.domain.size() + 1);  // at[L + 1]: inside loop L (L = -1: before all)
+  for (size_t i = 0; i < k.body.size(); ++i) at[static_cast<size_t>(level[i] + 1)].push_back(i);
+  std::string s = emitBody(k.body, c, indent, &at[0]);
+  for (size_t d = 0; d < k.domain.size(); ++d) {
+    s += loopHeader(c.vars[d], dimStr(k.domain[d]), static_cast<int>(d) == axis, indent);
+    s += emitBody(k.body, c, indent, &at[d + 1]);
+  }
+  s += closeLoops(k.domain.size(), indent);
+  return s;
+}
+
+std::vector<int> Emitter::loopLevels(const Kernel& k) {
+  const int inner = static_cast<int>(k.domain.size()) - 1;
+  bool safe = !k.canFail();
+  for (const ir::Dim& d : k.domain) safe = safe && (d.isBatch() || d.value() > 0);
+  std::vector<int> level(k.body.size(), inner);
+  if (!safe) return level;
+  for (size_t i = 0; i < k.body.size(); ++i) {
+    const Instr& in = k.body[i];
+    int l = -1;
+    switch (in.opcode) {
+      case Opcode::Load:
+        for (const IndexExpr& e : in.index) l = std::max(l, e.axis);
+        break;
+      case Opcode::Const: break;
+      case Opcode::Apply:
+        for (int a : in.args) l = std::max(l, level[static_cast<size_t>(a)]);
+        break;
+      case Opcode::Store:
+      case Opcode::Acc: l = inner; break;
+    }
+    level[i] = l;
+  }
+  return level;
+}
+
+std::string Emitter::emitPool(const Kernel& k) const {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  size_t nsp = X.type.rank() - 2;
+  const std::vector<int64_t>& kernel = n.attrInts("kernel_shape");
+  std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1);
+  std::vector<int64_t> dil = spatialList(n, "dilations", nsp, 1);
+  std::vector<int64_t> pads = spatialList(n, "pads", nsp * 2, 0);
+  bool isMax = n.isOp(Op::MaxPool);
+  std::vector<std::string> vars = axisVars("i", k.domain.size());
+  std::string indent;
+  std::string s = openTemplate(k, accType(k), vars, indent);
+  std::vector<std::string> xIdx = {vars[0], vars[1]};
+  std::string cur = indent;
+  if (isMax) {
+    s += fmt::format("{}float acc = -pc::inf<float>();  // padding never wins\n", indent);
+    for (size_t d = 0; d < nsp; ++d) {
+      std::string kv = fmt::format("k{}", d), pv = fmt::format("p{}", d);
+      s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", cur, kv, kv, kernel[d], kv);
+      cur += "  ";
+      s += fmt::format("{}const int64_t {} = {}*{} + {}*{} - {};\n", cur, pv, vars[2 + d], strides[d], kv, dil[d], pads[d]);
+      s += fmt::format("{}if ({} < 0 || {} >= {}) continue;\n", cur, pv, pv, X.type.shape[2 + d].value());
+      xIdx.push_back(pv);
+    }
+    s += fmt::format("{}acc = pc::maxNaN<float>(acc, {});\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)));
+  } else {
+    // As onnxruntime: the window is clipped to the padded input; count_include_pad divides by
+    // the clipped window's size, otherwise by the in-bounds count (none gives 0).
+    s += fmt::format("{}float sum = 0.0f;\n{}int64_t count = 0, windowSize = 1;\n", indent, indent);
+    for (size_t d = 0; d < nsp; ++d) {
+      int64_t inD = X.type.shape[2 + d].value();
+      s += fmt::format("{}const int64_t b{} = {}*{} - {};\n", indent, d, vars[2 + d], strides[d], pads[d]);
+      s += fmt::format("{}const int64_t e{} = b{} + {} < {} ? b{} + {} : {};\n", indent, d, d, kernel[d],
+                       inD + pads[nsp + d], d, kernel[d], inD + pads[nsp + d]);
+      s += fmt::format("{}windowSize *= e{} - b{};\n", indent, d, d);
+    }
+    for (size_t d = 0; d < nsp; ++d) {
+      std::string pv = fmt::format("p{}", d);
+      s += fmt::format("{}for (int64_t {} = b{}; {} < e{}; ++{}) {{\n", cur, pv, d, pv, d, pv);
+      cur += "  ";
+      s += fmt::format("{}if ({} < 0 || {} >= {}) continue;\n", cur, pv, pv, X.type.shape[2 + d].value());
+      xIdx.push_back(pv);
+    }
+    s += fmt::format("{}sum += {};\n{}++count;\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)), cur);
+  }
+  for (size_t d = 0; d < nsp; ++d) {
+    cur.resize(cur.size() - 2);
+    s += cur + "}\n";
+  }
+  if (!isMax) {
+    bool includePad = n.attrInt("count_include_pad") != 0;
+    s += fmt::format("{}const float acc = count == 0 ? 0.0f : sum / static_cast<float>({});\n", indent,
+                     includePad ? "windowSize" : "count");
+  }
+  s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
+  s += closeLoops(k.domain.size(), indent);
+  return s;
+}
+
+std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const RowPoolGeometry g = rowPoolGeometry(p_, k);
+  const std::vector<int64_t>&kernel = g.kernel, &st = g.strides, &dil = g.dilations, &pads = g.pads;
+  const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, padL = g.padL, span = g.span;
+  std::string s = emitEpilogueLambda(k, accType(k));
+  s += anchorComment(k);
+  s += "  auto mx = [](float m, float v) { return m > v ? m : v; };\n";
+  s += fmt::format("  float col[{}], out[{}];  // input columns {} to {} at col[{}..]\n", span, OW, -padL, span - padL - 1, padL);
+  s += fmt::format("  int32_t nanIn[{}];       // whether a NaN was in that column\n", span);
+  s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>(), nanIn[c] = 0;  // padding never wins\n", span);
+  s += "  for (int64_t u = lo; u < hi; ++u) {\n";
+  s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
+  s += fmt::format("    float* PC_RESTRICT cm = col + {};\n    int32_t* PC_RESTRICT cn = nanIn + {};\n", padL, padL);
+  s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = -pc::inf<float>(), cn[iw] = 0;\n", W);
+  s += fmt::format("    for (int64_t kh = 0; kh < {}; ++kh) {{\n", kernel[0]);
+  s += fmt::format("      const int64_t ih = i2*{} + kh*{} - {};\n", st[0], dil[0], pads[0]);
+  s += fmt::format("      if (ih < 0 || ih >= {}) continue;\n", H);
+  s += fmt::format("      const float* PC_RESTRICT row = {} + {};\n", ptrName(X.root), addressOf(X.id, {"i0", "i1", "ih", "0"}));
+  s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]), cn[iw] |= row[iw] != row[iw];\n", W);
+  s += "    }\n";
+  std::string window = fmt::format("col[i3*{}]", st[1]), nans = fmt::format("nanIn[i3*{}]", st[1]);
+  for (int64_t kw = 1; kw < kernel[1]; ++kw) {
+    window = fmt::format("mx({}, col[i3*{} + {}])", window, st[1], kw * dil[1]);
+    nans += fmt::format(" | nanIn[i3*{} + {}]", st[1], kw * dil[1]);
+  }
+  s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) out[i3] = ({}) ? pc::nan<float>() : {};\n", OW, nans, window);
+  s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {}\n", OW, callEpilogue({"i0", "i1", "i2", "i3"}, "out[i3]"));
+  s += "  }\n";
+  return s;
+}
+
+std::string Emitter::emitOperandLambda(const Kernel& k, const Buffer& X) const {
+  std::vector<std::string> xv = axisVars("x", X.type.rank());
+  std::string params;
+  for (size_t d = 0; d < xv.size(); ++d) params += fmt::format("{}int64_t {}", d ? ", " : "", xv[d]);
+  DType t = X.type.dtype;
+  std::string s = fmt::format("  // the reduced operand {} at [{}]\n", cComment(X.type.str()), fmt::join(xv, ", "));
+  s += fmt::format("  auto operand = [&]({}) -> {} {{\n", params, ctype(t));
+  if (!k.prologue.empty()) {
+    BodyCtx c{"p", xv, ""};
+    s += "    // prologue\n";
+    s += emitBody(k.prologue, c, "    ");
+    s += fmt::format("    return static_cast<{}>(p{});\n", ctype(t), k.prologueResult);
+  } else {
+    std::vector<std::string> idx(xv.begin(), xv.end());
+    s += fmt::format("    return {};\n", loadExpr(X.id, addressOf(X.id, idx)));
+  }
+  s += "  };\n";
+  return s;
+}
+
+std::string Emitter::operandCall(const std::vector<std::string>& idx) const {
+  return fmt::format("operand({})", fmt::join(idx, ", "));
+}
+
+std::string Emitter::emitReduction(const Kernel& k) const {
+  const ir::Node& n = *k.anchor;
+  // The operand's type: with a prologue, anchorInputs[0] is never stored but keeps its type.
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  size_t r = X.type.rank();
+  std::vector<std::string> vars = axisVars("i", k.domain.size());
+  std::string s = emitEpilogueLambda(k, accType(k));
+  s += emitOperandLambda(k, X);
+  s += anchorComment(k);
+  DType outT = accType(k);
+  const char* OT = ctype(outT);
+
+  if (n.isOp(Op::Softmax) || n.isOp(Op::LogSoftmax) || n.isOp(Op::LayerNorm)) {
+    // Rows along the trailing axes (softmax: one axis), every other axis is a loop.
+    size_t axis = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
+    bool ln = n.isOp(Op::LayerNorm);
+    std::vector<size_t> reduced;
+    for (size_t d = axis; d < (ln ? r : axis + 1); ++d) reduced.push_back(d);
+    std::vector<size_t> outer;
+    for (size_t d = 0; d < r; ++d) {
+      if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) outer.push_back(d);
+    }
+    std::string indent = "  ";
+    const int splitAt = split_->axis;
+    for (size_t d : outer) s += loopHeader(vars[d], dimStr(k.domain[d]), static_cast<int>(d) == splitAt, indent);
+    auto innerLoops = [&](const std::string& body) {
+      std::string t;
+      std::string ind = indent;
+      for (size_t d : reduced) {
+        t += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", ind, vars[d], vars[d], dimStr(k.domain[d]), vars[d]);
+        ind += "  ";
+      }
+      t += ind + body + "\n";
+      for (size_t i = 0; i < reduced.size(); ++i) {
+        ind.resize(ind.size() - 2);
+        t += ind + "}\n";
+      }
+      return t;
+    };
+    std::string x = operandCall(vars);
+    if (ln) {
+      int64_t cols = 1;
+      for (size_t d : reduced) cols *= k.domain[d].value();
+      s += fmt::format("{}double mean = 0, var = 0;\n", indent);
+      s += innerLoops(fmt::format("mean += {};", x));
+      s += fmt::format("{}mean /= {};\n", indent, cols);
+      s += innerLoops(fmt::format("{{ const double d = {} - mean; var += d * d; }}", x));
+      s += fmt::format("{}var /= {};\n", indent, cols);
+      s += fmt::format("{}const double invStd = 1.0 / std::sqrt(var + {});\n", indent, literal(n.attrFloat("epsilon"), DType::F64));
+      // scale and bias broadcast against the normalised shape.
+      auto paramAt = [&](int id) {
+        const Buffer& P = p_.buffer(id);
+        std::vector<std::string> idx(P.type.rank(), "0");
+        size_t lead = r - P.type.rank();
+        for (size_t d = 0; d < P.type.rank(); ++d) {
+          bool bc = P.type.shape[d].isStatic() && P.type.shape[d].value() == 1 &&
+                    !(k.domain[lead + d].isStatic() && k.domain[lead + d].value() == 1);
+          idx[d] = bc ? "0" : vars[lead + d];
+        }
+        return loadExpr(id, addressOf(id, idx));
+      };
+      std::string body = fmt::format("{{ double y = ({} - mean) * invStd * {};", x, paramAt(k.anchorInputs[1]));
+      if (k.anchorInputs.size() > 2) body += fmt::format(" y += {};", paramAt(k.anchorInputs[2]));
+      body += fmt::format(" {} }}", callEpilogue(vars, fmt::format("static_cast<{}>(y)", OT)));
+      s += innerLoops(body);
+    } else {
+      s += fmt::format("{}double maxValue = -pc::inf<double>(), sum = 0;\n", indent);
+      s += innerLoops(fmt::format("maxValue = pc::maxNaN<double>(maxValue, {});", x));
+      s += innerLoops(fmt::format("sum += std::exp(double({}) - maxValue);", x));
+      std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - std::log(sum)", x)
+                                             : fmt::format("std::exp(double({}) - maxValue) / sum", x);
+      s += innerLoops(callEpilogue(vars, fmt::format("static_cast<{}>({})", OT, y)));
+    }
+    for (size_t i = 0; i < outer.size(); ++i) {
+      indent.resize(indent.size() - 2);
+      s += indent + "}\n";
+    }
+    return s;
+  }
+
+  // reduce_* / argmax / global_avg_pool: which operand axes are reduced, and how the output
+  // (the domain) indexes the kept ones.
+  const ReducedAxes axesOf = reducedAxes(n, r);
+  const std::vector<bool>& reduced = axesOf.reduced;
+  const bool keepdims = axesOf.keepdims;
+  std::vector<std::string> xv = axisVars("x", r);
+  std::vector<std::string> outIdx;  // domain index in terms of x variables
+  for (size_t d = 0; d < r; ++d) {
+    if (!reduced[d]) outIdx.push_back(xv[d]);
+    else if (keepdims) outIdx.push_back("0");
+  }
+  if (outIdx.size() != k.domain.size()) fail("internal: reduction '{}' domain rank mismatch", n.name());
+  std::string indent = "  ";
+  const int axis = split_->axis;
+  for (size_t d = 0; d < r; ++d) {
+    if (!reduced[d]) s += loopHeader(xv[d], dimStr(X.type.shape[d]), static_cast<int>(d) == axis, indent);
+  }
+  int64_t count = 1;
+  for (size_t d = 0; d < r; ++d) {
+    if (reduced[d]) count *= X.type.shape[d].value();
+  }
+  std::string x = operandCall(xv);
+  bool isArg = n.isOp(Op::ArgMax);
+  bool isMax = n.isOp(Op::ReduceMax);
+  if (isArg) {
+    size_t ax = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
+    bool last = n.attrInt("select_last_index") != 0;
+    s += fmt::format("{}int64_t best = 0;\n", indent);
+    std::vector<std::string> first = xv;
+    first[ax] = "0";
+    s += fmt::format("{}double bestValue = {};\n", indent, operandCall(first));
+    s += fmt::format("{}for (int64_t {} = 1; {} < {}; ++{}) {{\n", indent, xv[ax], xv[ax], X.type.shape[ax].value(), xv[ax]);
+    s += fmt::format("{}  const double v = {};\n", indent, x);
+    s += fmt::format("{}  // NaN counts as the largest value, as in numpy.\n", indent);
+    s += fmt::format("{}  const bool better = bestValue != bestValue ? false : (v != v || v > bestValue);\n", indent);
+    if (last) {
+      s += fmt::format("{}  const bool tie = v != v ? bestValue != bestValue : v == bestValue;\n", indent);
+      s += fmt::format("{}  if (better || tie) {{ best = {}; bestValue = v; }}\n", indent, xv[ax]);
+    } else {
+      s += fmt::format("{}  if (better) {{ best = {}; bestValue = v; }}\n", indent, xv[ax]);
+    }
+    s += indent + "}\n";
+    s += fmt::format("{}{}\n", indent, callEpilogue(outIdx, fmt::format("static_cast<{}>(best)", OT)));
+  } else {
+    s += fmt::format("{}double acc = {};\n", indent, isMax ? "-pc::inf<double>()" : "0");
+    std::string ind = indent;
+    for (size_t d = 0; d < r; ++d) {
+      if (!reduced[d]) continue;
+      s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", ind, xv[d], xv[d], X.type.shape[d].value(), xv[d]);
+      ind += "  ";
+    }
+    s += isMax ? fmt::format("{}acc = pc::maxNaN<double>(acc, {});\n", ind, x) : fmt::format("{}acc += {};\n", ind, x);
+    for (size_t d = 0; d < r; ++d) {
+      if (!reduced[d]) continue;
+      ind.resize(ind.size() - 2);
+      s += ind + "}\n";
+    }
+    if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
+      s += fmt::format("{}acc /= {};\n", indent, static_cast<double>(count) == 0 ? "0.0" : std::to_string(count));
+      if (!ir::isFloat(outT)) s += fmt::format("{}acc = std::trunc(acc);\n", indent);
+    }
+    s += fmt::format("{}{}\n", indent, callEpilogue(outIdx, fmt::format("pc::cast<{}, double>(acc)", OT)));
+  }
+  for (size_t d = 0; d < r; ++d) {
+    if (reduced[d]) continue;
+    indent.resize(indent.size() - 2);
+    s += indent + "}\n";
+  }
+  return s;
+}
+
+std::string Emitter::emitCopy(const Kernel& k) const {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  std::vector<std::string> vars = axisVars("i", k.domain.size());
+  DType t = accType(k);
+  std::string indent;
+  std::string s = openTemplate(k, t, vars, indent);
+  size_t r = X.type.rank();
+  if (n.isOp(Op::Pad)) {
+    const std::vector<int64_t>& pads = n.attrInts("pads");
+    const std::string& mode = n.attrString("mode");
+    std::vector<std::string> idx;
+    std::string inBounds;
+    for (size_t d = 0; d < r; ++d) {
+      std::string pv = fmt::format("p{}", d);
+      if (pads[d] == 0 && pads[r + d] == 0) {
+        idx.push_back(vars[d]);
+        continue;
+      }
+      int64_t size = X.type.shape[d].value();
+      s += fmt::format("{}int64_t {} = {} - {};\n", indent, pv, vars[d], pads[d]);
+      if (mode == "constant") {
+        inBounds += fmt::format("{}{} >= 0 && {} < {}", inBounds.empty() ? "" : " && ", pv, pv, size);
+      } else if (mode == "edge") {
+        s += fmt::format("{}{} = {} < 0 ? 0 : ({} >= {} ? {} : {});\n", indent, pv, pv, pv, size, size - 1, pv);
+      } else {  // reflect without repeating the edge
+        if (size == 1) {
+          s += fmt::format("{}{} = 0;\n", indent, pv);
+        } else {
+          s += fmt::format("{}while ({} < 0 || {} >= {}) {} = {} < 0 ? -{} : {} - {};\n", indent, pv, pv, size, pv, pv, pv,
+                           2 * (size - 1), pv);
+        }
+      }
+      idx.push_back(pv);
+    }
+    std::string load = loadExpr(X.id, addressOf(X.id, idx));
+    if (mode == "constant" && !inBounds.empty()) {
+      s += fmt::format("{}const {} acc = ({}) ? static_cast<{}>({}) : {};\n", indent, ctype(t), inBounds, ctype(t), load,
+                       literal(n.attrFloat("value"), t));
+    } else {
+      s += fmt::format("{}const {} acc = {};\n", indent, ctype(t), load);
+    }
+  } else if (n.isOp(Op::Gather)) {
+    const Buffer& I = p_.buffer(k.anchorInputs[1]);
+    size_t axis = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
+    size_t ri = I.type.rank();
+    std::vector<std::string> iIdx;
+    for (size_t d = 0; d < ri; ++d) iIdx.push_back(vars[axis + d]);
+    int64_t size = X.type.shape[axis].value();
+    s += fmt::format("{}int64_t at = static_cast<int64_t>({});\n", indent, loadExpr(I.id, addressOf(I.id, iIdx)));
+    s += fmt::format("{}if (at < 0) at += {};\n", indent, size);
+    // An index outside the axis is an error of the run (as in the interpreter); nothing outside
+    // the table is read (an empty table is never read).
+    s += fmt::format("{}if (at < 0 || at >= {}) {{ pc::report(status, pc::kIndexError); at = 0; }}\n", indent, size);
+    std::vector<std::string> idx;
+    for (size_t d = 0; d < axis; ++d) idx.push_back(vars[d]);
+    idx.push_back("at");
+    for (size_t d = axis + 1; d < r; ++d) idx.push_back(vars[d - 1 + ri]);
+    if (size == 0) {
+      s += fmt::format("{}const {} acc = {}(0);\n", indent, ctype(t), ctype(t));
+    } else {
+      s += fmt::format("{}const {} acc = {};\n", indent, ctype(t), convertExpr(loadExpr(X.id, addressOf(X.id, idx)), X.type.dtype, t));
+    }
+  } else {
+    unsupported("node '{}' ({}): no C++ for this copy template", n.name(), n.info().name);
+  }
+  s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
+  s += closeLoops(k.domain.size(), indent);
+  return s;
+}
+
+}  // namespace policyc::codegen::cppemit

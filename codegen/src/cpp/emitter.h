@@ -1,0 +1,256 @@
+// The C++ emitter (private to codegen/src/cpp): the Emitter class, which prints a scheduled kernel
+// program as output_code.cpp, and the helpers its files share. Split by concern:
+//   emit_module.cpp   the file in order, the run function, the descriptor and the typed wrappers
+//   emit_kernels.cpp  kernel functions; pointwise, pooling, reduction and copy templates
+//   emit_gemm.cpp     GEMM and conv templates, packed-panel drivers, oneDNN calls
+//   emit_expr.cpp     addresses, elementwise expressions, SSA bodies, loops, epilogue lambdas
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "packing.h"
+#include "policyc/codegen/cpp_backend.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/text.h"
+#include "policyc/support/escape.h"
+#include "schedule.h"
+
+namespace policyc::codegen::cppemit {
+
+using ir::DType;
+using ir::Op;
+// Model-provided text reaches the generated C++ only through escape.h: comments, string literals
+// and identifiers each have their rule.
+using escape::cComment;
+using escape::cIdentifier;
+using escape::cString;
+
+// The C ABI's dtype code (policyc_model.h).
+int abiDType(DType t);
+// A C++ literal of `v` as dtype `t`.
+std::string literal(double v, DType t);
+// "%name (op) from "origin"" for comments (escaped).
+std::string sourceStr(const ir::Node* n);
+inline std::string dimStr(const ir::Dim& d) { return d.isBatch() ? "batch" : std::to_string(d.value()); }
+inline int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
+
+// A linear expression over loop variables: sum coef[v] * v + constant.
+struct Affine {
+  std::vector<std::pair<std::string, int64_t>> terms;
+  int64_t constant = 0;
+  void add(const std::string& var, int64_t coef) {
+    if (coef == 0) return;
+    for (auto& [v, c] : terms) {
+      if (v == var) {
+        c += coef;
+        return;
+      }
+    }
+    terms.emplace_back(var, coef);
+  }
+  std::string str() const {
+    std::string s;
+    for (const auto& [v, c] : terms) {
+      if (c == 0) continue;
+      if (!s.empty()) s += " + ";
+      s += c == 1 ? v : fmt::format("{}*{}", v, c);
+    }
+    if (constant != 0 || s.empty()) s += s.empty() ? std::to_string(constant) : fmt::format(" + {}", constant);
+    return s;
+  }
+};
+
+class Emitter {
+ public:
+  Emitter(const KernelProgram& p, const MemoryPlan& plan, const CppOptions& o) : p_(p), plan_(plan), o_(o) {}
+
+  GeneratedCpp run();
+
+ private:
+  // ---- names and addresses
+
+  std::string uniqueBufferName(const Buffer& b);
+
+  const std::string& ptrName(int root) const { return bufferNames_[static_cast<size_t>(root)]; }
+
+  // Declaration of the pointer to a root buffer's memory.
+  std::string rootDecl(int root) const;
+
+  // Element offset of `index` in buffer `id` (a view adds its offset and strides to its root's).
+  std::string address(int id, const IndexMap& index, const std::vector<std::string>& vars) const;
+  // Same, for a list of per-dimension index expressions (strings) of buffer `id`.
+  std::string addressOf(int id, const std::vector<std::string>& perDim) const;
+  std::string ref(int id, const std::string& addr) const;
+  std::string loadExpr(int id, const std::string& addr) const;
+
+  // ---- weights
+
+  bool packable(const Kernel& k) const { return codegen::packable(p_, k); }
+  int64_t packedN(const Kernel& k) const { return codegen::packedN(p_, k); }
+  int64_t packedK(const Kernel& k) const { return codegen::packedK(p_, k); }
+
+  std::string emitWeightsBlock() const;
+
+  // ---- implementations of GEMM/conv kernels
+
+  // `code` (whole lines) with `indent` before every line.
+  static std::string indented(const std::string& code, const std::string& indent);
+
+  std::string objectName(size_t index, Impl im) const { return fmt::format("pc_dnnl_{}_{}", index, implName(im)); }
+
+  // The oneDNN object of kernel `index` (its primitives per batch size and its reordered weight).
+  std::string emitOnednnObject(const Kernel& k, size_t index, Impl im) const;
+
+  // The body of an extern kernel: oneDNN computes the anchor (and with post-ops the epilogue);
+  // otherwise the generated epilogue runs on oneDNN's result, split between the threads.
+  std::string emitOnednnCall(const Kernel& k, size_t index, Impl im) const;
+
+  // ---- bodies
+
+  struct BodyCtx {
+    std::string prefix;                 // value names: v3 (body), p3 (prologue)
+    std::vector<std::string> vars;      // loop variable of each domain axis
+    std::string acc;                    // the template's result (epilogues)
+  };
+
+  std::string valueName(const BodyCtx& c, int i) const { return fmt::format("{}{}", c.prefix, i); }
+
+  // `expr` of type `from` as `to`: pc::cast's saturating conversion (the interpreter's).
+  static std::string convertExpr(const std::string& expr, DType from, DType to);
+
+  std::string applyExpr(const Instr& in, const std::vector<std::string>& a, const std::vector<DType>& at) const;
+
+  // Emits `body` as statements at `indent`; returns the code. Loads and stores go through the
+  // buffers' index maps over `c.vars`.
+  // With `only`, just the instructions it names (in body order).
+  std::string emitBody(const std::vector<Instr>& body, const BodyCtx& c, const std::string& indent,
+                       const std::vector<size_t>* only = nullptr) const;
+
+  // Opens loops over `domain` with variables `vars`; returns the code and the indentation inside.
+  // The loop of axis `split` runs over the kernel's chunk [lo, hi) instead of its whole extent.
+  static std::string openLoops(const std::vector<ir::Dim>& domain, const std::vector<std::string>& vars, std::string& indent,
+                               int split = -1);
+  static std::string loopHeader(const std::string& var, const std::string& extent, bool split, std::string& indent);
+
+  static std::string closeLoops(size_t count, std::string& indent);
+
+  static std::vector<std::string> axisVars(const char* base, size_t rank);
+
+  // The epilogue as a lambda the template calls once per output element.
+  std::string emitEpilogueLambda(const Kernel& k, DType accType) const;
+
+  // The start of a template over its domain: the epilogue lambda, the anchor's comment and the
+  // domain's loops (the schedule's split loop over [lo, hi)); `indent` ends inside them.
+  std::string openTemplate(const Kernel& k, DType accType, const std::vector<std::string>& vars, std::string& indent) const;
+
+  std::string callEpilogue(const std::vector<std::string>& vars, const std::string& acc) const;
+
+  // ---- kernels
+
+  // Whether node `n` is one POLICYC_INJECT_FAULT miscompiles in this way.
+  bool faulty(const ir::Node* n, InjectedFault::Kind kind) const;
+
+  // The kernel's function, or one per implementation for a kernel with several.
+  std::string emitKernel(const Kernel& k, size_t index);
+
+  // A kernel's function; one of several implementations of it has the implementation's name appended.
+  std::string fnName(const Kernel& k, std::optional<Impl> im) const;
+
+  std::string emitKernelFn(const Kernel& k, size_t index, std::optional<Impl> impl);
+
+  std::string emitPointwise(const Kernel& k) const;
+  // The loop each instruction of a pointwise body runs in (-1: before the loops): a load in the
+  // innermost loop of an axis its index uses, an op in its operands' innermost, a store in the
+  // innermost of all; everything innermost when hoisting is not safe (see emitPointwise).
+  static std::vector<int> loopLevels(const Kernel& k);
+
+  std::string anchorComment(const Kernel& k) const { return fmt::format("  // {}\n", sourceStr(k.anchor)); }
+
+  DType accType(const Kernel& k) const;
+
+  // linear / gemm / matmul: one dot product per output element (the general form).
+  std::string emitLinear(const Kernel& k) const;
+
+  std::string packedPointers(size_t index) const;
+
+  // The scalar epilogue over the `width` columns from panel `j` on (the last ones may not exist).
+  static std::string panelEpilogue(int64_t N, const std::string& indent, const std::string& call, int64_t width = 16,
+                                   const std::string& j = "j");
+
+  // A linear epilogue that is a chain of tanh/relu on acc stored contiguously along the output's
+  // last axis runs on whole 16-column panels at once (pc::tanh16); else nullopt.
+  std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars) const;
+
+  // linear with a constant weight: rows of x times weight panels of 16 columns, 4 rows at a time.
+  // `per` panels per unit of work: 2 runs the 4x32 microkernel (two panels), 1 the 4x16 one.
+  std::string emitPackedLinear(const Kernel& k, size_t index, int64_t per = 2) const;
+
+  // 2-D conv with a constant weight as an implicit GEMM: the patches of four output positions are
+  // gathered (im2col, zeros for padding) into a stack buffer and multiplied by the weight panels.
+  // `per` panels per microkernel call: 2 runs the 4x32 microkernel (an odd last panel 4x16), 1 only 4x16.
+  std::string emitPackedConv(const Kernel& k, size_t index, int64_t per = 2) const;
+
+  std::string emitConv(const Kernel& k) const;
+
+  std::string emitPool(const Kernel& k) const;
+
+  // 2-D max pooling an output row at a time: first the column-wise maximum over the window's
+  // input rows, into a row padded with -inf on both sides; then each output the maximum of its
+  // window's columns of that. The maximum is `m > v ? m : v` (one maxss, no branch: a data-
+  // dependent branch mispredicts on half the elements of real activations) and NaNs are
+  // tracked beside it in flags (ONNX: a NaN in the window gives NaN), so both loops vectorise.
+  std::string emitMaxPoolRows(const Kernel& k) const;
+
+  // The reduced operand as a function of its own index: a load, or the fused prologue.
+  std::string emitOperandLambda(const Kernel& k, const Buffer& X) const;
+
+  std::string operandCall(const std::vector<std::string>& idx) const;
+
+  std::string emitReduction(const Kernel& k) const;
+
+  std::string emitCopy(const Kernel& k) const;
+
+  // ---- ABI
+
+  std::string tensorDescs(const char* what, const std::vector<int>& ids, const std::vector<std::string>& names) const;
+
+  // policyc_profile_data(): every kernel's name, nodes and cost; with o_.profile also the counters
+  // pc_run updates after each kernel (on the calling thread; a kernel split between threads is
+  // timed as a whole).
+  std::string emitProfile() const;
+
+  // A ThreadSplit's numbers as C++ expressions in `batch`.
+  static std::string affineExpr(int64_t perBatch, int64_t fixed);
+  static std::string unitsExpr(const ThreadSplit& sp);
+  static std::string costExpr(const ThreadSplit& sp);
+
+  // The statement of pc_run that runs kernel i (with implementation `im`), split between threads.
+  std::string kernelCall(size_t i, std::optional<Impl> im) const;
+
+  // The autotuner's hooks (tuning builds), or the creation of the oneDNN primitives the model's
+  // dispatch uses at the tuning batch sizes when the model is loaded.
+  std::string emitTuning() const;
+
+  std::string emitAbi(const std::string& name) const;
+
+  const ThreadSplit* split_ = nullptr;  // of the kernel being emitted (the schedule's)
+  bool faultyAnchor_ = false;  // the kernel being emitted is a template whose anchor gets the fault
+  Schedule s_;                                      // what to emit (schedule.h)
+  std::map<size_t, std::vector<Impl>> impls_;       // s_'s implementations per tunable kernel
+  std::map<size_t, ImplDispatch> dispatch_;         // s_'s dispatch (not tuning)
+
+  const KernelProgram& p_;
+  const MemoryPlan& plan_;
+  const CppOptions& o_;
+  std::map<int, int> inputIndex_, outputIndex_;
+  std::vector<std::string> bufferNames_;
+};
+
+}  // namespace policyc::codegen::cppemit

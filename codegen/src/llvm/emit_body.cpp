@@ -1,0 +1,287 @@
+// The LLVM emitter's memory access and bodies: root pointers, element addresses and noalias
+// scopes, SSA bodies (scalar and 16-lane), loop nests and the thread split's numbers in IR.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/GlobalVariable.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "emitter.h"
+
+namespace policyc::codegen::llvmemit {
+
+Value* Emitter::rootPtr(int root) {
+  auto it = roots_.find(root);
+  if (it != roots_.end()) return it->second;
+  const Buffer& b = p_.buffer(root);
+  llvm::IRBuilder<>::InsertPointGuard guard(b_);
+  b_.SetInsertPoint(entryEnd_);
+  Value* v = nullptr;
+  const std::string name = "b" + std::to_string(root) + "." + b.name;
+  switch (b.kind) {
+    case BufferKind::Input:
+      v = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, inputs_, static_cast<uint64_t>(inputIndex_.at(root))), name);
+      break;
+    case BufferKind::Output:
+      v = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, outputs_, static_cast<uint64_t>(outputIndex_.at(root))), name);
+      break;
+    case BufferKind::Param:
+      if (!s_.paramOffset.count(root)) fail("internal: param '{}' is not in the weights", b.name);
+      v = weightsAt(s_.paramOffset.at(root), name);
+      break;
+    case BufferKind::Temp: {
+      const MemorySlot* slot = plan_.slotOf(root);
+      if (!slot) fail("internal: temporary '{}' has no memory slot", b.name);
+      Value* off = slot->perBatch ? b_.CreateAdd(c64(plan_.staticBytes), b_.CreateMul(c64(slot->offset), batch_)) : c64(slot->offset);
+      v = b_.CreateInBoundsGEP(i8_, ws_, off, name);
+      break;
+    }
+  }
+  roots_[root] = v;
+  return v;
+}
+
+Value* Emitter::offsetOf(int id, const std::vector<Value*>& perDim) {
+  const Buffer& b = p_.buffer(id);
+  Value* off = c64(b.offset);
+  for (size_t d = 0; d < perDim.size(); ++d) {
+    if (!perDim[d] || b.strides[d] == 0) continue;
+    off = b_.CreateAdd(off, b.strides[d] == 1 ? perDim[d] : b_.CreateMul(perDim[d], c64(b.strides[d])));
+  }
+  return off;
+}
+
+Value* Emitter::elemPtr(int id, const std::vector<Value*>& perDim) {
+  const Buffer& b = p_.buffer(id);
+  return b_.CreateGEP(memType(b.type.dtype), rootPtr(b.root), offsetOf(id, perDim));
+}
+
+std::vector<Value*> Emitter::indices(const IndexMap& index, const std::vector<Value*>& vars) {
+  std::vector<Value*> v;
+  for (const IndexExpr& e : index) {
+    if (e.axis < 0) {
+      v.push_back(e.offset ? c64(e.offset) : nullptr);
+      continue;
+    }
+    Value* x = vars.at(static_cast<size_t>(e.axis));
+    if (e.scale != 1) x = b_.CreateMul(x, c64(e.scale));
+    if (e.offset) x = b_.CreateAdd(x, c64(e.offset));
+    v.push_back(x);
+  }
+  return v;
+}
+
+Value* Emitter::loadElem(int id, const std::vector<Value*>& perDim, const std::string& name) {
+  DType t = p_.buffer(id).type.dtype;
+  llvm::LoadInst* v = b_.CreateLoad(memType(t), elemPtr(id, perDim), escape::printable(name));  // `name` is a buffer's: the model's
+  restrictAccess(v, id);
+  return t == DType::Bool ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+}
+
+void Emitter::storeElem(int id, const std::vector<Value*>& perDim, Value* v) {
+  DType t = p_.buffer(id).type.dtype;
+  if (t == DType::Bool) v = b_.CreateZExt(v, i8_);
+  restrictAccess(b_.CreateStore(v, elemPtr(id, perDim)), id);
+}
+
+void Emitter::restrictAccess(llvm::Instruction* access, int id) {
+  if (!restrict_) return;
+  if (!aliasDomain_) {
+    llvm::MDBuilder md(ctx_);
+    aliasDomain_ = md.createAnonymousAliasScopeDomain("policyc.roots");
+    for (const Buffer& b : p_.buffers) {
+      if (b.root != b.id || b.kind == BufferKind::Temp) continue;
+      aliasScopes_[b.id] = md.createAnonymousAliasScope(aliasDomain_, escape::printable(b.name));
+    }
+  }
+  const int root = p_.buffer(id).root;
+  std::vector<llvm::Metadata*> others;
+  for (const auto& [r, scope] : aliasScopes_) {
+    if (r != root) others.push_back(scope);
+  }
+  if (auto it = aliasScopes_.find(root); it != aliasScopes_.end()) {
+    access->setMetadata(llvm::LLVMContext::MD_alias_scope, llvm::MDNode::get(ctx_, {it->second}));
+  }
+  if (!others.empty()) access->setMetadata(llvm::LLVMContext::MD_noalias, llvm::MDNode::get(ctx_, others));
+}
+
+bool Emitter::faulty(const ir::Node* n, InjectedFault::Kind kind) const {
+  return n && o_.fault && o_.fault->kind == kind && n->isOp() && o_.fault->op == n->info().name;
+}
+
+std::vector<Value*> Emitter::emitBody(const std::vector<Instr>& body, const std::vector<Value*>& vars, Value* acc, unsigned width) {
+  std::vector<Value*> v(body.size(), nullptr);
+  const size_t lastAxis = vars.size() - 1;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const Instr& in = body[i];
+    std::vector<Value*> args;
+    std::vector<DType> types;
+    for (int a : in.args) {
+      args.push_back(v[static_cast<size_t>(a)]);
+      types.push_back(body[static_cast<size_t>(a)].dtype);
+    }
+    llvm::Instruction* since = mark();
+    switch (in.opcode) {
+      case Opcode::Load: {
+        const Buffer& buf = p_.buffer(in.buffer);
+        std::vector<Value*> idx = indices(in.index, vars);
+        if (width && usesAxis(in.index, lastAxis)) {
+          llvm::Type* vt = llvm::FixedVectorType::get(memType(in.dtype), width);
+          v[i] = b_.CreateAlignedLoad(vt, elemPtr(in.buffer, idx), llvm::Align(4), escape::printable(buf.name));
+          restrictAccess(llvm::cast<llvm::Instruction>(v[i]), in.buffer);
+        } else {
+          v[i] = loadElem(in.buffer, idx, buf.name);
+          if (width) v[i] = b_.CreateVectorSplat(width, v[i]);
+        }
+        break;
+      }
+      case Opcode::Store: {
+        const Buffer& buf = p_.buffer(in.buffer);
+        Value* val = convert(args[0], types[0], buf.type.dtype);
+        std::vector<Value*> idx = indices(in.index, vars);
+        if (width) {
+          restrictAccess(b_.CreateAlignedStore(val, elemPtr(in.buffer, idx), llvm::Align(4)), in.buffer);
+        } else {
+          storeElem(in.buffer, idx, val);
+        }
+        break;
+      }
+      case Opcode::Const: v[i] = constant(in.constant, in.dtype, regType(in.dtype, width)); break;
+      case Opcode::Acc: v[i] = faultyAnchor_ ? plusOne(acc, in.dtype) : acc; break;
+      case Opcode::Apply: {
+        Value* r = apply(in, args, types);
+        if (faulty(in.node, InjectedFault::Kind::Accuracy)) r = plusOne(r, in.dtype);
+        if (llvm::isa<llvm::Instruction>(r)) r->setName(nodeLabel(in.node));
+        v[i] = r;
+        break;
+      }
+    }
+    tag(since, in.node);
+  }
+  return v;
+}
+
+bool Emitter::usesAxis(const IndexMap& index, size_t axis) {
+  for (const IndexExpr& e : index) {
+    if (e.axis == static_cast<int>(axis)) return true;
+  }
+  return false;
+}
+
+bool Emitter::vectorizable(const Kernel& k) const {
+  const size_t last = k.domain.size() - 1;
+  for (const Instr& in : k.body) {
+    if (in.dtype != DType::F32) return false;
+    if (in.opcode == Opcode::Apply && (in.op == Op::Pow || in.op == Op::Cast || in.op == Op::Where || in.op == Op::Not ||
+                                       in.op == Op::Equal || in.op == Op::Less || in.op == Op::Greater)) {
+      return false;
+    }
+    if (in.opcode == Opcode::Load || in.opcode == Opcode::Store) {
+      const Buffer& b = p_.buffer(in.buffer);
+      if (b.type.dtype != DType::F32) return false;
+      int uses = 0;
+      for (size_t d = 0; d < in.index.size(); ++d) {
+        const IndexExpr& e = in.index[d];
+        if (e.axis != static_cast<int>(last)) continue;
+        ++uses;
+        if (e.scale * b.strides[d] != 1) return false;
+      }
+      if (uses > 1 || (in.opcode == Opcode::Store && uses == 0)) return false;
+    }
+  }
+  return true;
+}
+
+DType Emitter::accType(const Kernel& k) const {
+  for (const Instr& i : k.body) {
+    if (i.opcode == Opcode::Acc) return i.dtype;
+  }
+  return k.anchor->output()->type().dtype;
+}
+
+std::function<Value*(Value*)> Emitter::product(llvm::IRBuilder<>& b, const std::vector<ir::Dim>& dims, int skip, int64_t scale) {
+  int64_t fixed = scale;
+  bool hasBatch = false;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (static_cast<int>(d) == skip) continue;
+    if (dims[d].isBatch()) hasBatch = true;
+    else fixed *= dims[d].value();
+  }
+  return [&b, fixed, hasBatch](Value* batch) -> Value* {
+    Value* c = b.getInt64(static_cast<uint64_t>(fixed));
+    return hasBatch ? b.CreateMul(batch, c) : c;
+  };
+}
+
+Value* Emitter::affine(int64_t perBatch, int64_t fixed, Value* batch) {
+  if (perBatch == 0) return c64(fixed);
+  Value* v = perBatch == 1 ? batch : b_.CreateMul(batch, c64(perBatch));
+  return fixed ? b_.CreateAdd(v, c64(fixed)) : v;
+}
+
+Value* Emitter::unitsOf(const ThreadSplit& sp, Value* batch) {
+  Value* u = affine(sp.rowsPerBatch, sp.rowsFixed, batch);
+  if (sp.tile > 1) u = b_.CreateSDiv(b_.CreateAdd(u, c64(sp.tile - 1)), c64(sp.tile));
+  return sp.mult > 1 ? b_.CreateMul(u, c64(sp.mult)) : u;
+}
+
+Value* Emitter::costOf(const ThreadSplit& sp, Value* batch) {
+  Value* c = b_.CreateSIToFP(affine(sp.costPerBatch, sp.costFixed, batch), f64_);
+  if (!sp.tileCost) return c;
+  Value* rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, affine(sp.rowsPerBatch, sp.rowsFixed, batch), c64(sp.tile));
+  return b_.CreateFMul(c, b_.CreateSIToFP(rows, f64_));
+}
+
+std::optional<Impl> Emitter::implOf(size_t ki) const {
+  const ImplDispatch& d = s_.kernels[ki].dispatch;
+  return d.empty() ? std::nullopt : implByName(d.front().impl);
+}
+
+void Emitter::domainLoops(const std::vector<ir::Dim>& domain, int split, const std::function<void(const std::vector<Value*>&)>& body, const std::vector<size_t>& order, std::vector<Value*> vars) {
+  std::vector<size_t> axes = order;
+  if (axes.empty() && vars.empty()) {
+    for (size_t d = 0; d < domain.size(); ++d) axes.push_back(d);
+    vars.assign(domain.size(), nullptr);
+  }
+  std::function<void(size_t)> level = [&](size_t li) {
+    if (li == axes.size()) {
+      body(vars);
+      return;
+    }
+    size_t d = axes[li];
+    Value* lo = static_cast<int>(d) == split ? lo_ : c64(0);
+    Value* hi = static_cast<int>(d) == split ? hi_ : dimValue(domain[d]);
+    forRange(lo, hi, "i" + std::to_string(d), [&](Value* i) {
+      vars[d] = i;
+      level(li + 1);
+    });
+  };
+  level(0);
+}
+
+void Emitter::openBody(Value* ctx) {
+  ctx->setName("ctx");
+  inputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 0), "inputs");
+  outputs_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 1), "outputs");
+  batch_ = b_.CreateLoad(i64_, b_.CreateStructGEP(ctxTy_, ctx, 2), "batch");
+  ws_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 3), "ws");
+  status_ = b_.CreateLoad(ptr_, b_.CreateStructGEP(ctxTy_, ctx, 4), "status");
+  llvm::BasicBlock* body = block("body");
+  entryEnd_ = b_.CreateBr(body);
+  b_.SetInsertPoint(body);
+}
+
+}  // namespace policyc::codegen::llvmemit

@@ -1,0 +1,492 @@
+// The LLVM emitter's GEMM and convolution templates: the general dot products, the 4x32 packed
+// microkernels and their panel epilogues, implicit-GEMM and direct convs, and oneDNN convs.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/GlobalVariable.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "emitter.h"
+
+namespace policyc::codegen::llvmemit {
+
+void Emitter::emitExternConv(const Kernel& k, const ExternConv& e) {
+  const size_t ki = static_cast<size_t>(&k - p_.kernels.data());
+  fn_ = llvm::Function::Create(externFnTy_, llvm::GlobalValue::InternalLinkage, k.name, m_);
+  fn_->addFnAttr(llvm::Attribute::NoInline);
+  fn_->addFnAttr(llvm::Attribute::NoUnwind);
+  externFns_[ki] = fn_;
+  roots_.clear();
+  b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+  Value* threads = fn_->getArg(1);
+  threads->setName("threads");
+  openBody(fn_->getArg(0));
+  injectFaults(k);
+  llvm::Instruction* since = mark();
+  auto* slot = new llvm::GlobalVariable(m_, ptr_, false, llvm::GlobalValue::InternalLinkage,
+                                        llvm::ConstantPointerNull::get(ptr_), k.name + ".onednn");
+  llvm::Constant* shape = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int64_t>(e.shape)), k.name + ".shape");
+  Value* name = cstr(k.name);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  Value* conv = b_.CreateCall(onednnConv_, {slot, name, shape, b_.getInt32(e.anyLayout ? 1 : 0), cstr(e.postOps),
+                                            weightsAt(s_.paramOffset.at(W.root), "weight"), weightsAt(s_.kernels[ki].packedBias, "bias")},
+                              "conv");
+  Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_), "scratch");
+  Value* src = elemPtr(k.anchorInputs[0], {});
+  llvm::Constant* null = llvm::ConstantPointerNull::get(ptr_);
+  Value* sum = e.residual >= 0 ? elemPtr(e.residual, {}) : null;
+  Value* dst = e.store >= 0 ? elemPtr(e.store, {}) : null;
+  llvm::AllocaInst* result = local(ptr_, "result");
+  Value* rc = b_.CreateCall(onednnConvRun_, {conv, name, src, sum, dst, batch_, threads, scratch, result}, "rc");
+  tag(since, k.anchor);
+  b_.CreateRet(rc);
+}
+
+void Emitter::emitExternEpilogue(const Kernel& k, const ExternConv& e) {
+  const int64_t M = e.shape[3], OW = e.shape[7], P = e.shape[6] * OW, srcPerRow = e.shape[0] * e.shape[1] * e.shape[2];
+  Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_));
+  Value* result = b_.CreateInBoundsGEP(f32_, scratch, b_.CreateMul(batch_, c64(srcPerRow)), "result");
+  const DType t = accType(k);
+  forRange(lo_, hi_, "u", [&](Value* u) {
+    Value* i0 = b_.CreateSDiv(u, c64(M), "i0");
+    Value* i1 = b_.CreateSRem(u, c64(M), "i1");
+    forCount(P, "pos", [&](Value* pos) {
+      Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(i0, c64(P)), pos), c64(M)), i1);
+      Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, result, at), "acc");
+      emitBody(k.body, {i0, i1, b_.CreateSDiv(pos, c64(OW)), b_.CreateSRem(pos, c64(OW))}, convert(a, DType::F32, t));
+    });
+  });
+}
+
+void Emitter::emitLinear(const Kernel& k) {
+  const ir::Node& n = *k.anchor;
+  const size_t R = k.domain.size();
+  const int a = k.anchorInputs[0], bId = k.anchorInputs[1];
+  const Buffer& A = p_.buffer(a);
+  const Buffer& B = p_.buffer(bId);
+  ir::Dim kExtent = A.type.shape.back();
+  const int axis = split_->axis;
+  const DType t = accType(k);
+  domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
+    std::vector<Value*> aIdx(A.type.rank(), nullptr), bIdx(B.type.rank(), nullptr), cIdx;
+    int kAxisA = 0, kAxisB = 0;
+    double alpha = 1, beta = 1;
+    int biasId = k.anchorInputs.size() > 2 ? k.anchorInputs[2] : -1;
+    auto broadcastIdx = [&](const Buffer& X, size_t lead, std::vector<Value*>& idx, size_t count) {
+      for (size_t d = 0; d < count; ++d) {
+        size_t od = lead + d;
+        bool bc = X.type.shape[d].isStatic() && X.type.shape[d].value() == 1 && !(k.domain[od].isStatic() && k.domain[od].value() == 1);
+        idx[d] = bc ? nullptr : vars[od];
+      }
+    };
+    if (n.isOp(Op::Linear)) {
+      for (size_t d = 0; d + 1 < A.type.rank(); ++d) aIdx[d] = vars[d];
+      kAxisA = static_cast<int>(A.type.rank()) - 1;
+      bIdx[0] = vars[R - 1];
+      kAxisB = 1;
+      if (biasId >= 0) cIdx = {vars[R - 1]};
+    } else if (n.isOp(Op::Gemm)) {
+      bool ta = n.attrInt("trans_a") != 0, tb = n.attrInt("trans_b") != 0;
+      aIdx[ta ? 1 : 0] = vars[0];
+      kAxisA = ta ? 0 : 1;
+      bIdx[tb ? 0 : 1] = vars[1];
+      kAxisB = tb ? 1 : 0;
+      kExtent = A.type.shape[ta ? 0 : 1];
+      alpha = n.attrFloat("alpha");
+      beta = n.attrFloat("beta");
+      if (biasId >= 0) {
+        const Buffer& C = p_.buffer(biasId);
+        cIdx.assign(C.type.rank(), nullptr);
+        broadcastIdx(C, R - C.type.rank(), cIdx, C.type.rank());
+      }
+    } else {  // matmul with numpy broadcasting; 1-D operands have no row / column dimension
+      size_t ra = A.type.rank(), rb = B.type.rank();
+      bool hasM = ra >= 2, hasN = rb >= 2;
+      size_t nb = R - (hasM ? 1 : 0) - (hasN ? 1 : 0);
+      Value* mVar = hasM ? vars[nb] : nullptr;
+      Value* nVar = hasN ? vars[nb + (hasM ? 1 : 0)] : nullptr;
+      if (ra == 1) {
+        kAxisA = 0;
+      } else {
+        if (ra > 2) broadcastIdx(A, nb - (ra - 2), aIdx, ra - 2);
+        aIdx[ra - 2] = mVar;
+        kAxisA = static_cast<int>(ra) - 1;
+      }
+      if (rb == 1) {
+        kAxisB = 0;
+      } else {
+        if (rb > 2) broadcastIdx(B, nb - (rb - 2), bIdx, rb - 2);
+        kAxisB = static_cast<int>(rb) - 2;
+        bIdx[rb - 1] = nVar;
+      }
+      kExtent = A.type.shape.back();
+    }
+    // f32 accumulates in f32 (as the packed microkernels); f64 and integers in double, as the
+    // interpreter, integers then converted saturating.
+    const DType accT = t == DType::F32 ? DType::F32 : DType::F64;
+    llvm::Type* at = regType(accT);
+    llvm::AllocaInst* acc = local(at, "acc");
+    b_.CreateStore(llvm::ConstantFP::get(at, 0.0), acc);
+    forRange(c64(0), dimValue(kExtent), "k", [&](Value* kk) {
+      aIdx[static_cast<size_t>(kAxisA)] = kk;
+      bIdx[static_cast<size_t>(kAxisB)] = kk;
+      Value* x = convert(loadElem(a, aIdx, A.name), A.type.dtype, accT);
+      Value* w = convert(loadElem(bId, bIdx, B.name), B.type.dtype, accT);
+      Value* prev = b_.CreateLoad(at, acc);
+      b_.CreateStore(accT == DType::F32 ? fma(x, w, prev) : b_.CreateFAdd(prev, b_.CreateFMul(x, w)), acc);
+    });
+    llvm::Instruction* since = mark();
+    Value* r = b_.CreateLoad(at, acc);
+    if (alpha != 1) r = b_.CreateFMul(r, llvm::ConstantFP::get(at, alpha));
+    if (biasId >= 0) {
+      Value* c = convert(loadElem(biasId, cIdx, p_.buffer(biasId).name), p_.buffer(biasId).type.dtype, accT);
+      r = b_.CreateFAdd(r, beta != 1 ? b_.CreateFMul(c, llvm::ConstantFP::get(at, beta)) : c, nodeLabel(&n));
+    }
+    tag(since, &n);
+    emitBody(k.body, vars, convert(r, accT, t));
+  });
+}
+
+std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, Value* w, Value* bias, const ir::Node* node, Value* offsets) {
+  llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+  if (rows.size() == 1 && panels == 1 && !offsets) return {{gemmRow(rows[0], K, w, bias, node)}};
+  std::vector<std::vector<llvm::AllocaInst*>> acc(rows.size(), std::vector<llvm::AllocaInst*>(static_cast<size_t>(panels)));
+  llvm::Instruction* since = mark();
+  for (int p = 0; p < panels; ++p) {
+    Value* bv = b_.CreateAlignedLoad(vt, b_.CreateConstInBoundsGEP1_64(f32_, bias, static_cast<uint64_t>(p) * kLanes), llvm::Align(4), "bias");
+    for (size_t t = 0; t < rows.size(); ++t) {
+      acc[t][static_cast<size_t>(p)] = local(vt, fmt::format("acc{}{}", t, p));
+      b_.CreateStore(bv, acc[t][static_cast<size_t>(p)]);
+    }
+  }
+  tag(since, node);
+  forRange(c64(0), c64(K), "q", [&](Value* q) {
+    llvm::Instruction* s0 = mark();
+    std::vector<Value*> wv;
+    for (int p = 0; p < panels; ++p) {
+      Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * K * kLanes));
+      wv.push_back(b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, w, at), llvm::Align(4), "w"));
+    }
+    Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, q), "at"), i64_) : q;
+    for (size_t t = 0; t < rows.size(); ++t) {
+      Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, rows[t], at), "x"));
+      for (int p = 0; p < panels; ++p) {
+        llvm::AllocaInst* a = acc[t][static_cast<size_t>(p)];
+        b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wv[static_cast<size_t>(p)], b_.CreateLoad(vt, a)}), a);
+      }
+    }
+    tag(s0, node);
+  });
+  std::vector<std::vector<Value*>> out(rows.size());
+  for (size_t t = 0; t < rows.size(); ++t) {
+    for (int p = 0; p < panels; ++p) out[t].push_back(b_.CreateLoad(vt, acc[t][static_cast<size_t>(p)], node ? nodeLabel(node) : "acc"));
+  }
+  return out;
+}
+
+Value* Emitter::gemmRow(Value* row, int64_t K, Value* w, Value* bias, const ir::Node* node) {
+  llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+  llvm::Instruction* since = mark();
+  std::vector<llvm::AllocaInst*> acc;
+  for (int i = 0; i < 4; ++i) {
+    acc.push_back(local(vt, fmt::format("acc{}", i)));
+    Value* init = i == 0 ? static_cast<Value*>(b_.CreateAlignedLoad(vt, bias, llvm::Align(4), "bias")) : llvm::Constant::getNullValue(vt);
+    b_.CreateStore(init, acc.back());
+  }
+  tag(since, node);
+  auto step = [&](Value* q, int i) {
+    Value* wq = b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, w, b_.CreateMul(q, c64(kLanes))), llvm::Align(4), "w");
+    Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, q), "x"));
+    llvm::AllocaInst* a = acc[static_cast<size_t>(i)];
+    b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wq, b_.CreateLoad(vt, a)}), a);
+  };
+  forCount(K / 4, "q4", [&](Value* q4) {
+    llvm::Instruction* s0 = mark();
+    for (int i = 0; i < 4; ++i) step(b_.CreateAdd(b_.CreateMul(q4, c64(4)), c64(i)), i);
+    tag(s0, node);
+  });
+  forRange(c64(K / 4 * 4), c64(K), "q", [&](Value* q) { step(q, 0); });
+  since = mark();
+  Value* sum = b_.CreateFAdd(b_.CreateFAdd(b_.CreateLoad(vt, acc[0]), b_.CreateLoad(vt, acc[1])),
+                             b_.CreateFAdd(b_.CreateLoad(vt, acc[2]), b_.CreateLoad(vt, acc[3])), node ? nodeLabel(node) : "acc");
+  tag(since, node);
+  return sum;
+}
+
+void Emitter::finishPanel(const Kernel& k, const std::vector<Value*>& rowVars, Value* n0, Value* acc, int64_t N, bool vec) {
+  std::vector<Value*> vars = rowVars;
+  if (vec) {
+    vars.push_back(n0);
+    emitBody(k.body, vars, acc, kLanes);
+    return;
+  }
+  llvm::AllocaInst* tmp = local(llvm::ArrayType::get(f32_, kLanes), "panel");
+  b_.CreateAlignedStore(acc, tmp, llvm::Align(64));
+  Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(n0, c64(kLanes)), c64(N));
+  const DType t = accType(k);
+  forRange(n0, end, "n", [&](Value* n) {
+    Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, tmp, b_.CreateSub(n, n0)), "acc");
+    std::vector<Value*> v = rowVars;
+    v.push_back(n);
+    emitBody(k.body, v, convert(a, DType::F32, t));
+  });
+}
+
+void Emitter::emitPackedLinear(const Kernel& k) {
+  const size_t index = static_cast<size_t>(&k - p_.kernels.data());
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const int64_t N = packedN(p_, k), K = packedK(p_, k), panels = (N + kPanel - 1) / kPanel;
+  const size_t R = k.domain.size();
+  const bool vec = N % kPanel == 0 && !faultyAnchor_ && vectorizable(k);
+  std::vector<ir::Dim> lead(k.domain.begin(), k.domain.end() - 1);
+  auto rowsOf = product(b_, lead, -1, 1);
+  Value* wp = weightsAt(s_.kernels[index].packedWeight, "wp");
+  Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
+  Value* rows = rowsOf(batch_);
+  Value* quads = b_.CreateSDiv(b_.CreateAdd(rows, c64(3)), c64(4), "quads");
+  // Row r of x (leading dims flattened) as its domain variables, and its pointer.
+  auto rowVars = [&](Value* r) {
+    std::vector<Value*> v(R - 1, nullptr);
+    Value* rem = r;
+    for (size_t d = R - 1; d-- > 0;) {
+      if (d == 0) {
+        v[0] = rem;
+      } else {
+        Value* ext = dimValue(k.domain[d]);
+        v[d] = b_.CreateSRem(rem, ext);
+        rem = b_.CreateSDiv(rem, ext);
+      }
+    }
+    return v;
+  };
+  auto rowPtr = [&](const std::vector<Value*>& v) {
+    std::vector<Value*> idx(X.type.rank(), nullptr);
+    for (size_t d = 0; d + 1 < R; ++d) idx[d] = v[d];
+    return elemPtr(X.id, idx);
+  };
+  forRange(lo_, hi_, "u", [&](Value* u) {
+    Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(2), "j");
+    Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(4), "r");
+    Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(2)), c64(panels));
+    Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
+    Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+    Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(r, c64(4)), rows);
+    auto quadTile = [&](int per) {
+      std::vector<std::vector<Value*>> rv;
+      std::vector<Value*> ptrs;
+      for (int t = 0; t < 4; ++t) {
+        rv.push_back(rowVars(b_.CreateAdd(r, c64(t))));
+        ptrs.push_back(rowPtr(rv.back()));
+      }
+      auto acc = gemmTile(ptrs, per, K, w, bias, k.anchor);
+      for (int t = 0; t < 4; ++t) {
+        for (int p = 0; p < per; ++p) {
+          finishPanel(k, rv[static_cast<size_t>(t)], b_.CreateMul(b_.CreateAdd(j, c64(p)), c64(kPanel)),
+                      acc[static_cast<size_t>(t)][static_cast<size_t>(p)], N, vec);
+        }
+      }
+    };
+    ifElse(
+        b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { quadTile(2); },
+        [&] {
+          ifElse(
+              fullQuad, "quad1", [&] { quadTile(1); },
+              [&] {
+                forRange(r, rows, "t", [&](Value* t) {
+                  forRange(j, jEnd, "jj", [&](Value* jj) {
+                    std::vector<Value*> rv = rowVars(t);
+                    Value* wj = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(jj, c64(K * kPanel)));
+                    Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
+                    auto acc = gemmTile({rowPtr(rv)}, 1, K, wj, bj, k.anchor);
+                    finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
+                  });
+                });
+              });
+        });
+  });
+}
+
+void Emitter::emitPackedConv(const Kernel& k) {
+  const size_t index = static_cast<size_t>(&k - p_.kernels.data());
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+  const int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), Wd = X.type.shape[3].value();
+  const int64_t KH = W.type.shape[2].value(), KW = W.type.shape[3].value();
+  const int64_t M = packedN(p_, k), K = packedK(p_, k), OW = k.domain[3].value(), P = k.domain[2].value() * OW;
+  const int64_t panels = (M + kPanel - 1) / kPanel, quads = (P + 3) / 4;
+  Value* wp = weightsAt(s_.kernels[index].packedWeight, "wp");
+  Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
+  llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(4 * K)), "patch");
+  const DType t = accType(k);
+  // Windows inside the input are read in place through a table of offsets (c, kh, kw order);
+  // gathered patches (windows over the padding) through the identity table.
+  std::vector<int32_t> window, identity;
+  const std::vector<int64_t>& xs = X.strides;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        window.push_back(static_cast<int32_t>(c * xs[1] + kh * dil[0] * xs[2] + kw * dil[1] * xs[3]));
+        identity.push_back(static_cast<int32_t>(identity.size()));
+      }
+  llvm::Constant* windowTable = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int32_t>(window)), k.name + ".window");
+  llvm::Constant* identityTable = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int32_t>(identity)), k.name + ".patch");
+  // Whether output position `pos`'s window lies inside the input, and where it starts.
+  auto inside = [&](Value* pos) {
+    Value* ih = b_.CreateSub(b_.CreateMul(b_.CreateSDiv(pos, c64(OW)), c64(st[0])), c64(pads[0]));
+    Value* iw = b_.CreateSub(b_.CreateMul(b_.CreateSRem(pos, c64(OW)), c64(st[1])), c64(pads[1]));
+    Value* okH = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(b_.CreateAdd(ih, c64((KH - 1) * dil[0])), c64(H)));
+    Value* okW = b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(b_.CreateAdd(iw, c64((KW - 1) * dil[1])), c64(Wd)));
+    return b_.CreateAnd(okH, okW);
+  };
+  auto origin = [&](Value* i0, Value* pos) {
+    Value* ih = b_.CreateSub(b_.CreateMul(b_.CreateSDiv(pos, c64(OW)), c64(st[0])), c64(pads[0]));
+    Value* iw = b_.CreateSub(b_.CreateMul(b_.CreateSRem(pos, c64(OW)), c64(st[1])), c64(pads[1]));
+    return elemPtr(X.id, {i0, nullptr, ih, iw});
+  };
+  // patch row `slot` = the window of output position `pos` of image i0 (c, kh, kw order).
+  auto gather = [&](Value* i0, Value* pos, int64_t slot) {
+    Value* oh = b_.CreateSDiv(pos, c64(OW));
+    Value* ow = b_.CreateSRem(pos, c64(OW));
+    Value* dst = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(slot * K));
+    forCount(C, "c", [&](Value* c) {
+      forCount(KH, "kh", [&](Value* kh) {
+        Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
+        Value* okH = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H)));
+        forCount(KW, "kw", [&](Value* kw) {
+          Value* iw = b_.CreateSub(b_.CreateAdd(b_.CreateMul(ow, c64(st[1])), b_.CreateMul(kw, c64(dil[1]))), c64(pads[1]));
+          Value* ok = b_.CreateAnd(okH, b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(iw, c64(Wd))));
+          Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(KH)), kh), c64(KW)), kw);
+          Value* slotPtr = b_.CreateInBoundsGEP(f32_, dst, at);
+          b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), slotPtr);
+          ifThen(ok, "inside", [&] {
+            Value* ihc = b_.CreateSelect(ok, ih, c64(0));
+            Value* iwc = b_.CreateSelect(ok, iw, c64(0));
+            b_.CreateStore(loadElem(X.id, {i0, c, ihc, iwc}, X.name), slotPtr);
+          });
+        });
+      });
+    });
+  };
+  auto finish = [&](Value* i0, Value* pos, Value* j, Value* acc) {
+    llvm::AllocaInst* tmp = local(llvm::ArrayType::get(f32_, kLanes), "panel");
+    b_.CreateAlignedStore(acc, tmp, llvm::Align(64));
+    Value* n0 = b_.CreateMul(j, c64(kPanel));
+    Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(n0, c64(kLanes)), c64(M));
+    Value* oh = b_.CreateSDiv(pos, c64(OW));
+    Value* ow = b_.CreateSRem(pos, c64(OW));
+    forRange(n0, end, "n", [&](Value* nn) {
+      Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, tmp, b_.CreateSub(nn, n0)), "acc");
+      emitBody(k.body, {i0, nn, oh, ow}, convert(a, DType::F32, t));
+    });
+  };
+  forRange(lo_, hi_, "u", [&](Value* u) {
+    Value* i0 = b_.CreateSDiv(u, c64(quads), "i0");
+    Value* pos = b_.CreateMul(b_.CreateSRem(u, c64(quads)), c64(4), "pos");
+    ifElse(
+        b_.CreateICmpSLE(b_.CreateAdd(pos, c64(4)), c64(P)), "quad",
+        [&] {
+          Value* direct = b_.getTrue();
+          for (int tq = 0; tq < 4; ++tq) direct = b_.CreateAnd(direct, inside(b_.CreateAdd(pos, c64(tq))));
+          direct->setName("direct");
+          ifThen(b_.CreateNot(direct), "gather", [&] {
+            for (int tq = 0; tq < 4; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+          });
+          std::vector<Value*> rows;
+          for (int tq = 0; tq < 4; ++tq) {
+            Value* row = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K));
+            rows.push_back(b_.CreateSelect(direct, origin(i0, b_.CreateAdd(pos, c64(tq))), row));
+          }
+          Value* offsets = b_.CreateSelect(direct, windowTable, identityTable, "offsets");
+          auto tile = [&](Value* j, int per) {
+            Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
+            Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+            auto acc = gemmTile(rows, per, K, w, bias, &n, offsets);
+            for (int p = 0; p < per; ++p) {
+              for (int tq = 0; tq < 4; ++tq) {
+                finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
+              }
+            }
+          };
+          if (panels >= 2) {
+            forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
+          }
+          if (panels % 2) tile(c64(panels - 1), 1);
+        },
+        [&] {
+          forRange(pos, c64(P), "t0", [&](Value* t0) {
+            gather(i0, t0, 0);
+            forCount(panels, "j", [&](Value* j) {
+              Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
+              Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+              auto acc = gemmTile({b_.CreateConstInBoundsGEP1_64(f32_, patch, 0)}, 1, K, w, bias, &n);
+              finish(i0, t0, j, acc[0][0]);
+            });
+          });
+        });
+  });
+}
+
+void Emitter::emitConv(const Kernel& k) {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  const size_t nsp = X.type.rank() - 2;
+  std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1), dil = spatialList(n, "dilations", nsp, 1),
+                       pads = spatialList(n, "pads", nsp * 2, 0);
+  const int64_t group = n.attrInt("group"), C = X.type.shape[1].value(), M = k.domain[1].value();
+  const int64_t gc = C / group, gm = M / group;
+  const int axis = split_->axis;
+  const DType t = accType(k);
+  domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
+    llvm::AllocaInst* acc = local(f32_, "acc");
+    b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), acc);
+    Value* g = b_.CreateSDiv(vars[1], c64(gm));
+    forCount(gc, "c", [&](Value* c) {
+      std::vector<Value*> xIdx = {vars[0], b_.CreateAdd(b_.CreateMul(g, c64(gc)), c)};
+      std::vector<Value*> wIdx = {vars[1], c};
+      std::function<void(size_t)> spatial = [&](size_t d) {
+        if (d == nsp) {
+          Value* x = convert(loadElem(X.id, xIdx, X.name), X.type.dtype, DType::F32);
+          Value* w = convert(loadElem(W.id, wIdx, W.name), W.type.dtype, DType::F32);
+          b_.CreateStore(fma(x, w, b_.CreateLoad(f32_, acc)), acc);
+          return;
+        }
+        forCount(W.type.shape[2 + d].value(), "k" + std::to_string(d), [&](Value* kd) {
+          Value* pd = b_.CreateSub(b_.CreateAdd(b_.CreateMul(vars[2 + d], c64(strides[d])), b_.CreateMul(kd, c64(dil[d]))), c64(pads[d]));
+          Value* ok = b_.CreateAnd(b_.CreateICmpSGE(pd, c64(0)), b_.CreateICmpSLT(pd, c64(X.type.shape[2 + d].value())));
+          ifThen(ok, "inside", [&] {
+            xIdx.push_back(pd);
+            wIdx.push_back(kd);
+            spatial(d + 1);
+            xIdx.pop_back();
+            wIdx.pop_back();
+          });
+        });
+      };
+      spatial(0);
+    });
+    Value* r = b_.CreateLoad(f32_, acc);
+    if (k.anchorInputs.size() > 2) {
+      const Buffer& Bv = p_.buffer(k.anchorInputs[2]);
+      r = b_.CreateFAdd(r, convert(loadElem(Bv.id, {vars[1]}, Bv.name), Bv.type.dtype, DType::F32), nodeLabel(&n));
+    }
+    emitBody(k.body, vars, convert(r, DType::F32, t));
+  });
+}
+
+}  // namespace policyc::codegen::llvmemit

@@ -1,0 +1,450 @@
+// The LLVM emitter's module level: the emitter's entry (emitLlvm), the weights blob as a constant,
+// the support library's declarations, oneDNN choices, and the C ABI in IR (pc_run with its
+// argument checks, the descriptor, the profile data, the typed wrappers).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/GlobalVariable.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "emitter.h"
+#include "policyc/codegen/backend.h"
+
+namespace policyc::codegen::llvmemit {
+
+void Emitter::run(const std::string& cName, const std::string& targetName) {
+  for (size_t i = 0; i < p_.inputs.size(); ++i) inputIndex_[p_.inputs[i]] = static_cast<int>(i);
+  for (size_t i = 0; i < p_.outputs.size(); ++i) outputIndex_[p_.outputs[i].second] = static_cast<int>(i);
+  chooseExterns();
+  layoutWeights();
+  declareSupport();
+  std::vector<llvm::Function*> kernels;
+  for (const Kernel& k : p_.kernels) kernels.push_back(emitKernel(k));
+  emitAbi(kernels, cName, targetName);
+}
+
+void Emitter::chooseExterns() {
+  for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
+    const Kernel& k = p_.kernels[ki];
+    const ImplDispatch& d = s_.kernels[ki].dispatch;
+    if (d.empty()) continue;
+    const std::string& impl = d.front().impl;
+    for (const ImplRange& r : d) {
+      if (r.impl != impl) {
+        unsupported("kernel '{}' would run {} at some batch sizes and {} at others: this backend runs one implementation per "
+                    "kernel (backend cpp dispatches by batch size)", k.name, impl, r.impl);
+      }
+    }
+    if (impl == implName(Impl::Gemm4x32)) continue;
+    std::optional<ExternConv> e = externConv(p_, k, impl);
+    if (!e) fail("internal: kernel '{}' was scheduled with implementation {}, which this backend lacks", k.name, impl);
+    externs_[ki] = *e;
+    externImpl_[ki] = impl;
+  }
+}
+
+Value* Emitter::externOffset(Value* batch) {
+  Value* end = b_.CreateAdd(c64(plan_.staticBytes), b_.CreateMul(c64(plan_.perBatchBytes), batch));
+  return b_.CreateMul(b_.CreateSDiv(b_.CreateAdd(end, c64(63)), c64(64)), c64(64));
+}
+
+void Emitter::layoutWeights() {
+  if (s_.weights.empty()) return;
+  llvm::Constant* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(s_.weights.data(), s_.weights.size()));
+  weightsGv_ = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::PrivateLinkage, data, "pc_weights");
+  weightsGv_->setAlignment(llvm::Align(kWeightAlign));
+  weightsGv_->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+}
+
+Value* Emitter::weightsAt(int64_t offset, const std::string& name) {
+  return b_.CreateInBoundsGEP(i8_, weightsGv_, c64(offset), name);
+}
+
+void Emitter::declareSupport() {
+  // void policyc_rt_parallel_for(i32 threads, i64 units, double cost, double minChunk, fn, ctx): weak,
+  // so an object without the support archive links and runs single-threaded.
+  kernelFnTy_ = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_, i64_}, false);
+  auto* pfTy = llvm::FunctionType::get(b_.getVoidTy(), {i32_, i64_, f64_, f64_, ptr_, ptr_}, false);
+  parallelFor_ = llvm::Function::Create(pfTy, llvm::GlobalValue::ExternalWeakLinkage, llvmbe::kParallelFor, m_);
+  auto* wsTy = llvm::FunctionType::get(ptr_, {i64_}, false);
+  threadWorkspace_ = llvm::Function::Create(wsTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kThreadWorkspace, m_);
+  externFnTy_ = llvm::FunctionType::get(i32_, {ptr_, i32_}, false);
+  if (usesExtern()) {
+    auto* createTy = llvm::FunctionType::get(ptr_, {ptr_, ptr_, ptr_, i32_, ptr_, ptr_, ptr_}, false);
+    onednnConv_ = llvm::Function::Create(createTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnConv, m_);
+    auto* runTy = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_, i64_, i32_, ptr_, ptr_}, false);
+    onednnConvRun_ = llvm::Function::Create(runTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnConvRun, m_);
+  }
+  // inputs, outputs, batch, workspace, status (an i32 a kernel reports failures through)
+  ctxTy_ = llvm::StructType::create(ctx_, {ptr_, ptr_, i64_, ptr_, ptr_}, "pc_run_ctx");
+}
+
+llvm::GlobalVariable* Emitter::constGlobal(llvm::Constant* init, const std::string& name) {
+  auto* g = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, name);
+  return g;
+}
+
+llvm::Function* Emitter::function(llvm::Type* ret, std::vector<llvm::Type*> params, const std::string& name, bool exported) {
+  auto* f = llvm::Function::Create(llvm::FunctionType::get(ret, params, false),
+                                   exported ? llvm::GlobalValue::ExternalLinkage : llvm::GlobalValue::InternalLinkage, name, m_);
+  f->addFnAttr(llvm::Attribute::NoUnwind);
+  fn_ = f;
+  b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
+  return f;
+}
+
+void Emitter::emitAbi(const std::vector<llvm::Function*>& kernels, const std::string& cName, const std::string& targetName) {
+  // descriptors of the inputs and outputs
+  auto* descTy = llvm::StructType::create(ctx_, {ptr_, i32_, i32_, ptr_}, "policyc_tensor_desc");
+  auto descs = [&](const std::vector<std::pair<std::string, int>>& list, const std::string& what) {
+    std::vector<llvm::Constant*> items;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Buffer& b = p_.buffer(list[i].second);
+      std::vector<int64_t> shape;
+      for (const ir::Dim& d : b.type.shape) shape.push_back(d.isBatch() ? -1 : d.value());
+      llvm::Constant* arr = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int64_t>(shape));
+      auto* g = constGlobal(arr, fmt::format("pc_{}_shape_{}", what, i));
+      items.push_back(llvm::ConstantStruct::get(descTy, {cstr(list[i].first), b_.getInt32(static_cast<uint32_t>(abiDType(b.type.dtype))),
+                                                         b_.getInt32(static_cast<uint32_t>(shape.size())), g}));
+    }
+    return constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(descTy, items.size()), items), "pc_" + what);
+  };
+  std::vector<std::pair<std::string, int>> ins;
+  for (int id : p_.inputs) ins.push_back({p_.buffer(id).name, id});
+  llvm::GlobalVariable* inDescs = descs(ins, "inputs");
+  llvm::GlobalVariable* outDescs = descs(p_.outputs, "outputs");
+
+  // size_t workspace_bytes(int64_t batch)
+  llvm::Function* wsBytes = function(i64_, {i64_}, "pc_workspace_bytes", false);
+  {
+    Value* batch = &*wsBytes->arg_begin();
+    Value* bsafe = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, batch, c64(0));
+    Value* bytes = b_.CreateAdd(c64(workspaceStatic()), b_.CreateMul(c64(workspacePerBatch()), bsafe));
+    // A batch over the largest the workspace arithmetic allows needs SIZE_MAX bytes (codegen::maxBatch).
+    b_.CreateRet(b_.CreateSelect(b_.CreateICmpSGT(batch, c64(s_.maxBatch)), c64(-1), bytes));
+  }
+
+  // The kernel the last run entered (a debugging aid, as in the C++ backend).
+  auto* running = new llvm::GlobalVariable(m_, i32_, false, llvm::GlobalValue::InternalLinkage, b_.getInt32(static_cast<uint32_t>(-1)),
+                                           "pc_running_kernel");
+
+  // int run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads)
+  llvm::Function* run = function(i32_, {ptr_, ptr_, i64_, ptr_, i32_}, "pc_run", false);
+  {
+    auto a = run->arg_begin();
+    Value* inputs = &*a++;
+    Value* outputs = &*a++;
+    Value* batch = &*a++;
+    Value* ws = &*a++;
+    Value* threads = &*a;
+    inputs->setName("inputs");
+    outputs->setName("outputs");
+    batch->setName("batch");
+    ws->setName("workspace");
+    threads->setName("threads");
+    auto fails = [&](Value* cond, int code) {
+      llvm::BasicBlock* bad = block("error");
+      llvm::BasicBlock* ok = block("ok");
+      b_.CreateCondBr(cond, bad, ok);
+      b_.SetInsertPoint(bad);
+      b_.CreateRet(b_.getInt32(static_cast<uint32_t>(code)));
+      b_.SetInsertPoint(ok);
+    };
+    fails(b_.CreateOr(badBatch(batch), b_.CreateICmpSLT(threads, b_.getInt32(1))), POLICYC_ERROR_ARGUMENT);
+    {
+      llvm::BasicBlock* done = block("empty");
+      llvm::BasicBlock* go = block("go");
+      b_.CreateCondBr(b_.CreateICmpEQ(batch, c64(0)), done, go);
+      b_.SetInsertPoint(done);
+      b_.CreateRet(b_.getInt32(POLICYC_OK));
+      b_.SetInsertPoint(go);
+    }
+    // Null arrays and pointers are errors, except for tensors with no elements.
+    auto nullChecks = [&](Value* array, const std::vector<int>& ids) {
+      if (ids.empty()) return;
+      fails(b_.CreateIsNull(array), POLICYC_ERROR_ARGUMENT);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        bool empty = false;
+        for (const ir::Dim& d : p_.buffer(ids[i]).type.shape) empty = empty || (d.isStatic() && d.value() == 0);
+        if (!empty) fails(b_.CreateIsNull(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, array, i))), POLICYC_ERROR_ARGUMENT);
+      }
+    };
+    std::vector<int> outIds;
+    for (const auto& o : p_.outputs) outIds.push_back(o.second);
+    nullChecks(inputs, p_.inputs);
+    nullChecks(outputs, outIds);
+    Value* need = b_.CreateCall(wsBytes, {batch});
+    fails(b_.CreateAnd(b_.CreateICmpSGT(need, c64(0)), b_.CreateIsNull(ws)), POLICYC_ERROR_ARGUMENT);
+    fails(b_.CreateICmpNE(b_.CreateAnd(b_.CreatePtrToInt(ws, i64_), c64(POLICYC_WORKSPACE_ALIGNMENT - 1)), c64(0)), POLICYC_ERROR_WORKSPACE);
+    llvm::AllocaInst* ctx = b_.CreateAlloca(ctxTy_, nullptr, "ctx");
+    b_.CreateStore(inputs, b_.CreateStructGEP(ctxTy_, ctx, 0));
+    b_.CreateStore(outputs, b_.CreateStructGEP(ctxTy_, ctx, 1));
+    b_.CreateStore(batch, b_.CreateStructGEP(ctxTy_, ctx, 2));
+    b_.CreateStore(ws, b_.CreateStructGEP(ctxTy_, ctx, 3));
+    llvm::AllocaInst* status = b_.CreateAlloca(i32_, nullptr, "status");
+    b_.CreateStore(b_.getInt32(0), status);
+    b_.CreateStore(status, b_.CreateStructGEP(ctxTy_, ctx, 4));
+    // --profile: the clock before each kernel, the bookkeeping after it (pc::profileRecord).
+    auto* eventTy = llvm::StructType::create(ctx_, {i32_, i32_, i64_, i64_, i64_}, "policyc_trace_event");
+    llvm::GlobalVariable *profNs = nullptr, *profCalls = nullptr, *trace = nullptr, *traceCount = nullptr;
+    llvm::FunctionCallee nowNs, record;
+    if (o_.profile) {
+      auto zeroed = [&](llvm::Type* t, const std::string& name) {
+        return new llvm::GlobalVariable(m_, t, false, llvm::GlobalValue::InternalLinkage, llvm::Constant::getNullValue(t), name);
+      };
+      const uint64_t n = std::max<uint64_t>(p_.kernels.size(), 1);
+      profNs = zeroed(llvm::ArrayType::get(i64_, n), "pc_profile_ns");
+      profCalls = zeroed(llvm::ArrayType::get(i64_, n), "pc_profile_calls");
+      trace = zeroed(llvm::ArrayType::get(eventTy, CodegenOptions::kTraceCapacity), "pc_trace");
+      traceCount = zeroed(i64_, "pc_trace_count");
+      nowNs = m_.getOrInsertFunction(llvmbe::kNowNs, llvm::FunctionType::get(i64_, {}, false));
+      record = m_.getOrInsertFunction(llvmbe::kProfileRecord,
+                                      llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, ptr_, i64_, ptr_, i32_, i64_, i64_}, false));
+      profile_ = {profNs, profCalls, trace, traceCount};
+    }
+    Value* t0 = nullptr;
+    auto startTimer = [&](size_t ki) {
+      if (o_.profile) t0 = b_.CreateCall(nowNs, {}, p_.kernels[ki].name + ".t0");
+    };
+    auto stopTimer = [&](size_t ki) {
+      if (o_.profile) {
+        b_.CreateCall(record, {profNs, profCalls, trace, c64(CodegenOptions::kTraceCapacity), traceCount, b_.getInt32(static_cast<uint32_t>(ki)),
+                               batch, t0});
+      }
+    };
+    Value* minChunk = llvm::ConstantFP::get(f64_, o_.minChunkCost);
+    Value* serial = b_.CreateOr(b_.CreateICmpEQ(threads, b_.getInt32(1)), b_.CreateIsNull(parallelFor_), "serial");
+    for (size_t ki = 0; ki < kernels.size(); ++ki) {
+      b_.CreateAlignedStore(b_.getInt32(static_cast<uint32_t>(ki)), running, llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Monotonic);
+      startTimer(ki);
+      if (externFns_.count(ki)) {
+        Value* rc = b_.CreateCall(externFnTy_, externFns_.at(ki), {ctx, threads}, p_.kernels[ki].name + ".rc");
+        fails(b_.CreateICmpNE(rc, b_.getInt32(0)), POLICYC_ERROR_EXTERN);
+        if (!kernels[ki]) {
+          stopTimer(ki);
+          continue;
+        }
+      }
+      const ThreadSplit& sp = s_.kernels[ki].splitOf(implOf(ki));
+      Value* units = unitsOf(sp, batch);
+      if (llvm::isa<llvm::Instruction>(units)) units->setName(p_.kernels[ki].name + ".units");
+      // One thread calls the kernel directly; more go through the support library's pool.
+      ifElse(
+          serial, p_.kernels[ki].name, [&] { b_.CreateCall(kernelFnTy_, kernels[ki], {ctx, c64(0), units}); },
+          [&] {
+            b_.CreateCall(parallelFor_, {threads, units, costOf(sp, batch), minChunk, kernels[ki], ctx});
+          });
+      stopTimer(ki);
+      if (p_.kernels[ki].canFail()) {
+        // What the kernel reported (its threads have joined): the run's result.
+        llvm::LoadInst* bits = b_.CreateAlignedLoad(i32_, status, llvm::Align(4), p_.kernels[ki].name + ".status");
+        bits->setAtomic(llvm::AtomicOrdering::Monotonic);
+        llvm::BasicBlock* failed = block("failed");
+        llvm::BasicBlock* next = block("next");
+        b_.CreateCondBr(b_.CreateICmpNE(bits, b_.getInt32(0)), failed, next);
+        b_.SetInsertPoint(failed);
+        // The index error first when both happened (pc::statusCode).
+        b_.CreateRet(b_.CreateSelect(b_.CreateICmpNE(b_.CreateAnd(bits, b_.getInt32(kIndexError)), b_.getInt32(0)),
+                                     b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_INDEX)),
+                                     b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_DIVISION))));
+        b_.SetInsertPoint(next);
+      }
+    }
+    b_.CreateRet(b_.getInt32(POLICYC_OK));
+  }
+
+  // the descriptor
+  auto* modelTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, ptr_, i32_, ptr_, i32_, ptr_, ptr_, ptr_, ptr_}, "policyc_model");
+  const uint64_t modelSize = m_.getDataLayout().getTypeAllocSize(modelTy);
+  auto* model = constGlobal(
+      llvm::ConstantStruct::get(modelTy, {b_.getInt32(POLICYC_ABI_VERSION), b_.getInt32(static_cast<uint32_t>(modelSize)),
+                                          cstr(p_.name), cstr(targetName), b_.getInt32(static_cast<uint32_t>(p_.inputs.size())),
+                                          inDescs, b_.getInt32(static_cast<uint32_t>(p_.outputs.size())), outDescs, wsBytes, run,
+                                          cstr(o_.sourceHash)}),
+      "pc_model");
+
+  // profiling data (policyc_profile_data): what each kernel is and costs; with --profile also
+  // the counters pc_run updates and a reset function
+  auto* infoTy = llvm::StructType::create(ctx_, {ptr_, ptr_, ptr_, f64_, f64_, f64_, f64_}, "policyc_kernel_info");
+  std::vector<llvm::Constant*> infos;
+  std::vector<llvm::Constant*> names;
+  for (const Kernel& k : p_.kernels) {
+    std::string nodes;
+    for (const ir::Node* n : k.sources) nodes += (nodes.empty() ? "" : ",") + n->output()->name();
+    KernelCost c = kernelCost(p_, k);
+    infos.push_back(llvm::ConstantStruct::get(infoTy, {cstr(k.name), cstr(nodes), cstr(kernelKindName(k.kind)),
+                                                       llvm::ConstantFP::get(f64_, c.flopsStatic), llvm::ConstantFP::get(f64_, c.flopsPerRow),
+                                                       llvm::ConstantFP::get(f64_, c.bytesStatic), llvm::ConstantFP::get(f64_, c.bytesPerRow)}));
+    names.push_back(cstr(k.name));
+  }
+  auto* infoArr = constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(infoTy, infos.size()), infos), "pc_kernel_info");
+  auto* nameArr = constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(ptr_, names.size()), names), "pc_kernel_names");
+  auto* profTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, i64_, ptr_, ptr_, ptr_, i64_, ptr_, ptr_}, "policyc_profile");
+  llvm::Constant* null = llvm::ConstantPointerNull::get(b_.getPtrTy());
+  std::vector<llvm::Constant*> counters = {null, null, null, b_.getInt64(0), null, null};
+  if (o_.profile) {
+    llvm::Function* reset = function(b_.getVoidTy(), {}, "pc_profile_reset", false);
+    for (llvm::GlobalVariable* g : {profile_.ns, profile_.calls, profile_.trace, profile_.count}) {
+      b_.CreateMemSet(g, b_.getInt8(0), m_.getDataLayout().getTypeAllocSize(g->getValueType()), llvm::MaybeAlign(8));
+    }
+    b_.CreateRetVoid();
+    counters = {profile_.ns, profile_.calls, profile_.trace, b_.getInt64(CodegenOptions::kTraceCapacity), profile_.count, reset};
+  }
+  auto* profile = constGlobal(
+      llvm::ConstantStruct::get(profTy, {b_.getInt32(static_cast<uint32_t>(p_.kernels.size())), b_.getInt32(o_.profile ? 1 : 0), infoArr,
+                                         b_.getInt64(static_cast<uint64_t>(paramBytes(p_))), counters[0], counters[1], counters[2],
+                                         counters[3], counters[4], counters[5]}),
+      "pc_profile");
+
+  function(ptr_, {}, "policyc_model_descriptor", true);
+  b_.CreateRet(model);
+  function(ptr_, {}, "policyc_profile_data", true);
+  b_.CreateRet(profile);
+  function(ptr_, {}, "policyc_debug_running_kernel", true);
+  {
+    auto* k = b_.CreateAlignedLoad(i32_, running, llvm::Align(4), "kernel");
+    k->setAtomic(llvm::AtomicOrdering::Monotonic);
+    Value* none = b_.CreateICmpSLT(k, b_.getInt32(0));
+    Value* at = b_.CreateSelect(none, b_.getInt32(0), k);
+    Value* name = b_.CreateLoad(ptr_, b_.CreateInBoundsGEP(ptr_, nameArr, b_.CreateSExt(at, i64_)));
+    b_.CreateRet(b_.CreateSelect(none, cstr(""), name));
+  }
+
+  // typed wrappers (NAME.h): NAME_descriptor, NAME_run_with_workspace, NAME_run
+  function(ptr_, {}, cName + "_descriptor", true);
+  b_.CreateRet(model);
+  const size_t nIn = p_.inputs.size(), nOut = p_.outputs.size();
+  std::vector<llvm::Type*> params(nIn + nOut, ptr_);
+  params.push_back(i64_);
+  auto packArgs = [&](llvm::Function* f) {
+    auto* insArr = b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(nIn, 1)), nullptr, "ins");
+    auto* outsArr = b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(nOut, 1)), nullptr, "outs");
+    auto a = f->arg_begin();
+    for (size_t i = 0; i < nIn; ++i) b_.CreateStore(&*a++, b_.CreateConstInBoundsGEP1_64(ptr_, insArr, i));
+    for (size_t i = 0; i < nOut; ++i) b_.CreateStore(&*a++, b_.CreateConstInBoundsGEP1_64(ptr_, outsArr, i));
+    return std::pair<Value*, Value*>{insArr, outsArr};
+  };
+  {
+    std::vector<llvm::Type*> wp = params;
+    wp.push_back(ptr_);
+    llvm::Function* f = function(i32_, wp, cName + "_run_with_workspace", true);
+    auto [insArr, outsArr] = packArgs(f);
+    Value* batch = f->getArg(static_cast<unsigned>(nIn + nOut));
+    Value* ws = f->getArg(static_cast<unsigned>(nIn + nOut + 1));
+    b_.CreateRet(b_.CreateCall(run, {insArr, outsArr, batch, ws, b_.getInt32(1)}));
+  }
+  {
+    llvm::Function* f = function(i32_, params, cName + "_run", true);
+    Value* batch = f->getArg(static_cast<unsigned>(nIn + nOut));
+    auto [insArr, outsArr] = packArgs(f);
+    llvm::BasicBlock* bad = block("negative");
+    llvm::BasicBlock* ok = block("ok");
+    b_.CreateCondBr(badBatch(batch), bad, ok);
+    b_.SetInsertPoint(bad);
+    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_ARGUMENT)));
+    b_.SetInsertPoint(ok);
+    Value* need = b_.CreateCall(wsBytes, {batch});
+    Value* ws = b_.CreateCall(threadWorkspace_, {need}, "ws");
+    llvm::BasicBlock* oom = block("no_memory");
+    llvm::BasicBlock* go = block("go");
+    b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpSGT(need, c64(0)), b_.CreateIsNull(ws)), oom, go);
+    b_.SetInsertPoint(oom);
+    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_WORKSPACE)));
+    b_.SetInsertPoint(go);
+    b_.CreateRet(b_.CreateCall(run, {insArr, outsArr, batch, ws, b_.getInt32(1)}));
+  }
+}
+
+}  // namespace policyc::codegen::llvmemit
+
+namespace policyc::codegen {
+
+using llvmemit::Emitter;
+
+LlvmModule::LlvmModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LlvmModule::LlvmModule(LlvmModule&&) noexcept = default;
+LlvmModule& LlvmModule::operator=(LlvmModule&&) noexcept = default;
+LlvmModule::~LlvmModule() = default;
+const std::string& LlvmModule::name() const { return impl_->name; }
+const LlvmTarget& LlvmModule::target() const { return impl_->target; }
+const std::string& LlvmModule::unoptimizedIr() const { return impl_->unoptimized; }
+const std::string& LlvmModule::header() const { return impl_->header; }
+double LlvmModule::emitSeconds() const { return impl_->emitSeconds; }
+double LlvmModule::optimizeSeconds() const { return impl_->optimizeSeconds; }
+namespace {
+
+// The module as text; with elideWeights @pc_weights's bytes are left out.
+std::string printModule(llvm::Module& m, bool elideWeights) {
+  llvm::GlobalVariable* w = elideWeights ? m.getGlobalVariable("pc_weights", true) : nullptr;
+  llvm::Constant* bytes = w ? w->getInitializer() : nullptr;
+  if (w) w->setInitializer(llvm::Constant::getNullValue(bytes->getType()));
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  if (!w) return s;
+  w->setInitializer(bytes);
+  const size_t at = s.find("@pc_weights = ");
+  const size_t end = at == std::string::npos ? at : s.find('\n', at);
+  if (end != std::string::npos) {
+    s.insert(end, fmt::format("  ; {} bytes of weights elided from this dump (the compiled code has them)",
+                              m.getDataLayout().getTypeAllocSize(bytes->getType()).getFixedValue()));
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string LlvmModule::ir(bool elideWeights) const { return printModule(*impl_->module, elideWeights); }
+
+LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const LlvmOptions& options) {
+  auto impl = std::make_unique<LlvmModule::Impl>();
+  impl->target = resolveLlvmTarget(options.target);
+  std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
+  // What to emit (schedule.h), and the C header of every backend.
+  ScheduleOptions so = scheduleOptions(options);
+  // The generated two-panel microkernel everywhere; oneDNN for convs (through the support library).
+  so.available = [](const Kernel& k, Impl im) { return im == Impl::Gemm4x32 || (isExtern(im) && k.kind == KernelKind::Conv); };
+  const Schedule schedule = scheduleProgram(program, plan, so);
+  impl->name = schedule.cName;
+  impl->header = cHeader(program, schedule, impl->target.name);
+
+  auto start = std::chrono::steady_clock::now();
+  impl->context = std::make_unique<llvm::LLVMContext>();
+  impl->module = std::make_unique<llvm::Module>(escape::printable(program.name), *impl->context);  // printed raw in module.ll
+  llvm::Module& m = *impl->module;
+  m.setTargetTriple(impl->target.triple);
+  m.setDataLayout(machine->createDataLayout());
+  Emitter(program, plan, schedule, options, m).run(impl->name, impl->target.name);
+  impl->usesOnednn = m.getFunction(llvmbe::kOnednnConv) != nullptr;
+  std::string problems;
+  llvm::raw_string_ostream os(problems);
+  if (llvm::verifyModule(m, &os)) fail("the LLVM compiler failed: internal: the LLVM backend emitted an invalid module: {}", problems);
+  if (options.keepUnoptimizedIr) impl->unoptimized = printModule(m, true);
+  auto emitted = std::chrono::steady_clock::now();
+  impl->emitSeconds = std::chrono::duration<double>(emitted - start).count();
+  llvmbe::optimizeModule(m, *machine);
+  impl->optimizeSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - emitted).count();
+  return LlvmModule(std::move(impl));
+}
+
+LlvmModule generateLlvm(const ir::Graph& graph, const LlvmOptions& options) {
+  return inBackend(Backend::Llvm, [&] {
+    PlannedProgram planned = planGraph(graph);
+    return emitLlvm(planned.program, planned.plan, options);
+  });
+}
+
+}  // namespace policyc::codegen

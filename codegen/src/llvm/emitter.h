@@ -1,0 +1,249 @@
+// The LLVM emitter (private to codegen/src/llvm): the Emitter class, which builds a scheduled
+// kernel program as one LLVM module — one function per kernel (named after it, every value named
+// and tagged !policyc.node after the graph node it computes), the schedule's weights as one
+// aligned constant global, the same microkernel shapes as the C++ backend (4 rows x 2 panels of 16
+// columns), and the C ABI. It stands on builder.h (types, control flow, conversions, math, one
+// body instruction). Split by concern:
+//   emit_module.cpp   entry, weights, support declarations, oneDNN choices, the ABI in IR
+//   emit_kernels.cpp  kernel functions; pointwise, pooling, reduction and copy templates
+//   emit_gemm.cpp     GEMM and conv templates, packed microkernels, oneDNN convs
+//   emit_body.cpp     addresses and noalias scopes, SSA bodies, loop nests, thread split numbers
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <llvm/IR/IRBuilder.h>
+
+#include "builder.h"
+#include "llvm_internal.h"
+#include "packing.h"
+#include "schedule.h"
+#include "policyc/codegen/llvm_backend.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/text.h"
+#include "policyc/support/escape.h"
+
+namespace policyc::codegen::llvmemit {
+
+using llvmbe::isSignedInt;
+using llvmbe::nodeLabel;
+using ir::DType;
+using ir::Op;
+using llvm::Value;
+
+constexpr int64_t kWeightAlign = 64;  // the blob's alignment (schedule.cpp lays it out)
+constexpr unsigned kLanes = 16;  // the vector epilogue's width: one weight panel
+
+inline int abiDType(DType t) { return static_cast<int>(t); }  // policyc_dtype follows ir::DType's order
+inline int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
+
+class Emitter : llvmbe::Builder {
+ public:
+  Emitter(const KernelProgram& p, const MemoryPlan& plan, const Schedule& s, const LlvmOptions& o, llvm::Module& m)
+      : Builder(m), p_(p), plan_(plan), s_(s), o_(o) {}
+
+  void run(const std::string& cName, const std::string& targetName);
+
+ private:
+  // ---- weights
+
+  // The schedule's implementation of each GEMM/conv kernel: the generated two-panel microkernel
+  // (gemm4x32) or, for convs, a oneDNN primitive; one implementation for every batch size.
+  void chooseExterns();
+  bool usesExtern() const { return s_.usesExtern; }
+  // The workspace as a + b * batch (the schedule's), the extern kernels' scratch at
+  // externOffset(batch) (as the C++ backend's pc_extern_offset).
+  // batch < 0 or over the largest the workspace allows.
+  Value* badBatch(Value* batch) { return b_.CreateOr(b_.CreateICmpSLT(batch, c64(0)), b_.CreateICmpSGT(batch, c64(s_.maxBatch))); }
+  int64_t workspaceStatic() const { return s_.workspaceStatic; }
+  int64_t workspacePerBatch() const { return s_.workspacePerBatch; }
+  Value* externOffset(Value* batch);
+
+  // The schedule's weights blob as one aligned constant.
+  void layoutWeights();
+  Value* weightsAt(int64_t offset, const std::string& name);
+
+  void declareSupport();
+
+  // ---- buffers
+
+  // The pointer to a root buffer's memory, computed once per kernel function.
+  Value* rootPtr(int root);
+
+  // Element offset of buffer `id` at per-dimension indices (null: 0); a view adds its offset.
+  Value* offsetOf(int id, const std::vector<Value*>& perDim);
+  Value* elemPtr(int id, const std::vector<Value*>& perDim);
+  // Per-dimension indices of an index map over the domain variables.
+  std::vector<Value*> indices(const IndexMap& index, const std::vector<Value*>& vars);
+  Value* loadElem(int id, const std::vector<Value*>& perDim, const std::string& name);
+  void storeElem(int id, const std::vector<Value*>& perDim, Value* v);
+
+  // The C ABI's contract, as the C++ backend's PC_RESTRICT pointers say it: inputs, outputs and
+  // weights are distinct arrays, so an access through one never aliases an access through
+  // another or through the workspace (whose temporaries may share memory: they get no scope of
+  // their own). Scoped noalias metadata, one scope per such root buffer; on pointwise and copy
+  // kernels only (measured: it lets the loop vectorizer take an u8 image's cast-and-scale, 3x
+  // faster, pad 2x, gather 10x, but makes it vectorise the pools' window loops with gathers, 5x
+  // slower).
+  void restrictAccess(llvm::Instruction* access, int id);
+
+  // ---- bodies
+
+  // Whether node `n` is one POLICYC_INJECT_FAULT miscompiles in this way.
+  bool faulty(const ir::Node* n, InjectedFault::Kind kind) const;
+  Value* plusOne(Value* v, DType t) { return ir::isFloat(t) ? b_.CreateFAdd(v, fc(1, v)) : b_.CreateAdd(v, constant(1, t, v->getType())); }
+
+  // Emits `body` at the insertion point. With width > 0 every value is a vector of `width` lanes
+  // along the last domain axis (vars.back() is the first lane's index; see vectorizable()).
+  // Returns the values (prologues return one).
+  std::vector<Value*> emitBody(const std::vector<Instr>& body, const std::vector<Value*>& vars, Value* acc, unsigned width = 0);
+
+  static bool usesAxis(const IndexMap& index, size_t axis);
+  // Whether `body` can run on kLanes consecutive values of the last domain axis: f32 values
+  // only, and every load or store either ignores that axis or walks it with unit stride.
+  bool vectorizable(const Kernel& k) const;
+
+  DType accType(const Kernel& k) const;
+
+  // ---- kernels
+
+  Value* dimValue(const ir::Dim& d) { return d.isBatch() ? batch_ : c64(d.value()); }
+  // The product of `dims` except `skip`, in the run function (batch = its argument).
+  static std::function<Value*(Value*)> product(llvm::IRBuilder<>& b, const std::vector<ir::Dim>& dims, int skip, int64_t scale);
+  // A ThreadSplit's numbers in the run function (batch = its argument).
+  Value* affine(int64_t perBatch, int64_t fixed, Value* batch);
+  Value* unitsOf(const ThreadSplit& sp, Value* batch);
+  Value* costOf(const ThreadSplit& sp, Value* batch);
+  // The implementation the schedule runs kernel ki with (one for every batch size here).
+  std::optional<Impl> implOf(size_t ki) const;
+
+  // Loops over `domain` (axis `split` over [lo, hi)), calling body(vars) innermost.
+  void domainLoops(const std::vector<ir::Dim>& domain, int split, const std::function<void(const std::vector<Value*>&)>& body, const std::vector<size_t>& order = {}, std::vector<Value*> vars = {});
+
+  llvm::Function* emitKernel(const Kernel& k);
+
+  // POLICYC_INJECT_FAULT's compile and crash kinds for a kernel's nodes: the emitter fails, or the
+  // kernel function traps where the insertion point is (every kernel function, oneDNN's too).
+  void injectFaults(const Kernel& k);
+
+  llvm::Function* emitKernelFn(const Kernel& k, const std::string& name, bool externEpilogue);
+
+  // ---- oneDNN extern convs (the support library's policyc_rt_onednn_conv*)
+
+  // i32 NAME(ctx, threads): the primitive (created on the first call), run by oneDNN's own
+  // threads; with post-ops it computes the whole epilogue and stores the result.
+  void emitExternConv(const Kernel& k, const ExternConv& e);
+
+  // The epilogue over the NHWC result oneDNN left after the source copy in the scratch area:
+  // units are (image, channel) pairs, each walking the output positions.
+  void emitExternEpilogue(const Kernel& k, const ExternConv& e);
+
+  // A kernel function's entry: the run's arguments from `ctx` (a pc_run_ctx), then a branch to
+  // the body, where the insertion point is left. Root pointers go at the end of the entry block.
+  void openBody(Value* ctx);
+
+  void emitPointwise(const Kernel& k);
+
+  // ---- linear
+
+  // The general linear / gemm / matmul: one dot product per output element.
+  void emitLinear(const Kernel& k);
+
+  // The microkernel: `rows` row pointers (x_t[q] at rows[t] + q, or rows[t] + offsets[q] with an
+  // i32 offset table: conv windows read in place) times `panels` consecutive weight panels from
+  // `w` (panel p's row q at w + (p*K + q)*16), each column starting from its bias. Returns
+  // acc[t][p], one <16 x float> per row and panel; sums over q in order.
+  std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, Value* w, Value* bias, const ir::Node* node, Value* offsets = nullptr);
+
+  // One row times one panel: four accumulators over interleaved q (a chain of dependent FMAs
+  // would wait on the FMA latency), summed as (a + b) + (c + d) at the end.
+  Value* gemmRow(Value* row, int64_t K, Value* w, Value* bias, const ir::Node* node);
+
+  // The epilogue of one panel's 16 results (`acc`) of the output row given by `rowVars` (the
+  // leading domain variables), columns from `n0`: on the whole vector when the body allows it,
+  // else column by column up to N.
+  void finishPanel(const Kernel& k, const std::vector<Value*>& rowVars, Value* n0, Value* acc, int64_t N, bool vec);
+
+  // Linear with a constant weight: rows of x times weight panels, a quad of rows times a pair of
+  // panels per unit of work (pair-major, so the pair stays in cache while every row passes).
+  void emitPackedLinear(const Kernel& k);
+
+  // ---- conv
+
+  // 2-D conv with a constant weight as an implicit GEMM: the patches of four output positions are
+  // gathered (im2col, zeros for padding) into stack rows and multiplied by the weight panels.
+  void emitPackedConv(const Kernel& k);
+
+  // Any conv (groups, 1-D/3-D, non-constant weights): direct loops.
+  void emitConv(const Kernel& k);
+
+  // ---- pooling
+
+  void emitPool(const Kernel& k);
+
+  // 2-D max pooling an output row at a time (as the C++ backend): first the column-wise maximum
+  // over the window's input rows, into a row padded with -inf on both sides; then each output the
+  // maximum of its window's columns of that. The maximum is `m > v ? m : v` (no data-dependent
+  // branch) and NaNs are tracked beside it in flags (ONNX: a NaN in the window gives NaN), so
+  // both loops vectorise.
+  void emitMaxPoolRows(const Kernel& k);
+
+  // ---- reductions
+
+  // The reduced operand at `idx` (its own index): a load, or the fused prologue.
+  Value* operand(const Kernel& k, const std::vector<Value*>& idx);
+
+  void emitReduction(const Kernel& k);
+
+  // ---- irregular data movement
+
+  void emitCopy(const Kernel& k);
+
+  // ---- the C ABI (policyc_model.h)
+
+  llvm::Constant* cstr(const std::string& s) { return b_.CreateGlobalStringPtr(s, "str", 0, &m_); }
+  llvm::GlobalVariable* constGlobal(llvm::Constant* init, const std::string& name);
+  llvm::Function* function(llvm::Type* ret, std::vector<llvm::Type*> params, const std::string& name, bool exported);
+
+  void emitAbi(const std::vector<llvm::Function*>& kernels, const std::string& cName, const std::string& targetName);
+
+  const KernelProgram& p_;
+  const MemoryPlan& plan_;
+  const Schedule& s_;
+  const LlvmOptions& o_;
+
+  std::map<int, int> inputIndex_, outputIndex_;
+  llvm::MDNode* aliasDomain_ = nullptr;         // restrictAccess's scopes
+  bool restrict_ = false;                       // the kernel being emitted gets them
+  std::map<int, llvm::MDNode*> aliasScopes_;    // by root buffer (inputs, outputs, params)
+  llvm::GlobalVariable* weightsGv_ = nullptr;
+  llvm::FunctionType* kernelFnTy_ = nullptr;
+  llvm::Function* parallelFor_ = nullptr;
+  // --profile's counters (null without it)
+  struct {
+    llvm::GlobalVariable *ns = nullptr, *calls = nullptr, *trace = nullptr, *count = nullptr;
+  } profile_;
+  llvm::Function* threadWorkspace_ = nullptr;
+  llvm::StructType* ctxTy_ = nullptr;
+  Value* status_ = nullptr;                // the run's status (a kernel's)
+  llvm::FunctionType* externFnTy_ = nullptr;
+  llvm::Function* onednnConv_ = nullptr;
+  llvm::Function* onednnConvRun_ = nullptr;
+  std::map<size_t, ExternConv> externs_;       // by kernel index
+  std::map<size_t, std::string> externImpl_;
+  std::map<size_t, llvm::Function*> externFns_;
+
+  // the kernel function being emitted (fn_: Builder's)
+  Value *inputs_ = nullptr, *outputs_ = nullptr, *batch_ = nullptr, *ws_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
+  llvm::Instruction* entryEnd_ = nullptr;
+  std::map<int, Value*> roots_;
+  const ThreadSplit* split_ = nullptr;  // of the kernel being emitted (the schedule's)
+  bool faultyAnchor_ = false;
+};
+
+}  // namespace policyc::codegen::llvmemit
