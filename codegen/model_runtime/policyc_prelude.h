@@ -417,13 +417,20 @@ template <class T> PC_INLINE T inf() { return std::numeric_limits<T>::infinity()
 template <class T> PC_INLINE T nan() { return std::numeric_limits<T>::quiet_NaN(); }
 
 // NaN-propagating min and max (ONNX: max(NaN, x) = NaN).
+// The first NaN, else the larger (smaller); ties keep a. Selects, so that loops of them vectorise.
 template <class T> PC_INLINE T maxNaN(T a, T b) {
+  const T m = a < b ? b : a;
+  return a != a ? a : (b != b ? b : m);
+}
+// maxNaN for a running maximum: branches, which a scan predicts (the maximum rarely changes),
+// where selects would put the comparison on the loop's dependency chain (measured 3x slower).
+template <class T> PC_INLINE T maxNaNScan(T a, T b) {
   if (a != a || b != b) return a != a ? a : b;
   return a < b ? b : a;
 }
 template <class T> PC_INLINE T minNaN(T a, T b) {
-  if (a != a || b != b) return a != a ? a : b;
-  return b < a ? b : a;
+  const T m = b < a ? b : a;
+  return a != a ? a : (b != b ? b : m);
 }
 
 // ---- f32 exp / tanh / sigmoid from Cephes polynomials (exp within 1.5e-6 relative, tanh within

@@ -160,7 +160,7 @@ std::string Emitter::emitPool(const Kernel& k) const {
       s += fmt::format("{}if ({} < 0 || {} >= {}) continue;\n", cur, pv, pv, X.type.shape[2 + d].value());
       xIdx.push_back(pv);
     }
-    s += fmt::format("{}acc = pc::maxNaN<float>(acc, {});\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)));
+    s += fmt::format("{}acc = pc::maxNaNScan<float>(acc, {});\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)));
   } else {
     // As onnxruntime: the window is clipped to the padded input; count_include_pad divides by
     // the clipped window's size, otherwise by the in-bounds count (none gives 0).
@@ -318,7 +318,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       s += innerLoops(body);
     } else {
       s += fmt::format("{}double maxValue = -pc::inf<double>(), sum = 0;\n", indent);
-      s += innerLoops(fmt::format("maxValue = pc::maxNaN<double>(maxValue, {});", x));
+      s += innerLoops(fmt::format("maxValue = pc::maxNaNScan<double>(maxValue, {});", x));
       s += innerLoops(fmt::format("sum += std::exp(double({}) - maxValue);", x));
       std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - std::log(sum)", x)
                                              : fmt::format("std::exp(double({}) - maxValue) / sum", x);
@@ -382,7 +382,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", ind, xv[d], xv[d], X.type.shape[d].value(), xv[d]);
       ind += "  ";
     }
-    s += isMax ? fmt::format("{}acc = pc::maxNaN<double>(acc, {});\n", ind, x) : fmt::format("{}acc += {};\n", ind, x);
+    s += isMax ? fmt::format("{}acc = pc::maxNaNScan<double>(acc, {});\n", ind, x) : fmt::format("{}acc += {};\n", ind, x);
     for (size_t d = 0; d < r; ++d) {
       if (!reduced[d]) continue;
       ind.resize(ind.size() - 2);
