@@ -340,3 +340,30 @@ TEST_CASE("llvm backend: the CLI runs, checks and compiles with --backend llvm",
             .exitCode == 0);
   CHECK(fs::exists(forced / "output_code.cpp"));
 }
+
+TEST_CASE("llvm backend: a pointwise loop is vectorised only along unit-stride axes", "[llvm]") {
+  // A transpose reads x with stride 6 along y's last axis and writes y with stride 4 along the
+  // other: no loop may vectorise (it would gather or scatter). An add's innermost loop walks
+  // both operands contiguously: only that one is left to the vectorizer.
+  codegen::LlvmOptions options;
+  options.keepUnoptimizedIr = true;
+  auto transposed = ir::parseGraph(R"(graph t(%x: f32[batch,4,6]) {
+  %y = transpose(%x) {perm=[0, 2, 1]} : f32[batch,6,4]
+  return (y=%y)
+})");
+  auto scalarLoops = [](const std::string& ir) {
+    size_t n = 0;
+    for (size_t at = 0; (at = ir.find(", !llvm.loop ", at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  const std::string t = codegen::generateLlvm(*transposed, options).unoptimizedIr();
+  CHECK(scalarLoops(t) == 3);  // every loop: the batch one walks rows of 24
+  CHECK(t.find("!\"llvm.loop.vectorize.width\", i32 1") != std::string::npos);
+  auto added = ir::parseGraph(R"(graph a(%x: f32[batch,4,6]) {
+  %y = add(%x, %x) : f32[batch,4,6]
+  return (y=%y)
+})");
+  const std::string a = codegen::generateLlvm(*added, options).unoptimizedIr();
+  CHECK(scalarLoops(a) == 2);  // i0 and i1 (rows of 24 and 6); i2 is contiguous
+  CHECK(a.find("br label %i2.head, !llvm.loop") == std::string::npos);
+}

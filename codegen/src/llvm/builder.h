@@ -94,8 +94,9 @@ class Builder {
 
   llvm::BasicBlock* block(const std::string& name) { return llvm::BasicBlock::Create(ctx_, name, fn_); }
 
-  // for (i = lo; i < hi; ++i) body(i)
-  void forRange(Value* lo, Value* hi, const std::string& name, const std::function<void(Value*)>& body) {
+  // for (i = lo; i < hi; ++i) body(i); with vectorize = false the loop vectorizer leaves it
+  // alone (llvm.loop.vectorize.width 1).
+  void forRange(Value* lo, Value* hi, const std::string& name, const std::function<void(Value*)>& body, bool vectorize = true) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     llvm::BasicBlock* head = block(name + ".head");
     llvm::BasicBlock* loop = block(name + ".body");
@@ -109,7 +110,14 @@ class Builder {
     body(i);
     Value* next = b_.CreateAdd(i, c64(1), name + ".next", false, true);  // nsw only: loops may start below 0
     i->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateBr(head);
+    llvm::BranchInst* latch = b_.CreateBr(head);
+    if (!vectorize) {
+      llvm::Metadata* width[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"), llvm::ConstantAsMetadata::get(b_.getInt32(1))};
+      llvm::Metadata* self[] = {nullptr, llvm::MDNode::get(ctx_, width)};
+      llvm::MDNode* loopId = llvm::MDNode::getDistinct(ctx_, self);
+      loopId->replaceOperandWith(0, loopId);
+      latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
+    }
     b_.SetInsertPoint(exit);
   }
   void forCount(int64_t n, const std::string& name, const std::function<void(Value*)>& body) { forRange(c64(0), c64(n), name, body); }

@@ -181,6 +181,19 @@ bool Emitter::usesAxis(const IndexMap& index, size_t axis) {
   return false;
 }
 
+bool Emitter::stridedAlong(const Kernel& k, size_t axis) const {
+  for (const Instr& in : k.body) {
+    if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
+    const Buffer& b = p_.buffer(in.buffer);
+    int64_t stride = 0;
+    for (size_t d = 0; d < in.index.size(); ++d) {
+      if (in.index[d].axis == static_cast<int>(axis)) stride += in.index[d].scale * b.strides[d];
+    }
+    if (stride != 0 && stride != 1) return true;
+  }
+  return false;
+}
+
 bool Emitter::vectorizable(const Kernel& k) const {
   const size_t last = k.domain.size() - 1;
   for (const Instr& in : k.body) {
@@ -264,10 +277,13 @@ void Emitter::domainLoops(const std::vector<ir::Dim>& domain, int split, const s
     size_t d = axes[li];
     Value* lo = static_cast<int>(d) == split ? lo_ : c64(0);
     Value* hi = static_cast<int>(d) == split ? hi_ : dimValue(domain[d]);
-    forRange(lo, hi, "i" + std::to_string(d), [&](Value* i) {
-      vars[d] = i;
-      level(li + 1);
-    });
+    forRange(
+        lo, hi, "i" + std::to_string(d),
+        [&](Value* i) {
+          vars[d] = i;
+          level(li + 1);
+        },
+        d >= scalarAxes_.size() || !scalarAxes_[d]);
   };
   level(0);
 }

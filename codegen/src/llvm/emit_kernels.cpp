@@ -99,7 +99,12 @@ llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, 
 void Emitter::emitPointwise(const Kernel& k) {
   const int axis = split_->axis;
   restrict_ = true;
+  // Only loops along which every access is unit stride (or invariant) are vectorised: after the
+  // innermost loop is unrolled the vectorizer would otherwise take an outer, strided one.
+  scalarAxes_.assign(k.domain.size(), false);
+  for (size_t d = 0; d < k.domain.size(); ++d) scalarAxes_[d] = stridedAlong(k, d);
   domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
+  scalarAxes_.clear();
   restrict_ = false;
 }
 
