@@ -243,11 +243,15 @@ std::string Emitter::emitEpilogueLambda(const Kernel& k, DType accType) const {
   return s;
 }
 
-std::string Emitter::openTemplate(const Kernel& k, DType accType, const std::vector<std::string>& vars, std::string& indent) const {
+std::string Emitter::openTemplate(const Kernel& k, DType accType, const std::vector<std::string>& vars, std::string& indent,
+                                  size_t loops) const {
   std::string s = emitEpilogueLambda(k, accType);
   s += anchorComment(k);
   indent = "  ";
-  return s + openLoops(k.domain, vars, indent, split_->axis);
+  for (size_t d = 0; d < std::min(loops, k.domain.size()); ++d) {
+    s += loopHeader(vars[d], dimStr(k.domain[d]), static_cast<int>(d) == split_->axis, indent);
+  }
+  return s;
 }
 
 std::string Emitter::callEpilogue(const std::vector<std::string>& vars, const std::string& acc) const {

@@ -408,8 +408,18 @@ std::string Emitter::emitCopy(const Kernel& k) const {
   std::vector<std::string> vars = axisVars("i", k.domain.size());
   DType t = accType(k);
   std::string indent;
-  std::string s = openTemplate(k, t, vars, indent);
   size_t r = X.type.rank();
+  // A gather reads its index once per index element, in the loop of the index's last axis,
+  // not once per copied value (the loops inside stay a plain, vectorisable copy). Not over an
+  // empty inner extent: the index would be checked for a copy that never happens.
+  size_t indexLoops = k.domain.size();
+  if (n.isOp(Op::Gather)) {
+    indexLoops = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r)) + p_.buffer(k.anchorInputs[1]).type.rank();
+    for (size_t d = indexLoops; d < k.domain.size(); ++d) {
+      if (!k.domain[d].isBatch() && k.domain[d].value() == 0) indexLoops = k.domain.size();
+    }
+  }
+  std::string s = openTemplate(k, t, vars, indent, indexLoops);
   if (n.isOp(Op::Pad)) {
     const std::vector<int64_t>& pads = n.attrInts("pads");
     const std::string& mode = n.attrString("mode");
@@ -456,6 +466,7 @@ std::string Emitter::emitCopy(const Kernel& k) const {
     // An index outside the axis is an error of the run (as in the interpreter); nothing outside
     // the table is read (an empty table is never read).
     s += fmt::format("{}if (at < 0 || at >= {}) {{ pc::report(status, pc::kIndexError); at = 0; }}\n", indent, size);
+    for (size_t d = indexLoops; d < k.domain.size(); ++d) s += loopHeader(vars[d], dimStr(k.domain[d]), static_cast<int>(d) == split_->axis, indent);
     std::vector<std::string> idx;
     for (size_t d = 0; d < axis; ++d) idx.push_back(vars[d]);
     idx.push_back("at");

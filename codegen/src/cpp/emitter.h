@@ -147,8 +147,9 @@ class Emitter {
   std::string emitEpilogueLambda(const Kernel& k, DType accType) const;
 
   // The start of a template over its domain: the epilogue lambda, the anchor's comment and the
-  // domain's loops (the schedule's split loop over [lo, hi)); `indent` ends inside them.
-  std::string openTemplate(const Kernel& k, DType accType, const std::vector<std::string>& vars, std::string& indent) const;
+  // domain's first `loops` loops (the schedule's split loop over [lo, hi)); `indent` ends inside.
+  std::string openTemplate(const Kernel& k, DType accType, const std::vector<std::string>& vars, std::string& indent,
+                           size_t loops = SIZE_MAX) const;
 
   std::string callEpilogue(const std::vector<std::string>& vars, const std::string& acc) const;
 
