@@ -109,7 +109,7 @@ TEST_CASE("math: both backends' f32 polynomials agree with libm, specials exactl
   }
 }
 
-TEST_CASE("cpp backend: a pointwise instruction runs in the outermost loop its operands allow", "[codegen][cpp]") {
+TEST_CASE("cpp backend: an instruction runs in the outermost loop its operands allow (pointwise, gather)", "[codegen][cpp]") {
   SECTION("a batch norm's per-channel parameters are read outside the loops over pixels") {
     auto graph = ir::parseGraph(R"(graph bn(%x: f32[batch,3,5,7]) {
   %s = param f32[3] [1, 2, 3]
@@ -131,6 +131,19 @@ TEST_CASE("cpp backend: a pointwise instruction runs in the outermost loop its o
     CHECK(channelLoop < scaleLoad);
     CHECK(scaleLoad < rowLoop);
     CHECK(rowLoop < pixelLoad);
+  }
+  SECTION("a gather reads each index once, outside the loop that copies its row") {
+    auto graph = ir::parseGraph(R"(graph g(%i: i64[batch,2]) {
+  %t = param f32[3,4] [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+  %y = gather(%t, %i) {axis=0} : f32[batch,2,4]
+  return (y=%y)
+})");
+    const std::string src = codegen::generateCpp(*graph).source;
+    const size_t indexRead = src.find("int64_t at = static_cast<int64_t>(");
+    const size_t rowLoop = src.find("for (int64_t i2 = 0; i2 < 4; ++i2) {");
+    REQUIRE(indexRead != std::string::npos);
+    REQUIRE(rowLoop != std::string::npos);
+    CHECK(indexRead < rowLoop);
   }
   SECTION("not in a kernel that can fail: an integer division stays in the innermost loop") {
     auto graph = ir::parseGraph(R"(graph q(%x: i32[batch,3,4]) {
