@@ -56,8 +56,6 @@ struct ImplFlags {
                     "run every GEMM/conv kernel with this implementation where it has it: gemm4x32, gemm4x16, onednn, "
                     "onednn_postops (debugging)");
   }
-  // Whether an option only backend cpp has is given.
-  bool needsCpp() const { return mode != "default" || !tuneBatch.empty() || !forceImpl.empty(); }
   void applyTo(driver::CompileRequest& r) const {
     r.mode = mode;
     if (!tuneBatch.empty()) r.cpp.tuneBatches = tuneBatch;
@@ -68,15 +66,14 @@ struct ImplFlags {
 
 // --backend and --no-fuse. The default of every command is llvm (codegen::kDefaultBackend):
 // measured as fast as cpp on the reference policies (docs/performance.md) and compiled in-process
-// in about half a second instead of a C++ build; cpp when an option only it has is given (--mode
-// max-autotune, --tune-batch, --force-impl). Names are checked by codegen::parseBackend, so the
-// old `--backend nofuse` says what replaced it.
+// in about half a second instead of a C++ build. Names are checked by codegen::parseBackend, so
+// the old `--backend nofuse` says what replaced it.
 struct BackendFlags {
   std::string backend;  // empty: the default
   bool noFuse = false;
 
   void addTo(CLI::App* cmd, bool interp, const std::string& help) {
-    cmd->add_option("--backend", backend, help + "; default llvm, or cpp with --mode max-autotune, --tune-batch or --force-impl")
+    cmd->add_option("--backend", backend, help + "; default llvm")
         ->check(CLI::Validator(
             [interp](std::string& name) -> std::string {
               try {
@@ -90,12 +87,9 @@ struct BackendFlags {
     cmd->add_flag("--no-fuse", noFuse,
                   "no fusion: the fusion passes and kernel fusion off, one kernel per graph node (narrows a bug down to fusion)");
   }
-  codegen::Backend resolve(const ImplFlags& impl) const {
-    if (!backend.empty()) return codegen::parseBackend(backend);
-    return impl.needsCpp() ? codegen::Backend::Cpp : codegen::kDefaultBackend;
-  }
-  void applyTo(driver::CompileRequest& request, const ImplFlags& impl) const {
-    request.backend = resolve(impl);
+  codegen::Backend resolve() const { return backend.empty() ? codegen::kDefaultBackend : codegen::parseBackend(backend); }
+  void applyTo(driver::CompileRequest& request) const {
+    request.backend = resolve();
     request.fuse = !noFuse;
   }
 };
@@ -205,7 +199,7 @@ struct RunOptions {
   int threads = 1;  // compiled models only: the interpreter runs on one thread
   TargetFlags target;              // compiling backends
   std::string debugDir;            // compiling backends
-  ImplFlags impl;                  // --backend cpp
+  ImplFlags impl;
 };
 
 // NAME=FILE.npy options read into tensors by name.
@@ -281,7 +275,7 @@ int runJit(const RunOptions& o);
 int runRun(const RunOptions& given) {
   if (std::filesystem::path(given.model).extension() == ".so") return runCompiled(given);
   RunOptions o = given;
-  const codegen::Backend backend = o.backend.resolve(o.impl);
+  const codegen::Backend backend = o.backend.resolve();
   if (backend == codegen::Backend::Llvm) return runJit(o);
   if (backend == codegen::Backend::Cpp) return runThroughCache(o);
   if (o.backend.noFuse) fail("--no-fuse applies to the compiling backends (cpp, llvm), not to interp");
@@ -316,7 +310,7 @@ struct CompileOptions {
 // (+ OUT.h), through the shared compile driver (debug/compile.h), which fills the debug directory.
 void compileModel(const CompileOptions& o) {
   driver::CompileRequest request;
-  o.backend.applyTo(request, o.impl);
+  o.backend.applyTo(request);
   request.emit = o.emit;
   o.target.applyTo(request);
   driver::validateTarget(request);  // an unknown target fails before any work
@@ -347,7 +341,7 @@ std::string compileCached(const std::string& model, const PipelineFlags& pipelin
   driver::CompileRequest request;
   impl.applyTo(request);
   request.modelPath = model;
-  backend.applyTo(request, impl);
+  backend.applyTo(request);
   request.pipeline = pipeline.options();
   request.cpp.name = "model";
   target.applyTo(request);
@@ -373,7 +367,7 @@ int runJit(const RunOptions& o) {
   driver::CompileRequest request;
   o.impl.applyTo(request);
   request.modelPath = o.model;
-  o.backend.applyTo(request, o.impl);
+  o.backend.applyTo(request);
   request.jit = true;
   request.pipeline = o.pipeline.options();
   request.cpp.name = "model";
@@ -420,7 +414,7 @@ int runCheck(const CheckCliOptions& o) {
   c.threads = o.threads;
   c.perNode = o.perNode;
   c.compile.modelPath = o.model;
-  o.backend.applyTo(c.compile, o.impl);
+  o.backend.applyTo(c.compile);
   c.compile.pipeline = o.pipeline.options();
   c.compile.cpp.name = "model";
   o.target.applyTo(c.compile);
@@ -454,7 +448,7 @@ struct MinifyCliOptions {
 int runMinify(const MinifyCliOptions& o) {
   debug::MinifyOptions m;
   m.failure = debug::parseFailureKind(o.failure);
-  m.backend = o.backend.resolve(ImplFlags{});
+  m.backend = o.backend.resolve();
   m.fuse = !o.backend.noFuse;
   m.match = o.match;
   m.outDir = o.outDir;
@@ -660,7 +654,7 @@ int main(int argc, char** argv) {
           (!benchPipeline.passes.empty() || !benchPipeline.disabled.empty() || !benchPipeline.printAfter.empty())) {
         fail("'{}' is already compiled: the pass options apply to .onnx and .pir models", bench.model);
       }
-      bench.backend = benchBackend.resolve(benchImpl);
+      bench.backend = benchBackend.resolve();
       bench.fuse = !benchBackend.noFuse;
       return tools::runBench(bench, [&](const std::string& model, bool fuse, bool profile) {
         BackendFlags backend = benchBackend;

@@ -251,23 +251,32 @@ std::vector<std::string> implCandidates(const KernelProgram& program, const Kern
   return names;
 }
 
-std::optional<ExternConv> externConv(const KernelProgram& program, const Kernel& k, const std::string& impl) {
+std::optional<ExternKernel> externKernel(const KernelProgram& program, const Kernel& k, const std::string& impl) {
   std::optional<Impl> im = implByName(impl);
-  if (k.kind != KernelKind::Conv || !im || !isExtern(*im)) return std::nullopt;
+  if (!im || !isExtern(*im)) return std::nullopt;
   std::vector<Impl> c = candidatesOf(program, k, true);
   if (std::find(c.begin(), c.end(), *im) == c.end()) return std::nullopt;
-  const ir::Node& n = *k.anchor;
   const Buffer& X = program.buffer(k.anchorInputs[0]);
-  const Buffer& W = program.buffer(k.anchorInputs[1]);
-  std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
-  ExternConv e;
-  e.shape = {X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(), k.domain[1].value(),
-             W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(), k.domain[3].value(),
-             st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0]};
-  e.anyLayout = *im == Impl::OnednnPostOps;
-  auto channels = [&](int64_t ch) { return e.anyLayout ? (ch + 15) / 16 * 16 : ch; };
-  const int64_t floats = channels(e.shape[0]) * e.shape[1] * e.shape[2] + channels(e.shape[3]) * e.shape[6] * e.shape[7];
-  e.scratchBytesPerRow = (floats * 4 + 63) / 64 * 64;  // as planImpls
+  ExternKernel e;
+  int64_t floats = 0;
+  if (k.kind == KernelKind::Linear) {
+    e.linear = true;
+    e.shape = {packedK(program, k), packedN(program, k), X.strides[0]};
+    if (*im == Impl::Onednn) floats = e.shape[1];  // the result rows the epilogue reads
+  } else {
+    const ir::Node& n = *k.anchor;
+    const Buffer& W = program.buffer(k.anchorInputs[1]);
+    std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+    e.shape = {X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(), k.domain[1].value(),
+               W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(), k.domain[3].value(),
+               st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0]};
+    e.anyLayout = *im == Impl::OnednnPostOps;
+    // As pc::dnnl_ext::Conv::srcPerRow + dstPerRow: with oneDNN's own layouts, channels rounded
+    // up to 16 (nChw16c).
+    auto channels = [&](int64_t ch) { return e.anyLayout ? (ch + 15) / 16 * 16 : ch; };
+    floats = channels(e.shape[0]) * e.shape[1] * e.shape[2] + channels(e.shape[3]) * e.shape[6] * e.shape[7];
+  }
+  e.scratchBytesPerRow = (floats * 4 + 63) / 64 * 64;
   if (*im == Impl::OnednnPostOps) {
     const PostOpPlan plan = *postOpPlan(program, k);
     for (const PostOp& op : plan.ops) {
@@ -349,6 +358,7 @@ ScheduleOptions scheduleOptions(const CodegenOptions& o) {
   s.choice = o.choice;
   s.tuneBatches = o.tuneBatches;
   s.forceImpl = o.forceImpl;
+  s.tuning = o.tuning;
   return s;
 }
 
@@ -573,7 +583,6 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.form = formOf(p, k);
     ks.split = threadSplit(p, k, std::nullopt);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
-    if (o.available) std::erase_if(c, [&](Impl im) { return !o.available(k, im); });
     if (c.empty()) continue;
     if (o.tuning) {
       ks.impls = c;
@@ -597,19 +606,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), isExtern);
     s.usesExtern = s.usesExtern || ks.rawWeight;
     for (Impl im : ks.impls) {
-      if (!isExtern(im)) continue;
-      int64_t floats = 0;
-      if (k.kind == KernelKind::Conv) {
-        // As pc::dnnl_ext::Conv::srcPerRow + dstPerRow: with oneDNN's own layouts, channels
-        // rounded up to 16 (nChw16c).
-        const ir::Shape& x = p.buffer(k.anchorInputs[0]).type.shape;
-        auto channels = [&](int64_t ch) { return im == Impl::OnednnPostOps ? (ch + 15) / 16 * 16 : ch; };
-        floats = channels(x[1].value()) * x[2].value() * x[3].value() +
-                 channels(k.domain[1].value()) * k.domain[2].value() * k.domain[3].value();
-      } else if (im == Impl::Onednn) {
-        floats = k.domain[1].value();
-      }
-      s.externPerBatch = std::max(s.externPerBatch, (floats * 4 + 63) / 64 * 64);
+      if (isExtern(im)) s.externPerBatch = std::max(s.externPerBatch, externKernel(p, k, implName(im))->scratchBytesPerRow);
     }
   }
 

@@ -119,9 +119,6 @@ struct ScheduleOptions {
   std::vector<int64_t> tuneBatches = {1, 16, 64};
   std::string forceImpl;             // empty: off
   bool tuning = false;               // every candidate of every tunable kernel, chosen at run time
-  // The implementations the backend has, per kernel (null: all); a forced implementation applies
-  // where the backend has it, a chosen one it lacks is an error.
-  std::function<bool(const Kernel&, Impl)> available;
 };
 
 struct KernelSchedule {

@@ -1,6 +1,7 @@
 // The autotuner of --mode max-autotune: one tuning build holding every implementation of every
-// GEMM/conv kernel, timed per kernel through the profiling timers, checked against the
-// generated microkernel, cached per kernel signature and CPU.
+// GEMM/conv kernel (a C++ .so or an LLVM module in the JIT: the backend's own code), timed per
+// kernel through the profiling timers, checked against the generated microkernel, cached per
+// kernel signature, backend and CPU.
 #include "policyc/driver/autotune.h"
 
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -18,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "policyc/codegen/llvm_backend.h"
 #include "policyc/driver/model_io.h"
 #include "policyc/driver/debug_dir.h"
 #include "policyc/driver/compile.h"
@@ -136,8 +139,9 @@ std::string mismatch(const std::vector<ir::Tensor>& got, const std::vector<ir::T
   return "";
 }
 
-// Times and checks every candidate that the cache lacks, in one tuning build.
-void measure(const codegen::GeneratedCpp& generated, const AutotuneOptions& options, std::vector<TunedKernel>& kernels,
+// Times and checks every candidate that the cache lacks, in one tuning build (made by `build`
+// only when something is to be timed).
+void measure(const std::function<runtime::Model()>& build, const AutotuneOptions& options, std::vector<TunedKernel>& kernels,
              const std::vector<int64_t>& batches, int& timed) {
   std::map<int64_t, std::vector<size_t>> todo;  // batch -> kernels (indices into `kernels`) to time
   size_t maxCandidates = 0;
@@ -150,13 +154,11 @@ void measure(const codegen::GeneratedCpp& generated, const AutotuneOptions& opti
     }
   }
   if (todo.empty()) return;
-  files::TempDir tmp("policyc-tune");
-  const fs::path dir = tmp.path();
-  if (options.progress) fmt::print(stderr, "autotune: building every implementation of {} kernels\n", kernels.size());
-  codegen::BuildOptions build;
-  build.workDir = (dir / "build").string();
-  codegen::buildSharedObject(generated, (dir / "tune.so").string(), build);
-  runtime::Model model = runtime::Model::load((dir / "tune.so").string());
+  if (options.progress) {
+    fmt::print(stderr, "autotune: building every implementation of {} kernels (backend {})\n", kernels.size(),
+               codegen::backendName(options.backend));
+  }
+  runtime::Model model = build();
   auto select = reinterpret_cast<int (*)(int, int)>(model.symbol("policyc_tune_select"));
   auto listed = reinterpret_cast<const char* (*)(int)>(model.symbol("policyc_tune_candidates"));
   const policyc_profile* prof = model.profile();
@@ -321,54 +323,69 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
   const std::string cpu = cpuModel();
   // The tunable kernels as the emitter sees them.
   std::vector<TunedKernel> kernels;
-  codegen::GeneratedCpp generated;
+  // The tuning build: every candidate, selectable at run time, timed by the profiling timers.
+  codegen::CppOptions cpp = options.cpp;
+  cpp.tuning = true;
+  cpp.profile = true;
+  cpp.choice.reset();
+  cpp.forceImpl.clear();
+  const bool llvm = options.backend == codegen::Backend::Llvm;
+  const std::string target = llvm ? fmt::format("{} cpu '{}' features '{}'", cpp.target, options.cpu, options.features) : cpp.target;
+  const codegen::PlannedProgram planned = codegen::planGraph(graph, options.fuse);
+  const KernelProgram& program = planned.program;
   {
-    // The tuning build: every candidate, selectable at run time, timed by the profiling timers.
-    codegen::CppOptions cpp = options.cpp;
-    cpp.tuning = true;
-    cpp.profile = true;
-    cpp.choice.reset();
-    cpp.forceImpl.clear();
-    const codegen::PlannedProgram planned = codegen::planGraph(graph, options.fuse);
-    const KernelProgram& program = planned.program;
-    {
-      const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels, cpp.fault);
-      for (size_t i = 0; i < program.kernels.size(); ++i) {
-        const Kernel& k = program.kernels[i];
-        std::vector<std::string> c = codegen::implCandidates(program, k, cpp.externKernels, cpp.fault);
-        if (c.empty()) continue;
-        TunedKernel t;
-        t.index = i;
-        t.name = k.name;
-        t.kind = fmt::format("{} {}", codegen::kernelKindName(k.kind), ir::shapeStr(k.domain));
-        t.candidates = c;
-        for (int64_t b : batches) {
-          for (const codegen::ImplRange& r : heuristic.at(k.name)) {
-            if (r.maxBatch < 0 || b <= r.maxBatch) {
-              t.heuristic[b] = r.impl;
-              break;
-            }
+    const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels, cpp.fault);
+    for (size_t i = 0; i < program.kernels.size(); ++i) {
+      const Kernel& k = program.kernels[i];
+      std::vector<std::string> c = codegen::implCandidates(program, k, cpp.externKernels, cpp.fault);
+      if (c.empty()) continue;
+      TunedKernel t;
+      t.index = i;
+      t.name = k.name;
+      t.kind = fmt::format("{} {}", codegen::kernelKindName(k.kind), ir::shapeStr(k.domain));
+      t.candidates = c;
+      for (int64_t b : batches) {
+        for (const codegen::ImplRange& r : heuristic.at(k.name)) {
+          if (r.maxBatch < 0 || b <= r.maxBatch) {
+            t.heuristic[b] = r.impl;
+            break;
           }
         }
-        t.signature = fmt::format("{} | cpu {} | target {} | threads 1 | candidates {} v{}", kernelSignature(program, k), cpu,
-                                  cpp.target, fmt::join(c, ","), kImplementationsVersion);
-        t.cacheFile = cacheDir() / "autotune" / fmt::format("{:016x}.txt", textHash(t.signature));
-        kernels.push_back(std::move(t));
       }
+      t.signature = fmt::format("{} | backend {} | cpu {} | target {} | threads 1 | candidates {} v{}", kernelSignature(program, k),
+                                codegen::backendName(options.backend), cpu, target, fmt::join(c, ","), kImplementationsVersion);
+      t.cacheFile = cacheDir() / "autotune" / fmt::format("{:016x}.txt", textHash(t.signature));
+      kernels.push_back(std::move(t));
     }
-    generated = codegen::emitCpp(program, planned.plan, cpp);
   }
+  std::optional<files::TempDir> tmp;
+  auto build = [&]() -> runtime::Model {
+    if (llvm) {
+      codegen::LlvmOptions o;
+      static_cast<codegen::CodegenOptions&>(o) = cpp;
+      o.target = {cpp.target, options.cpu, options.features};
+      CompileResult compiled;
+      compiled.jit = codegen::jitCompile(codegen::emitLlvm(program, planned.plan, o));
+      return loadCompiled(compiled);
+    }
+    tmp.emplace("policyc-tune");
+    codegen::BuildOptions b;
+    b.workDir = (tmp->path() / "build").string();
+    const fs::path so = tmp->path() / "tune.so";
+    codegen::buildSharedObject(codegen::emitCpp(program, planned.plan, cpp), so.string(), b);
+    return runtime::Model::load(so.string());
+  };
   for (TunedKernel& k : kernels) readCache(k);
   AutotuneResult result;
   result.kernels = static_cast<int>(kernels.size());
-  measure(generated, options, kernels, batches, result.timed);
+  measure(build, options, kernels, batches, result.timed);
   for (const TunedKernel& k : kernels) writeCache(k);
 
   // The winners, and the report.
   const std::vector<int64_t> bounds = codegen::batchRangeBounds(batches);
   std::string& r = result.report;
-  r += fmt::format("# policyc autotune: {} tunable kernels, batch sizes {}, 1 thread, CPU {}, target {}\n", kernels.size(),
-                   fmt::join(batches, ","), cpu, options.cpp.target);
+  r += fmt::format("# policyc autotune: {} tunable kernels, backend {}, batch sizes {}, 1 thread, CPU {}, target {}\n", kernels.size(),
+                   codegen::backendName(options.backend), fmt::join(batches, ","), cpu, target);
   r += "# per kernel and batch size: the median time per call (us) of every implementation; * marks the winner\n"
        "# (--mode default's choice unless another is more than 5% faster);\n"
        "# (cached) means the times come from an earlier tuning of the same kernel on this CPU\n";

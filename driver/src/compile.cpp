@@ -111,6 +111,7 @@ Emitted emitLlvm(const codegen::KernelProgram& program, const codegen::MemoryPla
   }
   Emitted e;
   e.header = module->header();
+  e.dispatch = module->dispatch();
   if (request.jit) {
     e.buildStage = "llvm jit";
     e.build = [module](CompileResult& out) { out.jit = codegen::jitCompile(std::move(*module)); };
@@ -135,7 +136,6 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   validateTarget(request);  // an unknown target fails before any work
   if (!isCompileMode(request.mode)) fail("unknown mode '{}' (valid: default, max-autotune)", request.mode);
   const bool llvm = request.backend == codegen::Backend::Llvm;
-  if (llvm && request.mode != "default") fail("--mode {} applies to backend cpp (backend llvm has one implementation per kernel)", request.mode);
   auto start = std::chrono::steady_clock::now();
   const bool nofuse = !request.fuse;
   codegen::CppOptions cpp = request.cpp;
@@ -170,7 +170,10 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   CompileResult out;
   if (request.mode == "max-autotune") {
     AutotuneOptions tune;
+    tune.backend = request.backend;
     tune.cpp = cpp;
+    tune.cpu = request.cpu;
+    tune.features = request.features;
     tune.fuse = !nofuse;
     tune.progress = request.progress;
     AutotuneResult tuned;

@@ -239,8 +239,7 @@ class Policy {
   std::vector<py::dtype> inDTypes_, outDTypes_;
 };
 
-// backend None: llvm (codegen::kDefaultBackend), or cpp when an option only it has is given
-// (mode 'max-autotune', tune_batch), as the command line does.
+// backend None: llvm (codegen::kDefaultBackend), as on the command line.
 std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::optional<std::string>& backend, bool fuse,
                                       const std::string& mode, const std::string& target, int threads,
                                       const std::optional<std::string>& debugDir, bool externKernels,
@@ -254,8 +253,6 @@ std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::option
     } catch (const Error& e) {
       throw py::value_error(escape::message(e.what()));
     }
-  } else {
-    request.backend = mode != "default" || !tuneBatch.empty() ? codegen::Backend::Cpp : codegen::kDefaultBackend;
   }
   request.fuse = fuse;
   request.mode = mode;
@@ -306,8 +303,8 @@ PYBIND11_MODULE(_policyc, m) {
   m.def("compile", &compilePolicy, py::arg("path"), py::arg("backend") = py::none(), py::arg("fuse") = true, py::arg("mode") = "default",
         py::arg("target") = "native", py::arg("threads") = 1, py::arg("debug_dir") = py::none(),
         py::arg("extern_kernels") = true, py::arg("tune_batch") = std::vector<int64_t>{},
-        "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it; backend 'llvm' (default) or 'cpp' "
-        "(the default when mode or tune_batch is given); fuse=False: one kernel per graph node; mode 'max-autotune' "
+        "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it; backend 'llvm' (default) or 'cpp'; "
+        "fuse=False: one kernel per graph node; mode 'max-autotune' "
         "times every GEMM/conv implementation at tune_batch (default 1,16,64); extern_kernels=False keeps oneDNN out");
   m.def(
       "load", [](const std::string& so, int threads) { return std::make_unique<Policy>(runtime::Model::load(so), threads); },

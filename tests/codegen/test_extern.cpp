@@ -260,7 +260,11 @@ TEST_CASE("extern: max-autotune times every candidate, writes autotune.txt, and 
   setenv("POLICYC_CACHE_DIR", cache.c_str(), 1);
   auto g = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   passes::runPipeline(*g);
+  // Each backend tunes its own code (a C++ .so, or an LLVM module in the JIT).
+  const codegen::Backend backend = GENERATE(codegen::Backend::Llvm, codegen::Backend::Cpp);
+  INFO("backend " << codegen::backendName(backend));
   driver::AutotuneOptions o;
+  o.backend = backend;
   o.cpp.tuneBatches = {1, 4};
   o.secondsPerCandidate = 0.02;
   o.progress = false;
@@ -280,6 +284,7 @@ TEST_CASE("extern: max-autotune times every candidate, writes autotune.txt, and 
   CHECK(batchLines == 12);
   CHECK(winners == 12);
   CHECK(first.report.find("onednn_postops ") != std::string::npos);
+  CHECK(first.report.find(fmt::format("backend {}", codegen::backendName(backend))) != std::string::npos);
   CHECK(first.choice.size() == 6);
   // The second tuning of the same kernels is all cache: nothing built, nothing timed.
   driver::AutotuneResult second = driver::autotune(*g, o);

@@ -62,13 +62,12 @@ std::string capture(const std::string& cmd) {
 
 namespace {
 
-void checkParity(const std::string& name, bool externKernels = true, std::vector<int64_t> batches = {1, 3, 64},
-                 const std::string& forceImpl = "") {
+// bitwise: 1 and 2 threads compute the same bits (not so where oneDNN's inner product runs: it
+// splits its reduction by the thread count).
+void checkParity(const std::string& name, codegen::LlvmOptions options = {}, std::vector<int64_t> batches = {1, 3, 64},
+                 bool bitwise = true) {
   auto graph = optimized(name);
-  codegen::LlvmOptions options;
   options.minChunkCost = 0;  // split every kernel as far as it goes: 2 threads exercise every split
-  options.externKernels = externKernels;
-  options.forceImpl = forceImpl;
   runtime::Model model = jitModel(*graph, options);
   for (int64_t batch : batches) {
     std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 7);
@@ -82,7 +81,11 @@ void checkParity(const std::string& name, bool externKernels = true, std::vector
       INFO(c.note);
       CHECK(c.pass);
       REQUIRE(two[o].nbytes() == one[o].nbytes());
-      CHECK(std::memcmp(two[o].bytes(), one[o].bytes(), one[o].nbytes()) == 0);
+      if (bitwise) {
+        CHECK(std::memcmp(two[o].bytes(), one[o].bytes(), one[o].nbytes()) == 0);
+      } else {
+        CHECK(driver::compareTensors("", two[o], want[o], 1e-4, 1e-4).pass);
+      }
     }
   }
 }
@@ -104,31 +107,83 @@ POLICYC_LLVM_PARITY("uint8_convbn")
 // Without oneDNN every conv is the generated implicit GEMM: windows inside the input read in
 // place through the offset table, windows over the padding gathered.
 TEST_CASE("llvm backend: the CNNs without oneDNN (--no-extern) match the interpreter", "[llvm]") {
-  checkParity("atari_cnn", false, {1, 5});
-  checkParity("impala_cnn", false, {1, 2});
-  checkParity("uint8_convbn", false, {1, 3});
+  codegen::LlvmOptions noExtern;
+  noExtern.externKernels = false;
+  checkParity("atari_cnn", noExtern, {1, 5});
+  checkParity("impala_cnn", noExtern, {1, 2});
+  checkParity("uint8_convbn", noExtern, {1, 3});
 }
 
-// The implementations come from the schedule both backends read: the ones this backend has run
-// when forced, the others are one clear error, and both backends write the same C header.
-TEST_CASE("llvm backend: forced implementations it has match the interpreter, others are refused by name", "[llvm]") {
-  checkParity("atari_cnn", true, {1, 3}, "onednn_postops");
-  checkParity("atari_cnn", true, {1, 3}, "gemm4x32");
+// The implementations come from the schedule both backends read: every one runs when forced, a
+// choice may change the implementation between batch ranges (the run function dispatches on the
+// batch size), and a choice a kernel cannot take is one clear error.
+TEST_CASE("llvm backend: every implementation, forced or chosen per batch range, matches the interpreter", "[llvm]") {
+  for (const std::string impl : {"gemm4x32", "gemm4x16", "onednn", "onednn_postops"}) {
+    INFO(impl);
+    codegen::LlvmOptions forced;
+    forced.forceImpl = impl;
+    checkParity("atari_cnn", forced, {1, 3}, impl.rfind("gemm", 0) == 0);
+  }
+  codegen::LlvmOptions narrow;
+  narrow.forceImpl = "gemm4x16";
+  checkParity("ppo_mlp", narrow, {1, 6});
+  // A dispatch that walks through each kernel's candidates from one batch range to the next.
   auto graph = optimized("atari_cnn");
-  codegen::LlvmOptions options;
-  options.forceImpl = "gemm4x16";
-  // A forced implementation applies where the backend has it: none has gemm4x16 here.
-  REQUIRE(codegen::generateLlvm(*graph, options).header().size() > 0);
+  const codegen::PlannedProgram planned = codegen::planGraph(*graph);
+  codegen::ImplChoice byBatch;
+  for (const codegen::Kernel& k : planned.program.kernels) {
+    std::vector<std::string> c = codegen::implCandidates(planned.program, k, true);
+    if (c.empty()) continue;
+    byBatch[k.name] = {{1, c[0]}, {4, c[1 % c.size()]}, {16, c[2 % c.size()]}, {-1, c[3 % c.size()]}};
+  }
+  REQUIRE(byBatch.size() == 6);
+  codegen::LlvmOptions chosen;
+  chosen.choice = byBatch;
+  codegen::LlvmModule module = codegen::generateLlvm(*graph, chosen);
+  CHECK(module.dispatch() == byBatch);
+  const std::string ir = module.ir(true);
+  CHECK(ir.find("fused_conv_bias_relu_0.onednn_postops") != std::string::npos);  // one function per implementation
+  CHECK(ir.find("fused_conv_bias_relu_0.gemm4x16") != std::string::npos);
+  checkParity("atari_cnn", chosen, {1, 3, 4, 5, 17}, false);
   codegen::ImplChoice missing;
   missing["fused_linear_bias_relu_3"] = {{-1, "onednn"}};
-  options.forceImpl = "";
-  options.choice = missing;
-  CHECK_THROWS_WITH(codegen::generateLlvm(*graph, options),
-                    Catch::Contains("kernel 'fused_linear_bias_relu_3' has no implementation 'onednn' (candidates: gemm4x32)"));
-  codegen::ImplChoice byBatch;
-  byBatch["fused_conv_bias_relu_0"] = {{4, "gemm4x32"}, {-1, "onednn"}};
-  options.choice = byBatch;
-  CHECK_THROWS_WITH(codegen::generateLlvm(*graph, options), Catch::Contains("would run gemm4x32 at some batch sizes and onednn"));
+  chosen.choice = missing;
+  chosen.externKernels = false;  // --no-extern
+  CHECK_THROWS_WITH(codegen::generateLlvm(*graph, chosen),
+                    Catch::Contains("kernel 'fused_linear_bias_relu_3' has no implementation 'onednn' (candidates: gemm4x32, gemm4x16)"));
+}
+
+// The autotuner's hooks in a tuning build: the candidates of each kernel, and a selection that
+// takes effect on the next run (refused for a kernel or candidate that does not exist).
+TEST_CASE("llvm backend: a tuning build lists and selects every candidate of every kernel", "[llvm][autotune]") {
+  auto graph = optimized("atari_cnn");
+  codegen::LlvmOptions tuning;
+  tuning.tuning = true;
+  tuning.profile = true;
+  runtime::Model model = jitModel(*graph, tuning);
+  auto candidates = reinterpret_cast<const char* (*)(int)>(model.symbol("policyc_tune_candidates"));
+  auto select = reinterpret_cast<int (*)(int, int)>(model.symbol("policyc_tune_select"));
+  REQUIRE(candidates);
+  REQUIRE(select);
+  const codegen::PlannedProgram planned = codegen::planGraph(*graph);
+  const int n = static_cast<int>(planned.program.kernels.size());
+  CHECK(candidates(-1) == nullptr);
+  CHECK(candidates(n) == nullptr);
+  CHECK(select(n, 0) == -1);
+  CHECK(select(0, -1) == -1);
+  std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), 2, 3);
+  const std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+  for (int c = 0; c < 4; ++c) {
+    for (int ki = 0; ki < n; ++ki) {
+      const std::vector<std::string> names = codegen::implCandidates(planned.program, planned.program.kernels[static_cast<size_t>(ki)], true);
+      CHECK(candidates(ki) == fmt::format("{}", fmt::join(names, ",")));
+      CHECK(select(ki, c) == (c < static_cast<int>(names.size()) ? 0 : -1));
+      CHECK(select(ki, static_cast<int>(names.size())) == -1);
+    }
+    INFO("candidate " << c);
+    std::vector<ir::Tensor> got = driver::runModel(model, inputs, 1);
+    for (size_t o = 0; o < want.size(); ++o) CHECK(driver::compareTensors("", got[o], want[o], 1e-4, 1e-4).pass);
+  }
 }
 
 // argmax and reduce_max run as branch-free passes (llvm.maximum, then a scan for the index): NaN
@@ -326,7 +381,7 @@ TEST_CASE("llvm backend: the CLI runs, checks and compiles with --backend llvm",
   CHECK(fs::exists(dir / "module.ll"));
   CHECK(fs::exists(dir / "module.opt.ll"));
   CHECK(testing::slurp(dir / "compile_times.txt").find("llvm codegen") != std::string::npos);
-  // The default backend is llvm, with --profile too; an option only cpp has (here --force-impl) picks cpp.
+  // The default backend is llvm, with --profile, --force-impl and --mode max-autotune too.
   fs::path byDefault = scratch() / "default_debug", profiled = scratch() / "profile_debug", forced = scratch() / "forced_debug";
   CHECK(testing::runCli(fmt::format("compile {} -o {} --debug-dir {}", model, (scratch() / "d.so").string(), byDefault.string())).exitCode == 0);
   CHECK(fs::exists(byDefault / "module.ll"));
@@ -338,7 +393,23 @@ TEST_CASE("llvm backend: the CLI runs, checks and compiles with --backend llvm",
   CHECK(testing::runCli(fmt::format("compile {} --force-impl gemm4x16 -o {} --debug-dir {}", model, (scratch() / "f.so").string(),
                                     forced.string()))
             .exitCode == 0);
-  CHECK(fs::exists(forced / "output_code.cpp"));
+  CHECK(fs::exists(forced / "module.ll"));
+  CHECK_FALSE(fs::exists(forced / "output_code.cpp"));
+  const fs::path tuned = scratch() / "tuned_debug";
+  const std::string atari = testing::sourcePath("examples/models/atari_cnn.onnx");
+  r = testing::runCli(fmt::format("compile {} --mode max-autotune --tune-batch 1,3 -o {} --debug-dir {}", atari,
+                                  (scratch() / "t.so").string(), tuned.string()));
+  INFO(r.err);
+  CHECK(r.exitCode == 0);
+  CHECK(fs::exists(tuned / "module.ll"));
+  const std::string report = testing::slurp(tuned / "autotune.txt");
+  CHECK(report.find("backend llvm") != std::string::npos);
+  CHECK(report.find("dispatch:") != std::string::npos);
+  r = testing::runCli(fmt::format("check {} --mode max-autotune --tune-batch 1,3 --batch 3 --threads 2", atari));
+  INFO(r.out << r.err);
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("backend llvm") != std::string::npos);
+  CHECK(r.out.find("PASS") != std::string::npos);
 }
 
 TEST_CASE("llvm backend: a pointwise loop is vectorised only along unit-stride axes", "[llvm]") {

@@ -19,9 +19,7 @@ namespace policyc::codegen::cppemit {
 GeneratedCpp Emitter::run() {
   marchFlag(o_.target);  // validates the name
   GeneratedCpp g;
-  ScheduleOptions so = scheduleOptions(o_);
-  so.tuning = o_.tuning;
-  s_ = scheduleProgram(p_, plan_, so);
+  s_ = scheduleProgram(p_, plan_, scheduleOptions(o_));
   for (size_t ki = 0; ki < s_.kernels.size(); ++ki) {
     if (!s_.kernels[ki].impls.empty()) impls_[ki] = s_.kernels[ki].impls;
     if (!s_.kernels[ki].dispatch.empty()) dispatch_[ki] = s_.kernels[ki].dispatch;

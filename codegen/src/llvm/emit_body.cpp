@@ -258,11 +258,6 @@ Value* Emitter::costOf(const ThreadSplit& sp, Value* batch) {
   return b_.CreateFMul(c, b_.CreateSIToFP(rows, f64_));
 }
 
-std::optional<Impl> Emitter::implOf(size_t ki) const {
-  const ImplDispatch& d = s_.kernels[ki].dispatch;
-  return d.empty() ? std::nullopt : implByName(d.front().impl);
-}
-
 void Emitter::domainLoops(const std::vector<ir::Dim>& domain, int split, const std::function<void(const std::vector<Value*>&)>& body, const std::vector<size_t>& order, std::vector<Value*> vars) {
   std::vector<size_t> axes = order;
   if (axes.empty() && vars.empty()) {

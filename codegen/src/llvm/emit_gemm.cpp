@@ -23,12 +23,11 @@
 
 namespace policyc::codegen::llvmemit {
 
-void Emitter::emitExternConv(const Kernel& k, const ExternConv& e) {
+llvm::Function* Emitter::emitExtern(const Kernel& k, const ExternKernel& e, const std::string& fnName) {
   const size_t ki = static_cast<size_t>(&k - p_.kernels.data());
-  fn_ = llvm::Function::Create(externFnTy_, llvm::GlobalValue::InternalLinkage, k.name, m_);
+  fn_ = llvm::Function::Create(externFnTy_, llvm::GlobalValue::InternalLinkage, fnName, m_);
   fn_->addFnAttr(llvm::Attribute::NoInline);
   fn_->addFnAttr(llvm::Attribute::NoUnwind);
-  externFns_[ki] = fn_;
   roots_.clear();
   b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
   Value* threads = fn_->getArg(1);
@@ -37,29 +36,55 @@ void Emitter::emitExternConv(const Kernel& k, const ExternConv& e) {
   injectFaults(k);
   llvm::Instruction* since = mark();
   auto* slot = new llvm::GlobalVariable(m_, ptr_, false, llvm::GlobalValue::InternalLinkage,
-                                        llvm::ConstantPointerNull::get(ptr_), k.name + ".onednn");
-  llvm::Constant* shape = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int64_t>(e.shape)), k.name + ".shape");
+                                        llvm::ConstantPointerNull::get(ptr_), fnName + ".onednn");
+  llvm::Constant* shape = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int64_t>(e.shape)), fnName + ".shape");
   Value* name = cstr(k.name);
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
-  Value* conv = b_.CreateCall(onednnConv_, {slot, name, shape, b_.getInt32(e.anyLayout ? 1 : 0), cstr(e.postOps),
-                                            weightsAt(s_.paramOffset.at(W.root), "weight"), weightsAt(s_.kernels[ki].packedBias, "bias")},
-                              "conv");
+  Value* weight = weightsAt(s_.paramOffset.at(W.root), "weight");
+  Value* bias = weightsAt(s_.kernels[ki].packedBias, "bias");
   Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_), "scratch");
   Value* src = elemPtr(k.anchorInputs[0], {});
   llvm::Constant* null = llvm::ConstantPointerNull::get(ptr_);
-  Value* sum = e.residual >= 0 ? elemPtr(e.residual, {}) : null;
-  Value* dst = e.store >= 0 ? elemPtr(e.store, {}) : null;
-  llvm::AllocaInst* result = local(ptr_, "result");
-  Value* rc = b_.CreateCall(onednnConvRun_, {conv, name, src, sum, dst, batch_, threads, scratch, result}, "rc");
+  Value* rc = nullptr;
+  if (e.linear) {
+    Value* obj = b_.CreateCall(onednnLinear_, {slot, name, shape, cstr(e.postOps), weight, bias}, "linear");
+    Value* dst = e.store >= 0 ? elemPtr(e.store, {}) : scratch;  // onednn: the result rows the epilogue reads
+    if (e.residual >= 0 && p_.buffer(e.residual).root != p_.buffer(e.store).root) {
+      // The residual first: oneDNN's sum post-op adds what the destination holds.
+      b_.CreateMemCpy(dst, llvm::Align(4), elemPtr(e.residual, {}), llvm::Align(4), b_.CreateMul(batch_, c64(e.shape[1] * 4)));
+    }
+    rc = b_.CreateCall(onednnLinearRun_, {obj, name, src, dst, batch_, threads}, "rc");
+  } else {
+    Value* conv = b_.CreateCall(onednnConv_, {slot, name, shape, b_.getInt32(e.anyLayout ? 1 : 0), cstr(e.postOps), weight, bias}, "conv");
+    Value* sum = e.residual >= 0 ? elemPtr(e.residual, {}) : null;
+    Value* dst = e.store >= 0 ? elemPtr(e.store, {}) : null;
+    llvm::AllocaInst* result = local(ptr_, "result");
+    rc = b_.CreateCall(onednnConvRun_, {conv, name, src, sum, dst, batch_, threads, scratch, result}, "rc");
+  }
   tag(since, k.anchor);
   b_.CreateRet(rc);
+  return fn_;
 }
 
-void Emitter::emitExternEpilogue(const Kernel& k, const ExternConv& e) {
-  const int64_t M = e.shape[3], OW = e.shape[7], P = e.shape[6] * OW, srcPerRow = e.shape[0] * e.shape[1] * e.shape[2];
-  Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_));
-  Value* result = b_.CreateInBoundsGEP(f32_, scratch, b_.CreateMul(batch_, c64(srcPerRow)), "result");
+void Emitter::emitExternEpilogue(const Kernel& k, const ExternKernel& e) {
   const DType t = accType(k);
+  Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_));
+  if (e.linear) {
+    // Units are rows of the dense [batch, N] result.
+    const int64_t N = e.shape[1];
+    forRange(lo_, hi_, "i0", [&](Value* i0) {
+      forCount(N, "i1", [&](Value* i1) {
+        Value* at = b_.CreateAdd(b_.CreateMul(i0, c64(N)), i1);
+        Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, scratch, at), "acc");
+        emitBody(k.body, {i0, i1}, convert(a, DType::F32, t));
+      });
+    });
+    return;
+  }
+  // Units are (image, channel) pairs, each walking the output positions of the NHWC result
+  // oneDNN left after the source copy.
+  const int64_t M = e.shape[3], OW = e.shape[7], P = e.shape[6] * OW, srcPerRow = e.shape[0] * e.shape[1] * e.shape[2];
+  Value* result = b_.CreateInBoundsGEP(f32_, scratch, b_.CreateMul(batch_, c64(srcPerRow)), "result");
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* i0 = b_.CreateSDiv(u, c64(M), "i0");
     Value* i1 = b_.CreateSRem(u, c64(M), "i1");
@@ -251,6 +276,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   const int64_t N = packedN(p_, k), K = packedK(p_, k), panels = (N + kPanel - 1) / kPanel;
   const size_t R = k.domain.size();
   const bool vec = N % kPanel == 0 && !faultyAnchor_ && vectorizable(k);
+  const int per = panelGroup();
   std::vector<ir::Dim> lead(k.domain.begin(), k.domain.end() - 1);
   auto rowsOf = product(b_, lead, -1, 1);
   Value* wp = weightsAt(s_.kernels[index].packedWeight, "wp");
@@ -278,44 +304,48 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     return elemPtr(X.id, idx);
   };
   forRange(lo_, hi_, "u", [&](Value* u) {
-    Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(2), "j");
+    Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
     Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(4), "r");
-    Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(2)), c64(panels));
+    Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(per)), c64(panels));
     Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
     Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
     Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(r, c64(4)), rows);
-    auto quadTile = [&](int per) {
+    auto quadTile = [&](int group) {
       std::vector<std::vector<Value*>> rv;
       std::vector<Value*> ptrs;
       for (int t = 0; t < 4; ++t) {
         rv.push_back(rowVars(b_.CreateAdd(r, c64(t))));
         ptrs.push_back(rowPtr(rv.back()));
       }
-      auto acc = gemmTile(ptrs, per, K, w, bias, k.anchor);
+      auto acc = gemmTile(ptrs, group, K, w, bias, k.anchor);
       for (int t = 0; t < 4; ++t) {
-        for (int p = 0; p < per; ++p) {
+        for (int p = 0; p < group; ++p) {
           finishPanel(k, rv[static_cast<size_t>(t)], b_.CreateMul(b_.CreateAdd(j, c64(p)), c64(kPanel)),
                       acc[static_cast<size_t>(t)][static_cast<size_t>(p)], N, vec);
         }
       }
     };
-    ifElse(
-        b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { quadTile(2); },
-        [&] {
-          ifElse(
-              fullQuad, "quad1", [&] { quadTile(1); },
-              [&] {
-                forRange(r, rows, "t", [&](Value* t) {
-                  forRange(j, jEnd, "jj", [&](Value* jj) {
-                    std::vector<Value*> rv = rowVars(t);
-                    Value* wj = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(jj, c64(K * kPanel)));
-                    Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
-                    auto acc = gemmTile({rowPtr(rv)}, 1, K, wj, bj, k.anchor);
-                    finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
-                  });
-                });
+    // A quad of rows by a whole group; then a quad by a last single panel; else row by row.
+    auto partial = [&] {
+      ifElse(
+          fullQuad, "quad1", [&] { quadTile(1); },
+          [&] {
+            forRange(r, rows, "t", [&](Value* t) {
+              forRange(j, jEnd, "jj", [&](Value* jj) {
+                std::vector<Value*> rv = rowVars(t);
+                Value* wj = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(jj, c64(K * kPanel)));
+                Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
+                auto acc = gemmTile({rowPtr(rv)}, 1, K, wj, bj, k.anchor);
+                finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
               });
-        });
+            });
+          });
+    };
+    if (per == 2) {
+      ifElse(b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { quadTile(2); }, partial);
+    } else {
+      partial();
+    }
   });
 }
 
@@ -422,10 +452,14 @@ void Emitter::emitPackedConv(const Kernel& k) {
               }
             }
           };
-          if (panels >= 2) {
-            forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
+          if (panelGroup() == 1) {
+            forRange(c64(0), c64(panels), "j", [&](Value* j) { tile(j, 1); });
+          } else {
+            if (panels >= 2) {
+              forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
+            }
+            if (panels % 2) tile(c64(panels - 1), 1);
           }
-          if (panels % 2) tile(c64(panels - 1), 1);
         },
         [&] {
           forRange(pos, c64(P), "t0", [&](Value* t0) {

@@ -23,14 +23,29 @@
 
 namespace policyc::codegen::llvmemit {
 
-llvm::Function* Emitter::emitKernel(const Kernel& k) {
-  const size_t ki = static_cast<size_t>(&k - p_.kernels.data());
-  if (externs_.count(ki)) {
-    emitExternConv(k, externs_.at(ki));
-    // The generated epilogue over oneDNN's NHWC result (implementation onednn), split like a kernel.
-    return externs_.at(ki).postOps.empty() && externImpl_.at(ki) == "onednn" ? emitKernelFn(k, k.name + ".epilogue", true) : nullptr;
+std::vector<Emitter::Variant> Emitter::emitKernel(const Kernel& k) {
+  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+  impl_.reset();
+  if (ks.impls.empty()) return {{std::nullopt, nullptr, emitKernelFn(k, k.name, nullptr)}};
+  std::vector<Variant> out;
+  for (Impl im : ks.impls) {
+    impl_ = im;
+    // One implementation keeps the kernel's name; several are told apart by theirs.
+    const std::string name = ks.impls.size() == 1 ? k.name : fmt::format("{}.{}", k.name, implName(im));
+    Variant v{im};
+    if (isExtern(im)) {
+      const std::optional<ExternKernel> e = externKernel(p_, k, implName(im));
+      if (!e) fail("internal: kernel '{}' was scheduled with implementation {}, which it lacks", k.name, implName(im));
+      v.externFn = emitExtern(k, *e, name);
+      // The generated epilogue over oneDNN's result (implementation onednn), split like a kernel.
+      if (im == Impl::Onednn) v.fn = emitKernelFn(k, name + ".epilogue", &*e);
+    } else {
+      v.fn = emitKernelFn(k, name, nullptr);
+    }
+    out.push_back(v);
   }
-  return emitKernelFn(k, k.name, false);
+  impl_.reset();
+  return out;
 }
 
 void Emitter::injectFaults(const Kernel& k) {
@@ -42,14 +57,14 @@ void Emitter::injectFaults(const Kernel& k) {
   }
 }
 
-llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, bool externEpilogue) {
+llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, const ExternKernel* epilogueOf) {
   fn_ = llvm::Function::Create(kernelFnTy_, llvm::GlobalValue::InternalLinkage, name, m_);
   fn_->addFnAttr(llvm::Attribute::NoInline);  // kernels stay separate functions: profiles show them by name
   fn_->addFnAttr(llvm::Attribute::NoUnwind);
   fn_->addFnAttr("frame-pointer", "none");
   roots_.clear();
   const size_t ki = static_cast<size_t>(&k - p_.kernels.data());
-  split_ = &s_.kernels[ki].splitOf(implOf(ki));
+  split_ = &s_.kernels[ki].splitOf(impl_);
   faultyAnchor_ = k.kind != KernelKind::Pointwise && faulty(k.anchor, InjectedFault::Kind::Accuracy);
   llvm::BasicBlock* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
   b_.SetInsertPoint(entry);
@@ -68,8 +83,8 @@ llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, 
     llvm::IRBuilder<>(entryEnd_).CreateStore(b_.getInt32(0), errors_);
   }
   injectFaults(k);
-  if (externEpilogue) {
-    emitExternEpilogue(k, externs_.at(ki));
+  if (epilogueOf) {
+    emitExternEpilogue(k, *epilogueOf);
   } else {
     switch (s_.kernels[ki].form) {
       case Form::Pointwise: emitPointwise(k); break;

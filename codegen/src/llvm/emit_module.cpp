@@ -28,32 +28,95 @@ namespace policyc::codegen::llvmemit {
 void Emitter::run(const std::string& cName, const std::string& targetName) {
   for (size_t i = 0; i < p_.inputs.size(); ++i) inputIndex_[p_.inputs[i]] = static_cast<int>(i);
   for (size_t i = 0; i < p_.outputs.size(); ++i) outputIndex_[p_.outputs[i].second] = static_cast<int>(i);
-  chooseExterns();
   layoutWeights();
   declareSupport();
-  std::vector<llvm::Function*> kernels;
+  std::vector<std::vector<Variant>> kernels;
   for (const Kernel& k : p_.kernels) kernels.push_back(emitKernel(k));
+  if (o_.tuning) emitTuningHooks(kernels);
   emitAbi(kernels, cName, targetName);
 }
 
-void Emitter::chooseExterns() {
-  for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
-    const Kernel& k = p_.kernels[ki];
-    const ImplDispatch& d = s_.kernels[ki].dispatch;
-    if (d.empty()) continue;
-    const std::string& impl = d.front().impl;
-    for (const ImplRange& r : d) {
-      if (r.impl != impl) {
-        unsupported("kernel '{}' would run {} at some batch sizes and {} at others: this backend runs one implementation per "
-                    "kernel (backend cpp dispatches by batch size)", k.name, impl, r.impl);
-      }
+void Emitter::emitTuningHooks(const std::vector<std::vector<Variant>>& kernels) {
+  const uint64_t n = std::max<uint64_t>(kernels.size(), 1);
+  auto* choiceTy = llvm::ArrayType::get(i32_, n);
+  tuneChoice_ = new llvm::GlobalVariable(m_, choiceTy, false, llvm::GlobalValue::InternalLinkage,
+                                         llvm::Constant::getNullValue(choiceTy), "pc_tune_choice");
+  std::vector<llvm::Constant*> names, counts;
+  for (const std::vector<Variant>& v : kernels) {
+    std::vector<std::string> list;
+    for (const Variant& x : v) {
+      if (x.impl) list.push_back(implName(*x.impl));
     }
-    if (impl == implName(Impl::Gemm4x32)) continue;
-    std::optional<ExternConv> e = externConv(p_, k, impl);
-    if (!e) fail("internal: kernel '{}' was scheduled with implementation {}, which this backend lacks", k.name, impl);
-    externs_[ki] = *e;
-    externImpl_[ki] = impl;
+    names.push_back(cstr(fmt::format("{}", fmt::join(list, ","))));
+    counts.push_back(b_.getInt32(static_cast<uint32_t>(list.size())));
   }
+  if (kernels.empty()) {
+    names.push_back(cstr(""));
+    counts.push_back(b_.getInt32(0));
+  }
+  auto* namesGv = constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(ptr_, n), names), "pc_tune_names");
+  auto* countsGv = constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(i32_, n), counts), "pc_tune_count");
+  auto inRange = [&](Value* kernel) {
+    return b_.CreateAnd(b_.CreateICmpSGE(kernel, b_.getInt32(0)), b_.CreateICmpSLT(kernel, b_.getInt32(static_cast<uint32_t>(kernels.size()))));
+  };
+  auto at = [&](llvm::GlobalVariable* g, Value* kernel) {
+    return b_.CreateInBoundsGEP(g->getValueType(), g, {c64(0), b_.CreateSExt(kernel, i64_)}, "at");
+  };
+  // const char* policyc_tune_candidates(int kernel): its implementations, comma-separated ("" for
+  // a kernel without); null for no such kernel.
+  {
+    llvm::Function* f = function(ptr_, {i32_}, "policyc_tune_candidates", true);
+    Value* kernel = f->getArg(0);
+    llvm::BasicBlock* bad = block("bad");
+    llvm::BasicBlock* ok = block("ok");
+    b_.CreateCondBr(inRange(kernel), ok, bad);
+    b_.SetInsertPoint(bad);
+    b_.CreateRet(llvm::ConstantPointerNull::get(ptr_));
+    b_.SetInsertPoint(ok);
+    b_.CreateRet(b_.CreateLoad(ptr_, at(namesGv, kernel)));
+  }
+  // int policyc_tune_select(int kernel, int candidate): runs that candidate from now on; -1 when
+  // the kernel has no such candidate.
+  {
+    llvm::Function* f = function(i32_, {i32_, i32_}, "policyc_tune_select", true);
+    Value* kernel = f->getArg(0);
+    Value* candidate = f->getArg(1);
+    llvm::BasicBlock* bad = block("bad");
+    llvm::BasicBlock* known = block("known");
+    llvm::BasicBlock* ok = block("ok");
+    b_.CreateCondBr(b_.CreateAnd(inRange(kernel), b_.CreateICmpSGE(candidate, b_.getInt32(0))), known, bad);
+    b_.SetInsertPoint(known);
+    Value* count = b_.CreateLoad(i32_, at(countsGv, kernel), "count");
+    b_.CreateCondBr(b_.CreateICmpSLT(candidate, count), ok, bad);
+    b_.SetInsertPoint(bad);
+    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
+    b_.SetInsertPoint(ok);
+    b_.CreateAlignedStore(candidate, at(tuneChoice_, kernel), llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Monotonic);
+    b_.CreateRet(b_.getInt32(0));
+  }
+}
+
+Value* Emitter::variantIndex(size_t ki, const std::vector<Variant>& variants, Value* batch) {
+  if (o_.tuning) {
+    Value* slot = b_.CreateConstInBoundsGEP2_64(tuneChoice_->getValueType(), tuneChoice_, 0, ki);
+    llvm::LoadInst* choice = b_.CreateAlignedLoad(i32_, slot, llvm::Align(4), p_.kernels[ki].name + ".candidate");
+    choice->setAtomic(llvm::AtomicOrdering::Monotonic);
+    return choice;
+  }
+  // The ranges from the last (unbounded) down: batch <= maxBatch picks the range's implementation.
+  auto indexOf = [&](const std::string& impl) {
+    for (size_t i = 0; i < variants.size(); ++i) {
+      if (variants[i].impl && implName(*variants[i].impl) == impl) return b_.getInt32(static_cast<uint32_t>(i));
+    }
+    fail("internal: kernel '{}' dispatches to {}, which was not emitted", p_.kernels[ki].name, impl);
+  };
+  const ImplDispatch& d = s_.kernels[ki].dispatch;
+  Value* index = indexOf(d.back().impl);
+  for (size_t r = d.size() - 1; r-- > 0;) {
+    index = b_.CreateSelect(b_.CreateICmpSLE(batch, c64(d[r].maxBatch)), indexOf(d[r].impl), index);
+  }
+  index->setName(p_.kernels[ki].name + ".impl");
+  return index;
 }
 
 Value* Emitter::externOffset(Value* batch) {
@@ -87,6 +150,10 @@ void Emitter::declareSupport() {
     onednnConv_ = llvm::Function::Create(createTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnConv, m_);
     auto* runTy = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_, i64_, i32_, ptr_, ptr_}, false);
     onednnConvRun_ = llvm::Function::Create(runTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnConvRun, m_);
+    auto* linearTy = llvm::FunctionType::get(ptr_, {ptr_, ptr_, ptr_, ptr_, ptr_, ptr_}, false);
+    onednnLinear_ = llvm::Function::Create(linearTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnLinear, m_);
+    auto* linearRunTy = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, i64_, i32_}, false);
+    onednnLinearRun_ = llvm::Function::Create(linearRunTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnLinearRun, m_);
   }
   // inputs, outputs, batch, workspace, status (an i32 a kernel reports failures through)
   ctxTy_ = llvm::StructType::create(ctx_, {ptr_, ptr_, i64_, ptr_, ptr_}, "pc_run_ctx");
@@ -106,7 +173,7 @@ llvm::Function* Emitter::function(llvm::Type* ret, std::vector<llvm::Type*> para
   return f;
 }
 
-void Emitter::emitAbi(const std::vector<llvm::Function*>& kernels, const std::string& cName, const std::string& targetName) {
+void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const std::string& cName, const std::string& targetName) {
   // descriptors of the inputs and outputs
   auto* descTy = llvm::StructType::create(ctx_, {ptr_, i32_, i32_, ptr_}, "policyc_tensor_desc");
   auto descs = [&](const std::vector<std::pair<std::string, int>>& list, const std::string& what) {
@@ -230,23 +297,40 @@ void Emitter::emitAbi(const std::vector<llvm::Function*>& kernels, const std::st
     for (size_t ki = 0; ki < kernels.size(); ++ki) {
       b_.CreateAlignedStore(b_.getInt32(static_cast<uint32_t>(ki)), running, llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Monotonic);
       startTimer(ki);
-      if (externFns_.count(ki)) {
-        Value* rc = b_.CreateCall(externFnTy_, externFns_.at(ki), {ctx, threads}, p_.kernels[ki].name + ".rc");
-        fails(b_.CreateICmpNE(rc, b_.getInt32(0)), POLICYC_ERROR_EXTERN);
-        if (!kernels[ki]) {
-          stopTimer(ki);
-          continue;
+      // One implementation: oneDNN's call, then the generated function (one thread calls it
+      // directly; more go through the support library's pool).
+      auto runVariant = [&](const Variant& v) {
+        const std::string& name = v.fn ? v.fn->getName().str() : v.externFn->getName().str();
+        if (v.externFn) {
+          Value* rc = b_.CreateCall(externFnTy_, v.externFn, {ctx, threads}, name + ".rc");
+          fails(b_.CreateICmpNE(rc, b_.getInt32(0)), POLICYC_ERROR_EXTERN);
         }
+        if (!v.fn) return;
+        const ThreadSplit& sp = s_.kernels[ki].splitOf(v.impl);
+        Value* units = unitsOf(sp, batch);
+        if (llvm::isa<llvm::Instruction>(units)) units->setName(name + ".units");
+        ifElse(
+            serial, name, [&] { b_.CreateCall(kernelFnTy_, v.fn, {ctx, c64(0), units}); },
+            [&] { b_.CreateCall(parallelFor_, {threads, units, costOf(sp, batch), minChunk, v.fn, ctx}); });
+      };
+      const std::vector<Variant>& variants = kernels[ki];
+      if (variants.size() == 1) {
+        runVariant(variants[0]);
+      } else {
+        // Several implementations: the one for this batch size (or the tuner's selection).
+        Value* index = variantIndex(ki, variants, batch);
+        llvm::BasicBlock* join = block(p_.kernels[ki].name + ".done");
+        std::vector<llvm::BasicBlock*> cases;
+        for (const Variant& v : variants) cases.push_back(block(fmt::format("{}.{}", p_.kernels[ki].name, implName(*v.impl))));
+        llvm::SwitchInst* sw = b_.CreateSwitch(index, cases[0], static_cast<unsigned>(cases.size()));
+        for (size_t i = 0; i < cases.size(); ++i) {
+          sw->addCase(b_.getInt32(static_cast<uint32_t>(i)), cases[i]);
+          b_.SetInsertPoint(cases[i]);
+          runVariant(variants[i]);
+          b_.CreateBr(join);
+        }
+        b_.SetInsertPoint(join);
       }
-      const ThreadSplit& sp = s_.kernels[ki].splitOf(implOf(ki));
-      Value* units = unitsOf(sp, batch);
-      if (llvm::isa<llvm::Instruction>(units)) units->setName(p_.kernels[ki].name + ".units");
-      // One thread calls the kernel directly; more go through the support library's pool.
-      ifElse(
-          serial, p_.kernels[ki].name, [&] { b_.CreateCall(kernelFnTy_, kernels[ki], {ctx, c64(0), units}); },
-          [&] {
-            b_.CreateCall(parallelFor_, {threads, units, costOf(sp, batch), minChunk, kernels[ki], ctx});
-          });
       stopTimer(ki);
       if (p_.kernels[ki].canFail()) {
         // What the kernel reported (its threads have joined): the run's result.
@@ -382,6 +466,7 @@ const std::string& LlvmModule::name() const { return impl_->name; }
 const LlvmTarget& LlvmModule::target() const { return impl_->target; }
 const std::string& LlvmModule::unoptimizedIr() const { return impl_->unoptimized; }
 const std::string& LlvmModule::header() const { return impl_->header; }
+const ImplChoice& LlvmModule::dispatch() const { return impl_->dispatch; }
 double LlvmModule::emitSeconds() const { return impl_->emitSeconds; }
 double LlvmModule::optimizeSeconds() const { return impl_->optimizeSeconds; }
 namespace {
@@ -414,11 +499,11 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   impl->target = resolveLlvmTarget(options.target);
   std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
   // What to emit (schedule.h), and the C header of every backend.
-  ScheduleOptions so = scheduleOptions(options);
-  // The generated two-panel microkernel everywhere; oneDNN for convs (through the support library).
-  so.available = [](const Kernel& k, Impl im) { return im == Impl::Gemm4x32 || (isExtern(im) && k.kind == KernelKind::Conv); };
-  const Schedule schedule = scheduleProgram(program, plan, so);
+  const Schedule schedule = scheduleProgram(program, plan, scheduleOptions(options));
   impl->name = schedule.cName;
+  for (size_t ki = 0; ki < program.kernels.size(); ++ki) {
+    if (!schedule.kernels[ki].dispatch.empty()) impl->dispatch[program.kernels[ki].name] = schedule.kernels[ki].dispatch;
+  }
   impl->header = cHeader(program, schedule, impl->target.name);
 
   auto start = std::chrono::steady_clock::now();

@@ -52,9 +52,6 @@ class Emitter : llvmbe::Builder {
  private:
   // ---- weights
 
-  // The schedule's implementation of each GEMM/conv kernel: the generated two-panel microkernel
-  // (gemm4x32) or, for convs, a oneDNN primitive; one implementation for every batch size.
-  void chooseExterns();
   bool usesExtern() const { return s_.usesExtern; }
   // The workspace as a + b * batch (the schedule's), the extern kernels' scratch at
   // externOffset(batch) (as the C++ backend's pc_extern_offset).
@@ -123,29 +120,39 @@ class Emitter : llvmbe::Builder {
   Value* affine(int64_t perBatch, int64_t fixed, Value* batch);
   Value* unitsOf(const ThreadSplit& sp, Value* batch);
   Value* costOf(const ThreadSplit& sp, Value* batch);
-  // The implementation the schedule runs kernel ki with (one for every batch size here).
-  std::optional<Impl> implOf(size_t ki) const;
 
   // Loops over `domain` (axis `split` over [lo, hi)), calling body(vars) innermost.
   void domainLoops(const std::vector<ir::Dim>& domain, int split, const std::function<void(const std::vector<Value*>&)>& body, const std::vector<size_t>& order = {}, std::vector<Value*> vars = {});
 
-  llvm::Function* emitKernel(const Kernel& k);
+  // What the run function calls for one implementation of a kernel: the oneDNN call (extern
+  // implementations), then the generated function split between threads (the kernel's form, or
+  // the epilogue over oneDNN's result; null when oneDNN's post-ops did all of it).
+  struct Variant {
+    std::optional<Impl> impl;  // none: the kernel has no implementations to choose from
+    llvm::Function* externFn = nullptr;
+    llvm::Function* fn = nullptr;
+  };
+  // Every implementation of kernel `k` the schedule emits (one Variant for other kernels).
+  std::vector<Variant> emitKernel(const Kernel& k);
 
   // POLICYC_INJECT_FAULT's compile and crash kinds for a kernel's nodes: the emitter fails, or the
   // kernel function traps where the insertion point is (every kernel function, oneDNN's too).
   void injectFaults(const Kernel& k);
 
-  llvm::Function* emitKernelFn(const Kernel& k, const std::string& name, bool externEpilogue);
+  // The generated function of `k` in implementation impl_: its form, or with `epilogueOf` the
+  // epilogue over that oneDNN conv's result.
+  llvm::Function* emitKernelFn(const Kernel& k, const std::string& name, const ExternKernel* epilogueOf);
 
-  // ---- oneDNN extern convs (the support library's policyc_rt_onednn_conv*)
+  // ---- oneDNN extern kernels (the support library's policyc_rt_onednn_conv* and _linear*)
 
   // i32 NAME(ctx, threads): the primitive (created on the first call), run by oneDNN's own
   // threads; with post-ops it computes the whole epilogue and stores the result.
-  void emitExternConv(const Kernel& k, const ExternConv& e);
+  llvm::Function* emitExtern(const Kernel& k, const ExternKernel& e, const std::string& name);
 
-  // The epilogue over the NHWC result oneDNN left after the source copy in the scratch area:
-  // units are (image, channel) pairs, each walking the output positions.
-  void emitExternEpilogue(const Kernel& k, const ExternConv& e);
+  // The generated epilogue over oneDNN's result in the scratch area (implementation onednn): a
+  // linear kernel's [batch, N] rows, a unit per row; a conv's NHWC result after the source copy,
+  // a unit per (image, channel) pair walking the output positions.
+  void emitExternEpilogue(const Kernel& k, const ExternKernel& e);
 
   // A kernel function's entry: the run's arguments from `ctx` (a pc_run_ctx), then a branch to
   // the body, where the insertion point is left. Root pointers go at the end of the entry block.
@@ -173,9 +180,12 @@ class Emitter : llvmbe::Builder {
   // else column by column up to N.
   void finishPanel(const Kernel& k, const std::vector<Value*>& rowVars, Value* n0, Value* acc, int64_t N, bool vec);
 
-  // Linear with a constant weight: rows of x times weight panels, a quad of rows times a pair of
-  // panels per unit of work (pair-major, so the pair stays in cache while every row passes).
+  // Linear with a constant weight: rows of x times weight panels, a quad of rows times a group of
+  // panels per unit of work (a pair for gemm4x32, one for gemm4x16; group-major, so the group
+  // stays in cache while every row passes).
   void emitPackedLinear(const Kernel& k);
+  // The panels a microkernel call covers in implementation impl_ (gemm4x16: 1, else 2).
+  int panelGroup() const { return impl_ == Impl::Gemm4x16 ? 1 : 2; }
 
   // ---- conv
 
@@ -214,7 +224,15 @@ class Emitter : llvmbe::Builder {
   llvm::GlobalVariable* constGlobal(llvm::Constant* init, const std::string& name);
   llvm::Function* function(llvm::Type* ret, std::vector<llvm::Type*> params, const std::string& name, bool exported);
 
-  void emitAbi(const std::vector<llvm::Function*>& kernels, const std::string& cName, const std::string& targetName);
+  void emitAbi(const std::vector<std::vector<Variant>>& kernels, const std::string& cName, const std::string& targetName);
+
+  // Tuning builds: pc_tune_choice (the candidate each kernel runs) and the autotuner's exported
+  // hooks policyc_tune_candidates(kernel) and policyc_tune_select(kernel, candidate), as the C++
+  // backend's.
+  void emitTuningHooks(const std::vector<std::vector<Variant>>& kernels);
+  // The index into `variants` kernel ki runs at this batch: the schedule's dispatch by batch
+  // range, or in a tuning build the selected candidate.
+  Value* variantIndex(size_t ki, const std::vector<Variant>& variants, Value* batch);
 
   const KernelProgram& p_;
   const MemoryPlan& plan_;
@@ -238,9 +256,10 @@ class Emitter : llvmbe::Builder {
   llvm::FunctionType* externFnTy_ = nullptr;
   llvm::Function* onednnConv_ = nullptr;
   llvm::Function* onednnConvRun_ = nullptr;
-  std::map<size_t, ExternConv> externs_;       // by kernel index
-  std::map<size_t, std::string> externImpl_;
-  std::map<size_t, llvm::Function*> externFns_;
+  llvm::Function* onednnLinear_ = nullptr;
+  llvm::Function* onednnLinearRun_ = nullptr;
+  llvm::GlobalVariable* tuneChoice_ = nullptr;  // tuning builds: i32 per kernel
+  std::optional<Impl> impl_;                   // of the kernel function being emitted
 
   // the kernel function being emitted (fn_: Builder's)
   Value *inputs_ = nullptr, *outputs_ = nullptr, *batch_ = nullptr, *ws_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;

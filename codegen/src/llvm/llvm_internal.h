@@ -18,6 +18,7 @@ struct LlvmModule::Impl {
   LlvmTarget target;
   std::string name;         // C identifier of the typed wrappers
   std::string header;       // NAME.h
+  ImplChoice dispatch;      // the schedule's implementations per batch range (empty for tuning builds)
   std::string unoptimized;  // the module as emitted
   double emitSeconds = 0, optimizeSeconds = 0;
   bool usesOnednn = false;  // calls the oneDNN support (the .so then links libdnnl)
@@ -37,6 +38,8 @@ constexpr const char* kNowNs = "policyc_rt_now_ns";                    // models
 constexpr const char* kProfileRecord = "policyc_rt_profile_record";
 constexpr const char* kOnednnConv = "policyc_rt_onednn_conv";          // support_onednn.cpp
 constexpr const char* kOnednnConvRun = "policyc_rt_onednn_conv_run";
+constexpr const char* kOnednnLinear = "policyc_rt_onednn_linear";
+constexpr const char* kOnednnLinearRun = "policyc_rt_onednn_linear_run";
 
 }  // namespace llvmbe
 }  // namespace policyc::codegen

@@ -41,6 +41,8 @@ uint64_t policyc_rt_now_ns();
 void policyc_rt_profile_record(uint64_t*, uint64_t*, policyc_trace_event*, int64_t, int64_t*, int32_t, int64_t, uint64_t);
 void* policyc_rt_onednn_conv(void**, const char*, const int64_t*, int32_t, const char*, const float*, const float*);
 int32_t policyc_rt_onednn_conv_run(void*, const char*, const float*, const float*, float*, int64_t, int32_t, float*, const float**);
+void* policyc_rt_onednn_linear(void**, const char*, const int64_t*, const char*, const float*, const float*);
+int32_t policyc_rt_onednn_linear_run(void*, const char*, const float*, float*, int64_t, int32_t);
 extern const unsigned char policyc_llvm_support_archive[];
 extern const unsigned char policyc_llvm_support_archive_end[];
 extern const unsigned char policyc_llvm_onednn_archive[];
@@ -337,6 +339,10 @@ std::unique_ptr<JitModel> jitCompile(LlvmModule module) {
                                                      llvm::JITSymbolFlags::Exported};
   support[j.mangleAndIntern(llvmbe::kOnednnConvRun)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_conv_run),
                                                         llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kOnednnLinear)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_linear),
+                                                       llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kOnednnLinearRun)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_linear_run),
+                                                          llvm::JITSymbolFlags::Exported};
   if (llvm::Error e = lib.define(llvm::orc::absoluteSymbols(std::move(support)))) fail("JIT: {}", errorText(std::move(e)));
   auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.getDataLayout().getGlobalPrefix());
   if (!generator) fail("JIT: {}", errorText(generator.takeError()));

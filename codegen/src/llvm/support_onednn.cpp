@@ -1,5 +1,6 @@
 // Run-time support of LLVM-backend models with oneDNN extern kernels: the C++ backend's
-// pc::dnnl_ext::Conv (model_runtime/policyc_onednn.h) behind a C interface the emitted IR calls.
+// pc::dnnl_ext::Conv and Linear (model_runtime/policyc_onednn.h) behind a C interface the emitted
+// IR calls.
 // A separate archive from support.cpp: only models that use oneDNN link it (and libdnnl).
 #include <cstdlib>
 #include <cstring>
@@ -11,7 +12,7 @@
 
 namespace {
 
-// "relu:0:0;sum;linear:2:1" (ExternConv::postOps) as post-ops.
+// "relu:0:0;sum;linear:2:1" (ExternKernel::postOps) as post-ops.
 std::vector<pc::dnnl_ext::PostOp> parsePostOps(const char* text) {
   static const std::pair<const char*, dnnl::algorithm> kAlgorithms[] = {
       {"relu", dnnl::algorithm::eltwise_relu},       {"tanh", dnnl::algorithm::eltwise_tanh},
@@ -47,10 +48,10 @@ std::vector<pc::dnnl_ext::PostOp> parsePostOps(const char* text) {
 }
 
 std::mutex gCreate;
-// Every conv created, reachable for as long as the process runs (a model's slot may live in
-// JIT memory that leak checkers do not scan); never destroyed: oneDNN's own statics may be gone
-// by the time exit-time destructors run.
-std::vector<pc::dnnl_ext::Conv*>* gConvs = new std::vector<pc::dnnl_ext::Conv*>;
+// Every primitive object created, reachable for as long as the process runs (a model's slot may
+// live in JIT memory that leak checkers do not scan); never destroyed: oneDNN's own statics may
+// be gone by the time exit-time destructors run.
+std::vector<void*>* gCreated = new std::vector<void*>;
 
 }  // namespace
 
@@ -60,27 +61,52 @@ extern "C" __attribute__((visibility("hidden"))) void policyc_rt_extern_failed(c
   std::call_once(once, [&] { std::fprintf(stderr, "policyc: oneDNN failed in kernel %s: %s\n", kernel, what); });
 }
 
+namespace {
+
+// The object in *slot, made by `create` on the first call (any thread); null after a failure.
+template <class Create>
+void* createOnce(void** slot, const char* kernel, Create create) {
+  void* ready = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (ready) return ready;
+  std::lock_guard<std::mutex> lock(gCreate);
+  if (*slot) return *slot;
+  try {
+    void* made = create();
+    gCreated->push_back(made);
+    __atomic_store_n(slot, made, __ATOMIC_RELEASE);
+    return made;
+  } catch (const std::exception& e) {
+    policyc_rt_extern_failed(kernel, e.what());
+    return nullptr;
+  }
+}
+
+// Runs `run` (a primitive's execution): 0, or POLICYC_ERROR_EXTERN (-3) with what oneDNN said.
+template <class Run>
+int32_t runOrReport(void* object, const char* kernel, Run run) {
+  if (!object) return -3;
+  try {
+    run();
+    return 0;
+  } catch (const std::exception& e) {
+    policyc_rt_extern_failed(kernel, e.what());
+    return -3;
+  }
+}
+
+}  // namespace
+
 extern "C" {
 
 // The conv object in *slot, created on the first call (any thread); null after a failure.
 __attribute__((visibility("hidden"))) void* policyc_rt_onednn_conv(void** slot, const char* kernel, const int64_t* s,
                                                                     int32_t anyLayout, const char* postOps, const float* weight,
                                                                     const float* bias) {
-  void* ready = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-  if (ready) return ready;
-  std::lock_guard<std::mutex> lock(gCreate);
-  if (*slot) return *slot;
-  try {
+  return createOnce(slot, kernel, [&] {
     pc::dnnl_ext::ConvShape shape{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
                                   s[12], s[13], s[14], s[15], s[16], parsePostOps(postOps), anyLayout != 0};
-    auto* conv = new pc::dnnl_ext::Conv(std::move(shape), weight, bias);
-    gConvs->push_back(conv);
-    __atomic_store_n(slot, static_cast<void*>(conv), __ATOMIC_RELEASE);
-    return conv;
-  } catch (const std::exception& e) {
-    policyc_rt_extern_failed(kernel, e.what());
-    return nullptr;
-  }
+    return static_cast<void*>(new pc::dnnl_ext::Conv(std::move(shape), weight, bias));
+  });
 }
 
 // Runs it (pc::dnnl_ext::Conv::run); *result is the NHWC result without post-ops. 0 or
@@ -88,14 +114,24 @@ __attribute__((visibility("hidden"))) void* policyc_rt_onednn_conv(void** slot, 
 __attribute__((visibility("hidden"))) int32_t policyc_rt_onednn_conv_run(void* conv, const char* kernel, const float* src,
                                                                           const float* sum, float* dst, int64_t batch,
                                                                           int32_t threads, float* scratch, const float** result) {
-  if (!conv) return -3;
-  try {
-    *result = static_cast<pc::dnnl_ext::Conv*>(conv)->run(src, sum, dst, batch, threads, scratch);
-    return 0;
-  } catch (const std::exception& e) {
-    policyc_rt_extern_failed(kernel, e.what());
-    return -3;
-  }
+  return runOrReport(conv, kernel, [&] { *result = static_cast<pc::dnnl_ext::Conv*>(conv)->run(src, sum, dst, batch, threads, scratch); });
+}
+
+// The inner product object in *slot (shape: K, N, the source's row stride), created on the first
+// call; null after a failure.
+__attribute__((visibility("hidden"))) void* policyc_rt_onednn_linear(void** slot, const char* kernel, const int64_t* s,
+                                                                      const char* postOps, const float* weight, const float* bias) {
+  return createOnce(slot, kernel, [&] {
+    pc::dnnl_ext::LinearShape shape{s[0], s[1], s[2], parsePostOps(postOps)};
+    return static_cast<void*>(new pc::dnnl_ext::Linear(std::move(shape), weight, bias));
+  });
+}
+
+// Runs it (pc::dnnl_ext::Linear::run): dst = x W^T + b, then the post-ops (a sum post-op adds
+// what dst holds). 0 or POLICYC_ERROR_EXTERN (-3).
+__attribute__((visibility("hidden"))) int32_t policyc_rt_onednn_linear_run(void* linear, const char* kernel, const float* x,
+                                                                            float* dst, int64_t batch, int32_t threads) {
+  return runOrReport(linear, kernel, [&] { static_cast<pc::dnnl_ext::Linear*>(linear)->run(x, dst, batch, threads); });
 }
 
 }  // extern "C"

@@ -60,23 +60,26 @@ std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
                            const std::optional<InjectedFault>& fault = std::nullopt);
 
-// A conv kernel as a oneDNN primitive (implementations onednn and onednn_postops): what the C++
-// backend's pc::dnnl_ext::Conv is constructed from, for backends that call the same primitive
-// (the LLVM backend, through its support library).
-struct ExternConv {
-  // C, H, W, M, KH, KW, OH, OW, strideH, strideW, dilationH, dilationW, padTop, padLeft,
-  // padBottom, padRight, the source's batch stride (elements)
+// A linear or conv kernel as a oneDNN primitive (implementations onednn and onednn_postops): what
+// the C++ backend's pc::dnnl_ext::Linear / Conv is constructed from, for backends that call the
+// same primitives (the LLVM backend, through its support library).
+struct ExternKernel {
+  bool linear = false;  // an inner product over [batch, K] rows, else a 2-D conv
+  // linear: K, N, the source's row stride (elements). conv: C, H, W, M, KH, KW, OH, OW, strideH,
+  // strideW, dilationH, dilationW, padTop, padLeft, padBottom, padRight, the source's batch stride.
   std::vector<int64_t> shape;
-  bool anyLayout = false;  // onednn_postops: oneDNN's preferred layouts
+  bool anyLayout = false;  // conv onednn_postops: oneDNN's preferred layouts
   // The epilogue as post-ops ("relu:alpha:beta;sum;linear:2:1", algorithm names without
-  // "eltwise_"); empty for onednn, whose epilogue stays generated code over the NHWC result.
+  // "eltwise_"); empty for onednn, whose epilogue stays generated code over oneDNN's result
+  // (dense [batch, N] rows, or NHWC).
   std::string postOps;
   int residual = -1;  // onednn_postops: the buffer the sum post-op adds (-1: none)
   int store = -1;     // onednn_postops: the buffer the result goes to
-  int64_t scratchBytesPerRow = 0;  // the workspace it needs per batch row (NHWC / blocked copies)
+  // The workspace it needs per batch row: a conv's NHWC / blocked copies, onednn linear's result.
+  int64_t scratchBytesPerRow = 0;
 };
 // nullopt when `impl` is not a oneDNN implementation of this kernel.
-std::optional<ExternConv> externConv(const KernelProgram& program, const Kernel& kernel, const std::string& impl);
+std::optional<ExternKernel> externKernel(const KernelProgram& program, const Kernel& kernel, const std::string& impl);
 
 // The options both backends take (CppOptions and LlvmOptions add their own).
 struct CodegenOptions {
@@ -102,6 +105,9 @@ struct CodegenOptions {
   // Forces every tunable kernel to this implementation where the backend has it (a debugging aid
   // and the tests' way to reach every implementation); empty: off.
   std::string forceImpl;
+  // The autotuner's build: every candidate of every tunable kernel, selected at run time through
+  // the exported policyc_tune_select(kernel, candidate) (policyc_tune_candidates lists them).
+  bool tuning = false;
   // The descriptor's source_hash: 16 hex digits naming the model and options that produced the
   // code (the compile cache checks a loaded entry against its key); empty: "".
   std::string sourceHash;

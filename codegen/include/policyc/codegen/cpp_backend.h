@@ -22,9 +22,6 @@ struct CppOptions : CodegenOptions {
   std::string target = "native";  // one of cppTargets()
   // Test hook: a line inserted verbatim into the generated source (e.g. to provoke a compiler error).
   std::string injectLine;
-  // The autotuner's build: every candidate of every tunable kernel, selected at run time through
-  // the exported policyc_tune_select(kernel, candidate) (policyc_tune_candidates lists them).
-  bool tuning = false;
 };
 
 struct GeneratedCpp {

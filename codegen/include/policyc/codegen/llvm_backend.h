@@ -40,9 +40,8 @@ LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options);
 // Target names besides triples.
 std::vector<std::string> llvmTargetNames();
 
-// As CodegenOptions, for the implementations this backend has: gemm4x32 for every GEMM/conv
-// kernel, onednn and onednn_postops for convs, one per kernel for every batch size (a choice of
-// anything else is an UnsupportedError naming the kernel; a forced one applies where it exists).
+// As CodegenOptions: every implementation of codegen.h, dispatched by batch range as the C++
+// backend's; with `tuning`, all of them behind the autotuner's hooks.
 struct LlvmOptions : CodegenOptions {
   LlvmTargetOptions target;
   bool keepUnoptimizedIr = false;  // keep the module as emitted as text (the debug directory's module.ll)
@@ -66,6 +65,7 @@ class LlvmModule {
   // LlvmOptions::keepUnoptimizedIr).
   const std::string& unoptimizedIr() const;
   const std::string& header() const;  // NAME.h, the same C header as the C++ backend's
+  const ImplChoice& dispatch() const;  // the implementation of each GEMM/conv kernel per batch range
   double emitSeconds() const;         // IRBuilder emission
   double optimizeSeconds() const;     // the O3 pipeline
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "policyc/codegen/backend.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/ir/graph.h"
@@ -14,7 +15,11 @@
 namespace policyc::driver {
 
 struct AutotuneOptions {
+  // Whose implementations are timed: the tuning build is a C++ .so or an LLVM module compiled by
+  // the JIT (for cpu and features).
+  codegen::Backend backend = codegen::kDefaultBackend;
   codegen::CppOptions cpp;       // target, extern kernels, tuneBatches (the batch sizes timed)
+  std::string cpu, features;     // backend llvm: --cpu, --features
   bool fuse = true;              // false: --no-fuse
   double secondsPerCandidate = 0.2;  // timed calls per candidate and batch size, at least 3
   bool progress = true;          // a counter on stderr (a bar when it is a terminal)
@@ -29,8 +34,8 @@ struct AutotuneResult {
 };
 
 // Tunes the kernels of `graph` (already optimised). Measurements are cached in
-// cacheDir()/autotune, keyed by kernel signature, CPU model, target and thread count, so tuning
-// the same kernels again times nothing and builds nothing.
+// cacheDir()/autotune, keyed by kernel signature, backend, CPU model, target and thread count, so
+// tuning the same kernels again times nothing and builds nothing.
 AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options);
 
 // What identifies a kernel's timing: its kind, operator, attributes, operand shapes and strides,

@@ -38,7 +38,8 @@ struct CompileRequest {
   std::string debugDir;              // --debug-dir; empty: POLICYC_DEBUG=1 decides
   bool optimize = true;              // false: the graph is already optimised
   // default: the heuristic picks each GEMM/conv kernel's implementation; max-autotune: the
-  // autotuner times them (debug/autotune.h) at cpp.tuneBatches and writes autotune.txt.
+  // autotuner times them in the backend's own code (driver/autotune.h) at cpp.tuneBatches and
+  // writes autotune.txt.
   std::string mode = "default";
   bool progress = true;              // the autotuner's progress on stderr
 };
