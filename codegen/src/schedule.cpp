@@ -534,6 +534,51 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
   fail("internal: kernel '{}' has no thread split", k.name);
 }
 
+// ---- vectorisation
+
+namespace {
+
+// Whether a load or store of `k`'s body walks domain axis `axis` with a stride other than 0 or 1.
+bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis) {
+  for (const Instr& in : k.body) {
+    if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
+    const Buffer& b = p.buffer(in.buffer);
+    int64_t stride = 0;
+    for (size_t d = 0; d < in.index.size(); ++d) {
+      if (in.index[d].axis == static_cast<int>(axis)) stride += in.index[d].scale * b.strides[d];
+    }
+    if (stride != 0 && stride != 1) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool vectorBody(const KernelProgram& p, const Kernel& k) {
+  if (k.domain.empty()) return false;
+  const size_t last = k.domain.size() - 1;
+  for (const Instr& in : k.body) {
+    if (in.dtype != DType::F32) return false;
+    if (in.opcode == Opcode::Apply && (in.op == Op::Pow || in.op == Op::Cast || in.op == Op::Where || in.op == Op::Not ||
+                                       in.op == Op::Equal || in.op == Op::Less || in.op == Op::Greater)) {
+      return false;
+    }
+    if (in.opcode == Opcode::Load || in.opcode == Opcode::Store) {
+      const Buffer& b = p.buffer(in.buffer);
+      if (b.type.dtype != DType::F32) return false;
+      int uses = 0;
+      for (size_t d = 0; d < in.index.size(); ++d) {
+        const IndexExpr& e = in.index[d];
+        if (e.axis != static_cast<int>(last)) continue;
+        ++uses;
+        if (e.scale * b.strides[d] != 1) return false;
+      }
+      if (uses > 1 || (in.opcode == Opcode::Store && uses == 0)) return false;
+    }
+  }
+  return true;
+}
+
 const ThreadSplit& KernelSchedule::splitOf(std::optional<Impl> impl) const {
   if (!impl) return split;
   for (size_t i = 0; i < impls.size(); ++i) {
@@ -582,6 +627,10 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     KernelSchedule& ks = s.kernels[ki];
     ks.form = formOf(p, k);
     ks.split = threadSplit(p, k, std::nullopt);
+    for (size_t d = 0; d < k.domain.size(); ++d) ks.stridedAxes.push_back(stridedAlong(p, k, d));
+    const bool anchorFault = o.fault && o.fault->kind == InjectedFault::Kind::Accuracy && k.anchor && k.anchor->isOp() &&
+                             k.anchor->info().name == o.fault->op;
+    ks.vectorEpilogue = ks.form == Form::PackedGemm && packedN(p, k) % kPanel == 0 && !anchorFault && vectorBody(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
     if (c.empty()) continue;
     if (o.tuning) {

@@ -109,6 +109,13 @@ struct ThreadSplit {
 // an extern implementation, its epilogue's over the result (whole with post-ops).
 ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl);
 
+// ---- vectorisation
+
+// Whether `k`'s body can run on 16 consecutive values of the domain's last axis: f32 values only,
+// no operator without a vector form (pow, casts, comparisons, where, not), and every load or
+// store either ignores that axis or walks it with unit stride (a store always walks it).
+bool vectorBody(const KernelProgram& p, const Kernel& k);
+
 // ---- the schedule
 
 struct ScheduleOptions {
@@ -127,6 +134,14 @@ struct KernelSchedule {
   std::vector<Impl> impls;  // the implementations emitted (tunable kernels; empty otherwise)
   std::vector<ThreadSplit> implSplits;  // per impls entry
   ImplDispatch dispatch;    // which one runs for which batch sizes (empty in tuning builds)
+  // Vectorisation, decided here for both printers. A Form::PackedGemm kernel's epilogue runs on
+  // whole 16-column panels (vectorBody on an f32 result of whole panels, no injected accuracy
+  // fault on the anchor, which the scalar epilogue carries).
+  bool vectorEpilogue = false;
+  // Per domain axis: some load or store walks it with a stride other than 0 or 1 (a transpose's
+  // read or write). Loops over it stay scalar: vectorised, they gather or scatter (measured 2.6x
+  // slower than scalar code in a pointwise kernel).
+  std::vector<bool> stridedAxes;
   bool rawWeight = false;   // an extern implementation reads the plain weight (oneDNN reorders it)
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
   const ThreadSplit& splitOf(std::optional<Impl> impl) const;

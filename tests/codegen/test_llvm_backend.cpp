@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "policyc/driver/model_io.h"
+#include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/llvm_backend.h"
 #include "policyc/debug/check.h"
 #include "policyc/ir/error.h"
@@ -437,4 +438,34 @@ TEST_CASE("llvm backend: a pointwise loop is vectorised only along unit-stride a
   const std::string a = codegen::generateLlvm(*added, options).unoptimizedIr();
   CHECK(scalarLoops(a) == 2);  // i0 and i1 (rows of 24 and 6); i2 is contiguous
   CHECK(a.find("br label %i2.head, !llvm.loop") == std::string::npos);
+}
+
+// The schedule decides which packed epilogues run on whole 16-column panels; both printers follow
+// it: a linear layer of whole panels with an f32 body does (the C++ backend's finish16, no
+// per-column panel in the LLVM function), a head of 12 or 1 columns does not, and neither does a
+// layer whose anchor carries an injected accuracy fault (the scalar epilogue carries it).
+TEST_CASE("llvm and cpp backends: a packed epilogue runs on whole panels where the schedule says so", "[llvm][cpp]") {
+  auto graph = optimized("ppo_mlp");
+  auto fn = [](const std::string& ir, const std::string& name) {
+    const size_t at = ir.find("define internal void @" + name + "(");
+    REQUIRE(at != std::string::npos);
+    return ir.substr(at, ir.find("\n}\n", at) - at);
+  };
+  for (const bool fault : {false, true}) {
+    INFO("linear:accuracy fault " << fault);
+    codegen::LlvmOptions llvm;
+    llvm.keepUnoptimizedIr = true;
+    codegen::CppOptions cpp;
+    if (fault) llvm.fault = cpp.fault = codegen::parseInjectedFault("linear:accuracy");
+    const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
+    for (const char* layer : {"fused_linear_bias_tanh_0", "fused_linear_bias_tanh_1", "fused_linear_bias_tanh_2"}) {
+      CHECK((fn(ir, layer).find("%panel") == std::string::npos) == !fault);
+    }
+    CHECK(fn(ir, "linear_bias_3").find("%panel") != std::string::npos);  // 12 columns
+    CHECK(fn(ir, "linear_bias_4").find("%panel") != std::string::npos);  // 1 column
+    const std::string source = codegen::generateCpp(*graph, cpp).source;
+    size_t panels = 0;
+    for (size_t at = 0; (at = source.find("auto finish16", at)) != std::string::npos; ++at) ++panels;
+    CHECK(panels == (fault ? 0u : 3u));
+  }
 }

@@ -193,7 +193,6 @@ std::string Emitter::panelEpilogue(int64_t N, const std::string& indent, const s
 
 std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars) const {
   const std::vector<Instr>& b = k.body;
-  if (faultyAnchor_) return std::nullopt;  // the scalar epilogue carries the injected fault
   if (b.size() < 2 || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
   std::string v = "v";
   std::string code;
@@ -251,7 +250,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   }
   std::vector<std::string> callVars(vars.begin(), vars.end() - 1);
   callVars.push_back("n");
-  std::optional<std::string> vec = N % kPanel == 0 ? vectorEpilogue(k, vars) : std::nullopt;
+  std::optional<std::string> vec = s_.kernels[index].vectorEpilogue ? vectorEpilogue(k, vars) : std::nullopt;
   std::string s = vec ? "" : emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   s += fmt::format("  // x [rows, {}] times the weight packed as [{} panels][{}][16] (bias folded into bp).\n", K, panels, K);

@@ -185,8 +185,10 @@ class Emitter {
   static std::string panelEpilogue(int64_t N, const std::string& indent, const std::string& call, int64_t width = 16,
                                    const std::string& j = "j");
 
-  // A linear epilogue that is a chain of tanh/relu on acc stored contiguously along the output's
-  // last axis runs on whole 16-column panels at once (pc::tanh16); else nullopt.
+  // Where the schedule runs a packed linear epilogue on whole 16-column panels
+  // (KernelSchedule::vectorEpilogue), the vector code when this printer has it: a chain of
+  // tanh/relu on acc stored densely along the output's last axis (pc::tanh16); else nullopt, and
+  // the panel's columns go through the scalar epilogue, which the C++ compiler vectorises or not.
   std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars) const;
 
   // linear with a constant weight: rows of x times weight panels of 16 columns, 4 rows at a time.

@@ -181,43 +181,6 @@ bool Emitter::usesAxis(const IndexMap& index, size_t axis) {
   return false;
 }
 
-bool Emitter::stridedAlong(const Kernel& k, size_t axis) const {
-  for (const Instr& in : k.body) {
-    if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
-    const Buffer& b = p_.buffer(in.buffer);
-    int64_t stride = 0;
-    for (size_t d = 0; d < in.index.size(); ++d) {
-      if (in.index[d].axis == static_cast<int>(axis)) stride += in.index[d].scale * b.strides[d];
-    }
-    if (stride != 0 && stride != 1) return true;
-  }
-  return false;
-}
-
-bool Emitter::vectorizable(const Kernel& k) const {
-  const size_t last = k.domain.size() - 1;
-  for (const Instr& in : k.body) {
-    if (in.dtype != DType::F32) return false;
-    if (in.opcode == Opcode::Apply && (in.op == Op::Pow || in.op == Op::Cast || in.op == Op::Where || in.op == Op::Not ||
-                                       in.op == Op::Equal || in.op == Op::Less || in.op == Op::Greater)) {
-      return false;
-    }
-    if (in.opcode == Opcode::Load || in.opcode == Opcode::Store) {
-      const Buffer& b = p_.buffer(in.buffer);
-      if (b.type.dtype != DType::F32) return false;
-      int uses = 0;
-      for (size_t d = 0; d < in.index.size(); ++d) {
-        const IndexExpr& e = in.index[d];
-        if (e.axis != static_cast<int>(last)) continue;
-        ++uses;
-        if (e.scale * b.strides[d] != 1) return false;
-      }
-      if (uses > 1 || (in.opcode == Opcode::Store && uses == 0)) return false;
-    }
-  }
-  return true;
-}
-
 DType Emitter::accType(const Kernel& k) const {
   for (const Instr& i : k.body) {
     if (i.opcode == Opcode::Acc) return i.dtype;

@@ -275,7 +275,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const int64_t N = packedN(p_, k), K = packedK(p_, k), panels = (N + kPanel - 1) / kPanel;
   const size_t R = k.domain.size();
-  const bool vec = N % kPanel == 0 && !faultyAnchor_ && vectorizable(k);
+  const bool vec = s_.kernels[index].vectorEpilogue;
   const int per = panelGroup();
   std::vector<ir::Dim> lead(k.domain.begin(), k.domain.end() - 1);
   auto rowsOf = product(b_, lead, -1, 1);

@@ -116,8 +116,7 @@ void Emitter::emitPointwise(const Kernel& k) {
   restrict_ = true;
   // Only loops along which every access is unit stride (or invariant) are vectorised: after the
   // innermost loop is unrolled the vectorizer would otherwise take an outer, strided one.
-  scalarAxes_.assign(k.domain.size(), false);
-  for (size_t d = 0; d < k.domain.size(); ++d) scalarAxes_[d] = stridedAlong(k, d);
+  scalarAxes_ = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].stridedAxes;
   domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
   scalarAxes_.clear();
   restrict_ = false;

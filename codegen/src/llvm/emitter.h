@@ -96,18 +96,12 @@ class Emitter : llvmbe::Builder {
   Value* plusOne(Value* v, DType t) { return ir::isFloat(t) ? b_.CreateFAdd(v, fc(1, v)) : b_.CreateAdd(v, constant(1, t, v->getType())); }
 
   // Emits `body` at the insertion point. With width > 0 every value is a vector of `width` lanes
-  // along the last domain axis (vars.back() is the first lane's index; see vectorizable()).
+  // along the last domain axis (vars.back() is the first lane's index; the schedule's
+  // KernelSchedule::vectorEpilogue says where).
   // Returns the values (prologues return one).
   std::vector<Value*> emitBody(const std::vector<Instr>& body, const std::vector<Value*>& vars, Value* acc, unsigned width = 0);
 
   static bool usesAxis(const IndexMap& index, size_t axis);
-  // Whether `body` can run on kLanes consecutive values of the last domain axis: f32 values
-  // only, and every load or store either ignores that axis or walks it with unit stride.
-  bool vectorizable(const Kernel& k) const;
-  // Whether a load or store of `k`'s body walks `axis` with a stride other than 0 or 1 (a
-  // transpose's read or write): vectorised, that loop gathers or scatters, which measured 2.6x
-  // slower than scalar code.
-  bool stridedAlong(const Kernel& k, size_t axis) const;
 
   DType accType(const Kernel& k) const;
 
