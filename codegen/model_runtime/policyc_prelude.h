@@ -428,6 +428,42 @@ template <class T> PC_INLINE T maxNaNScan(T a, T b) {
   if (a != a || b != b) return a != a ? a : b;
   return a < b ? b : a;
 }
+// The maximum of f(0), ..., f(n - 1) for f32 values (-inf when n is 0): sixteen running maxima as
+// selects on one vector (maxps), a NaN mask beside it, then the lanes and the tail. A running
+// maximum through maxNaNScan is a branch per value, and GCC does not vectorise a select chain on
+// floats without -ffinite-math-only. Exactly the reference's value: NaN (the quiet one) when a
+// value is NaN, and for a zero maximum the first zero (its sign), found by a scalar pass then.
+template <class F> PC_INLINE float maxOf(int64_t n, F f) {
+  typedef int32_t i32x16 __attribute__((vector_size(64)));
+  f32x16 m = splat16(-inf<float>());
+  i32x16 nanLanes = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    f32x16 v;
+    for (int l = 0; l < 16; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
+    m = v > m ? v : m;
+    nanLanes |= v != v;
+  }
+  float r = -inf<float>();
+  bool bad = false;
+  for (int l = 0; l < 16; ++l) {
+    r = m[l] > r ? m[l] : r;
+    bad = bad || nanLanes[l] != 0;
+  }
+  for (; i < n; ++i) {
+    const float v = f(i);
+    r = v > r ? v : r;
+    bad = bad || v != v;
+  }
+  if (bad) return pc::nan<float>();
+  if (r == 0.0f) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = f(j);
+      if (v == 0.0f) return v;
+    }
+  }
+  return r;
+}
 template <class T> PC_INLINE T minNaN(T a, T b) {
   const T m = b < a ? b : a;
   return a != a ? a : (b != b ? b : m);

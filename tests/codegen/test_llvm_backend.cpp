@@ -187,30 +187,59 @@ TEST_CASE("llvm backend: a tuning build lists and selects every candidate of eve
   }
 }
 
-// argmax and reduce_max run as branch-free passes (llvm.maximum, then a scan for the index): NaN
-// wins, ties go to the first (or, with select_last_index, the last) index, and a zero maximum
-// keeps the sign of the first zero, exactly as in the interpreter.
-TEST_CASE("llvm backend: argmax and reduce_max agree with the interpreter on NaN, ties and signed zeros", "[llvm]") {
-  auto graph = ir::parseGraph(R"(graph am(%x: f32[batch,6]) {
-  %a = argmax(%x) {axis=-1, keepdims=0} : i64[batch]
-  %l = argmax(%x) {axis=-1, keepdims=0, select_last_index=1} : i64[batch]
-  %m = reduce_max(%x) {axes=[-1], keepdims=0} : f32[batch]
-  return (a=%a, l=%l, m=%m)
-})");
+// argmax and reduce_max take the maximum as sixteen running maxima (both backends: pc::maxOf and
+// Emitter::maxOf), then argmax scans for its index: NaN wins, ties go to the first (or, with
+// select_last_index, the last) index, and a zero maximum keeps the sign of the first zero, exactly
+// as in the interpreter, in rows shorter than a vector and in rows of whole vectors and a tail.
+TEST_CASE("llvm and cpp backends: argmax and reduce_max agree with the interpreter on NaN, ties and signed zeros", "[llvm][cpp]") {
   const float n = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> x = {1, 3, 3, 2, 0, 3,  n, 1, n, 2, 5, 1,  1, 2, n, 2, n, 0,  -0.0f, 0.0f, -1, -0.0f, -2, -3,
-                          0.0f, -0.0f, -1, -2, -3, -4,  -5, -4, -4, -9, -4, -6,  2, 2, 2, 2, 2, 2};
-  std::vector<ir::Tensor> inputs = {ir::Tensor::fromVector(ir::DType::F32, {7, 6}, x)};
-  std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-  std::vector<ir::Tensor> got = driver::runModel(jitModel(*graph), inputs, 1);
-  REQUIRE(got.size() == 3);
-  for (size_t o = 0; o < 3; ++o) {
-    INFO("output " << o);
-    REQUIRE(got[o].nbytes() == want[o].nbytes());
-    CHECK(std::memcmp(got[o].bytes(), want[o].bytes(), want[o].nbytes()) == 0);  // NaN and -0 bit for bit
+  const float negNan = -std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> narrow = {1, 3, 3, 2, 0, 3,  n, 1, n, 2, 5, 1,  1, 2, n, 2, n, 0,  -0.0f, 0.0f, -1, -0.0f, -2, -3,
+                               0.0f, -0.0f, -1, -2, -3, -4,  -5, -4, -4, -9, -4, -6,  2, 2, 2, 2, 2, 2};
+  // Rows of 40: 16-lane maxima then a tail of 8. Zeros of both signs in different lanes, a NaN
+  // (negative) in the tail, the maximum in the tail, and ties across lanes.
+  std::vector<float> wide(5 * 40);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = -1.0f - static_cast<float>(i % 7);
+  wide[0 * 40 + 17] = 0.0f, wide[0 * 40 + 3] = -0.0f, wide[0 * 40 + 33] = 0.0f;
+  wide[1 * 40 + 37] = negNan, wide[1 * 40 + 2] = 9;
+  wide[2 * 40 + 39] = 4, wide[2 * 40 + 5] = 3;
+  wide[3 * 40 + 1] = 7, wide[3 * 40 + 20] = 7, wide[3 * 40 + 36] = 7;
+  wide[4 * 40 + 18] = n, wide[4 * 40 + 30] = negNan;
+  for (const auto& [width, x] : std::vector<std::pair<int, std::vector<float>>>{{6, narrow}, {40, wide}}) {
+    auto graph = ir::parseGraph(fmt::format(R"(graph am(%x: f32[batch,{0}]) {{
+  %a = argmax(%x) {{axis=-1, keepdims=0}} : i64[batch]
+  %l = argmax(%x) {{axis=-1, keepdims=0, select_last_index=1}} : i64[batch]
+  %m = reduce_max(%x) {{axes=[-1], keepdims=0}} : f32[batch]
+  return (a=%a, l=%l, m=%m)
+}})", width));
+    std::vector<ir::Tensor> inputs = {ir::Tensor::fromVector(ir::DType::F32, {static_cast<int64_t>(x.size()) / width, width}, x)};
+    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+    const fs::path so = scratch() / fmt::format("argmax{}.so", width);
+    codegen::buildSharedObject(codegen::generateCpp(*graph), so.string(), {});
+    for (const bool cpp : {false, true}) {
+      INFO((cpp ? "cpp" : "llvm") << ", rows of " << width);
+      std::vector<ir::Tensor> got = driver::runModel(cpp ? runtime::Model::load(so.string()) : jitModel(*graph), inputs, 1);
+      REQUIRE(got.size() == 3);
+      for (size_t o = 0; o < 3; ++o) {
+        INFO("output " << o);
+        REQUIRE(got[o].nbytes() == want[o].nbytes());
+        CHECK(std::memcmp(got[o].bytes(), want[o].bytes(), want[o].nbytes()) == 0);  // NaN and -0 bit for bit
+      }
+      if (width == 6) {
+        CHECK(std::signbit(got[2].getAsDouble(3)));   // [-0, +0, ...]: -0
+        CHECK(!std::signbit(got[2].getAsDouble(4)));  // [+0, -0, ...]: +0
+      } else {
+        CHECK(got[2].getAsDouble(0) == 0.0);
+        CHECK(std::signbit(got[2].getAsDouble(0)));  // -0 at 3 comes before +0 at 17 and 33
+        CHECK(got[0].getAsDouble(1) == 37);          // the NaN in the tail
+        CHECK(got[0].getAsDouble(2) == 39);
+        CHECK(got[0].getAsDouble(3) == 1);
+        CHECK(got[1].getAsDouble(3) == 36);
+        CHECK(got[0].getAsDouble(4) == 18);
+        CHECK(got[1].getAsDouble(4) == 30);
+      }
+    }
   }
-  CHECK(std::signbit(got[2].getAsDouble(3)));   // [-0, +0, ...]: -0
-  CHECK(!std::signbit(got[2].getAsDouble(4)));  // [+0, -0, ...]: +0
 }
 
 TEST_CASE("llvm backend: the C header is the C++ backend's, names and workspace included", "[llvm]") {

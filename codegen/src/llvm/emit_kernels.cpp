@@ -261,6 +261,54 @@ Value* Emitter::operand(const Kernel& k, const std::vector<Value*>& idx) {
   return convert(v[static_cast<size_t>(k.prologueResult)], k.prologue[static_cast<size_t>(k.prologueResult)].dtype, X.type.dtype);
 }
 
+Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
+  auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
+  auto* mt = llvm::FixedVectorType::get(i1_, kLanes);
+  llvm::AllocaInst* lanes = local(vt, "lanes");
+  llvm::AllocaInst* nanLanes = local(mt, "nan.lanes");
+  b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(kLanes), llvm::ConstantFP::getInfinity(f32_, true)), lanes);
+  b_.CreateStore(llvm::Constant::getNullValue(mt), nanLanes);
+  const int64_t whole = n / kLanes * kLanes;
+  forRange(c64(0), c64(n / kLanes), "q", [&](Value* q) {
+    Value* base = b_.CreateMul(q, c64(kLanes));
+    Value* v = llvm::PoisonValue::get(vt);
+    for (unsigned l = 0; l < kLanes; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
+    Value* m = b_.CreateLoad(vt, lanes);
+    b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(v, m), v, m), lanes);
+    b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nanLanes), isNan(v)), nanLanes);
+  }, false);  // already a vector loop
+  llvm::AllocaInst* top = local(f32_, "top");
+  llvm::AllocaInst* bad = local(i1_, "bad");
+  Value* m = b_.CreateLoad(vt, lanes);
+  Value* r = llvm::ConstantFP::getInfinity(f32_, true);
+  for (unsigned l = 0; l < kLanes; ++l) {
+    Value* e = b_.CreateExtractElement(m, l);
+    r = b_.CreateSelect(b_.CreateFCmpOGT(e, r), e, r);
+  }
+  b_.CreateStore(r, top);
+  b_.CreateStore(b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes)), bad);
+  forRange(c64(whole), c64(n), "t", [&](Value* i) {
+    Value* v = f(i);
+    Value* t = b_.CreateLoad(f32_, top);
+    b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(v, t), v, t), top);
+    b_.CreateStore(b_.CreateOr(b_.CreateLoad(i1_, bad), isNan(v)), bad);
+  });
+  // Rare: the first zero of a zero maximum, by a scalar pass.
+  Value* zero = llvm::ConstantFP::get(f32_, 0.0);
+  ifThen(b_.CreateFCmpOEQ(b_.CreateLoad(f32_, top), zero), "zero", [&] {
+    llvm::AllocaInst* found = local(i1_, "found");
+    b_.CreateStore(b_.getFalse(), found);
+    forRange(c64(0), c64(n), "z", [&](Value* i) {
+      Value* v = f(i);
+      Value* take = b_.CreateAnd(b_.CreateNot(b_.CreateLoad(i1_, found)), b_.CreateFCmpOEQ(v, zero));
+      b_.CreateStore(b_.CreateSelect(take, v, b_.CreateLoad(f32_, top)), top);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(i1_, found), take), found);
+    });
+  });
+  b_.CreateStore(b_.CreateSelect(b_.CreateLoad(i1_, bad), llvm::ConstantFP::getNaN(f32_), b_.CreateLoad(f32_, top)), top);
+  return b_.CreateLoad(f32_, top, "max");
+}
+
 void Emitter::emitReduction(const Kernel& k) {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
@@ -363,55 +411,115 @@ void Emitter::emitReduction(const Kernel& k) {
     if (isArg) {
       const size_t ax = red[0];
       const bool last = n.attrInt("select_last_index") != 0;
-      // Two passes, each without a data-dependent branch or a long dependency chain: the
-      // maximum (llvm.maximum: a NaN wins, as NaN counts as the largest value in numpy), then
-      // the first index holding it (the last with select_last_index), found by walking the
-      // axis towards that end and keeping every match.
+      // Two passes: the maximum (maxOf for f32, llvm.maximum otherwise: a NaN wins, as NaN
+      // counts as the largest value in numpy), then the first index holding it (the last with
+      // select_last_index).
       const int64_t extent = X.type.shape[ax].value();
       auto valueAt = [&](Value* i) {
         std::vector<Value*> at = xv;
         at[ax] = i;
         return asF64(operand(k, at));
       };
-      llvm::AllocaInst* top = local(f64_, "top");
-      b_.CreateStore(llvm::ConstantFP::getInfinity(f64_, true), top);
-      forRange(c64(0), c64(extent), "x" + std::to_string(ax), [&](Value* i) {
-        b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(f64_, top), valueAt(i)), top);
-      });
-      Value* mx = b_.CreateLoad(f64_, top, "max");
+      Value* mx = nullptr;
+      if (xT == DType::F32) {
+        mx = asF64(maxOf(extent, [&](Value* i) {
+          std::vector<Value*> at = xv;
+          at[ax] = i;
+          return operand(k, at);
+        }));
+      } else {
+        llvm::AllocaInst* top = local(f64_, "top");
+        b_.CreateStore(llvm::ConstantFP::getInfinity(f64_, true), top);
+        forRange(c64(0), c64(extent), "x" + std::to_string(ax), [&](Value* i) {
+          b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(f64_, top), valueAt(i)), top);
+        });
+        mx = b_.CreateLoad(f64_, top, "max");
+      }
       Value* nanMax = isNan(mx);
+      // The scan stops at the first match from its end (as the C++ backend's loop with a break):
+      // on average half the row, where keeping every match would walk all of it. One loop per
+      // case, so that each compares once per value.
       llvm::AllocaInst* best = local(i64_, "best");
+      llvm::AllocaInst* at = local(i64_, "at");
       b_.CreateStore(c64(0), best);
-      forRange(c64(0), c64(extent), "y" + std::to_string(ax), [&](Value* j) {
-        Value* i = last ? j : b_.CreateSub(c64(extent - 1), j);
-        Value* v = valueAt(i);
-        Value* match = b_.CreateSelect(nanMax, isNan(v), b_.CreateFCmpOEQ(v, mx));
-        b_.CreateStore(b_.CreateSelect(match, i, b_.CreateLoad(i64_, best)), best);
-      });
+      const std::string name = "y" + std::to_string(ax);
+      auto scan = [&](const std::function<Value*(Value*)>& match) {
+        b_.CreateStore(c64(0), at);
+        llvm::BasicBlock* head = block(name + ".head");
+        llvm::BasicBlock* body = block(name + ".body");
+        llvm::BasicBlock* next = block(name + ".next");
+        llvm::BasicBlock* found = block(name + ".found");
+        llvm::BasicBlock* done = block(name + ".done");
+        b_.CreateBr(head);
+        b_.SetInsertPoint(head);
+        Value* j = b_.CreateLoad(i64_, at, name);
+        b_.CreateCondBr(b_.CreateICmpSLT(j, c64(extent)), body, done);
+        b_.SetInsertPoint(body);
+        Value* i = last ? b_.CreateSub(c64(extent - 1), j) : j;
+        std::vector<Value*> idx = xv;
+        idx[ax] = i;
+        b_.CreateCondBr(match(operand(k, idx)), found, next);
+        b_.SetInsertPoint(next);
+        b_.CreateStore(b_.CreateAdd(j, c64(1)), at);
+        b_.CreateBr(head);
+        b_.SetInsertPoint(found);
+        b_.CreateStore(i, best);
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
+      };
+      ifElse(
+          nanMax, "nan", [&] { scan([&](Value* v) { return isNan(v); }); },
+          [&] {
+            Value* m = xT == DType::F32 ? b_.CreateFPTrunc(mx, f32_) : nullptr;  // exact: mx is an f32 value
+            scan([&](Value* v) { return m ? b_.CreateFCmpOEQ(v, m) : b_.CreateFCmpOEQ(asF64(v), mx); });
+          });
       emitBody(k.body, outIdx, convert(b_.CreateLoad(i64_, best), DType::I64, outT));
       return;
     }
     llvm::AllocaInst* acc = local(f64_, "acc");
     b_.CreateStore(isMax ? llvm::ConstantFP::getInfinity(f64_, true) : llvm::ConstantFP::get(f64_, 0.0), acc);
-    domainLoops(X.type.shape, -1, [&](const std::vector<Value*>& v) {
-      Value* x = asF64(operand(k, v));
-      Value* a = b_.CreateLoad(f64_, acc);
-      // llvm.maximum: a NaN wins (the reference's maxNaN), and the loop vectorises.
-      b_.CreateStore(isMax ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, x) : b_.CreateFAdd(a, x), acc);
-    }, red, xv);
-    if (isMax) {
-      // llvm.maximum orders -0 below +0; the reference keeps the first of equal values, so a
-      // zero maximum takes the sign of the first zero (a scalar pass, only then).
-      ifThen(b_.CreateFCmpOEQ(b_.CreateLoad(f64_, acc), llvm::ConstantFP::get(f64_, 0.0)), "zero", [&] {
-        llvm::AllocaInst* found = local(i1_, "found");
-        b_.CreateStore(b_.getFalse(), found);
-        domainLoops(X.type.shape, -1, [&](const std::vector<Value*>& v) {
-          Value* x = asF64(operand(k, v));
-          Value* first = b_.CreateAnd(b_.CreateNot(b_.CreateLoad(i1_, found)), b_.CreateFCmpOEQ(x, llvm::ConstantFP::get(f64_, 0.0)));
-          b_.CreateStore(b_.CreateSelect(first, x, b_.CreateLoad(f64_, acc)), acc);
-          b_.CreateStore(b_.CreateOr(b_.CreateLoad(i1_, found), first), found);
-        }, red, xv);
-      });
+    if (isMax && xT == DType::F32) {
+      // The innermost reduced axis in one maxOf (the reference's value, zeros' signs and NaNs
+      // included); the outer reduced axes combine those maxima in order.
+      const size_t innermost = red.back();
+      std::vector<size_t> outerRed(red.begin(), red.end() - 1);
+      auto combine = [&](const std::vector<Value*>& v) {
+        Value* m = asF64(maxOf(X.type.shape[innermost].value(), [&](Value* i) {
+          std::vector<Value*> at = v;
+          at[innermost] = i;
+          return operand(k, at);
+        }));
+        Value* a = b_.CreateLoad(f64_, acc);
+        // The first NaN, else the larger; ties keep the earlier (as the reference's maxNaN).
+        Value* larger = b_.CreateSelect(b_.CreateFCmpOLT(a, m), m, a);
+        b_.CreateStore(b_.CreateSelect(isNan(a), a, b_.CreateSelect(isNan(m), m, larger)), acc);
+      };
+      if (outerRed.empty()) {
+        combine(xv);
+      } else {
+        domainLoops(X.type.shape, -1, combine, outerRed, xv);
+      }
+    } else {
+      domainLoops(X.type.shape, -1, [&](const std::vector<Value*>& v) {
+        Value* x = asF64(operand(k, v));
+        Value* a = b_.CreateLoad(f64_, acc);
+        // llvm.maximum: a NaN wins (the reference's maxNaN), and the loop vectorises.
+        b_.CreateStore(isMax ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, x) : b_.CreateFAdd(a, x), acc);
+      }, red, xv);
+      if (isMax) {
+        // llvm.maximum orders -0 below +0; the reference keeps the first of equal values, so a
+        // zero maximum takes the sign of the first zero (a scalar pass, only then).
+        ifThen(b_.CreateFCmpOEQ(b_.CreateLoad(f64_, acc), llvm::ConstantFP::get(f64_, 0.0)), "zero", [&] {
+          llvm::AllocaInst* found = local(i1_, "found");
+          b_.CreateStore(b_.getFalse(), found);
+          domainLoops(X.type.shape, -1, [&](const std::vector<Value*>& v) {
+            Value* x = asF64(operand(k, v));
+            Value* first = b_.CreateAnd(b_.CreateNot(b_.CreateLoad(i1_, found)), b_.CreateFCmpOEQ(x, llvm::ConstantFP::get(f64_, 0.0)));
+            b_.CreateStore(b_.CreateSelect(first, x, b_.CreateLoad(f64_, acc)), acc);
+            b_.CreateStore(b_.CreateOr(b_.CreateLoad(i1_, found), first), found);
+          }, red, xv);
+        });
+      }
     }
     Value* a = b_.CreateLoad(f64_, acc, n.name());
     if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {

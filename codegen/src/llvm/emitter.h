@@ -208,6 +208,12 @@ class Emitter : llvmbe::Builder {
 
   void emitReduction(const Kernel& k);
 
+  // The maximum of f(0), ..., f(n - 1) for f32 values f returns, as the C++ prelude's pc::maxOf:
+  // sixteen running maxima as selects on one <16 x float> (the sixteen loads of consecutive
+  // values become one), a NaN mask beside, then the lanes and the tail. Exactly the reference's
+  // value: NaN (the quiet one) when a value is NaN, for a zero maximum the first zero (its sign).
+  Value* maxOf(int64_t n, const std::function<Value*(Value*)>& f);
+
   // ---- irregular data movement
 
   void emitCopy(const Kernel& k);
