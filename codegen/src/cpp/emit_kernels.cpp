@@ -318,7 +318,13 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       s += innerLoops(body);
     } else {
       s += fmt::format("{}double maxValue = -pc::inf<double>(), sum = 0;\n", indent);
-      s += innerLoops(fmt::format("maxValue = pc::maxNaNScan<double>(maxValue, {});", x));
+      if (X.type.dtype == DType::F32 && reduced.size() == 1) {
+        // The row's maximum vectorised (pc::maxOf).
+        s += fmt::format("{}maxValue = pc::maxOf({}, [&](int64_t {}) {{ return {}; }});\n", indent, dimStr(k.domain[reduced[0]]),
+                         vars[reduced[0]], x);
+      } else {
+        s += innerLoops(fmt::format("maxValue = pc::maxNaNScan<double>(maxValue, {});", x));
+      }
       s += innerLoops(fmt::format("sum += std::exp(double({}) - maxValue);", x));
       std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - std::log(sum)", x)
                                              : fmt::format("std::exp(double({}) - maxValue) / sum", x);

@@ -363,8 +363,17 @@ void Emitter::emitReduction(const Kernel& k) {
           emitBody(k.body, v, convert(y, DType::F64, outT));
         });
       } else {
-        b_.CreateStore(llvm::ConstantFP::getInfinity(f64_, true), a);
-        inner([&](const std::vector<Value*>& v) { b_.CreateStore(maxNaN(b_.CreateLoad(f64_, a), asF64(operand(k, v)), true), a); });
+        if (xT == DType::F32 && reduced.size() == 1) {
+          // The row's maximum vectorised (maxOf).
+          b_.CreateStore(asF64(maxOf(k.domain[reduced[0]].value(), [&](Value* i) {
+                           std::vector<Value*> at = vars;
+                           at[reduced[0]] = i;
+                           return operand(k, at);
+                         })), a);
+        } else {
+          b_.CreateStore(llvm::ConstantFP::getInfinity(f64_, true), a);
+          inner([&](const std::vector<Value*>& v) { b_.CreateStore(maxNaN(b_.CreateLoad(f64_, a), asF64(operand(k, v)), true), a); });
+        }
         Value* mx = b_.CreateLoad(f64_, a, "max");
         b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
         inner([&](const std::vector<Value*>& v) {
