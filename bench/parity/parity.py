@@ -3,10 +3,13 @@
 both backends, compiled with --profile, timed by `policyc bench`; then per kernel the two
 backends' microseconds per call side by side (a kernel of either more than 1.25x the other's
 fails the bar), and for the ops timed at several widths whether the time grows linearly with the
-width (a doubling of the width may cost at most 2 x 1.25 the time). Prints a markdown report
-(docs/performance.md, "Backend parity") and exits 1 when a bar fails.
+width (a doubling of the width may cost at most 2 x 1.25 the time). A model with a kernel over
+the bar is timed --confirm more times, the backends alternating, and each kernel's time is the
+least of its medians: on a shared machine another process only ever adds time, so one unlucky
+run does not fail the bar. Prints a markdown report (docs/performance.md, "Backend parity") and
+exits 1 when a bar fails.
 
-    parity.py POLICYC OUT_DIR [--batch 1,64] [--min-time 0.3] [--reuse] [MODEL.onnx ...]
+    parity.py POLICYC OUT_DIR [--batch 1,64] [--min-time 0.3] [--confirm 2] [--reuse] [MODEL.onnx ...]
 """
 import argparse
 import json
@@ -19,8 +22,9 @@ BAR = 1.25
 NOISE_US = 0.5  # below this both backends' times are mostly the timer's own cost
 
 
-def bench(policyc, model, backend, batches, min_time, out, reuse):
-    path = os.path.join(out, f"{os.path.splitext(os.path.basename(model))[0]}.{backend}.json")
+def bench(policyc, model, backend, batches, min_time, out, reuse, round=0):
+    suffix = f".r{round}" if round else ""
+    path = os.path.join(out, f"{os.path.splitext(os.path.basename(model))[0]}.{backend}{suffix}.json")
     if reuse and os.path.exists(path):
         with open(path) as f:
             return json.load(f)
@@ -38,6 +42,20 @@ def kernels(result):
     return {(row["batch"], k["name"]): (k["kind"], k["us_per_call"]) for row in result["rows"] for k in row.get("kernels", [])}
 
 
+def least(runs):
+    """Per kernel, the least time of several runs' kernels() (keys of the first run)."""
+    return {key: (kind, min(r[key][1] for r in runs if key in r)) for key, (kind, _) in runs[0].items()}
+
+
+def over_bar(cpp, llvm):
+    """Whether a kernel of both backends is over the bar (and not timer noise)."""
+    for key in set(cpp) & set(llvm):
+        c, l = cpp[key][1], llvm[key][1]
+        if max(c, l) >= NOISE_US and max(c, l) > BAR * min(c, l):
+            return True
+    return False
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("policyc")
@@ -45,16 +63,25 @@ def main():
     ap.add_argument("models", nargs="*")
     ap.add_argument("--batch", default="1,64")
     ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--confirm", type=int, default=2, help="more runs of a model with a kernel over the bar (the least time counts)")
     ap.add_argument("--reuse", action="store_true", help="report from the JSON of an earlier run where there is one")
     a = ap.parse_intermixed_args()
     os.makedirs(a.out, exist_ok=True)
     failures = []
     rows = []
     times = {}  # (op, batch) -> {width: (cpp, llvm)}
+    rounds = {}  # model -> runs per backend
     for model in a.models:
         name = os.path.splitext(os.path.basename(model))[0]
         print(f"parity: {name}", file=sys.stderr, flush=True)
-        cpp, llvm = (kernels(bench(a.policyc, model, b, a.batch, a.min_time, a.out, a.reuse)) for b in ("cpp", "llvm"))
+        runs = {b: [kernels(bench(a.policyc, model, b, a.batch, a.min_time, a.out, a.reuse))] for b in ("cpp", "llvm")}
+        if over_bar(runs["cpp"][0], runs["llvm"][0]):
+            for r in range(1, a.confirm + 1):
+                print(f"parity: {name} again ({r} of {a.confirm})", file=sys.stderr, flush=True)
+                for b in ("cpp", "llvm"):
+                    runs[b].append(kernels(bench(a.policyc, model, b, a.batch, a.min_time, a.out, a.reuse, r)))
+        cpp, llvm = least(runs["cpp"]), least(runs["llvm"])
+        rounds[name] = len(runs["cpp"])
         for key in sorted(set(cpp) & set(llvm)):
             batch, kernel = key
             kind, c = cpp[key]
@@ -65,7 +92,7 @@ def main():
             verdict = "below timer resolution" if noise else ("ok" if slow <= BAR else f"FAIL: {'llvm' if ratio > 1 else 'cpp'} slower")
             if not noise and slow > BAR:
                 failures.append(f"{name} batch {batch} {kernel}: cpp {c:.2f} us, llvm {l:.2f} us")
-            rows.append((name, batch, kernel, kind, c, l, ratio, verdict))
+            rows.append((name if rounds[name] == 1 else f"{name} (best of {rounds[name]})", batch, kernel, kind, c, l, ratio, verdict))
             m = re.fullmatch(r"(.+)_(\d+)", name)
             if m and len(cpp) // len(a.batch.split(",")) == 1:
                 times.setdefault((m.group(1), batch), {})[int(m.group(2))] = (c, l)
@@ -74,7 +101,9 @@ def main():
             failures.append(f"{name}: kernels in one backend only: {sorted(k for _, k in missing)}")
 
     print(f"Per kernel, microseconds per call (median run time split by the profiler), batch {a.batch}; "
-          f"the bar: neither backend more than {BAR}x the other (kernels under {NOISE_US} us in both are timer noise).\n")
+          f"the bar: neither backend more than {BAR}x the other (kernels under {NOISE_US} us in both are timer noise). "
+          f"A model with a kernel over the bar in its first run was timed {a.confirm} more times, the backends "
+          f"alternating, and the least of each kernel's medians counts (\"best of N\").\n")
     print("| model | batch | kernel | kind | cpp us | llvm us | llvm/cpp | |")
     print("|---|---:|---|---|---:|---:|---:|---|")
     for name, batch, kernel, kind, c, l, ratio, verdict in rows:

@@ -3,7 +3,7 @@
 # graphs of every op kind (reductions and softmax at widths 64..4096) through both backends with
 # --profile; per-kernel times compared (no kernel of either backend over 1.25x the other's) and
 # every width sweep checked for linear growth. Prints a markdown report; exit 1 when a bar fails.
-#   bench/parity/run.sh [OUT_DIR] [--batch 1,64] [--min-time 0.3]
+#   bench/parity/run.sh [OUT_DIR] [--batch 1,64] [--min-time 0.3] [--confirm 2] [--reuse]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 out="$POLICYC_ROOT/build/bench-parity"

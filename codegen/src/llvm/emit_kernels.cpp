@@ -262,31 +262,35 @@ Value* Emitter::operand(const Kernel& k, const std::vector<Value*>& idx) {
 }
 
 Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
-  auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
-  auto* mt = llvm::FixedVectorType::get(i1_, kLanes);
-  llvm::AllocaInst* lanes = local(vt, "lanes");
-  llvm::AllocaInst* nanLanes = local(mt, "nan.lanes");
-  b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(kLanes), llvm::ConstantFP::getInfinity(f32_, true)), lanes);
-  b_.CreateStore(llvm::Constant::getNullValue(mt), nanLanes);
   const int64_t whole = n / kLanes * kLanes;
-  forRange(c64(0), c64(n / kLanes), "q", [&](Value* q) {
-    Value* base = b_.CreateMul(q, c64(kLanes));
-    Value* v = llvm::PoisonValue::get(vt);
-    for (unsigned l = 0; l < kLanes; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
-    Value* m = b_.CreateLoad(vt, lanes);
-    b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(v, m), v, m), lanes);
-    b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nanLanes), isNan(v)), nanLanes);
-  }, false);  // already a vector loop
   llvm::AllocaInst* top = local(f32_, "top");
   llvm::AllocaInst* bad = local(i1_, "bad");
-  Value* m = b_.CreateLoad(vt, lanes);
-  Value* r = llvm::ConstantFP::getInfinity(f32_, true);
-  for (unsigned l = 0; l < kLanes; ++l) {
-    Value* e = b_.CreateExtractElement(m, l);
-    r = b_.CreateSelect(b_.CreateFCmpOGT(e, r), e, r);
+  b_.CreateStore(llvm::ConstantFP::getInfinity(f32_, true), top);
+  b_.CreateStore(b_.getFalse(), bad);
+  if (whole > 0) {
+    auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
+    auto* mt = llvm::FixedVectorType::get(i1_, kLanes);
+    llvm::AllocaInst* lanes = local(vt, "lanes");
+    llvm::AllocaInst* nanLanes = local(mt, "nan.lanes");
+    b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(kLanes), llvm::ConstantFP::getInfinity(f32_, true)), lanes);
+    b_.CreateStore(llvm::Constant::getNullValue(mt), nanLanes);
+    forRange(c64(0), c64(n / kLanes), "q", [&](Value* q) {
+      Value* base = b_.CreateMul(q, c64(kLanes));
+      Value* v = llvm::PoisonValue::get(vt);
+      for (unsigned l = 0; l < kLanes; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
+      Value* m = b_.CreateLoad(vt, lanes);
+      b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(v, m), v, m), lanes);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nanLanes), isNan(v)), nanLanes);
+    }, false);  // already a vector loop
+    Value* m = b_.CreateLoad(vt, lanes);
+    Value* r = llvm::ConstantFP::getInfinity(f32_, true);
+    for (unsigned l = 0; l < kLanes; ++l) {
+      Value* e = b_.CreateExtractElement(m, l);
+      r = b_.CreateSelect(b_.CreateFCmpOGT(e, r), e, r);
+    }
+    b_.CreateStore(r, top);
+    b_.CreateStore(b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes)), bad);
   }
-  b_.CreateStore(r, top);
-  b_.CreateStore(b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes)), bad);
   forRange(c64(whole), c64(n), "t", [&](Value* i) {
     Value* v = f(i);
     Value* t = b_.CreateLoad(f32_, top);
