@@ -579,6 +579,25 @@ bool vectorBody(const KernelProgram& p, const Kernel& k) {
   return true;
 }
 
+std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  if (formOf(p, k) != Form::DirectConv || X.type.rank() != 4 || split.axis == 3) return std::nullopt;
+  const ir::Node& n = *k.anchor;
+  const int64_t stride = spatialList(n, "strides", 2, 1)[1], dil = spatialList(n, "dilations", 2, 1)[1];
+  const int64_t pad = spatialList(n, "pads", 4, 0)[1], W = X.type.shape[3].value(), OW = k.domain[3].value();
+  const int64_t KW = p.buffer(k.anchorInputs[1]).type.shape[3].value();
+  ConvRowTaps t;
+  for (int64_t k1 = 0; k1 < KW; ++k1) {
+    // i3 * stride + off in [0, W)
+    const int64_t off = k1 * dil - pad;
+    const int64_t lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    const int64_t hi = W - 1 - off < 0 ? 0 : std::min(OW, (W - 1 - off) / stride + 1);
+    t.lo.push_back(std::min(lo, OW));
+    t.hi.push_back(std::max(hi, std::min(lo, OW)));
+  }
+  return t;
+}
+
 const ThreadSplit& KernelSchedule::splitOf(std::optional<Impl> impl) const {
   if (!impl) return split;
   for (size_t i = 0; i < impls.size(); ++i) {

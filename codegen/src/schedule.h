@@ -85,6 +85,7 @@ struct RowPoolGeometry {
 };
 RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k);
 
+
 // How a kernel's work is split between threads (pc::parallelFor in the C++ backend's run
 // function, policyc_rt_parallel_for in the LLVM one): `units(batch)` units of work, whole units
 // per chunk, each costing about `cost(batch)` multiply-adds (CodegenOptions::minChunkCost is the
@@ -108,6 +109,17 @@ struct ThreadSplit {
 // The split of kernel `k` run by implementation `impl` (none: the kernel's generated form); for
 // an extern implementation, its epilogue's over the result (whole with post-ops).
 ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl);
+
+// A 2-D Form::DirectConv kernel (grouped, depthwise, dilated) runs an output row at a time: a row
+// of accumulators, and for each channel, window row and window column k1 one loop over the output
+// columns [lo[k1], hi[k1]) whose input column i3 * stride + k1 * dilation - pad lies inside the
+// input — contiguous in the row, so it vectorises, where a dot product per output element with a
+// bounds check per tap does not. Every output sums its taps in the same order either way.
+struct ConvRowTaps {
+  std::vector<int64_t> lo, hi;  // per window column
+};
+// nullopt when `k` is not computed by rows: not 2-D, or its thread split is over the columns.
+std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
 
 // ---- vectorisation
 

@@ -425,6 +425,37 @@ std::string Emitter::emitConv(const Kernel& k) const {
   int64_t gc = C / group, gm = M / group;
   std::vector<std::string> vars = axisVars("i", k.domain.size());
   std::string indent;
+  if (const std::optional<ConvRowTaps> taps = convRowTaps(p_, k, *split_)) {
+    // An output row at a time (schedule.h, ConvRowTaps): per tap, one loop over the columns it
+    // reaches, which the compiler vectorises; then the epilogue along the row.
+    const int64_t OW = k.domain[3].value(), H = X.type.shape[2].value();
+    std::string s = openTemplate(k, accType(k), vars, indent, 3);
+    s += fmt::format("{}float row[{}] = {{}};\n", indent, OW);
+    s += fmt::format("{}const int64_t g = {} / {};\n", indent, vars[1], gm);
+    s += fmt::format("{}for (int64_t c = 0; c < {}; ++c) {{\n", indent, gc);
+    s += fmt::format("{}  for (int64_t k0 = 0; k0 < {}; ++k0) {{\n", indent, W.type.shape[2].value());
+    s += fmt::format("{}    const int64_t p0 = {}*{} + k0*{} - {};\n", indent, vars[2], strides[0], dil[0], pads[0]);
+    s += fmt::format("{}    if (p0 < 0 || p0 >= {}) continue;\n", indent, H);
+    for (size_t k1 = 0; k1 < taps->lo.size(); ++k1) {
+      if (taps->lo[k1] >= taps->hi[k1]) continue;  // this window column never lies inside the input
+      const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
+      const std::string p1 = fmt::format("{}*{} {} {}", vars[3], strides[1], off < 0 ? '-' : '+', off < 0 ? -off : off);
+      s += fmt::format("{}    {{\n{}      const float w = {};\n", indent, indent,
+                       loadExpr(W.id, addressOf(W.id, {vars[1], "c", "k0", std::to_string(k1)})));
+      s += fmt::format("{}      for (int64_t {} = {}; {} < {}; ++{}) row[{}] += {} * w;\n", indent, vars[3], taps->lo[k1], vars[3],
+                       taps->hi[k1], vars[3], vars[3], loadExpr(X.id, addressOf(X.id, {vars[0], fmt::format("g*{} + c", gc), "p0", p1})));
+      s += indent + "    }\n";
+    }
+    s += indent + "  }\n" + indent + "}\n";
+    s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, vars[3], vars[3], OW, vars[3]);
+    s += fmt::format("{}  float acc = row[{}];\n", indent, vars[3]);
+    if (k.anchorInputs.size() > 2) {
+      s += fmt::format("{}  acc += {};\n", indent, loadExpr(k.anchorInputs[2], addressOf(k.anchorInputs[2], {vars[1]})));
+    }
+    s += fmt::format("{}  {}\n{}}}\n", indent, callEpilogue(vars, "acc"), indent);
+    s += closeLoops(3, indent);
+    return s;
+  }
   std::string s = openTemplate(k, accType(k), vars, indent);
   s += fmt::format("{}float acc = 0.0f;\n", indent);
   s += fmt::format("{}const int64_t g = {} / {};\n", indent, vars[1], gm);

@@ -486,6 +486,48 @@ void Emitter::emitConv(const Kernel& k) {
   const int64_t gc = C / group, gm = M / group;
   const int axis = split_->axis;
   const DType t = accType(k);
+  if (const std::optional<ConvRowTaps> taps = convRowTaps(p_, k, *split_)) {
+    // An output row at a time (schedule.h, ConvRowTaps): per tap, one loop over the columns it
+    // reaches, which the loop vectorizer takes; then the epilogue along the row.
+    const int64_t OW = k.domain[3].value(), H = X.type.shape[2].value();
+    std::vector<Value*> vars(4, nullptr);
+    domainLoops(k.domain, axis, [&](const std::vector<Value*>& rv) {
+      vars = rv;
+      llvm::AllocaInst* row = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(OW)), "row");
+      b_.CreateMemSet(row, b_.getInt8(0), c64(OW * 4), llvm::Align(4));
+      Value* g = b_.CreateSDiv(vars[1], c64(gm));
+      forCount(gc, "c", [&](Value* c) {
+        Value* ch = b_.CreateAdd(b_.CreateMul(g, c64(gc)), c);
+        forCount(W.type.shape[2].value(), "k0", [&](Value* k0) {
+          Value* p0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(vars[2], c64(strides[0])), b_.CreateMul(k0, c64(dil[0]))), c64(pads[0]));
+          ifThen(b_.CreateAnd(b_.CreateICmpSGE(p0, c64(0)), b_.CreateICmpSLT(p0, c64(H))), "inside", [&] {
+            for (size_t k1 = 0; k1 < taps->lo.size(); ++k1) {
+              if (taps->lo[k1] >= taps->hi[k1]) continue;  // this window column never lies inside the input
+              Value* w = convert(loadElem(W.id, {vars[1], c, k0, c64(static_cast<int64_t>(k1))}, W.name), W.type.dtype, DType::F32);
+              const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
+              forRange(c64(taps->lo[k1]), c64(taps->hi[k1]), "i3", [&](Value* i3) {
+                Value* p1 = b_.CreateAdd(b_.CreateMul(i3, c64(strides[1])), c64(off));
+                Value* x = convert(loadElem(X.id, {vars[0], ch, p0, p1}, X.name), X.type.dtype, DType::F32);
+                Value* at = b_.CreateInBoundsGEP(f32_, row, i3);
+                b_.CreateStore(fma(x, w, b_.CreateLoad(f32_, at)), at);
+              });
+            }
+          });
+        });
+      });
+      forCount(OW, "i3", [&](Value* i3) {
+        Value* r = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, i3), "acc");
+        if (k.anchorInputs.size() > 2) {
+          const Buffer& Bv = p_.buffer(k.anchorInputs[2]);
+          r = b_.CreateFAdd(r, convert(loadElem(Bv.id, {vars[1]}, Bv.name), Bv.type.dtype, DType::F32), nodeLabel(&n));
+        }
+        std::vector<Value*> v = vars;
+        v[3] = i3;
+        emitBody(k.body, v, convert(r, DType::F32, t));
+      });
+    }, {0, 1, 2}, std::vector<Value*>(4, nullptr));
+    return;
+  }
   domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
     llvm::AllocaInst* acc = local(f32_, "acc");
     b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), acc);
