@@ -647,9 +647,9 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.form = formOf(p, k);
     ks.split = threadSplit(p, k, std::nullopt);
     for (size_t d = 0; d < k.domain.size(); ++d) ks.stridedAxes.push_back(stridedAlong(p, k, d));
-    const bool anchorFault = o.fault && o.fault->kind == InjectedFault::Kind::Accuracy && k.anchor && k.anchor->isOp() &&
-                             k.anchor->info().name == o.fault->op;
-    ks.vectorEpilogue = ks.form == Form::PackedGemm && packedN(p, k) % kPanel == 0 && !anchorFault && vectorBody(p, k);
+    ks.anchorFault = k.kind != KernelKind::Pointwise && o.fault && o.fault->kind == InjectedFault::Kind::Accuracy && k.anchor &&
+                     k.anchor->isOp() && k.anchor->info().name == o.fault->op;
+    ks.vectorEpilogue = ks.form == Form::PackedGemm && packedN(p, k) % kPanel == 0 && !ks.anchorFault && vectorBody(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
     if (c.empty()) continue;
     if (o.tuning) {

@@ -146,6 +146,9 @@ struct KernelSchedule {
   std::vector<Impl> impls;  // the implementations emitted (tunable kernels; empty otherwise)
   std::vector<ThreadSplit> implSplits;  // per impls entry
   ImplDispatch dispatch;    // which one runs for which batch sizes (empty in tuning builds)
+  // POLICYC_INJECT_FAULT's accuracy kind hits this template kernel's anchor: its accumulated
+  // value is miscompiled (plus one) where the epilogue reads it.
+  bool anchorFault = false;
   // Vectorisation, decided here for both printers. A Form::PackedGemm kernel's epilogue runs on
   // whole 16-column panels (vectorBody on an f32 result of whole panels, no injected accuracy
   // fault on the anchor, which the scalar epilogue carries).

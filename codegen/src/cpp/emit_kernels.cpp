@@ -31,7 +31,7 @@ std::string Emitter::fnName(const Kernel& k, std::optional<Impl> im) const {
 
 std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<Impl> impl) {
   split_ = &s_.kernels[index].splitOf(impl);
-  faultyAnchor_ = k.kind != KernelKind::Pointwise && faulty(k.anchor, InjectedFault::Kind::Accuracy);
+  faultyAnchor_ = s_.kernels[index].anchorFault;
   const std::string name = fnName(k, impl);
   const bool ext = impl && isExtern(*impl);
   std::string s = fmt::format("// kernel {} ({}) domain {}{}\n", name, kernelKindName(k.kind), cComment(ir::shapeStr(k.domain)),

@@ -65,7 +65,7 @@ llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, 
   roots_.clear();
   const size_t ki = static_cast<size_t>(&k - p_.kernels.data());
   split_ = &s_.kernels[ki].splitOf(impl_);
-  faultyAnchor_ = k.kind != KernelKind::Pointwise && faulty(k.anchor, InjectedFault::Kind::Accuracy);
+  faultyAnchor_ = s_.kernels[ki].anchorFault;
   llvm::BasicBlock* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
   b_.SetInsertPoint(entry);
   auto arg = fn_->arg_begin();
