@@ -54,6 +54,7 @@ PC_INLINE f32x8 load8(const float* p) {
 }
 PC_INLINE void store8(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
 PC_INLINE f32x8 splat8(float x) { return f32x8{x, x, x, x, x, x, x, x}; }
+typedef int32_t i32x8 __attribute__((vector_size(32)));
 
 typedef float f32x16 __attribute__((vector_size(64)));
 PC_INLINE f32x16 load16(const float* p) {
@@ -63,6 +64,82 @@ PC_INLINE f32x16 load16(const float* p) {
 }
 PC_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 PC_INLINE f32x16 splat16(float x) { return f32x16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+
+// The direct convs' rows (emitConv): an output row as registers, chunks of 16 columns, every tap
+// added with a masked load and a masked FMA on the lanes it reaches (a row in memory written by
+// shifted loops of 20 or 21 columns stalls on store forwarding). A chunk is one AVX-512 register,
+// two AVX ones (GCC lowers a 16-lane select on AVX2 lane by lane), or, without masked loads
+// (SSE), 16 floats in memory and a loop per tap as before.
+// fmaLanes<A, B>(acc, xa, w): acc + x * w on lanes [A, B), the other lanes unchanged and their x
+// never read (nor faulting); xa points at lane A's value. A and B are constants: the masks fold.
+#if defined(__AVX__) && !defined(__AVX512F__)
+template <int A, int B> PC_INLINE f32x8 fmaLanes8(f32x8 acc, const float* xa, f32x8 w) {
+  static_assert(0 <= A && A < B && B <= 8, "lanes of one half");
+  if constexpr (A == 0 && B == 8) {
+    return acc + load8(xa) * w;
+  } else {
+    const i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const i32x8 on = (lane >= A) & (lane < B);
+    const f32x8 x = __builtin_ia32_maskloadps256(reinterpret_cast<const f32x8*>(xa - A), on);  // _mm256_maskload_ps
+    return on ? acc + x * w : acc;
+  }
+}
+#endif
+#if defined(__AVX512F__)
+typedef f32x16 RowChunk;
+template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* xa, float w) {
+  static_assert(0 <= A && A < B && B <= 16, "lanes of one chunk");
+  if constexpr (A == 0 && B == 16) {
+    return acc + load16(xa) * splat16(w);
+  } else {
+    // _mm512_maskz_loadu_ps and _mm512_mask3_fmadd_ps without <immintrin.h> (0.4 s a model).
+    const unsigned short m = static_cast<unsigned short>(((1u << (B - A)) - 1u) << A);
+    const f32x16 x = __builtin_ia32_loadups512_mask(xa - A, f32x16{}, m);
+    return __builtin_ia32_vfmaddps512_mask3(x, splat16(w), acc, m, 4 /* _MM_FROUND_CUR_DIRECTION */);
+  }
+}
+PC_INLINE void storeChunk(float* p, RowChunk r) { store16(p, r); }
+#elif defined(__AVX__)
+struct RowChunk {
+  f32x8 lo, hi;
+};
+template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* xa, float w) {
+  static_assert(0 <= A && A < B && B <= 16, "lanes of one chunk");
+  if constexpr (A < 8) acc.lo = fmaLanes8<A, (B < 8 ? B : 8)>(acc.lo, xa, splat8(w));
+  if constexpr (B > 8) acc.hi = fmaLanes8<(A > 8 ? A : 8) - 8, B - 8>(acc.hi, xa + ((A > 8 ? A : 8) - A), splat8(w));
+  return acc;
+}
+PC_INLINE void storeChunk(float* p, RowChunk r) { store8(p, r.lo), store8(p + 8, r.hi); }
+#else
+// No masked loads (SSE): the chunk in memory, each tap a loop over its lanes.
+struct RowChunk {
+  float v[16];
+};
+template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* xa, float w) {
+  for (int l = A; l < B; ++l) acc.v[l] += xa[l - A] * w;
+  return acc;
+}
+PC_INLINE void storeChunk(float* p, RowChunk r) { std::memcpy(p, r.v, sizeof r.v); }
+#endif
+
+// Lanes [0, N) of 8 floats at p, the others `fill`, the floats past N never read (nor faulting):
+// the last, partial chunk of a row (the max pools' rows, emitMaxPoolRows).
+template <int N> PC_INLINE f32x8 loadFirst8(const float* p, float fill) {
+  static_assert(0 < N && N <= 8, "lanes of one chunk");
+  if constexpr (N == 8) {
+    return load8(p);
+  } else {
+    const i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const i32x8 on = lane < N;
+#if defined(__AVX__)
+    const f32x8 x = __builtin_ia32_maskloadps256(reinterpret_cast<const f32x8*>(p), on);  // _mm256_maskload_ps
+#else
+    f32x8 x = {};
+    for (int l = 0; l < N; ++l) x[l] = p[l];
+#endif
+    return on ? x : splat8(fill);
+  }
+}
 
 // ---- GEMM microkernels over weights packed in panels of 16 output columns: panel[k][c] is the
 // weight of column c for input k. Each computes out[t][c] = bias[c] + sum_k x_t[k] * panel[k][c].

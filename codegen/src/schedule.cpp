@@ -595,6 +595,8 @@ std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, 
     t.lo.push_back(std::min(lo, OW));
     t.hi.push_back(std::max(hi, std::min(lo, OW)));
   }
+  const bool f32 = X.type.dtype == DType::F32 && p.buffer(k.anchorInputs[1]).type.dtype == DType::F32;
+  if (stride == 1 && f32 && OW <= 256) t.chunks = (OW + 15) / 16;
   return t;
 }
 
@@ -649,7 +651,10 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     for (size_t d = 0; d < k.domain.size(); ++d) ks.stridedAxes.push_back(stridedAlong(p, k, d));
     ks.anchorFault = k.kind != KernelKind::Pointwise && o.fault && o.fault->kind == InjectedFault::Kind::Accuracy && k.anchor &&
                      k.anchor->isOp() && k.anchor->info().name == o.fault->op;
-    ks.vectorEpilogue = ks.form == Form::PackedGemm && packedN(p, k) % kPanel == 0 && !ks.anchorFault && vectorBody(p, k);
+    const std::optional<ConvRowTaps> rows = ks.form == Form::DirectConv ? convRowTaps(p, k, ks.split) : std::nullopt;
+    const bool wholeChunks = ks.form == Form::PackedGemm ? packedN(p, k) % kPanel == 0
+                                                         : rows && rows->chunks > 0 && k.domain[3].value() % 16 == 0;
+    ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
     if (c.empty()) continue;
     if (o.tuning) {

@@ -117,6 +117,10 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
 // bounds check per tap does not. Every output sums its taps in the same order either way.
 struct ConvRowTaps {
   std::vector<int64_t> lo, hi;  // per window column
+  // > 0: the row is kept as this many chunks of 16 columns in registers, each tap added on the
+  // lanes it reaches with a masked load and FMA (unit column stride, f32, rows up to 256 columns);
+  // 0: the row in memory, a loop per tap.
+  int64_t chunks = 0;
 };
 // nullopt when `k` is not computed by rows: not 2-D, or its thread split is over the columns.
 std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
@@ -150,8 +154,9 @@ struct KernelSchedule {
   // value is miscompiled (plus one) where the epilogue reads it.
   bool anchorFault = false;
   // Vectorisation, decided here for both printers. A Form::PackedGemm kernel's epilogue runs on
-  // whole 16-column panels (vectorBody on an f32 result of whole panels, no injected accuracy
-  // fault on the anchor, which the scalar epilogue carries).
+  // whole 16-column panels, a direct conv's kept in registers (ConvRowTaps::chunks) on whole
+  // chunks of its rows (vectorBody on an f32 result of whole panels or chunks, no injected
+  // accuracy fault on the anchor, which the scalar epilogue carries).
   bool vectorEpilogue = false;
   // Per domain axis: some load or store walks it with a stride other than 0 or 1 (a transpose's
   // read or write). Loops over it stay scalar: vectorised, they gather or scatter (measured 2.6x

@@ -510,15 +510,23 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
     for (int64_t i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", 0.25 * static_cast<double>((i * 7) % 11) - 1.0);
     return s;
   };
-  const std::string text = fmt::format(R"(graph dw(%x: f32[batch,4,5,3]) {{
+  // Row kept in memory (column stride 2), in one partial chunk of registers (3 columns), in
+  // three chunks with taps cut at both ends (35), and in two whole chunks with a vector epilogue.
+  const std::string text = fmt::format(R"(graph dw(%x: f32[batch,4,5,3], %x2: f32[batch,2,4,35], %x3: f32[batch,2,3,32]) {{
   %w = param f32[4,1,3,3] [{}]
   %b = param f32[4] [0.5, -0.25, 1, 0]
   %y = conv(%x, %w, %b) {{group=4, strides=[2, 2], dilations=[1, 2], pads=[1, 2, 2, 1]}} : f32[batch,4,3,1]
   %v = param f32[4,2,2,3] [{}]
   %z = conv(%x, %v) {{group=2, dilations=[2, 1], pads=[0, 1, 1, 1]}} : f32[batch,4,4,3]
   %t = tanh(%z) : f32[batch,4,4,3]
-  return (y=%y, t=%t)
-}})", weights(36), weights(48));
+  %k2 = param f32[2,1,3,3] [{}]
+  %u = conv(%x2, %k2) {{group=2, pads=[1, 1, 1, 1]}} : f32[batch,2,4,35]
+  %k3 = param f32[2,1,1,3] [{}]
+  %b3 = param f32[2] [0.25, -0.5]
+  %c3 = conv(%x3, %k3, %b3) {{group=2, pads=[0, 1, 0, 1]}} : f32[batch,2,3,32]
+  %r = relu(%c3) : f32[batch,2,3,32]
+  return (y=%y, t=%t, u=%u, r=%r)
+}})", weights(36), weights(48), weights(18), weights(6));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
   const codegen::PlannedProgram planned = codegen::planGraph(*graph);
@@ -526,17 +534,22 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
   for (const codegen::Kernel& k : planned.program.kernels) {
     if (k.kind == codegen::KernelKind::Conv) ++byRows;
   }
-  REQUIRE(byRows == 2);
+  REQUIRE(byRows == 4);
   const fs::path so = scratch() / "dwconv.so";
   codegen::CppOptions cpp;
   cpp.minChunkCost = 0;
   const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  CHECK(generated.source.find("float row[") != std::string::npos);
+  CHECK(generated.source.find("float row[1]") != std::string::npos);
+  CHECK(generated.source.find("r0 = pc::fmaLanes<1, 16>(r0") != std::string::npos);
+  CHECK(generated.source.find("r2 = pc::fmaLanes<0, 3>(r2") != std::string::npos);
+  CHECK(generated.source.find("pc::f32x16 v = pc::load16(row + 16) + pc::splat16(bias);") != std::string::npos);
   codegen::buildSharedObject(generated, so.string(), {});
   codegen::LlvmOptions llvm;
   llvm.minChunkCost = 0;
   llvm.keepUnoptimizedIr = true;
-  CHECK(codegen::generateLlvm(*graph, llvm).unoptimizedIr().find("%row = alloca [1 x float]") != std::string::npos);
+  const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
+  CHECK(ir.find("%row = alloca [1 x float]") != std::string::npos);
+  CHECK(ir.find("@llvm.masked.load.v16f32") != std::string::npos);
   for (const bool isCpp : {false, true}) {
     runtime::Model model = isCpp ? runtime::Model::load(so.string()) : jitModel(*graph, llvm);
     for (int64_t batch : {1, 3}) {

@@ -411,7 +411,7 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) 
   return s;
 }
 
-std::string Emitter::emitConv(const Kernel& k) const {
+std::string Emitter::emitConv(const Kernel& k, size_t index) const {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
@@ -429,8 +429,27 @@ std::string Emitter::emitConv(const Kernel& k) const {
     // An output row at a time (schedule.h, ConvRowTaps): per tap, one loop over the columns it
     // reaches, which the compiler vectorises; then the epilogue along the row.
     const int64_t OW = k.domain[3].value(), H = X.type.shape[2].value();
-    std::string s = openTemplate(k, accType(k), vars, indent, 3);
-    s += fmt::format("{}float row[{}] = {{}};\n", indent, OW);
+    // taps->chunks: the row in registers, each tap's columns added on the lanes it reaches
+    // (pc::fmaLanes). The same sums in the same order either way.
+    const int64_t chunks = taps->chunks;
+    const bool inRegisters = chunks > 0;
+    // The epilogue on whole chunks (KernelSchedule::vectorEpilogue), where this printer has it.
+    const std::optional<std::string> vec = s_.kernels[index].vectorEpilogue ? vectorEpilogue(k, vars) : std::nullopt;
+    std::string s;
+    if (vec) {
+      s = anchorComment(k);
+      indent = "  ";
+      for (size_t d = 0; d < 3; ++d) s += loopHeader(vars[d], dimStr(k.domain[d]), static_cast<int>(d) == split_->axis, indent);
+    } else {
+      s = openTemplate(k, accType(k), vars, indent, 3);
+    }
+    if (inRegisters) {
+      std::vector<std::string> regs;
+      for (int64_t j = 0; j < chunks; ++j) regs.push_back(fmt::format("r{} = {{}}", j));
+      s += fmt::format("{}pc::RowChunk {};\n", indent, fmt::join(regs, ", "));
+    } else {
+      s += fmt::format("{}float row[{}] = {{}};\n", indent, OW);
+    }
     s += fmt::format("{}const int64_t g = {} / {};\n", indent, vars[1], gm);
     s += fmt::format("{}for (int64_t c = 0; c < {}; ++c) {{\n", indent, gc);
     s += fmt::format("{}  for (int64_t k0 = 0; k0 < {}; ++k0) {{\n", indent, W.type.shape[2].value());
@@ -439,19 +458,52 @@ std::string Emitter::emitConv(const Kernel& k) const {
     for (size_t k1 = 0; k1 < taps->lo.size(); ++k1) {
       if (taps->lo[k1] >= taps->hi[k1]) continue;  // this window column never lies inside the input
       const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
-      const std::string p1 = fmt::format("{}*{} {} {}", vars[3], strides[1], off < 0 ? '-' : '+', off < 0 ? -off : off);
-      s += fmt::format("{}    {{\n{}      const float w = {};\n", indent, indent,
-                       loadExpr(W.id, addressOf(W.id, {vars[1], "c", "k0", std::to_string(k1)})));
-      s += fmt::format("{}      for (int64_t {} = {}; {} < {}; ++{}) row[{}] += {} * w;\n", indent, vars[3], taps->lo[k1], vars[3],
-                       taps->hi[k1], vars[3], vars[3], loadExpr(X.id, addressOf(X.id, {vars[0], fmt::format("g*{} + c", gc), "p0", p1})));
+      const std::string w = loadExpr(W.id, addressOf(W.id, {vars[1], "c", "k0", std::to_string(k1)}));
+      const std::string ch = fmt::format("g*{} + c", gc);
+      if (inRegisters) {
+        s += fmt::format("{}    {{\n{}      const float w = {};\n", indent, indent, w);
+        for (int64_t j = 0; j < chunks; ++j) {
+          const int64_t a = std::max(taps->lo[k1], 16 * j), b = std::min(taps->hi[k1], 16 * j + 16);
+          if (a >= b) continue;
+          s += fmt::format("{}      r{} = pc::fmaLanes<{}, {}>(r{}, {} + {}, w);\n", indent, j, a - 16 * j, b - 16 * j, j,
+                           ptrName(X.root), addressOf(X.id, {vars[0], ch, "p0", std::to_string(a + off)}));
+        }
+      } else {
+        const std::string p1 = fmt::format("{}*{} {} {}", vars[3], strides[1], off < 0 ? '-' : '+', off < 0 ? -off : off);
+        s += fmt::format("{}    {{\n{}      const float w = {};\n", indent, indent, w);
+        s += fmt::format("{}      for (int64_t {} = {}; {} < {}; ++{}) row[{}] += {} * w;\n", indent, vars[3], taps->lo[k1], vars[3],
+                         taps->hi[k1], vars[3], vars[3], loadExpr(X.id, addressOf(X.id, {vars[0], ch, "p0", p1})));
+      }
       s += indent + "    }\n";
     }
     s += indent + "  }\n" + indent + "}\n";
+    if (inRegisters) {
+      s += fmt::format("{}alignas(64) float row[{}];\n", indent, chunks * 16);
+      for (int64_t j = 0; j < chunks; ++j) s += fmt::format("{}pc::storeChunk(row + {}, r{});\n", indent, 16 * j, j);
+    }
+    // The bias loaded once a row: GCC would reload it after every store of the epilogue.
+    if (k.anchorInputs.size() > 2) {
+      s += fmt::format("{}const float bias = {};\n", indent, loadExpr(k.anchorInputs[2], addressOf(k.anchorInputs[2], {vars[1]})));
+    }
+    if (vec) {
+      for (int64_t j = 0; j < chunks; ++j) {
+        std::string code = *vec;
+        for (size_t at; (at = code.find("n0")) != std::string::npos;) code.replace(at, 2, std::to_string(16 * j));
+        s += fmt::format("{}{{\n{}  pc::f32x16 v = pc::load16(row + {}){};\n", indent, indent, 16 * j,
+                         k.anchorInputs.size() > 2 ? " + pc::splat16(bias)" : "");
+        for (size_t p0 = 0, p1; p0 < code.size(); p0 = p1 + 1) {
+          p1 = code.find('\n', p0);
+          if (p1 == std::string::npos) p1 = code.size();
+          s += fmt::format("{}  {}\n", indent, code.substr(p0, p1 - p0));
+        }
+        s += indent + "}\n";
+      }
+      s += closeLoops(3, indent);
+      return s;
+    }
     s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, vars[3], vars[3], OW, vars[3]);
     s += fmt::format("{}  float acc = row[{}];\n", indent, vars[3]);
-    if (k.anchorInputs.size() > 2) {
-      s += fmt::format("{}  acc += {};\n", indent, loadExpr(k.anchorInputs[2], addressOf(k.anchorInputs[2], {vars[1]})));
-    }
+    if (k.anchorInputs.size() > 2) s += fmt::format("{}  acc += bias;\n", indent);
     s += fmt::format("{}  {}\n{}}}\n", indent, callEpilogue(vars, "acc"), indent);
     s += closeLoops(3, indent);
     return s;

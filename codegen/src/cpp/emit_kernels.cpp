@@ -77,7 +77,7 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
       case Form::Pointwise: s += emitPointwise(k); break;
       case Form::Gemm: s += emitLinear(k); break;
       case Form::PackedGemm: s += emitPackedLinear(k, index, per); break;
-      case Form::DirectConv: s += emitConv(k); break;
+      case Form::DirectConv: s += emitConv(k, index); break;
       case Form::PackedConv: s += emitPackedConv(k, index, per); break;
       case Form::Pool: s += emitPool(k); break;
       case Form::MaxPoolRows: s += emitMaxPoolRows(k); break;
@@ -203,19 +203,41 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   s += "  auto mx = [](float m, float v) { return m > v ? m : v; };\n";
-  s += fmt::format("  float col[{}], out[{}];  // input columns {} to {} at col[{}..]\n", span, OW, -padL, span - padL - 1, padL);
-  s += fmt::format("  int32_t nanIn[{}];       // whether a NaN was in that column\n", span);
-  s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>(), nanIn[c] = 0;  // padding never wins\n", span);
+  // Rows up to 256 columns: the column maxima in registers, 8 columns a chunk (the last one's
+  // columns past the row read as -inf, never from memory), stored once a window row is done. A
+  // row in memory, updated by loops of 20 or 21 columns, stalls on store forwarding.
+  const int64_t chunks = W <= 256 ? (W + 7) / 8 : 0;
+  const int64_t colSize = std::max(span, padL + chunks * 8);
+  s += fmt::format("  float col[{}], out[{}];  // input columns {} to {} at col[{}..]\n", colSize, OW, -padL, span - padL - 1, padL);
+  s += fmt::format("  int32_t nanIn[{}];       // whether a NaN was in that column\n", colSize);
+  s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>(), nanIn[c] = 0;  // padding never wins\n", colSize);
   s += "  for (int64_t u = lo; u < hi; ++u) {\n";
   s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
   s += fmt::format("    float* PC_RESTRICT cm = col + {};\n    int32_t* PC_RESTRICT cn = nanIn + {};\n", padL, padL);
-  s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = -pc::inf<float>(), cn[iw] = 0;\n", W);
+  if (chunks) {
+    std::vector<std::string> ms, ns;
+    for (int64_t j = 0; j < chunks; ++j) ms.push_back(fmt::format("m{} = pc::splat8(-pc::inf<float>())", j)), ns.push_back(fmt::format("n{} = {{}}", j));
+    s += fmt::format("    pc::f32x8 {};\n    pc::i32x8 {};\n", fmt::join(ms, ", "), fmt::join(ns, ", "));
+  } else {
+    s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = -pc::inf<float>(), cn[iw] = 0;\n", W);
+  }
   s += fmt::format("    for (int64_t kh = 0; kh < {}; ++kh) {{\n", kernel[0]);
   s += fmt::format("      const int64_t ih = i2*{} + kh*{} - {};\n", st[0], dil[0], pads[0]);
   s += fmt::format("      if (ih < 0 || ih >= {}) continue;\n", H);
   s += fmt::format("      const float* PC_RESTRICT row = {} + {};\n", ptrName(X.root), addressOf(X.id, {"i0", "i1", "ih", "0"}));
-  s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]), cn[iw] |= row[iw] != row[iw];\n", W);
+  if (chunks) {
+    for (int64_t j = 0; j < chunks; ++j) {
+      const int64_t n = std::min<int64_t>(8, W - 8 * j);
+      const std::string load = n == 8 ? fmt::format("pc::load8(row + {})", 8 * j) : fmt::format("pc::loadFirst8<{}>(row + {}, -pc::inf<float>())", n, 8 * j);
+      s += fmt::format("      {{ const pc::f32x8 x = {}; m{} = m{} > x ? m{} : x; n{} |= x != x; }}\n", load, j, j, j, j);
+    }
+  } else {
+    s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]), cn[iw] |= row[iw] != row[iw];\n", W);
+  }
   s += "    }\n";
+  for (int64_t j = 0; j < chunks; ++j) {
+    s += fmt::format("    pc::store8(cm + {}, m{}), std::memcpy(cn + {}, &n{}, sizeof n{});\n", 8 * j, j, 8 * j, j, j);
+  }
   std::string window = fmt::format("col[i3*{}]", st[1]), nans = fmt::format("nanIn[i3*{}]", st[1]);
   for (int64_t kw = 1; kw < kernel[1]; ++kw) {
     window = fmt::format("mx({}, col[i3*{} + {}])", window, st[1], kw * dil[1]);

@@ -200,7 +200,7 @@ class Emitter {
   // `per` panels per microkernel call: 2 runs the 4x32 microkernel (an odd last panel 4x16), 1 only 4x16.
   std::string emitPackedConv(const Kernel& k, size_t index, int64_t per = 2) const;
 
-  std::string emitConv(const Kernel& k) const;
+  std::string emitConv(const Kernel& k, size_t index) const;
 
   std::string emitPool(const Kernel& k) const;
 

@@ -493,8 +493,17 @@ void Emitter::emitConv(const Kernel& k) {
     std::vector<Value*> vars(4, nullptr);
     domainLoops(k.domain, axis, [&](const std::vector<Value*>& rv) {
       vars = rv;
-      llvm::AllocaInst* row = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(OW)), "row");
-      b_.CreateMemSet(row, b_.getInt8(0), c64(OW * 4), llvm::Align(4));
+      // taps->chunks: the row as chunks of 16 columns (allocas SROA keeps in registers), each
+      // tap added on the lanes it reaches by a masked load and FMA; else the row in memory.
+      const int64_t chunks = taps->chunks;
+      llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
+      std::vector<llvm::AllocaInst*> regs;
+      for (int64_t j = 0; j < chunks; ++j) {
+        regs.push_back(local(v16, "row" + std::to_string(j)));
+        b_.CreateStore(llvm::Constant::getNullValue(v16), regs.back());
+      }
+      llvm::AllocaInst* row = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(chunks ? chunks * 16 : OW)), "row");
+      if (!chunks) b_.CreateMemSet(row, b_.getInt8(0), c64(OW * 4), llvm::Align(4));
       Value* g = b_.CreateSDiv(vars[1], c64(gm));
       forCount(gc, "c", [&](Value* c) {
         Value* ch = b_.CreateAdd(b_.CreateMul(g, c64(gc)), c);
@@ -505,6 +514,30 @@ void Emitter::emitConv(const Kernel& k) {
               if (taps->lo[k1] >= taps->hi[k1]) continue;  // this window column never lies inside the input
               Value* w = convert(loadElem(W.id, {vars[1], c, k0, c64(static_cast<int64_t>(k1))}, W.name), W.type.dtype, DType::F32);
               const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
+              if (chunks) {
+                Value* wv = b_.CreateVectorSplat(16, w);
+                for (int64_t j = 0; j < chunks; ++j) {
+                  const int64_t a = std::max(taps->lo[k1], 16 * j) - 16 * j, e = std::min(taps->hi[k1], 16 * j + 16) - 16 * j;
+                  if (a >= e) continue;
+                  Value* at = elemPtr(X.id, {vars[0], ch, p0, c64(16 * j + off)});  // lane 0's column: may lie outside the row
+                  Value* acc = b_.CreateLoad(v16, regs[static_cast<size_t>(j)]);
+                  Value* r = nullptr;
+                  llvm::Instruction* x = nullptr;
+                  if (a == 0 && e == 16) {
+                    x = b_.CreateAlignedLoad(v16, at, llvm::Align(4));
+                    r = fma(x, wv, acc);
+                  } else {
+                    std::vector<llvm::Constant*> on;
+                    for (int64_t l = 0; l < 16; ++l) on.push_back(b_.getInt1(l >= a && l < e));
+                    Value* mask = llvm::ConstantVector::get(on);
+                    x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, llvm::Constant::getNullValue(v16));
+                    r = b_.CreateSelect(mask, fma(x, wv, acc), acc);
+                  }
+                  restrictAccess(x, X.id);
+                  b_.CreateStore(r, regs[static_cast<size_t>(j)]);
+                }
+                continue;
+              }
               forRange(c64(taps->lo[k1]), c64(taps->hi[k1]), "i3", [&](Value* i3) {
                 Value* p1 = b_.CreateAdd(b_.CreateMul(i3, c64(strides[1])), c64(off));
                 Value* x = convert(loadElem(X.id, {vars[0], ch, p0, p1}, X.name), X.type.dtype, DType::F32);
@@ -515,6 +548,9 @@ void Emitter::emitConv(const Kernel& k) {
           });
         });
       });
+      for (int64_t j = 0; j < chunks; ++j) {
+        b_.CreateAlignedStore(b_.CreateLoad(v16, regs[static_cast<size_t>(j)]), b_.CreateInBoundsGEP(f32_, row, c64(16 * j)), llvm::Align(4));
+      }
       forCount(OW, "i3", [&](Value* i3) {
         Value* r = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, i3), "acc");
         if (k.anchorInputs.size() > 2) {

@@ -205,12 +205,22 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
   const std::vector<int64_t>&kernel = g.kernel, &st = g.strides, &dil = g.dilations, &pads = g.pads;
   const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, padL = g.padL, span = g.span;
   const DType t = accType(k);
-  llvm::AllocaInst* col = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(span)), "col");
-  llvm::AllocaInst* nanIn = local(llvm::ArrayType::get(i8_, static_cast<uint64_t>(span)), "nanIn");
+  // As the C++ printer: rows up to 256 columns keep their column maxima in registers, 8 columns
+  // a chunk (a masked load fills the last one's columns past the row with -inf), stored once a
+  // window row is done.
+  const int64_t chunks = W <= 256 ? (W + 7) / 8 : 0;
+  const int64_t colSize = std::max(span, padL + chunks * 8);
+  llvm::AllocaInst* col = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(colSize)), "col");
+  llvm::AllocaInst* nanIn = local(llvm::ArrayType::get(i8_, static_cast<uint64_t>(colSize)), "nanIn");
+  llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
+  llvm::Type* b8 = llvm::FixedVectorType::get(i8_, 8);
+  std::vector<llvm::AllocaInst*> ms, ns;
+  for (int64_t j = 0; j < chunks; ++j) ms.push_back(local(v8, "m" + std::to_string(j))), ns.push_back(local(b8, "n" + std::to_string(j)));
+  Value* negInf8 = b_.CreateVectorSplat(8, llvm::ConstantFP::getInfinity(f32_, true));
   Value* negInf = llvm::ConstantFP::getInfinity(f32_, true);
   auto colAt = [&](Value* i) { return b_.CreateInBoundsGEP(f32_, col, i); };
   auto nanAt = [&](Value* i) { return b_.CreateInBoundsGEP(i8_, nanIn, i); };
-  forCount(span, "c", [&](Value* c) {  // padding never wins
+  forCount(colSize, "c", [&](Value* c) {  // padding never wins
     b_.CreateStore(negInf, colAt(c));
     b_.CreateStore(b_.getInt8(0), nanAt(c));
   });
@@ -218,15 +228,39 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
     Value* i0 = b_.CreateSDiv(u, c64(C * OH), "i0");
     Value* i1 = b_.CreateSRem(b_.CreateSDiv(u, c64(OH)), c64(C), "i1");
     Value* i2 = b_.CreateSRem(u, c64(OH), "i2");
-    forCount(W, "iw", [&](Value* iw) {
-      Value* at = b_.CreateAdd(iw, c64(padL));
-      b_.CreateStore(negInf, colAt(at));
-      b_.CreateStore(b_.getInt8(0), nanAt(at));
-    });
+    for (int64_t j = 0; j < chunks; ++j) {
+      b_.CreateStore(negInf8, ms[static_cast<size_t>(j)]);
+      b_.CreateStore(llvm::Constant::getNullValue(b8), ns[static_cast<size_t>(j)]);
+    }
+    if (!chunks) {
+      forCount(W, "iw", [&](Value* iw) {
+        Value* at = b_.CreateAdd(iw, c64(padL));
+        b_.CreateStore(negInf, colAt(at));
+        b_.CreateStore(b_.getInt8(0), nanAt(at));
+      });
+    }
     forCount(kernel[0], "kh", [&](Value* kh) {
       Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(i2, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
       ifThen(b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H))), "inside", [&] {
         Value* row = elemPtr(X.id, {i0, i1, ih, nullptr});
+        for (int64_t j = 0; j < chunks; ++j) {
+          const int64_t lanes = std::min<int64_t>(8, W - 8 * j);
+          Value* at = b_.CreateInBoundsGEP(f32_, row, c64(8 * j));
+          llvm::Instruction* x = nullptr;
+          if (lanes == 8) {
+            x = b_.CreateAlignedLoad(v8, at, llvm::Align(4), escape::printable(X.name));
+          } else {
+            std::vector<llvm::Constant*> on;
+            for (int64_t l = 0; l < 8; ++l) on.push_back(b_.getInt1(l < lanes));
+            x = b_.CreateMaskedLoad(v8, at, llvm::Align(4), llvm::ConstantVector::get(on), negInf8, escape::printable(X.name));
+          }
+          restrictAccess(x, X.id);
+          Value* m = b_.CreateLoad(v8, ms[static_cast<size_t>(j)]);
+          b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m, x), m, x), ms[static_cast<size_t>(j)]);
+          Value* nanSoFar = b_.CreateLoad(b8, ns[static_cast<size_t>(j)]);
+          b_.CreateStore(b_.CreateOr(nanSoFar, b_.CreateZExt(isNan(x), b8)), ns[static_cast<size_t>(j)]);
+        }
+        if (chunks) return;
         forCount(W, "iw", [&](Value* iw) {
           Value* at = b_.CreateAdd(iw, c64(padL));
           Value* v = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, iw), escape::printable(X.name));
@@ -236,6 +270,10 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
         });
       });
     });
+    for (int64_t j = 0; j < chunks; ++j) {
+      b_.CreateAlignedStore(b_.CreateLoad(v8, ms[static_cast<size_t>(j)]), colAt(c64(padL + 8 * j)), llvm::Align(4));
+      b_.CreateAlignedStore(b_.CreateLoad(b8, ns[static_cast<size_t>(j)]), nanAt(c64(padL + 8 * j)), llvm::Align(1));
+    }
     forCount(OW, "i3", [&](Value* i3) {
       llvm::Instruction* since = mark();
       Value* base = b_.CreateMul(i3, c64(st[1]));
