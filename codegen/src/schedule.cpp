@@ -400,6 +400,8 @@ RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
   g.W = X.type.shape[3].value();
   g.padL = g.pads[1];
   g.span = std::max(g.padL + g.W, (g.OW - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
+  g.chunks = g.W <= 256 ? (g.W + 7) / 8 : 0;
+  g.colSize = std::max(g.span, g.padL + g.chunks * 8);
   return g;
 }
 
@@ -577,6 +579,15 @@ bool vectorBody(const KernelProgram& p, const Kernel& k) {
     }
   }
   return true;
+}
+
+std::vector<ConvRowTaps::Lanes> ConvRowTaps::lanesOf(size_t k1) const {
+  std::vector<Lanes> r;
+  for (int64_t j = 0; j < chunks; ++j) {
+    const int64_t first = std::max(lo[k1], 16 * j) - 16 * j, last = std::min(hi[k1], 16 * j + 16) - 16 * j;
+    if (first < last) r.push_back({j, first, last});
+  }
+  return r;
 }
 
 std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {

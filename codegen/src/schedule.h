@@ -82,6 +82,11 @@ Form formOf(const KernelProgram& p, const Kernel& k);
 struct RowPoolGeometry {
   std::vector<int64_t> kernel, strides, dilations, pads;
   int64_t C = 0, OH = 0, OW = 0, H = 0, W = 0, padL = 0, span = 0;
+  // > 0 (rows up to 256 columns): the column maxima of a window row are kept in this many
+  // registers of 8 columns (the last one's columns past the row read as -inf), stored once the
+  // window's rows are done; 0: a loop per input row over the columns in memory. colSize: the
+  // column array's length (the input columns at [padL, padL + W), the chunks' stores fit).
+  int64_t chunks = 0, colSize = 0;
 };
 RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k);
 
@@ -121,6 +126,11 @@ struct ConvRowTaps {
   // lanes it reaches with a masked load and FMA (unit column stride, f32, rows up to 256 columns);
   // 0: the row in memory, a loop per tap.
   int64_t chunks = 0;
+  struct Lanes {
+    int64_t chunk, first, last;  // lanes [first, last) of that chunk
+  };
+  // The chunks window column k1 reaches, and on which lanes (chunks > 0).
+  std::vector<Lanes> lanesOf(size_t k1) const;
 };
 // nullopt when `k` is not computed by rows: not 2-D, or its thread split is over the columns.
 std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);

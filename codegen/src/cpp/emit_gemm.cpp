@@ -462,11 +462,9 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
       const std::string ch = fmt::format("g*{} + c", gc);
       if (inRegisters) {
         s += fmt::format("{}    {{\n{}      const float w = {};\n", indent, indent, w);
-        for (int64_t j = 0; j < chunks; ++j) {
-          const int64_t a = std::max(taps->lo[k1], 16 * j), b = std::min(taps->hi[k1], 16 * j + 16);
-          if (a >= b) continue;
-          s += fmt::format("{}      r{} = pc::fmaLanes<{}, {}>(r{}, {} + {}, w);\n", indent, j, a - 16 * j, b - 16 * j, j,
-                           ptrName(X.root), addressOf(X.id, {vars[0], ch, "p0", std::to_string(a + off)}));
+        for (const ConvRowTaps::Lanes& l : taps->lanesOf(k1)) {
+          s += fmt::format("{}      r{} = pc::fmaLanes<{}, {}>(r{}, {} + {}, w);\n", indent, l.chunk, l.first, l.last, l.chunk,
+                           ptrName(X.root), addressOf(X.id, {vars[0], ch, "p0", std::to_string(16 * l.chunk + l.first + off)}));
         }
       } else {
         const std::string p1 = fmt::format("{}*{} {} {}", vars[3], strides[1], off < 0 ? '-' : '+', off < 0 ? -off : off);

@@ -199,15 +199,13 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const RowPoolGeometry g = rowPoolGeometry(p_, k);
   const std::vector<int64_t>&kernel = g.kernel, &st = g.strides, &dil = g.dilations, &pads = g.pads;
-  const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, padL = g.padL, span = g.span;
+  const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, padL = g.padL, span = g.span, chunks = g.chunks,
+                colSize = g.colSize;
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   s += "  auto mx = [](float m, float v) { return m > v ? m : v; };\n";
-  // Rows up to 256 columns: the column maxima in registers, 8 columns a chunk (the last one's
-  // columns past the row read as -inf, never from memory), stored once a window row is done. A
-  // row in memory, updated by loops of 20 or 21 columns, stalls on store forwarding.
-  const int64_t chunks = W <= 256 ? (W + 7) / 8 : 0;
-  const int64_t colSize = std::max(span, padL + chunks * 8);
+  // g.chunks: the column maxima in registers (a row in memory, updated by loops of 20 or 21
+  // columns, stalls on store forwarding).
   s += fmt::format("  float col[{}], out[{}];  // input columns {} to {} at col[{}..]\n", colSize, OW, -padL, span - padL - 1, padL);
   s += fmt::format("  int32_t nanIn[{}];       // whether a NaN was in that column\n", colSize);
   s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>(), nanIn[c] = 0;  // padding never wins\n", colSize);

@@ -516,25 +516,24 @@ void Emitter::emitConv(const Kernel& k) {
               const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
               if (chunks) {
                 Value* wv = b_.CreateVectorSplat(16, w);
-                for (int64_t j = 0; j < chunks; ++j) {
-                  const int64_t a = std::max(taps->lo[k1], 16 * j) - 16 * j, e = std::min(taps->hi[k1], 16 * j + 16) - 16 * j;
-                  if (a >= e) continue;
-                  Value* at = elemPtr(X.id, {vars[0], ch, p0, c64(16 * j + off)});  // lane 0's column: may lie outside the row
-                  Value* acc = b_.CreateLoad(v16, regs[static_cast<size_t>(j)]);
+                for (const ConvRowTaps::Lanes& l : taps->lanesOf(k1)) {
+                  llvm::AllocaInst* reg = regs[static_cast<size_t>(l.chunk)];
+                  Value* at = elemPtr(X.id, {vars[0], ch, p0, c64(16 * l.chunk + off)});  // lane 0's column: may lie outside the row
+                  Value* acc = b_.CreateLoad(v16, reg);
                   Value* r = nullptr;
                   llvm::Instruction* x = nullptr;
-                  if (a == 0 && e == 16) {
+                  if (l.first == 0 && l.last == 16) {
                     x = b_.CreateAlignedLoad(v16, at, llvm::Align(4));
                     r = fma(x, wv, acc);
                   } else {
                     std::vector<llvm::Constant*> on;
-                    for (int64_t l = 0; l < 16; ++l) on.push_back(b_.getInt1(l >= a && l < e));
+                    for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i >= l.first && i < l.last));
                     Value* mask = llvm::ConstantVector::get(on);
                     x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, llvm::Constant::getNullValue(v16));
                     r = b_.CreateSelect(mask, fma(x, wv, acc), acc);
                   }
                   restrictAccess(x, X.id);
-                  b_.CreateStore(r, regs[static_cast<size_t>(j)]);
+                  b_.CreateStore(r, reg);
                 }
                 continue;
               }

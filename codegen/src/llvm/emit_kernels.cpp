@@ -203,13 +203,10 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const RowPoolGeometry g = rowPoolGeometry(p_, k);
   const std::vector<int64_t>&kernel = g.kernel, &st = g.strides, &dil = g.dilations, &pads = g.pads;
-  const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, padL = g.padL, span = g.span;
+  const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, padL = g.padL, chunks = g.chunks, colSize = g.colSize;
   const DType t = accType(k);
-  // As the C++ printer: rows up to 256 columns keep their column maxima in registers, 8 columns
-  // a chunk (a masked load fills the last one's columns past the row with -inf), stored once a
-  // window row is done.
-  const int64_t chunks = W <= 256 ? (W + 7) / 8 : 0;
-  const int64_t colSize = std::max(span, padL + chunks * 8);
+  // g.chunks: the column maxima in registers (a masked load fills the last chunk's columns past
+  // the row with -inf).
   llvm::AllocaInst* col = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(colSize)), "col");
   llvm::AllocaInst* nanIn = local(llvm::ArrayType::get(i8_, static_cast<uint64_t>(colSize)), "nanIn");
   llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
