@@ -590,6 +590,16 @@ std::vector<ConvRowTaps::Lanes> ConvRowTaps::lanesOf(size_t k1) const {
   return r;
 }
 
+std::optional<PadRows> padRows(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+  if (formOf(p, k) != Form::Copy || !k.anchor->isOp(Op::Pad) || k.anchor->attrString("mode") != "constant") return std::nullopt;
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  const size_t r = X.type.rank();
+  if (r < 2 || k.domain.size() != r || split.axis == static_cast<int>(r) - 1 || !X.type.shape[r - 1].isStatic()) return std::nullopt;
+  const std::vector<int64_t>& pads = k.anchor->attrInts("pads");
+  if (pads[r - 1] < 0 || pads[2 * r - 1] < 0) return std::nullopt;
+  return PadRows{pads[r - 1], X.type.shape[r - 1].value()};
+}
+
 std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
   const Buffer& X = p.buffer(k.anchorInputs[0]);
   if (formOf(p, k) != Form::DirectConv || X.type.rank() != 4 || split.axis == 3) return std::nullopt;
@@ -664,7 +674,8 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
                      k.anchor->isOp() && k.anchor->info().name == o.fault->op;
     const std::optional<ConvRowTaps> rows = ks.form == Form::DirectConv ? convRowTaps(p, k, ks.split) : std::nullopt;
     const bool wholeChunks = ks.form == Form::PackedGemm ? packedN(p, k) % kPanel == 0
-                                                         : rows && rows->chunks > 0 && k.domain[3].value() % 16 == 0;
+                             : ks.form == Form::DirectConv ? rows && rows->chunks > 0 && k.domain[3].value() % 16 == 0
+                                                           : padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32;
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
     if (c.empty()) continue;

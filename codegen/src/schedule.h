@@ -135,6 +135,15 @@ struct ConvRowTaps {
 // nullopt when `k` is not computed by rows: not 2-D, or its thread split is over the columns.
 std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
 
+// A constant-mode pad by rows (every axis but the last is a loop): a row is either all padding,
+// or a padded head [0, head), the input row at [head, head + width), and a padded tail; three
+// branch-free loops, the middle one a contiguous copy. nullopt for other modes, negative (cropping)
+// pads on the last axis, or a thread split over it.
+struct PadRows {
+  int64_t head = 0, width = 0;
+};
+std::optional<PadRows> padRows(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
+
 // ---- vectorisation
 
 // Whether `k`'s body can run on 16 consecutive values of the domain's last axis: f32 values only,
@@ -165,8 +174,9 @@ struct KernelSchedule {
   bool anchorFault = false;
   // Vectorisation, decided here for both printers. A Form::PackedGemm kernel's epilogue runs on
   // whole 16-column panels, a direct conv's kept in registers (ConvRowTaps::chunks) on whole
-  // chunks of its rows (vectorBody on an f32 result of whole panels or chunks, no injected
-  // accuracy fault on the anchor, which the scalar epilogue carries).
+  // chunks of its rows, an f32 pad by rows (PadRows) on the copied part of a row 16 values at a
+  // time (vectorBody on an f32 result, no injected accuracy fault on the anchor, which the scalar
+  // epilogue carries). The C++ printer leaves the pad's plain loop to GCC's vectoriser.
   bool vectorEpilogue = false;
   // Per domain axis: some load or store walks it with a stride other than 0 or 1 (a transpose's
   // read or write). Loops over it stay scalar: vectorised, they gather or scatter (measured 2.6x

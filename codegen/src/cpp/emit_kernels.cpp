@@ -477,6 +477,38 @@ std::string Emitter::emitCopy(const Kernel& k) const {
       if (!k.domain[d].isBatch() && k.domain[d].value() == 0) indexLoops = k.domain.size();
     }
   }
+  if (const std::optional<PadRows> rows = padRows(p_, k, *split_)) {
+    std::string s = openTemplate(k, t, vars, indent, r - 1);
+    const std::vector<int64_t>& pads = n.attrInts("pads");
+    std::vector<std::string> idx;
+    std::string inBounds;
+    for (size_t d = 0; d + 1 < r; ++d) {
+      if (pads[d] == 0 && pads[r + d] == 0) {
+        idx.push_back(vars[d]);
+        continue;
+      }
+      s += fmt::format("{}const int64_t p{} = {} - {};\n", indent, d, vars[d], pads[d]);
+      inBounds += fmt::format("{}p{} >= 0 && p{} < {}", inBounds.empty() ? "" : " && ", d, d, X.type.shape[d].value());
+      idx.push_back(fmt::format("p{}", d));
+    }
+    const std::string& i = vars[r - 1];
+    idx.push_back(rows->head ? fmt::format("{} - {}", i, rows->head) : i);
+    const std::string value = literal(n.attrFloat("value"), t);
+    const std::string x = fmt::format("static_cast<{}>({})", ctype(t), loadExpr(X.id, addressOf(X.id, idx)));
+    auto loop = [&](const std::string& in, int64_t from, int64_t to, const std::string& acc) {
+      return from < to ? fmt::format("{}for (int64_t {} = {}; {} < {}; ++{}) {}\n", in, i, from, i, to, i, callEpilogue(vars, acc)) : "";
+    };
+    const int64_t end = k.domain[r - 1].value(), mid = rows->head + rows->width;
+    if (inBounds.empty()) {
+      s += loop(indent, 0, rows->head, value) + loop(indent, rows->head, mid, x) + loop(indent, mid, end, value);
+    } else {
+      s += fmt::format("{}if ({}) {{\n", indent, inBounds);
+      s += loop(indent + "  ", 0, rows->head, value) + loop(indent + "  ", rows->head, mid, x) + loop(indent + "  ", mid, end, value);
+      s += fmt::format("{}}} else {{\n{}{}}}\n", indent, loop(indent + "  ", 0, end, value), indent);
+    }
+    s += closeLoops(r - 1, indent);
+    return s;
+  }
   std::string s = openTemplate(k, t, vars, indent, indexLoops);
   if (n.isOp(Op::Pad)) {
     const std::vector<int64_t>& pads = n.attrInts("pads");
