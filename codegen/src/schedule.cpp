@@ -372,9 +372,12 @@ Form formOf(const KernelProgram& p, const Kernel& k) {
     case KernelKind::Pool: {
       // Row maxima need the rows unit stride; col[] holds a padded row on the stack.
       const Buffer& X = p.buffer(k.anchorInputs[0]);
-      const bool rows = k.anchor->isOp(Op::MaxPool) && X.type.rank() == 4 && X.type.dtype == DType::F32 && X.strides[3] == 1 &&
-                        X.type.shape[3].value() <= 4096;
-      return rows ? Form::MaxPoolRows : Form::Pool;
+      const bool rows = X.type.rank() == 4 && X.type.dtype == DType::F32 && X.strides[3] == 1 && X.type.shape[3].value() <= 4096;
+      if (rows && k.anchor->isOp(Op::MaxPool)) return Form::MaxPoolRows;
+      // An average pool with unit column stride (its window ignores dilations, as the generic
+      // form does); strided, the taps' loops gather and were slower than a window per output.
+      if (rows && k.anchor->isOp(Op::AvgPool) && spatialList(*k.anchor, "strides", 2, 1)[1] == 1) return Form::AvgPoolRows;
+      return Form::Pool;
     }
     case KernelKind::Reduction: {
       const ir::Node& n = *k.anchor;
@@ -384,6 +387,23 @@ Form formOf(const KernelProgram& p, const Kernel& k) {
   }
   fail("internal: kernel '{}' has no form", k.name);
 }
+
+namespace {
+
+// Per window column k1 of a row of W input columns read by OW outputs: the outputs [lo, hi) for
+// which column i * stride + k1 * dil - pad lies inside the input.
+void rowTaps(int64_t W, int64_t OW, int64_t KW, int64_t stride, int64_t dil, int64_t pad, std::vector<int64_t>& lo,
+             std::vector<int64_t>& hi) {
+  for (int64_t k1 = 0; k1 < KW; ++k1) {
+    const int64_t off = k1 * dil - pad;  // i * stride + off in [0, W)
+    const int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    const int64_t h = W - 1 - off < 0 ? 0 : std::min(OW, (W - 1 - off) / stride + 1);
+    lo.push_back(std::min(l, OW));
+    hi.push_back(std::max(h, std::min(l, OW)));
+  }
+}
+
+}  // namespace
 
 RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
   const ir::Node& n = *k.anchor;
@@ -402,6 +422,10 @@ RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
   g.span = std::max(g.padL + g.W, (g.OW - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
   g.chunks = g.W <= 256 ? (g.W + 7) / 8 : 0;
   g.colSize = std::max(g.span, g.padL + g.chunks * 8);
+  if (n.isOp(Op::AvgPool)) {
+    rowTaps(g.W, g.OW, g.kernel[1], g.strides[1], 1, g.padL, g.taps.lo, g.taps.hi);
+    if (g.OW <= 256) g.taps.chunks = (g.OW + 15) / 16;
+  }
   return g;
 }
 
@@ -508,7 +532,8 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
       for (int64_t kd : k.anchor->attrInts("kernel_shape")) window *= kd;
       return domainSplit(k.domain, window);
     }
-    case Form::MaxPoolRows: {
+    case Form::MaxPoolRows:
+    case Form::AvgPoolRows: {
       // An (image, channel, output row) per unit: its window rows' maxima, then the columns'.
       const RowPoolGeometry g = rowPoolGeometry(p, k);
       return perRowSplit(g.C * g.OH, g.OW * g.kernel[1] + g.W * g.kernel[0]);
@@ -581,7 +606,7 @@ bool vectorBody(const KernelProgram& p, const Kernel& k) {
   return true;
 }
 
-std::vector<ConvRowTaps::Lanes> ConvRowTaps::lanesOf(size_t k1) const {
+std::vector<RowTaps::Lanes> RowTaps::lanesOf(size_t k1) const {
   std::vector<Lanes> r;
   for (int64_t j = 0; j < chunks; ++j) {
     const int64_t first = std::max(lo[k1], 16 * j) - 16 * j, last = std::min(hi[k1], 16 * j + 16) - 16 * j;
@@ -600,22 +625,15 @@ std::optional<PadRows> padRows(const KernelProgram& p, const Kernel& k, const Th
   return PadRows{pads[r - 1], X.type.shape[r - 1].value()};
 }
 
-std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
   const Buffer& X = p.buffer(k.anchorInputs[0]);
   if (formOf(p, k) != Form::DirectConv || X.type.rank() != 4 || split.axis == 3) return std::nullopt;
   const ir::Node& n = *k.anchor;
   const int64_t stride = spatialList(n, "strides", 2, 1)[1], dil = spatialList(n, "dilations", 2, 1)[1];
   const int64_t pad = spatialList(n, "pads", 4, 0)[1], W = X.type.shape[3].value(), OW = k.domain[3].value();
   const int64_t KW = p.buffer(k.anchorInputs[1]).type.shape[3].value();
-  ConvRowTaps t;
-  for (int64_t k1 = 0; k1 < KW; ++k1) {
-    // i3 * stride + off in [0, W)
-    const int64_t off = k1 * dil - pad;
-    const int64_t lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
-    const int64_t hi = W - 1 - off < 0 ? 0 : std::min(OW, (W - 1 - off) / stride + 1);
-    t.lo.push_back(std::min(lo, OW));
-    t.hi.push_back(std::max(hi, std::min(lo, OW)));
-  }
+  RowTaps t;
+  rowTaps(W, OW, KW, stride, dil, pad, t.lo, t.hi);
   const bool f32 = X.type.dtype == DType::F32 && p.buffer(k.anchorInputs[1]).type.dtype == DType::F32;
   if (stride == 1 && f32 && OW <= 256) t.chunks = (OW + 15) / 16;
   return t;
@@ -672,7 +690,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     for (size_t d = 0; d < k.domain.size(); ++d) ks.stridedAxes.push_back(stridedAlong(p, k, d));
     ks.anchorFault = k.kind != KernelKind::Pointwise && o.fault && o.fault->kind == InjectedFault::Kind::Accuracy && k.anchor &&
                      k.anchor->isOp() && k.anchor->info().name == o.fault->op;
-    const std::optional<ConvRowTaps> rows = ks.form == Form::DirectConv ? convRowTaps(p, k, ks.split) : std::nullopt;
+    const std::optional<RowTaps> rows = ks.form == Form::DirectConv ? convRowTaps(p, k, ks.split) : std::nullopt;
     const bool wholeChunks = ks.form == Form::PackedGemm ? packedN(p, k) % kPanel == 0
                              : ks.form == Form::DirectConv ? rows && rows->chunks > 0 && k.domain[3].value() % 16 == 0
                                                            : padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32;

@@ -70,18 +70,39 @@ enum class Form : uint8_t {
   PackedConv,    // 2-D conv: implicit GEMM, 4 output positions by the packed panels
   Pool,          // max/avg pooling: a window per output element
   MaxPoolRows,   // 2-D f32 max pooling: row maxima, then column maxima (NaN flags beside)
+  AvgPoolRows,   // 2-D f32 average pooling: an output row's sums, a loop per window tap
   RowReduction,  // softmax, log_softmax, layer_norm: rows along the trailing axes
   AxisReduction, // reduce_*, argmax, global_avg_pool: loops over the operand's kept axes
   Copy,          // pad, gather
 };
 Form formOf(const KernelProgram& p, const Kernel& k);
 
-// A Form::MaxPoolRows kernel's geometry: window, strides, dilations and pads of its two spatial
-// axes, its sizes, and the padded input row both emitters hold on the stack (input columns
-// -padL .. span - padL - 1).
+// An output row at a time (a 2-D Form::DirectConv kernel: grouped, depthwise, dilated; a
+// Form::AvgPoolRows one): a row of accumulators, and for each channel, window row and window
+// column k1 one loop over the output columns [lo[k1], hi[k1]) whose input column i3 * stride +
+// k1 * dilation - pad lies inside the input — contiguous in the row, so it vectorises, where a dot
+// product per output element with a bounds check per tap does not. Every output sums its taps in
+// the same order either way.
+struct RowTaps {
+  std::vector<int64_t> lo, hi;  // per window column
+  // > 0: the row is kept as this many chunks of 16 columns in registers, each tap added on the
+  // lanes it reaches with a masked load and FMA (unit column stride, f32, rows up to 256 columns;
+  // a pool's taps have weight 1);
+  // 0: the row in memory, a loop per tap.
+  int64_t chunks = 0;
+  struct Lanes {
+    int64_t chunk, first, last;  // lanes [first, last) of that chunk
+  };
+  // The chunks window column k1 reaches, and on which lanes (chunks > 0).
+  std::vector<Lanes> lanesOf(size_t k1) const;
+};
+// A Form::MaxPoolRows or AvgPoolRows kernel's geometry: window, strides, dilations and pads of
+// its two spatial axes, its sizes, and the padded input row both emitters hold on the stack for
+// a max pool (input columns -padL .. span - padL - 1).
 struct RowPoolGeometry {
   std::vector<int64_t> kernel, strides, dilations, pads;
   int64_t C = 0, OH = 0, OW = 0, H = 0, W = 0, padL = 0, span = 0;
+  RowTaps taps;  // an average pool's (its window's dilations are 1)
   // > 0 (rows up to 256 columns): the column maxima of a window row are kept in this many
   // registers of 8 columns (the last one's columns past the row read as -inf), stored once the
   // window's rows are done; 0: a loop per input row over the columns in memory. colSize: the
@@ -115,25 +136,8 @@ struct ThreadSplit {
 // an extern implementation, its epilogue's over the result (whole with post-ops).
 ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl);
 
-// A 2-D Form::DirectConv kernel (grouped, depthwise, dilated) runs an output row at a time: a row
-// of accumulators, and for each channel, window row and window column k1 one loop over the output
-// columns [lo[k1], hi[k1]) whose input column i3 * stride + k1 * dilation - pad lies inside the
-// input — contiguous in the row, so it vectorises, where a dot product per output element with a
-// bounds check per tap does not. Every output sums its taps in the same order either way.
-struct ConvRowTaps {
-  std::vector<int64_t> lo, hi;  // per window column
-  // > 0: the row is kept as this many chunks of 16 columns in registers, each tap added on the
-  // lanes it reaches with a masked load and FMA (unit column stride, f32, rows up to 256 columns);
-  // 0: the row in memory, a loop per tap.
-  int64_t chunks = 0;
-  struct Lanes {
-    int64_t chunk, first, last;  // lanes [first, last) of that chunk
-  };
-  // The chunks window column k1 reaches, and on which lanes (chunks > 0).
-  std::vector<Lanes> lanesOf(size_t k1) const;
-};
 // nullopt when `k` is not computed by rows: not 2-D, or its thread split is over the columns.
-std::optional<ConvRowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
+std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
 
 // A constant-mode pad by rows (every axis but the last is a loop): a row is either all padding,
 // or a padded head [0, head), the input row at [head, head + width), and a padded tail; three
@@ -173,7 +177,7 @@ struct KernelSchedule {
   // value is miscompiled (plus one) where the epilogue reads it.
   bool anchorFault = false;
   // Vectorisation, decided here for both printers. A Form::PackedGemm kernel's epilogue runs on
-  // whole 16-column panels, a direct conv's kept in registers (ConvRowTaps::chunks) on whole
+  // whole 16-column panels, a direct conv's kept in registers (RowTaps::chunks) on whole
   // chunks of its rows, an f32 pad by rows (PadRows) on the copied part of a row 16 values at a
   // time (vectorBody on an f32 result, no injected accuracy fault on the anchor, which the scalar
   // epilogue carries). The C++ printer leaves the pad's plain loop to GCC's vectoriser.

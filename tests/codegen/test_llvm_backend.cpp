@@ -500,7 +500,7 @@ TEST_CASE("llvm and cpp backends: a packed epilogue runs on whole panels where t
 }
 
 // A grouped or depthwise 2-D conv runs an output row at a time in both backends (schedule.h,
-// ConvRowTaps): per window column, one loop over the output columns it reaches. Strides,
+// RowTaps): per window column, one loop over the output columns it reaches. Strides,
 // dilations, asymmetric pads, a window column that never lies inside the input (y's first: pad
 // 2, stride 2, one output column) and a grouped conv with two channels per group and a fused
 // tanh, against the interpreter at 1 and 2 threads (bitwise equal).
@@ -594,6 +594,46 @@ TEST_CASE("llvm and cpp backends: a constant pad by rows matches the interpreter
     runtime::Model model = isCpp ? runtime::Model::load(so.string()) : jitModel(*graph, llvm);
     for (int64_t batch : {1, 3}) {
       std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 5);
+      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+      std::vector<ir::Tensor> one = driver::runModel(model, inputs, 1), two = driver::runModel(model, inputs, 2);
+      for (size_t o = 0; o < want.size(); ++o) {
+        INFO((isCpp ? "cpp" : "llvm") << " batch " << batch << " output " << o);
+        CHECK(driver::compareTensors("", one[o], want[o], 1e-6, 1e-6).pass);
+        CHECK(std::memcmp(one[o].bytes(), two[o].bytes(), one[o].nbytes()) == 0);
+      }
+    }
+  }
+}
+
+// A 2-D average pool with unit column stride runs an output row at a time in both backends
+// (Form::AvgPoolRows): the sums in registers, chunks of 16 columns (a and b: a partial chunk,
+// taps cut at both ends, count_include_pad, ceil_mode and asymmetric pads), or, past 256 columns,
+// in memory (c); a strided one keeps a window per output (d).
+TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph avg(%x: f32[batch,2,5,21], %w: f32[batch,1,2,260]) {
+  %a = avg_pool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1} : f32[batch,2,5,21]
+  %b = avg_pool(%x) {kernel_shape=[2, 4], strides=[2, 1], pads=[0, 2, 1, 0], ceil_mode=1} : f32[batch,2,3,20]
+  %c = avg_pool(%w) {kernel_shape=[1, 3], pads=[0, 1, 0, 1]} : f32[batch,1,2,260]
+  %d = avg_pool(%x) {kernel_shape=[2, 2], strides=[2, 2]} : f32[batch,2,2,10]
+  return (a=%a, b=%b, c=%c, d=%d)
+})");
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  size_t rows = 0;
+  for (size_t at = 0; (at = generated.source.find("alignas(64) float sum[", at)) != std::string::npos; ++at) ++rows;
+  CHECK(rows == 3);
+  CHECK(generated.source.find("r1 = pc::fmaLanes<0, 5>(r1, row + 15, 1.0f);") != std::string::npos);
+  CHECK(generated.source.find("for (int64_t i3 = 1; i3 < 260; ++i3) sum[i3] += row[i3*1 - 1];") != std::string::npos);
+  const fs::path so = scratch() / "avg.so";
+  codegen::buildSharedObject(generated, so.string(), {});
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  for (const bool isCpp : {false, true}) {
+    runtime::Model model = isCpp ? runtime::Model::load(so.string()) : jitModel(*graph, llvm);
+    for (int64_t batch : {1, 3}) {
+      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 9);
       std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
       std::vector<ir::Tensor> one = driver::runModel(model, inputs, 1), two = driver::runModel(model, inputs, 2);
       for (size_t o = 0; o < want.size(); ++o) {

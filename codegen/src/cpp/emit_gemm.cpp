@@ -425,8 +425,8 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
   int64_t gc = C / group, gm = M / group;
   std::vector<std::string> vars = axisVars("i", k.domain.size());
   std::string indent;
-  if (const std::optional<ConvRowTaps> taps = convRowTaps(p_, k, *split_)) {
-    // An output row at a time (schedule.h, ConvRowTaps): per tap, one loop over the columns it
+  if (const std::optional<RowTaps> taps = convRowTaps(p_, k, *split_)) {
+    // An output row at a time (schedule.h, RowTaps): per tap, one loop over the columns it
     // reaches, which the compiler vectorises; then the epilogue along the row.
     const int64_t OW = k.domain[3].value(), H = X.type.shape[2].value();
     // taps->chunks: the row in registers, each tap's columns added on the lanes it reaches
@@ -462,7 +462,7 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
       const std::string ch = fmt::format("g*{} + c", gc);
       if (inRegisters) {
         s += fmt::format("{}    {{\n{}      const float w = {};\n", indent, indent, w);
-        for (const ConvRowTaps::Lanes& l : taps->lanesOf(k1)) {
+        for (const RowTaps::Lanes& l : taps->lanesOf(k1)) {
           s += fmt::format("{}      r{} = pc::fmaLanes<{}, {}>(r{}, {} + {}, w);\n", indent, l.chunk, l.first, l.last, l.chunk,
                            ptrName(X.root), addressOf(X.id, {vars[0], ch, "p0", std::to_string(16 * l.chunk + l.first + off)}));
         }

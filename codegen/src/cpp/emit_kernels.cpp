@@ -81,6 +81,7 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
       case Form::PackedConv: s += emitPackedConv(k, index, per); break;
       case Form::Pool: s += emitPool(k); break;
       case Form::MaxPoolRows: s += emitMaxPoolRows(k); break;
+      case Form::AvgPoolRows: s += emitAvgPoolRows(k); break;
       case Form::RowReduction:
       case Form::AxisReduction: s += emitReduction(k); break;
       case Form::Copy: s += emitCopy(k); break;
@@ -244,6 +245,57 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
   s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) out[i3] = ({}) ? pc::nan<float>() : {};\n", OW, nans, window);
   s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {}\n", OW, callEpilogue({"i0", "i1", "i2", "i3"}, "out[i3]"));
   s += "  }\n";
+  return s;
+}
+
+std::string Emitter::emitAvgPoolRows(const Kernel& k) const {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const RowPoolGeometry g = rowPoolGeometry(p_, k);
+  const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, s0 = g.strides[0], s1 = g.strides[1];
+  const int64_t k0 = g.kernel[0], k1 = g.kernel[1], padT = g.pads[0], padB = g.pads[2], padL = g.padL, padR = g.pads[3];
+  const bool includePad = n.attrInt("count_include_pad") != 0;
+  std::string s = emitEpilogueLambda(k, accType(k));
+  s += anchorComment(k);
+  const RowTaps& taps = g.taps;
+  // taps.chunks: the sums in registers, each tap added on the lanes it reaches (pc::fmaLanes with
+  // weight 1: x * 1 + sum is x + sum exactly).
+  s += fmt::format("  alignas(64) float sum[{}];\n", taps.chunks ? taps.chunks * 16 : OW);
+  s += "  for (int64_t u = lo; u < hi; ++u) {\n";
+  s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
+  if (taps.chunks) {
+    std::vector<std::string> regs;
+    for (int64_t j = 0; j < taps.chunks; ++j) regs.push_back(fmt::format("r{} = {{}}", j));
+    s += fmt::format("    pc::RowChunk {};\n", fmt::join(regs, ", "));
+  } else {
+    s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) sum[i3] = 0.0f;\n", OW);
+  }
+  // As onnxruntime: the window clipped to the padded input, [b0, e0) rows; [top, bottom) inside it.
+  s += fmt::format("    const int64_t b0 = i2*{} - {}, e0 = b0 + {} < {} ? b0 + {} : {};\n", s0, padT, k0, H + padB, k0, H + padB);
+  s += fmt::format("    const int64_t top = b0 < 0 ? 0 : b0, bottom = e0 < {} ? e0 : {};\n", H, H);
+  s += "    for (int64_t ih = top; ih < bottom; ++ih) {\n";
+  s += fmt::format("      const float* PC_RESTRICT row = {} + {};\n", ptrName(X.root), addressOf(X.id, {"i0", "i1", "ih", "0"}));
+  for (size_t kw = 0; kw < taps.lo.size(); ++kw) {
+    if (taps.lo[kw] >= taps.hi[kw]) continue;  // this window column never lies inside the input
+    const int64_t off = static_cast<int64_t>(kw) - padL;
+    if (taps.chunks) {
+      for (const RowTaps::Lanes& l : taps.lanesOf(kw)) {
+        s += fmt::format("      r{} = pc::fmaLanes<{}, {}>(r{}, row + {}, 1.0f);\n", l.chunk, l.first, l.last, l.chunk,
+                         16 * l.chunk + l.first + off);
+      }
+      continue;
+    }
+    s += fmt::format("      for (int64_t i3 = {}; i3 < {}; ++i3) sum[i3] += row[i3*{} {} {}];\n", taps.lo[kw], taps.hi[kw], s1,
+                     off < 0 ? '-' : '+', off < 0 ? -off : off);
+  }
+  s += "    }\n";
+  for (int64_t j = 0; j < taps.chunks; ++j) s += fmt::format("    pc::storeChunk(sum + {}, r{});\n", 16 * j, j);
+  s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {{\n", OW);
+  s += fmt::format("      const int64_t b1 = i3*{} - {}, e1 = b1 + {} < {} ? b1 + {} : {};\n", s1, padL, k1, W + padR, k1, W + padR);
+  s += fmt::format("      const int64_t cols = (e1 < {} ? e1 : {}) - (b1 < 0 ? 0 : b1), count = bottom > top && cols > 0 ? (bottom - top) * cols : 0;\n", W, W);
+  s += fmt::format("      const float acc = count == 0 ? 0.0f : sum[i3] / static_cast<float>({});\n",
+                   includePad ? "(e0 - b0) * (e1 - b1)" : "count");
+  s += fmt::format("      {}\n    }}\n  }}\n", callEpilogue({"i0", "i1", "i2", "i3"}, "acc"));
   return s;
 }
 

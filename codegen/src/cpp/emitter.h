@@ -210,6 +210,11 @@ class Emitter {
   // dependent branch mispredicts on half the elements of real activations) and NaNs are
   // tracked beside it in flags (ONNX: a NaN in the window gives NaN), so both loops vectorise.
   std::string emitMaxPoolRows(const Kernel& k) const;
+  // 2-D average pooling an output row at a time: per window row inside the input and window
+  // column, one loop adding that tap to the outputs it reaches inside the input (RowPoolGeometry
+  // lo/hi); the sums in the order of the window per output; then each output divided by its
+  // clipped window's size or its count of input values.
+  std::string emitAvgPoolRows(const Kernel& k) const;
 
   // The reduced operand as a function of its own index: a load, or the fused prologue.
   std::string emitOperandLambda(const Kernel& k, const Buffer& X) const;

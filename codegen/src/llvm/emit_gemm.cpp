@@ -475,6 +475,25 @@ void Emitter::emitPackedConv(const Kernel& k) {
   });
 }
 
+void Emitter::addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id) {
+  llvm::Type* v16 = reg->getAllocatedType();
+  Value* acc = b_.CreateLoad(v16, reg);
+  Value* r = nullptr;
+  llvm::Instruction* x = nullptr;
+  if (l.first == 0 && l.last == 16) {
+    x = b_.CreateAlignedLoad(v16, at, llvm::Align(4));
+    r = fma(x, wv, acc);
+  } else {
+    std::vector<llvm::Constant*> on;
+    for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i >= l.first && i < l.last));
+    Value* mask = llvm::ConstantVector::get(on);
+    x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, llvm::Constant::getNullValue(v16));
+    r = b_.CreateSelect(mask, fma(x, wv, acc), acc);
+  }
+  restrictAccess(x, id);
+  b_.CreateStore(r, reg);
+}
+
 void Emitter::emitConv(const Kernel& k) {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
@@ -486,8 +505,8 @@ void Emitter::emitConv(const Kernel& k) {
   const int64_t gc = C / group, gm = M / group;
   const int axis = split_->axis;
   const DType t = accType(k);
-  if (const std::optional<ConvRowTaps> taps = convRowTaps(p_, k, *split_)) {
-    // An output row at a time (schedule.h, ConvRowTaps): per tap, one loop over the columns it
+  if (const std::optional<RowTaps> taps = convRowTaps(p_, k, *split_)) {
+    // An output row at a time (schedule.h, RowTaps): per tap, one loop over the columns it
     // reaches, which the loop vectorizer takes; then the epilogue along the row.
     const int64_t OW = k.domain[3].value(), H = X.type.shape[2].value();
     std::vector<Value*> vars(4, nullptr);
@@ -516,24 +535,9 @@ void Emitter::emitConv(const Kernel& k) {
               const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
               if (chunks) {
                 Value* wv = b_.CreateVectorSplat(16, w);
-                for (const ConvRowTaps::Lanes& l : taps->lanesOf(k1)) {
-                  llvm::AllocaInst* reg = regs[static_cast<size_t>(l.chunk)];
-                  Value* at = elemPtr(X.id, {vars[0], ch, p0, c64(16 * l.chunk + off)});  // lane 0's column: may lie outside the row
-                  Value* acc = b_.CreateLoad(v16, reg);
-                  Value* r = nullptr;
-                  llvm::Instruction* x = nullptr;
-                  if (l.first == 0 && l.last == 16) {
-                    x = b_.CreateAlignedLoad(v16, at, llvm::Align(4));
-                    r = fma(x, wv, acc);
-                  } else {
-                    std::vector<llvm::Constant*> on;
-                    for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i >= l.first && i < l.last));
-                    Value* mask = llvm::ConstantVector::get(on);
-                    x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, llvm::Constant::getNullValue(v16));
-                    r = b_.CreateSelect(mask, fma(x, wv, acc), acc);
-                  }
-                  restrictAccess(x, X.id);
-                  b_.CreateStore(r, reg);
+                for (const RowTaps::Lanes& l : taps->lanesOf(k1)) {
+                  // lane 0's column: may lie outside the row
+                  addTap(regs[static_cast<size_t>(l.chunk)], elemPtr(X.id, {vars[0], ch, p0, c64(16 * l.chunk + off)}), l, wv, X.id);
                 }
                 continue;
               }

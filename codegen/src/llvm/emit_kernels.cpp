@@ -94,6 +94,7 @@ llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, 
       case Form::PackedConv: emitPackedConv(k); break;
       case Form::Pool: emitPool(k); break;
       case Form::MaxPoolRows: emitMaxPoolRows(k); break;
+      case Form::AvgPoolRows: emitAvgPoolRows(k); break;
       case Form::RowReduction:
       case Form::AxisReduction: emitReduction(k); break;
       case Form::Copy: emitCopy(k); break;
@@ -283,6 +284,75 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
         nan = b_.CreateOr(nan, b_.CreateLoad(i8_, nanAt(at)));
       }
       Value* r = b_.CreateSelect(b_.CreateICmpNE(nan, b_.getInt8(0)), llvm::ConstantFP::getNaN(f32_), m, n.name());
+      tag(since, &n);
+      emitBody(k.body, {i0, i1, i2, i3}, convert(r, DType::F32, t));
+    });
+  });
+}
+
+void Emitter::emitAvgPoolRows(const Kernel& k) {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const RowPoolGeometry g = rowPoolGeometry(p_, k);
+  const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, s0 = g.strides[0], s1 = g.strides[1];
+  const int64_t k0 = g.kernel[0], k1 = g.kernel[1], padT = g.pads[0], padB = g.pads[2], padL = g.padL, padR = g.pads[3];
+  const bool includePad = n.attrInt("count_include_pad") != 0;
+  const DType t = accType(k);
+  const RowTaps& taps = g.taps;
+  llvm::AllocaInst* sum = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(taps.chunks ? taps.chunks * 16 : OW)), "sum");
+  llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
+  std::vector<llvm::AllocaInst*> regs;
+  for (int64_t j = 0; j < taps.chunks; ++j) regs.push_back(local(v16, "sum" + std::to_string(j)));
+  Value* one = b_.CreateVectorSplat(16, llvm::ConstantFP::get(f32_, 1.0));
+  auto sumAt = [&](Value* i) { return b_.CreateInBoundsGEP(f32_, sum, i); };
+  auto smin = [&](Value* a, Value* b) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, a, b); };
+  auto smax = [&](Value* a, Value* b) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, a, b); };
+  forRange(lo_, hi_, "u", [&](Value* u) {
+    Value* i0 = b_.CreateSDiv(u, c64(C * OH), "i0");
+    Value* i1 = b_.CreateSRem(b_.CreateSDiv(u, c64(OH)), c64(C), "i1");
+    Value* i2 = b_.CreateSRem(u, c64(OH), "i2");
+    if (taps.chunks) {
+      for (llvm::AllocaInst* reg : regs) b_.CreateStore(llvm::Constant::getNullValue(v16), reg);
+    } else {
+      b_.CreateMemSet(sum, b_.getInt8(0), c64(OW * 4), llvm::Align(4));
+    }
+    // As onnxruntime: the window clipped to the padded input, [b0, e0) rows; [r0, r1) inside it.
+    Value* b0 = b_.CreateSub(b_.CreateMul(i2, c64(s0)), c64(padT));
+    Value* e0 = smin(b_.CreateAdd(b0, c64(k0)), c64(H + padB));
+    Value* r0 = smax(b0, c64(0));
+    Value* r1 = smin(e0, c64(H));
+    forRange(r0, r1, "ih", [&](Value* ih) {
+      Value* row = elemPtr(X.id, {i0, i1, ih, nullptr});
+      for (size_t kw = 0; kw < taps.lo.size(); ++kw) {
+        if (taps.lo[kw] >= taps.hi[kw]) continue;  // this window column never lies inside the input
+        const int64_t off = static_cast<int64_t>(kw) - padL;
+        if (taps.chunks) {
+          for (const RowTaps::Lanes& l : taps.lanesOf(kw)) {
+            addTap(regs[static_cast<size_t>(l.chunk)], b_.CreateGEP(f32_, row, c64(16 * l.chunk + off)), l, one, X.id);
+          }
+          continue;
+        }
+        forRange(c64(taps.lo[kw]), c64(taps.hi[kw]), "i3", [&](Value* i3) {
+          llvm::LoadInst* x = b_.CreateLoad(f32_, b_.CreateGEP(f32_, row, b_.CreateAdd(b_.CreateMul(i3, c64(s1)), c64(off))),
+                                            escape::printable(X.name));
+          restrictAccess(x, X.id);
+          b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32_, sumAt(i3)), x), sumAt(i3));
+        });
+      }
+    });
+    for (int64_t j = 0; j < taps.chunks; ++j) {
+      b_.CreateAlignedStore(b_.CreateLoad(v16, regs[static_cast<size_t>(j)]), sumAt(c64(16 * j)), llvm::Align(4));
+    }
+    forCount(OW, "i3", [&](Value* i3) {
+      llvm::Instruction* since = mark();
+      Value* b1 = b_.CreateSub(b_.CreateMul(i3, c64(s1)), c64(padL));
+      Value* e1 = smin(b_.CreateAdd(b1, c64(k1)), c64(W + padR));
+      Value* cols = b_.CreateSub(smin(e1, c64(W)), smax(b1, c64(0)));
+      Value* rows = b_.CreateSub(r1, r0);
+      Value* count = b_.CreateSelect(b_.CreateAnd(b_.CreateICmpSGT(rows, c64(0)), b_.CreateICmpSGT(cols, c64(0))), b_.CreateMul(rows, cols), c64(0));
+      Value* div = b_.CreateSIToFP(includePad ? b_.CreateMul(b_.CreateSub(e0, b0), b_.CreateSub(e1, b1)) : count, f32_);
+      Value* r = b_.CreateSelect(b_.CreateICmpEQ(count, c64(0)), llvm::ConstantFP::get(f32_, 0.0),
+                                 b_.CreateFDiv(b_.CreateLoad(f32_, sumAt(i3)), div), n.name());
       tag(since, &n);
       emitBody(k.body, {i0, i1, i2, i3}, convert(r, DType::F32, t));
     });

@@ -189,6 +189,9 @@ class Emitter : llvmbe::Builder {
 
   // Any conv (groups, 1-D/3-D, non-constant weights): direct loops.
   void emitConv(const Kernel& k);
+  // *reg (16 floats of an output row in registers, RowTaps::chunks) plus the 16 values at `at`
+  // times wv, on lanes [l.first, l.last) only: the others neither read nor changed.
+  void addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id);
 
   // ---- pooling
 
@@ -200,6 +203,8 @@ class Emitter : llvmbe::Builder {
   // branch) and NaNs are tracked beside it in flags (ONNX: a NaN in the window gives NaN), so
   // both loops vectorise.
   void emitMaxPoolRows(const Kernel& k);
+  // 2-D average pooling an output row at a time, as the C++ printer's emitAvgPoolRows.
+  void emitAvgPoolRows(const Kernel& k);
 
   // ---- reductions
 
