@@ -423,6 +423,9 @@ RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
   g.chunks = g.W <= 256 ? (g.W + 7) / 8 : 0;
   g.colSize = std::max(g.span, g.padL + g.chunks * 8);
   if (n.isOp(Op::AvgPool)) {
+    g.rowsEnd = g.H + g.pads[2];
+    g.colsEnd = g.W + g.pads[3];
+    g.includePad = n.attrInt("count_include_pad") != 0;
     rowTaps(g.W, g.OW, g.kernel[1], g.strides[1], 1, g.padL, g.taps.lo, g.taps.hi);
     if (g.OW <= 256) g.taps.chunks = (g.OW + 15) / 16;
   }

@@ -103,6 +103,10 @@ struct RowPoolGeometry {
   std::vector<int64_t> kernel, strides, dilations, pads;
   int64_t C = 0, OH = 0, OW = 0, H = 0, W = 0, padL = 0, span = 0;
   RowTaps taps;  // an average pool's (its window's dilations are 1)
+  // An average pool's window is clipped to the padded input, rows below rowsEnd and columns
+  // below colsEnd (as onnxruntime), and divided by its clipped size or its count of inputs.
+  int64_t rowsEnd = 0, colsEnd = 0;
+  bool includePad = false;
   // > 0 (rows up to 256 columns): the column maxima of a window row are kept in this many
   // registers of 8 columns (the last one's columns past the row read as -inf), stored once the
   // window's rows are done; 0: a loop per input row over the columns in memory. colSize: the

@@ -49,6 +49,24 @@ std::vector<ir::TensorType> graphInputTypes(const ir::Graph& graph) {
   return types;
 }
 
+// The C++ backend's .so at `so` and the LLVM backend's JIT of `graph` against the interpreter
+// (within `tolerance`) at batch 1 and 3, and bitwise equal at 1 and 2 threads.
+void checkBothBackends(const ir::Graph& graph, const fs::path& so, const codegen::LlvmOptions& llvm, uint64_t seed, double tolerance) {
+  for (const bool isCpp : {false, true}) {
+    runtime::Model model = isCpp ? runtime::Model::load(so.string()) : jitModel(graph, llvm);
+    for (int64_t batch : {1, 3}) {
+      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(graph), batch, seed);
+      std::vector<ir::Tensor> want = ir::interpret(graph, inputs);
+      std::vector<ir::Tensor> one = driver::runModel(model, inputs, 1), two = driver::runModel(model, inputs, 2);
+      for (size_t o = 0; o < want.size(); ++o) {
+        INFO((isCpp ? "cpp" : "llvm") << " batch " << batch << " output " << o);
+        CHECK(driver::compareTensors("", one[o], want[o], tolerance, tolerance).pass);
+        CHECK(std::memcmp(one[o].bytes(), two[o].bytes(), one[o].nbytes()) == 0);
+      }
+    }
+  }
+}
+
 std::string capture(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
@@ -550,19 +568,7 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
   const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
   CHECK(ir.find("%row = alloca [1 x float]") != std::string::npos);
   CHECK(ir.find("@llvm.masked.load.v16f32") != std::string::npos);
-  for (const bool isCpp : {false, true}) {
-    runtime::Model model = isCpp ? runtime::Model::load(so.string()) : jitModel(*graph, llvm);
-    for (int64_t batch : {1, 3}) {
-      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 11);
-      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-      std::vector<ir::Tensor> one = driver::runModel(model, inputs, 1), two = driver::runModel(model, inputs, 2);
-      for (size_t o = 0; o < want.size(); ++o) {
-        INFO((isCpp ? "cpp" : "llvm") << " batch " << batch << " output " << o);
-        CHECK(driver::compareTensors("", one[o], want[o], 1e-5, 1e-5).pass);
-        CHECK(std::memcmp(one[o].bytes(), two[o].bytes(), one[o].nbytes()) == 0);
-      }
-    }
-  }
+  checkBothBackends(*graph, so, llvm, 11, 1e-5);
 }
 
 // A constant pad runs by rows in both backends (schedule.h, PadRows): a row all padding, or a
@@ -590,19 +596,7 @@ TEST_CASE("llvm and cpp backends: a constant pad by rows matches the interpreter
   llvm.minChunkCost = 0;
   llvm.keepUnoptimizedIr = true;
   CHECK(codegen::generateLlvm(*graph, llvm).unoptimizedIr().find("chunk.body") != std::string::npos);
-  for (const bool isCpp : {false, true}) {
-    runtime::Model model = isCpp ? runtime::Model::load(so.string()) : jitModel(*graph, llvm);
-    for (int64_t batch : {1, 3}) {
-      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 5);
-      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-      std::vector<ir::Tensor> one = driver::runModel(model, inputs, 1), two = driver::runModel(model, inputs, 2);
-      for (size_t o = 0; o < want.size(); ++o) {
-        INFO((isCpp ? "cpp" : "llvm") << " batch " << batch << " output " << o);
-        CHECK(driver::compareTensors("", one[o], want[o], 1e-6, 1e-6).pass);
-        CHECK(std::memcmp(one[o].bytes(), two[o].bytes(), one[o].nbytes()) == 0);
-      }
-    }
-  }
+  checkBothBackends(*graph, so, llvm, 5, 1e-6);
 }
 
 // A 2-D average pool with unit column stride runs an output row at a time in both backends
@@ -630,17 +624,5 @@ TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", 
   codegen::buildSharedObject(generated, so.string(), {});
   codegen::LlvmOptions llvm;
   llvm.minChunkCost = 0;
-  for (const bool isCpp : {false, true}) {
-    runtime::Model model = isCpp ? runtime::Model::load(so.string()) : jitModel(*graph, llvm);
-    for (int64_t batch : {1, 3}) {
-      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 9);
-      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-      std::vector<ir::Tensor> one = driver::runModel(model, inputs, 1), two = driver::runModel(model, inputs, 2);
-      for (size_t o = 0; o < want.size(); ++o) {
-        INFO((isCpp ? "cpp" : "llvm") << " batch " << batch << " output " << o);
-        CHECK(driver::compareTensors("", one[o], want[o], 1e-6, 1e-6).pass);
-        CHECK(std::memcmp(one[o].bytes(), two[o].bytes(), one[o].nbytes()) == 0);
-      }
-    }
-  }
+  checkBothBackends(*graph, so, llvm, 9, 1e-6);
 }

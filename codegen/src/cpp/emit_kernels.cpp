@@ -249,12 +249,9 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
 }
 
 std::string Emitter::emitAvgPoolRows(const Kernel& k) const {
-  const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const RowPoolGeometry g = rowPoolGeometry(p_, k);
-  const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, s0 = g.strides[0], s1 = g.strides[1];
-  const int64_t k0 = g.kernel[0], k1 = g.kernel[1], padT = g.pads[0], padB = g.pads[2], padL = g.padL, padR = g.pads[3];
-  const bool includePad = n.attrInt("count_include_pad") != 0;
+  const int64_t C = g.C, OH = g.OH, OW = g.OW, s1 = g.strides[1], padL = g.padL;
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   const RowTaps& taps = g.taps;
@@ -271,8 +268,8 @@ std::string Emitter::emitAvgPoolRows(const Kernel& k) const {
     s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) sum[i3] = 0.0f;\n", OW);
   }
   // As onnxruntime: the window clipped to the padded input, [b0, e0) rows; [top, bottom) inside it.
-  s += fmt::format("    const int64_t b0 = i2*{} - {}, e0 = b0 + {} < {} ? b0 + {} : {};\n", s0, padT, k0, H + padB, k0, H + padB);
-  s += fmt::format("    const int64_t top = b0 < 0 ? 0 : b0, bottom = e0 < {} ? e0 : {};\n", H, H);
+  s += fmt::format("    const int64_t b0 = i2*{} - {}, e0 = b0 + {} < {} ? b0 + {} : {};\n", g.strides[0], g.pads[0], g.kernel[0], g.rowsEnd, g.kernel[0], g.rowsEnd);
+  s += fmt::format("    const int64_t top = b0 < 0 ? 0 : b0, bottom = e0 < {} ? e0 : {};\n", g.H, g.H);
   s += "    for (int64_t ih = top; ih < bottom; ++ih) {\n";
   s += fmt::format("      const float* PC_RESTRICT row = {} + {};\n", ptrName(X.root), addressOf(X.id, {"i0", "i1", "ih", "0"}));
   for (size_t kw = 0; kw < taps.lo.size(); ++kw) {
@@ -291,10 +288,10 @@ std::string Emitter::emitAvgPoolRows(const Kernel& k) const {
   s += "    }\n";
   for (int64_t j = 0; j < taps.chunks; ++j) s += fmt::format("    pc::storeChunk(sum + {}, r{});\n", 16 * j, j);
   s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {{\n", OW);
-  s += fmt::format("      const int64_t b1 = i3*{} - {}, e1 = b1 + {} < {} ? b1 + {} : {};\n", s1, padL, k1, W + padR, k1, W + padR);
-  s += fmt::format("      const int64_t cols = (e1 < {} ? e1 : {}) - (b1 < 0 ? 0 : b1), count = bottom > top && cols > 0 ? (bottom - top) * cols : 0;\n", W, W);
+  s += fmt::format("      const int64_t b1 = i3*{} - {}, e1 = b1 + {} < {} ? b1 + {} : {};\n", s1, padL, g.kernel[1], g.colsEnd, g.kernel[1], g.colsEnd);
+  s += fmt::format("      const int64_t cols = (e1 < {} ? e1 : {}) - (b1 < 0 ? 0 : b1), count = bottom > top && cols > 0 ? (bottom - top) * cols : 0;\n", g.W, g.W);
   s += fmt::format("      const float acc = count == 0 ? 0.0f : sum[i3] / static_cast<float>({});\n",
-                   includePad ? "(e0 - b0) * (e1 - b1)" : "count");
+                   g.includePad ? "(e0 - b0) * (e1 - b1)" : "count");
   s += fmt::format("      {}\n    }}\n  }}\n", callEpilogue({"i0", "i1", "i2", "i3"}, "acc"));
   return s;
 }

@@ -294,9 +294,7 @@ void Emitter::emitAvgPoolRows(const Kernel& k) {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const RowPoolGeometry g = rowPoolGeometry(p_, k);
-  const int64_t C = g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W, s0 = g.strides[0], s1 = g.strides[1];
-  const int64_t k0 = g.kernel[0], k1 = g.kernel[1], padT = g.pads[0], padB = g.pads[2], padL = g.padL, padR = g.pads[3];
-  const bool includePad = n.attrInt("count_include_pad") != 0;
+  const int64_t C = g.C, OH = g.OH, OW = g.OW, s1 = g.strides[1], padL = g.padL;
   const DType t = accType(k);
   const RowTaps& taps = g.taps;
   llvm::AllocaInst* sum = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(taps.chunks ? taps.chunks * 16 : OW)), "sum");
@@ -317,10 +315,10 @@ void Emitter::emitAvgPoolRows(const Kernel& k) {
       b_.CreateMemSet(sum, b_.getInt8(0), c64(OW * 4), llvm::Align(4));
     }
     // As onnxruntime: the window clipped to the padded input, [b0, e0) rows; [r0, r1) inside it.
-    Value* b0 = b_.CreateSub(b_.CreateMul(i2, c64(s0)), c64(padT));
-    Value* e0 = smin(b_.CreateAdd(b0, c64(k0)), c64(H + padB));
+    Value* b0 = b_.CreateSub(b_.CreateMul(i2, c64(g.strides[0])), c64(g.pads[0]));
+    Value* e0 = smin(b_.CreateAdd(b0, c64(g.kernel[0])), c64(g.rowsEnd));
     Value* r0 = smax(b0, c64(0));
-    Value* r1 = smin(e0, c64(H));
+    Value* r1 = smin(e0, c64(g.H));
     forRange(r0, r1, "ih", [&](Value* ih) {
       Value* row = elemPtr(X.id, {i0, i1, ih, nullptr});
       for (size_t kw = 0; kw < taps.lo.size(); ++kw) {
@@ -346,11 +344,11 @@ void Emitter::emitAvgPoolRows(const Kernel& k) {
     forCount(OW, "i3", [&](Value* i3) {
       llvm::Instruction* since = mark();
       Value* b1 = b_.CreateSub(b_.CreateMul(i3, c64(s1)), c64(padL));
-      Value* e1 = smin(b_.CreateAdd(b1, c64(k1)), c64(W + padR));
-      Value* cols = b_.CreateSub(smin(e1, c64(W)), smax(b1, c64(0)));
+      Value* e1 = smin(b_.CreateAdd(b1, c64(g.kernel[1])), c64(g.colsEnd));
+      Value* cols = b_.CreateSub(smin(e1, c64(g.W)), smax(b1, c64(0)));
       Value* rows = b_.CreateSub(r1, r0);
       Value* count = b_.CreateSelect(b_.CreateAnd(b_.CreateICmpSGT(rows, c64(0)), b_.CreateICmpSGT(cols, c64(0))), b_.CreateMul(rows, cols), c64(0));
-      Value* div = b_.CreateSIToFP(includePad ? b_.CreateMul(b_.CreateSub(e0, b0), b_.CreateSub(e1, b1)) : count, f32_);
+      Value* div = b_.CreateSIToFP(g.includePad ? b_.CreateMul(b_.CreateSub(e0, b0), b_.CreateSub(e1, b1)) : count, f32_);
       Value* r = b_.CreateSelect(b_.CreateICmpEQ(count, c64(0)), llvm::ConstantFP::get(f32_, 0.0),
                                  b_.CreateFDiv(b_.CreateLoad(f32_, sumAt(i3)), div), n.name());
       tag(since, &n);
