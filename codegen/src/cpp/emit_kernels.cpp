@@ -163,25 +163,24 @@ std::string Emitter::emitPool(const Kernel& k) const {
     }
     s += fmt::format("{}acc = pc::maxNaNScan<float>(acc, {});\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)));
   } else {
-    // As onnxruntime: the window is clipped to the padded input, [b, e) per axis; count_include_pad
-    // divides by its size, otherwise by the count of inputs in it, [lo, hi) per axis (none
-    // gives 0). The loops run over [lo, hi): no bounds check per value.
-    s += fmt::format("{}float sum = 0.0f;\n{}int64_t count = 1, windowSize = 1;\n", indent, indent);
+    // As onnxruntime: the window is clipped to the padded input; count_include_pad divides by
+    // the clipped window's size, otherwise by the in-bounds count (none gives 0).
+    s += fmt::format("{}float sum = 0.0f;\n{}int64_t count = 0, windowSize = 1;\n", indent, indent);
     for (size_t d = 0; d < nsp; ++d) {
       int64_t inD = X.type.shape[2 + d].value();
       s += fmt::format("{}const int64_t b{} = {}*{} - {};\n", indent, d, vars[2 + d], strides[d], pads[d]);
       s += fmt::format("{}const int64_t e{} = b{} + {} < {} ? b{} + {} : {};\n", indent, d, d, kernel[d],
                        inD + pads[nsp + d], d, kernel[d], inD + pads[nsp + d]);
-      s += fmt::format("{}const int64_t lo{} = b{} < 0 ? 0 : b{}, hi{} = e{} < {} ? e{} : {};\n", indent, d, d, d, d, d, inD, d, inD);
-      s += fmt::format("{}windowSize *= e{} - b{};\n{}count *= hi{} > lo{} ? hi{} - lo{} : 0;\n", indent, d, d, indent, d, d, d, d);
+      s += fmt::format("{}windowSize *= e{} - b{};\n", indent, d, d);
     }
     for (size_t d = 0; d < nsp; ++d) {
       std::string pv = fmt::format("p{}", d);
-      s += fmt::format("{}for (int64_t {} = lo{}; {} < hi{}; ++{}) {{\n", cur, pv, d, pv, d, pv);
+      s += fmt::format("{}for (int64_t {} = b{}; {} < e{}; ++{}) {{\n", cur, pv, d, pv, d, pv);
       cur += "  ";
+      s += fmt::format("{}if ({} < 0 || {} >= {}) continue;\n", cur, pv, pv, X.type.shape[2 + d].value());
       xIdx.push_back(pv);
     }
-    s += fmt::format("{}sum += {};\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)));
+    s += fmt::format("{}sum += {};\n{}++count;\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)), cur);
   }
   for (size_t d = 0; d < nsp; ++d) {
     cur.resize(cur.size() - 2);

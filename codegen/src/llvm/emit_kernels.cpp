@@ -139,23 +139,20 @@ void Emitter::emitPool(const Kernel& k) {
   domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
     llvm::AllocaInst* acc = local(f32_, "acc");
     llvm::AllocaInst* nan = local(i1_, "nan");
+    llvm::AllocaInst* count = local(i64_, "count");
     b_.CreateStore(llvm::ConstantFP::get(f32_, isMax ? -INFINITY : 0.0), acc);  // padding never wins
     b_.CreateStore(b_.getFalse(), nan);
+    b_.CreateStore(c64(0), count);
     std::vector<Value*> xIdx = {vars[0], vars[1]};
     Value* windowSize = c64(1);
-    std::vector<Value*> begin(nsp), end(nsp), lo(nsp), hi(nsp);
-    Value* inside = c64(1);  // an average pool's count of inputs in its window
+    std::vector<Value*> begin(nsp), end(nsp);
     for (size_t d = 0; d < nsp; ++d) {
       const int64_t inD = X.type.shape[2 + d].value();
       begin[d] = b_.CreateSub(b_.CreateMul(vars[2 + d], c64(strides[d])), c64(pads[d]));
       if (!isMax) {
-        // As onnxruntime: the window is clipped to the padded input, [begin, end); the loops
-        // run over the inputs in it, [lo, hi), with no bounds check per value.
+        // As onnxruntime: the window is clipped to the padded input.
         end[d] = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(begin[d], c64(kernel[d])), c64(inD + pads[nsp + d]));
         windowSize = b_.CreateMul(windowSize, b_.CreateSub(end[d], begin[d]));
-        lo[d] = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, begin[d], c64(0));
-        hi[d] = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, end[d], c64(inD));
-        inside = b_.CreateMul(inside, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateSub(hi[d], lo[d]), c64(0)));
       }
     }
     std::function<void(size_t)> spatial = [&](size_t d) {
@@ -168,6 +165,7 @@ void Emitter::emitPool(const Kernel& k) {
           b_.CreateStore(b_.CreateOr(b_.CreateLoad(i1_, nan), isNan(x)), nan);
         } else {
           b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32_, acc), x), acc);
+          b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, count), c64(1)), count);
         }
         return;
       }
@@ -183,11 +181,7 @@ void Emitter::emitPool(const Kernel& k) {
       if (isMax) {
         forCount(kernel[d], "k" + std::to_string(d), [&](Value* kd) { visit(b_.CreateAdd(begin[d], b_.CreateMul(kd, c64(dil[d])))); });
       } else {
-        forRange(lo[d], hi[d], "p" + std::to_string(d), [&](Value* pd) {
-          xIdx.push_back(pd);
-          spatial(d + 1);
-          xIdx.pop_back();
-        });
+        forRange(begin[d], end[d], "p" + std::to_string(d), visit);
       }
     };
     spatial(0);
@@ -196,7 +190,7 @@ void Emitter::emitPool(const Kernel& k) {
     if (isMax) {
       r = b_.CreateSelect(b_.CreateLoad(i1_, nan), llvm::ConstantFP::getNaN(f32_), b_.CreateLoad(f32_, acc), n.name());
     } else {
-      Value* cnt = inside;
+      Value* cnt = b_.CreateLoad(i64_, count);
       Value* div = b_.CreateSIToFP(includePad ? windowSize : cnt, f32_);
       r = b_.CreateSelect(b_.CreateICmpEQ(cnt, c64(0)), llvm::ConstantFP::get(f32_, 0.0), b_.CreateFDiv(b_.CreateLoad(f32_, acc), div), n.name());
     }
