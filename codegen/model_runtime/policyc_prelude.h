@@ -528,10 +528,12 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
       m = v > m ? v : m;
       nanLanes |= v != v;
     }
+    int32_t anyNan = 0;  // or'ed, not a branch per lane
     for (int l = 0; l < 16; ++l) {
       r = m[l] > r ? m[l] : r;
-      bad = bad || nanLanes[l] != 0;
+      anyNan |= nanLanes[l];
     }
+    bad = anyNan != 0;
   }
   for (; i < n; ++i) {
     const float v = f(i);
