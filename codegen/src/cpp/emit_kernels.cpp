@@ -209,6 +209,7 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
   // columns, stalls on store forwarding).
   s += fmt::format("  float col[{}], out[{}];  // input columns {} to {} at col[{}..]\n", colSize, OW, -padL, span - padL - 1, padL);
   s += fmt::format("  int32_t nanIn[{}];       // whether a NaN was in that column\n", colSize);
+  s += "  const float qnan = pc::nan<float>();\n  int32_t nanBits;\n  std::memcpy(&nanBits, &qnan, sizeof nanBits);\n";
   s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>(), nanIn[c] = 0;  // padding never wins\n", colSize);
   s += "  for (int64_t u = lo; u < hi; ++u) {\n";
   s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
@@ -242,7 +243,10 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
     window = fmt::format("mx({}, col[i3*{} + {}])", window, st[1], kw * dil[1]);
     nans += fmt::format(" | nanIn[i3*{} + {}]", st[1], kw * dil[1]);
   }
-  s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) out[i3] = ({}) ? pc::nan<float>() : {};\n", OW, nans, window);
+  // NaN by its bits, a conditional move: as a float select GCC branches on every output.
+  s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {{\n      const float m = {};\n      int32_t bits;\n", OW, window);
+  s += "      std::memcpy(&bits, &m, sizeof bits);\n";
+  s += fmt::format("      bits = ({}) ? nanBits : bits;\n      std::memcpy(out + i3, &bits, sizeof bits);\n    }}\n", nans);
   s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {}\n", OW, callEpilogue({"i0", "i1", "i2", "i3"}, "out[i3]"));
   s += "  }\n";
   return s;
