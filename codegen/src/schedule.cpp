@@ -374,8 +374,8 @@ Form formOf(const KernelProgram& p, const Kernel& k) {
       const Buffer& X = p.buffer(k.anchorInputs[0]);
       const bool rows = X.type.rank() == 4 && X.type.dtype == DType::F32 && X.strides[3] == 1 && X.type.shape[3].value() <= 4096;
       if (rows && k.anchor->isOp(Op::MaxPool)) return Form::MaxPoolRows;
-      // An average pool with unit column stride (its window ignores dilations, as the generic
-      // form does); strided, the taps' loops gather and were slower than a window per output.
+      // An average pool (it has no dilations) with unit column stride; strided, the taps' loops
+      // gather and were slower than a window per output.
       if (rows && k.anchor->isOp(Op::AvgPool) && spatialList(*k.anchor, "strides", 2, 1)[1] == 1) return Form::AvgPoolRows;
       return Form::Pool;
     }

@@ -102,7 +102,7 @@ struct RowTaps {
 struct RowPoolGeometry {
   std::vector<int64_t> kernel, strides, dilations, pads;
   int64_t C = 0, OH = 0, OW = 0, H = 0, W = 0, padL = 0, span = 0;
-  RowTaps taps;  // an average pool's (its window's dilations are 1)
+  RowTaps taps;  // an average pool's (it has no dilations)
   // An average pool's window is clipped to the padded input, rows below rowsEnd and columns
   // below colsEnd (as onnxruntime), and divided by its clipped size or its count of inputs.
   int64_t rowsEnd = 0, colsEnd = 0;
