@@ -626,3 +626,40 @@ TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", 
   llvm.minChunkCost = 0;
   checkBothBackends(*graph, so, llvm, 9, 1e-6);
 }
+
+// The C++ prelude's row helpers (pc::fmaLanes, pc::loadFirst8) have an AVX-512, an AVX and an
+// SSE form; the host picks one for `native`, so each is built here by its target and run on
+// the interpreter's inputs: a depthwise conv of 21 columns (a whole and a partial chunk, taps cut
+// at both ends), a max pool and a stride-1 average pool of the same rows.
+TEST_CASE("cpp backend: the row helpers of every vector width match the interpreter", "[cpp]") {
+  auto graph = ir::parseGraph(R"(graph rows(%x: f32[batch,3,5,21]) {
+  %w = param f32[3,1,3,3] [0.5, -1, 0.25, 2, 1, -0.5, 0.75, 1.5, -2, 1, 0.5, -0.25, 0.125, 1, 2, -1, 0.5, 0.25, -0.75, 1, 0.5, 2, -1.5, 0.25, 1, -0.5, 0.75]
+  %c = conv(%x, %w) {group=3, pads=[1, 1, 1, 1]} : f32[batch,3,5,21]
+  %m = max_pool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]} : f32[batch,3,3,11]
+  %a = avg_pool(%x) {kernel_shape=[2, 3], pads=[0, 1, 1, 1]} : f32[batch,3,5,21]
+  return (c=%c, m=%m, a=%a)
+})");
+  passes::runPipeline(*graph);
+  std::vector<std::string> targets = {"x86-64-v3", "generic"};
+  if (__builtin_cpu_supports("avx512f")) targets.push_back("x86-64-v4");
+  for (const std::string& target : targets) {
+    INFO("target " << target);
+    codegen::CppOptions cpp;
+    cpp.target = target;
+    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+    CHECK(generated.source.find("pc::fmaLanes<") != std::string::npos);
+    CHECK(generated.source.find("pc::loadFirst8<5>") != std::string::npos);
+    const fs::path so = scratch() / fmt::format("rows_{}.so", target);
+    codegen::buildSharedObject(generated, so.string(), {});
+    runtime::Model model = runtime::Model::load(so.string());
+    for (int64_t batch : {1, 3}) {
+      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 13);
+      inputs[0].data<float>()[7] = std::numeric_limits<float>::quiet_NaN();  // a NaN in the max pool's second window
+      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs), got = driver::runModel(model, inputs, 1);
+      for (size_t o = 0; o < want.size(); ++o) {
+        INFO("batch " << batch << " output " << o);
+        CHECK(driver::compareTensors("", got[o], want[o], 1e-6, 1e-6).pass);
+      }
+    }
+  }
+}
