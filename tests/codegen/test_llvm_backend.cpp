@@ -529,7 +529,8 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
     return s;
   };
   // Row kept in memory (column stride 2), in one partial chunk of registers (3 columns), in
-  // three chunks with taps cut at both ends (35), and in two whole chunks with a vector epilogue.
+  // three chunks with taps cut at both ends (35), and in two whole chunks with a vector epilogue
+  // (storing to a buffer whose name holds "n0", the packed epilogue's column variable).
   const std::string text = fmt::format(R"(graph dw(%x: f32[batch,4,5,3], %x2: f32[batch,2,4,35], %x3: f32[batch,2,3,32]) {{
   %w = param f32[4,1,3,3] [{}]
   %b = param f32[4] [0.5, -0.25, 1, 0]
@@ -542,8 +543,8 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
   %k3 = param f32[2,1,1,3] [{}]
   %b3 = param f32[2] [0.25, -0.5]
   %c3 = conv(%x3, %k3, %b3) {{group=2, pads=[0, 1, 0, 1]}} : f32[batch,2,3,32]
-  %r = relu(%c3) : f32[batch,2,3,32]
-  return (y=%y, t=%t, u=%u, r=%r)
+  %n0n0 = relu(%c3) : f32[batch,2,3,32]
+  return (y=%y, t=%t, u=%u, n0=%n0n0)
 }})", weights(36), weights(48), weights(18), weights(6));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);

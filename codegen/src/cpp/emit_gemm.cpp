@@ -191,7 +191,7 @@ std::string Emitter::panelEpilogue(int64_t N, const std::string& indent, const s
   return s;
 }
 
-std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars) const {
+std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars, const std::string& col) const {
   const std::vector<Instr>& b = k.body;
   if (b.size() < 2 || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
   std::string v = "v";
@@ -220,7 +220,7 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
     if (st.index[d].axis != static_cast<int>(d) || st.index[d].scale != 1 || st.index[d].offset != 0) return std::nullopt;
   }
   std::vector<std::string> at(vars.begin(), vars.end() - 1);
-  at.push_back("n0");
+  at.push_back(col);
   return code + fmt::format("pc::store16({} + {}, v);", ptrName(out.root), address(st.buffer, st.index, at));
 }
 
@@ -485,8 +485,7 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
     }
     if (vec) {
       for (int64_t j = 0; j < chunks; ++j) {
-        std::string code = *vec;
-        for (size_t at; (at = code.find("n0")) != std::string::npos;) code.replace(at, 2, std::to_string(16 * j));
+        const std::string code = *vectorEpilogue(k, vars, std::to_string(16 * j));
         s += fmt::format("{}{{\n{}  pc::f32x16 v = pc::load16(row + {}){};\n", indent, indent, 16 * j,
                          k.anchorInputs.size() > 2 ? " + pc::splat16(bias)" : "");
         for (size_t p0 = 0, p1; p0 < code.size(); p0 = p1 + 1) {

@@ -185,11 +185,13 @@ class Emitter {
   static std::string panelEpilogue(int64_t N, const std::string& indent, const std::string& call, int64_t width = 16,
                                    const std::string& j = "j");
 
-  // Where the schedule runs a packed linear epilogue on whole 16-column panels
+  // Where the schedule runs an epilogue on whole 16-column panels or chunks
   // (KernelSchedule::vectorEpilogue), the vector code when this printer has it: a chain of
-  // tanh/relu on acc stored densely along the output's last axis (pc::tanh16); else nullopt, and
-  // the panel's columns go through the scalar epilogue, which the C++ compiler vectorises or not.
-  std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars) const;
+  // tanh/relu on v stored densely along the output's last axis from column `col` (pc::tanh16);
+  // else nullopt, and the columns go through the scalar epilogue, which the C++ compiler
+  // vectorises or not.
+  std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars,
+                                            const std::string& col = "n0") const;
 
   // linear with a constant weight: rows of x times weight panels of 16 columns, 4 rows at a time.
   // `per` panels per unit of work: 2 runs the 4x32 microkernel (two panels), 1 the 4x16 one.
