@@ -65,6 +65,27 @@ PC_INLINE f32x16 load16(const float* p) {
 PC_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 PC_INLINE f32x16 splat16(float x) { return f32x16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 
+// Lanes [A, B) of the 8 floats at p, the others `fill`, the floats outside never read (nor
+// faulting): a partial chunk of a row (the conv and pool rows). A and B are constants.
+template <int A, int B> PC_INLINE f32x8 loadLanes8(const float* p, float fill) {
+  static_assert(0 <= A && A < B && B <= 8, "lanes of one chunk");
+  if constexpr (A == 0 && B == 8) {
+    return load8(p);
+  } else {
+    const i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const i32x8 on = (lane >= A) & (lane < B);
+#if defined(__AVX__)
+    const f32x8 x = __builtin_ia32_maskloadps256(reinterpret_cast<const f32x8*>(p), on);  // _mm256_maskload_ps
+#else
+    f32x8 x = {};
+    for (int l = A; l < B; ++l) x[l] = p[l];
+#endif
+    return on ? x : splat8(fill);
+  }
+}
+// The max pools' last, partial chunk: its columns past the row read as `fill`.
+template <int N> PC_INLINE f32x8 loadFirst8(const float* p, float fill) { return loadLanes8<0, N>(p, fill); }
+
 // The direct convs' rows (emitConv): an output row as registers, chunks of 16 columns, every tap
 // added with a masked load and a masked FMA on the lanes it reaches (a row in memory written by
 // shifted loops of 20 or 21 columns stalls on store forwarding). A chunk is one AVX-512 register,
@@ -79,9 +100,7 @@ template <int A, int B> PC_INLINE f32x8 fmaLanes8(f32x8 acc, const float* xa, f3
     return acc + load8(xa) * w;
   } else {
     const i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-    const i32x8 on = (lane >= A) & (lane < B);
-    const f32x8 x = __builtin_ia32_maskloadps256(reinterpret_cast<const f32x8*>(xa - A), on);  // _mm256_maskload_ps
-    return on ? acc + x * w : acc;
+    return (lane >= A) & (lane < B) ? acc + loadLanes8<A, B>(xa - A, 0.0f) * w : acc;
   }
 }
 #endif
@@ -121,25 +140,6 @@ template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* x
 }
 PC_INLINE void storeChunk(float* p, RowChunk r) { std::memcpy(p, r.v, sizeof r.v); }
 #endif
-
-// Lanes [0, N) of 8 floats at p, the others `fill`, the floats past N never read (nor faulting):
-// the last, partial chunk of a row (the max pools' rows, emitMaxPoolRows).
-template <int N> PC_INLINE f32x8 loadFirst8(const float* p, float fill) {
-  static_assert(0 < N && N <= 8, "lanes of one chunk");
-  if constexpr (N == 8) {
-    return load8(p);
-  } else {
-    const i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-    const i32x8 on = lane < N;
-#if defined(__AVX__)
-    const f32x8 x = __builtin_ia32_maskloadps256(reinterpret_cast<const f32x8*>(p), on);  // _mm256_maskload_ps
-#else
-    f32x8 x = {};
-    for (int l = 0; l < N; ++l) x[l] = p[l];
-#endif
-    return on ? x : splat8(fill);
-  }
-}
 
 // ---- GEMM microkernels over weights packed in panels of 16 output columns: panel[k][c] is the
 // weight of column c for input k. Each computes out[t][c] = bias[c] + sum_k x_t[k] * panel[k][c].

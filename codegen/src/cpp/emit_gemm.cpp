@@ -434,7 +434,7 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
     const int64_t chunks = taps->chunks;
     const bool inRegisters = chunks > 0;
     // The epilogue on whole chunks (KernelSchedule::vectorEpilogue), where this printer has it.
-    const std::optional<std::string> vec = s_.kernels[index].vectorEpilogue ? vectorEpilogue(k, vars) : std::nullopt;
+    const bool vec = s_.kernels[index].vectorEpilogue && vectorEpilogue(k, vars);
     std::string s;
     if (vec) {
       s = anchorComment(k);
