@@ -422,6 +422,23 @@ RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
   g.span = std::max(g.padL + g.W, (g.OW - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
   g.chunks = g.W <= 256 ? (g.W + 7) / 8 : 0;
   g.colSize = std::max(g.span, g.padL + g.chunks * 8);
+  if (n.isOp(Op::MaxPool) && g.chunks) {
+    for (int64_t o = 0; o < (g.OW + 7) / 8 && (o == 0 || !g.window.empty()); ++o) {
+      g.window.emplace_back();
+      for (int64_t kw = 0; kw < g.kernel[1]; ++kw) {
+        std::array<int, 8> sources;
+        for (int64_t l = 0; l < 8; ++l) {
+          const int64_t i3 = 8 * o + l, c = i3 * g.strides[1] + kw * g.dilations[1] - g.padL;  // the input column
+          sources[static_cast<size_t>(l)] = i3 < g.OW && c >= 0 && c < 8 * g.chunks ? static_cast<int>(c) : LaneShuffle::kFill;
+        }
+        g.window.back().push_back(shuffledLanes(sources));
+        if (g.window.back().back().steps.size() > 3) {  // a wide stride or dilation: columns from memory
+          g.window.clear();
+          break;
+        }
+      }
+    }
+  }
   if (n.isOp(Op::AvgPool)) {
     g.rowsEnd = g.H + g.pads[2];
     g.colsEnd = g.W + g.pads[3];
@@ -607,6 +624,36 @@ bool vectorBody(const KernelProgram& p, const Kernel& k) {
     }
   }
   return true;
+}
+
+ShuffledLanes shuffledLanes(const std::array<int, 8>& sources) {
+  std::vector<int> regs;  // the registers in lane order of first use, then the fill
+  bool fill = false;
+  for (int s : sources) {
+    if (s == LaneShuffle::kFill) fill = true;
+    else if (std::find(regs.begin(), regs.end(), s / 8) == regs.end()) regs.push_back(s / 8);
+  }
+  bool identity = regs.size() == 1 && !fill;
+  for (int l = 0; identity && l < 8; ++l) identity = sources[static_cast<size_t>(l)] == regs[0] * 8 + l;
+  if (identity) return ShuffledLanes{regs[0], {}};
+  if (fill || regs.size() == 1) regs.push_back(LaneShuffle::kFill);
+  auto from = [&](int s) { return s == LaneShuffle::kFill ? LaneShuffle::kFill : s / 8; };
+  ShuffledLanes r;
+  LaneShuffle first{regs[0], regs[1], {}};
+  for (size_t l = 0; l < 8; ++l) {
+    const int s = sources[l];
+    first.mask[l] = from(s) == regs[1] ? 8 + (s == LaneShuffle::kFill ? 0 : s % 8) : (from(s) == regs[0] ? s % 8 : 0);
+  }
+  r.steps.push_back(first);
+  for (size_t i = 2; i < regs.size(); ++i) {
+    LaneShuffle step{LaneShuffle::kPrev, regs[i], {}};
+    for (size_t l = 0; l < 8; ++l) {
+      const int s = sources[l];
+      step.mask[l] = from(s) == regs[i] ? 8 + (s == LaneShuffle::kFill ? 0 : s % 8) : static_cast<int>(l);
+    }
+    r.steps.push_back(step);
+  }
+  return r;
 }
 
 std::vector<RowTaps::Lanes> RowTaps::lanesOf(size_t k1) const {

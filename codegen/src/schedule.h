@@ -5,6 +5,7 @@
 // typed wrappers and the model's C header. The emitters decide only how to print it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -96,6 +97,22 @@ struct RowTaps {
   // The chunks window column k1 reaches, and on which lanes (chunks > 0).
   std::vector<Lanes> lanesOf(size_t k1) const;
 };
+// 8 lanes gathered from 8-lane registers by shuffles (lanes numbered as __builtin_shuffle and
+// shufflevector number them: 0-7 the first operand's, 8-15 the second's). The first step picks
+// from two registers; each further one keeps the previous result's lanes and adds a register's.
+struct LaneShuffle {
+  static constexpr int kFill = -1;  // a splat of the fill value (a max pool's -inf; no NaN)
+  static constexpr int kPrev = -2;  // the previous step's result
+  int a = 0, b = 0;                 // a register, kFill or kPrev
+  std::array<int, 8> mask{};
+};
+struct ShuffledLanes {
+  int whole = -1;                  // >= 0: that register as it is (no step)
+  std::vector<LaneShuffle> steps;  // otherwise
+};
+// The shuffles that put source `sources[l]` in lane l (register * 8 + lane, or LaneShuffle::kFill).
+ShuffledLanes shuffledLanes(const std::array<int, 8>& sources);
+
 // A Form::MaxPoolRows or AvgPoolRows kernel's geometry: window, strides, dilations and pads of
 // its two spatial axes, its sizes, and the padded input row both emitters hold on the stack for
 // a max pool (input columns -padL .. span - padL - 1).
@@ -112,6 +129,12 @@ struct RowPoolGeometry {
   // window's rows are done; 0: a loop per input row over the columns in memory. colSize: the
   // column array's length (the input columns at [padL, padL + W), the chunks' stores fit).
   int64_t chunks = 0, colSize = 0;
+  // Not empty (a max pool with chunks, window columns of at most three registers): the window
+  // step runs on the registers too — per 8 outputs (window[o]) and window column (window[o][kw]),
+  // the column maxima it takes, shuffled out of the registers (-inf past the row), maxima taken in
+  // window order, the NaN flags shuffled alike. Through memory, the step's reads of single
+  // columns straddle the registers' stores (store forwarding) and GCC does not vectorise it.
+  std::vector<std::vector<ShuffledLanes>> window;
 };
 RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k);
 

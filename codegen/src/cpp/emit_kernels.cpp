@@ -204,16 +204,22 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
                 colSize = g.colSize;
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
-  s += "  auto mx = [](float m, float v) { return m > v ? m : v; };\n";
   // g.chunks: the column maxima in registers (a row in memory, updated by loops of 20 or 21
-  // columns, stalls on store forwarding).
-  s += fmt::format("  float col[{}], out[{}];  // input columns {} to {} at col[{}..]\n", colSize, OW, -padL, span - padL - 1, padL);
-  s += fmt::format("  int32_t nanIn[{}];       // whether a NaN was in that column\n", colSize);
-  s += "  const float qnan = pc::nan<float>();\n  int32_t nanBits;\n  std::memcpy(&nanBits, &qnan, sizeof nanBits);\n";
-  s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>(), nanIn[c] = 0;  // padding never wins\n", colSize);
+  // columns, stalls on store forwarding); g.window: the window step on them too.
+  const bool inRegisters = !g.window.empty();
+  s += fmt::format("  float out[{}];\n  const float qnan = pc::nan<float>();\n", 8 * ((OW + 7) / 8));
+  if (inRegisters) {
+    s += "  const pc::f32x8 negInf = pc::splat8(-pc::inf<float>());\n";
+  } else {
+    s += "  auto mx = [](float m, float v) { return m > v ? m : v; };\n";
+    s += fmt::format("  float col[{}];    // input columns {} to {} at col[{}..]\n", colSize, -padL, span - padL - 1, padL);
+    s += fmt::format("  int32_t nanIn[{}];  // whether a NaN was in that column\n", colSize);
+    s += "  int32_t nanBits;\n  std::memcpy(&nanBits, &qnan, sizeof nanBits);\n";
+    s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>(), nanIn[c] = 0;  // padding never wins\n", colSize);
+  }
   s += "  for (int64_t u = lo; u < hi; ++u) {\n";
   s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
-  s += fmt::format("    float* PC_RESTRICT cm = col + {};\n    int32_t* PC_RESTRICT cn = nanIn + {};\n", padL, padL);
+  if (!inRegisters) s += fmt::format("    float* PC_RESTRICT cm = col + {};\n    int32_t* PC_RESTRICT cn = nanIn + {};\n", padL, padL);
   if (chunks) {
     std::vector<std::string> ms, ns;
     for (int64_t j = 0; j < chunks; ++j) ms.push_back(fmt::format("m{} = pc::splat8(-pc::inf<float>())", j)), ns.push_back(fmt::format("n{} = {{}}", j));
@@ -235,18 +241,42 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
     s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]), cn[iw] |= row[iw] != row[iw];\n", W);
   }
   s += "    }\n";
-  for (int64_t j = 0; j < chunks; ++j) {
-    s += fmt::format("    pc::store8(cm + {}, m{}), std::memcpy(cn + {}, &n{}, sizeof n{});\n", 8 * j, j, 8 * j, j, j);
+  if (inRegisters) {
+    // The window step on the registers (g.window): per 8 outputs, each window column's maxima
+    // shuffled out of them, the maxima taken in window order.
+    auto lanes = [](const ShuffledLanes& v, char reg, const std::string& fill) {
+      if (v.steps.empty()) return fmt::format("{}{}", reg, v.whole);
+      std::string e;
+      for (const LaneShuffle& step : v.steps) {
+        auto operand = [&](int r) { return r == LaneShuffle::kPrev ? e : r == LaneShuffle::kFill ? fill : fmt::format("{}{}", reg, r); };
+        e = fmt::format("__builtin_shuffle({}, {}, pc::i32x8{{{}}})", operand(step.a), operand(step.b), fmt::join(step.mask, ", "));
+      }
+      return e;
+    };
+    for (size_t o = 0; o < g.window.size(); ++o) {
+      const std::vector<ShuffledLanes>& taps = g.window[o];
+      s += fmt::format("    {{\n      pc::f32x8 w = {};\n", lanes(taps[0], 'm', "negInf"));
+      s += fmt::format("      pc::i32x8 nw = {};\n", lanes(taps[0], 'n', "pc::i32x8{}"));
+      for (size_t kw = 1; kw < taps.size(); ++kw) {
+        s += fmt::format("      {{ const pc::f32x8 x = {}; w = w > x ? w : x; }}\n", lanes(taps[kw], 'm', "negInf"));
+        s += fmt::format("      nw |= {};\n", lanes(taps[kw], 'n', "pc::i32x8{}"));
+      }
+      s += fmt::format("      pc::store8(out + {}, nw != 0 ? pc::splat8(qnan) : w);\n    }}\n", 8 * o);
+    }
+  } else {
+    for (int64_t j = 0; j < chunks; ++j) {
+      s += fmt::format("    pc::store8(cm + {}, m{}), std::memcpy(cn + {}, &n{}, sizeof n{});\n", 8 * j, j, 8 * j, j, j);
+    }
+    std::string window = fmt::format("col[i3*{}]", st[1]), nans = fmt::format("nanIn[i3*{}]", st[1]);
+    for (int64_t kw = 1; kw < kernel[1]; ++kw) {
+      window = fmt::format("mx({}, col[i3*{} + {}])", window, st[1], kw * dil[1]);
+      nans += fmt::format(" | nanIn[i3*{} + {}]", st[1], kw * dil[1]);
+    }
+    // NaN by its bits, a conditional move: as a float select GCC branches on every output.
+    s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {{\n      const float m = {};\n      int32_t bits;\n", OW, window);
+    s += "      std::memcpy(&bits, &m, sizeof bits);\n";
+    s += fmt::format("      bits = ({}) ? nanBits : bits;\n      std::memcpy(out + i3, &bits, sizeof bits);\n    }}\n", nans);
   }
-  std::string window = fmt::format("col[i3*{}]", st[1]), nans = fmt::format("nanIn[i3*{}]", st[1]);
-  for (int64_t kw = 1; kw < kernel[1]; ++kw) {
-    window = fmt::format("mx({}, col[i3*{} + {}])", window, st[1], kw * dil[1]);
-    nans += fmt::format(" | nanIn[i3*{} + {}]", st[1], kw * dil[1]);
-  }
-  // NaN by its bits, a conditional move: as a float select GCC branches on every output.
-  s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {{\n      const float m = {};\n      int32_t bits;\n", OW, window);
-  s += "      std::memcpy(&bits, &m, sizeof bits);\n";
-  s += fmt::format("      bits = ({}) ? nanBits : bits;\n      std::memcpy(out + i3, &bits, sizeof bits);\n    }}\n", nans);
   s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {}\n", OW, callEpilogue({"i0", "i1", "i2", "i3"}, "out[i3]"));
   s += "  }\n";
   return s;

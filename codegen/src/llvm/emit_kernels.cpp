@@ -210,6 +210,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
   // the row with -inf).
   llvm::AllocaInst* col = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(colSize)), "col");
   llvm::AllocaInst* nanIn = local(llvm::ArrayType::get(i8_, static_cast<uint64_t>(colSize)), "nanIn");
+  llvm::AllocaInst* out = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(8 * ((OW + 7) / 8))), "out");
   llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
   llvm::Type* b8 = llvm::FixedVectorType::get(i8_, 8);
   std::vector<llvm::AllocaInst*> ms, ns;
@@ -268,6 +269,41 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
         });
       });
     });
+    if (!g.window.empty()) {
+      // The window step on the registers (g.window): per 8 outputs, each window column's maxima
+      // shuffled out of them, the maxima taken in window order.
+      auto lanes = [&](const ShuffledLanes& v, const std::vector<llvm::AllocaInst*>& regs, llvm::Type* type, Value* fill) -> Value* {
+        auto reg = [&](int r) -> Value* { return b_.CreateLoad(type, regs[static_cast<size_t>(r)]); };
+        if (v.steps.empty()) return reg(v.whole);
+        Value* e = nullptr;
+        for (const LaneShuffle& step : v.steps) {
+          auto operand = [&](int r) { return r == LaneShuffle::kPrev ? e : r == LaneShuffle::kFill ? fill : reg(r); };
+          e = b_.CreateShuffleVector(operand(step.a), operand(step.b), llvm::ArrayRef<int>(step.mask.data(), step.mask.size()));
+        }
+        return e;
+      };
+      Value* noNan = llvm::Constant::getNullValue(b8);
+      Value* nan8 = b_.CreateVectorSplat(8, llvm::ConstantFP::getNaN(f32_));
+      for (size_t o = 0; o < g.window.size(); ++o) {
+        const std::vector<ShuffledLanes>& taps = g.window[o];
+        llvm::Instruction* since = mark();
+        Value* w = lanes(taps[0], ms, v8, negInf8);
+        Value* nw = lanes(taps[0], ns, b8, noNan);
+        for (size_t kw = 1; kw < taps.size(); ++kw) {
+          Value* x = lanes(taps[kw], ms, v8, negInf8);
+          w = b_.CreateSelect(b_.CreateFCmpOGT(w, x), w, x);
+          nw = b_.CreateOr(nw, lanes(taps[kw], ns, b8, noNan));
+        }
+        Value* r = b_.CreateSelect(b_.CreateICmpNE(nw, noNan), nan8, w);
+        b_.CreateAlignedStore(r, b_.CreateInBoundsGEP(f32_, out, c64(8 * static_cast<int64_t>(o))), llvm::Align(4));
+        tag(since, &n);
+      }
+      forCount(OW, "i3", [&](Value* i3) {
+        Value* r = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, out, i3), n.name());
+        emitBody(k.body, {i0, i1, i2, i3}, convert(r, DType::F32, t));
+      });
+      return;
+    }
     for (int64_t j = 0; j < chunks; ++j) {
       b_.CreateAlignedStore(b_.CreateLoad(v8, ms[static_cast<size_t>(j)]), colAt(c64(padL + 8 * j)), llvm::Align(4));
       b_.CreateAlignedStore(b_.CreateLoad(b8, ns[static_cast<size_t>(j)]), nanAt(c64(padL + 8 * j)), llvm::Align(1));
