@@ -626,6 +626,26 @@ bool vectorBody(const KernelProgram& p, const Kernel& k) {
   return true;
 }
 
+// Whether the temporaries kernel `k` touches occupy disjoint workspace memory.
+bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel& k) {
+  std::set<int> roots;
+  for (const std::vector<int>& ids : {k.reads(), k.writes()}) {
+    for (int id : ids) {
+      if (p.buffer(p.buffer(id).root).kind == BufferKind::Temp) roots.insert(p.buffer(id).root);
+    }
+  }
+  std::vector<const MemorySlot*> slots;
+  for (int r : roots) {
+    const MemorySlot* s = plan.slotOf(r);
+    if (!s) return false;
+    for (const MemorySlot* o : slots) {
+      if (o->perBatch == s->perBatch && o->offset < s->offset + s->bytes && s->offset < o->offset + o->bytes) return false;
+    }
+    slots.push_back(s);
+  }
+  return true;
+}
+
 ShuffledLanes shuffledLanes(const std::array<int, 8>& sources) {
   std::vector<int> regs;  // the registers in lane order of first use, then the fill
   bool fill = false;
@@ -741,10 +761,16 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.anchorFault = k.kind != KernelKind::Pointwise && o.fault && o.fault->kind == InjectedFault::Kind::Accuracy && k.anchor &&
                      k.anchor->isOp() && k.anchor->info().name == o.fault->op;
     const std::optional<RowTaps> rows = ks.form == Form::DirectConv ? convRowTaps(p, k, ks.split) : std::nullopt;
-    const bool wholeChunks = ks.form == Form::PackedGemm ? packedN(p, k) % kPanel == 0
-                             : ks.form == Form::DirectConv ? rows && rows->chunks > 0 && k.domain[3].value() % 16 == 0
-                                                           : padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32;
+    bool wholeChunks = false;
+    switch (ks.form) {
+      case Form::PackedGemm: wholeChunks = packedN(p, k) % kPanel == 0; break;
+      case Form::DirectConv: wholeChunks = rows && rows->chunks > 0 && k.domain[3].value() % 16 == 0; break;
+      case Form::MaxPoolRows: wholeChunks = !rowPoolGeometry(p, k).window.empty() && k.domain[3].value() % 8 == 0; break;
+      case Form::Copy: wholeChunks = padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32; break;
+      default: break;
+    }
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);
+    ks.disjointTemps = disjointTemps(p, plan, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
     if (c.empty()) continue;
     if (o.tuning) {

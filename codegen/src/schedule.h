@@ -205,7 +205,8 @@ struct KernelSchedule {
   bool anchorFault = false;
   // Vectorisation, decided here for both printers. A Form::PackedGemm kernel's epilogue runs on
   // whole 16-column panels, a direct conv's kept in registers (RowTaps::chunks) on whole
-  // chunks of its rows, an f32 pad by rows (PadRows) on the copied part of a row 16 values at a
+  // chunks of its rows, a max pool's whose window step runs on registers (RowPoolGeometry::window)
+  // on whole 8-column chunks of its output rows, an f32 pad by rows (PadRows) on the copied part of a row 16 values at a
   // time (vectorBody on an f32 result, no injected accuracy fault on the anchor, which the scalar
   // epilogue carries). The C++ printer leaves the pad's plain loop to GCC's vectoriser.
   bool vectorEpilogue = false;
@@ -213,6 +214,10 @@ struct KernelSchedule {
   // read or write). Loops over it stay scalar: vectorised, they gather or scatter (measured 2.6x
   // slower than scalar code in a pointwise kernel).
   std::vector<bool> stridedAxes;
+  // The workspace buffers the kernel reads and writes lie in disjoint memory (not so where a
+  // pointwise kernel writes in place of an operand): the C++ printer declares their pointers
+  // restrict, so that GCC may reorder an epilogue's stores to two of them (and vectorise it).
+  bool disjointTemps = false;
   bool rawWeight = false;   // an extern implementation reads the plain weight (oneDNN reorders it)
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
   const ThreadSplit& splitOf(std::optional<Impl> impl) const;

@@ -666,16 +666,21 @@ TEST_CASE("cpp backend: the row helpers of every vector width match the interpre
 }
 
 // A max pool's window step runs on the column registers (RowPoolGeometry::window) where each
-// window column's values for 8 outputs come from at most three registers: stride 1 over 30
-// columns (four output chunks, -inf past the row), dilated columns with ceil_mode; a column
-// stride of 5 reaches five registers and keeps the step over the columns in memory.
+// window column's values for 8 outputs come from at most three registers: stride 1 over 32
+// columns (four output chunks, whole: the epilogue, the pool stored for a residual add and its
+// relu stored, on vectors; as IMPALA's), a pool of two columns (m, whole chunks, no epilogue),
+// dilated columns with ceil_mode (a partial chunk, -inf past the row); a column stride of 5
+// reaches five registers and keeps the step over the columns in memory.
 TEST_CASE("llvm and cpp backends: max pool window steps on registers match the interpreter", "[llvm][cpp][pool]") {
-  auto graph = ir::parseGraph(R"(graph pools(%x: f32[batch,2,4,30]) {
-  %a = max_pool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[batch,2,4,30]
-  %b = max_pool(%x) {kernel_shape=[3, 2], strides=[1, 5], pads=[1, 0, 1, 0]} : f32[batch,2,4,6]
-  %c = max_pool(%x) {kernel_shape=[1, 3], strides=[2, 2], dilations=[1, 2], ceil_mode=1} : f32[batch,2,2,14]
-  %r = relu(%c) : f32[batch,2,2,14]
-  return (a=%a, b=%b, r=%r)
+  auto graph = ir::parseGraph(R"(graph pools(%x: f32[batch,2,4,32]) {
+  %a = max_pool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[batch,2,4,32]
+  %ra = relu(%a) : f32[batch,2,4,32]
+  %m = max_pool(%ra) {kernel_shape=[1, 2], strides=[1, 2]} : f32[batch,2,4,16]
+  %s = add(%a, %x) : f32[batch,2,4,32]
+  %b = max_pool(%x) {kernel_shape=[3, 2], strides=[1, 5], pads=[1, 0, 1, 0]} : f32[batch,2,4,7]
+  %c = max_pool(%x) {kernel_shape=[1, 3], strides=[2, 2], dilations=[1, 2], ceil_mode=1} : f32[batch,2,2,15]
+  %r = relu(%c) : f32[batch,2,2,15]
+  return (s=%s, m=%m, b=%b, r=%r)
 })");
   passes::runPipeline(*graph);
   codegen::CppOptions cpp;
@@ -686,8 +691,9 @@ TEST_CASE("llvm and cpp backends: max pool window steps on registers match the i
     for (size_t at = 0; (at = generated.source.find(what, at)) != std::string::npos; ++at) ++n;
     return n;
   };
-  CHECK(count("pc::store8(out + ") == 4 + 2);  // a's four chunks of 8 outputs, c's two
-  CHECK(count("float col[") == 1);             // b's step in memory
+  CHECK(count("pc::store8(out + ") == 2);  // c's two chunks of 8 outputs (a's epilogue runs on vectors)
+  CHECK(count("v = v < 0.0f ? 0.0f : v;") == 4);  // a's relu, a chunk at a time
+  CHECK(count("float col[") == 1);         // b's step in memory
   CHECK(count("__builtin_shuffle(") > 0);
   const fs::path so = scratch() / "maxpool_rows.so";
   codegen::buildSharedObject(generated, so.string(), {});

@@ -191,37 +191,43 @@ std::string Emitter::panelEpilogue(int64_t N, const std::string& indent, const s
   return s;
 }
 
-std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars, const std::string& col) const {
+std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars, const std::string& col,
+                                                   int width) const {
   const std::vector<Instr>& b = k.body;
   if (b.size() < 2 || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
-  std::string v = "v";
   std::string code;
-  for (size_t i = 1; i + 1 < b.size(); ++i) {
+  int current = 0;  // the instruction whose value v holds
+  bool stored = false;
+  for (size_t i = 1; i < b.size(); ++i) {
     const Instr& in = b[i];
-    if (in.opcode != Opcode::Apply || in.args != std::vector<int>{static_cast<int>(i) - 1} || in.dtype != DType::F32 ||
+    if (in.opcode == Opcode::Store) {
+      // v stored densely along the output's last axis from column `col`.
+      const Buffer& out = p_.buffer(in.buffer);
+      if (in.args[0] != current || out.type.dtype != DType::F32 || out.strides.back() != 1) return std::nullopt;
+      for (size_t d = 0; d < in.index.size(); ++d) {
+        if (in.index[d].axis != static_cast<int>(d) || in.index[d].scale != 1 || in.index[d].offset != 0) return std::nullopt;
+      }
+      std::vector<std::string> at(vars.begin(), vars.end() - 1);
+      at.push_back(col);
+      code += fmt::format("pc::store{}({} + {}, v);\n", width, ptrName(out.root), address(in.buffer, in.index, at));
+      stored = true;
+      continue;
+    }
+    if (in.opcode != Opcode::Apply || in.args != std::vector<int>{current} || in.dtype != DType::F32 ||
         faulty(in.node, InjectedFault::Kind::Accuracy)) {
       return std::nullopt;
     }
-    if (in.op == Op::Tanh) {
-      code += fmt::format("// {}\n v = pc::tanh16(v); ", sourceStr(in.node));
+    if (in.op == Op::Tanh && width == 16) {
+      code += fmt::format("// {}\nv = pc::tanh16(v);\n", sourceStr(in.node));
     } else if (in.op == Op::Relu) {
-      code += fmt::format("// {}\n v = v < 0.0f ? 0.0f : v; ", sourceStr(in.node));
+      code += fmt::format("// {}\nv = v < 0.0f ? 0.0f : v;\n", sourceStr(in.node));
     } else {
       return std::nullopt;
     }
+    current = static_cast<int>(i);
   }
-  const Instr& st = b.back();
-  const Buffer& out = p_.buffer(st.buffer);
-  if (st.opcode != Opcode::Store || st.args[0] != static_cast<int>(b.size()) - 2 || out.type.dtype != DType::F32 ||
-      out.strides.back() != 1) {
-    return std::nullopt;
-  }
-  for (size_t d = 0; d < st.index.size(); ++d) {
-    if (st.index[d].axis != static_cast<int>(d) || st.index[d].scale != 1 || st.index[d].offset != 0) return std::nullopt;
-  }
-  std::vector<std::string> at(vars.begin(), vars.end() - 1);
-  at.push_back(col);
-  return code + fmt::format("pc::store16({} + {}, v);", ptrName(out.root), address(st.buffer, st.index, at));
+  if (!stored) return std::nullopt;
+  return code;
 }
 
 std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per) const {
@@ -269,7 +275,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
       if (line.rfind("// ", 0) == 0) {
         comments += "  " + line + "\n";
       } else {
-        body += line;
+        body += " " + line;
       }
     }
     s += "  // the epilogue on a whole panel (16 columns) at once\n" + comments;

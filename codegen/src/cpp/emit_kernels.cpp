@@ -67,7 +67,7 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
   }
   for (int r : roots) {
     if (p_.buffer(r).kind == BufferKind::Param && !s_.paramOffset.count(r)) continue;
-    s += "  " + rootDecl(r) + "\n";
+    s += "  " + rootDecl(r, s_.kernels[index].disjointTemps) + "\n";
   }
   const int64_t per = impl == Impl::Gemm4x16 ? 1 : 2;
   if (ext) {
@@ -207,7 +207,10 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
   // g.chunks: the column maxima in registers (a row in memory, updated by loops of 20 or 21
   // columns, stalls on store forwarding); g.window: the window step on them too.
   const bool inRegisters = !g.window.empty();
-  s += fmt::format("  float out[{}];\n  const float qnan = pc::nan<float>();\n", 8 * ((OW + 7) / 8));
+  const std::vector<std::string> vars = {"i0", "i1", "i2", "i3"};
+  const bool vec = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].vectorEpilogue && vectorEpilogue(k, vars, "0", 8);
+  if (!vec) s += fmt::format("  float out[{}];\n", 8 * ((OW + 7) / 8));
+  s += "  const float qnan = pc::nan<float>();\n";
   if (inRegisters) {
     s += "  const pc::f32x8 negInf = pc::splat8(-pc::inf<float>());\n";
   } else {
@@ -261,7 +264,19 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
         s += fmt::format("      {{ const pc::f32x8 x = {}; w = w > x ? w : x; }}\n", lanes(taps[kw], 'm', "negInf"));
         s += fmt::format("      nw |= {};\n", lanes(taps[kw], 'n', "pc::i32x8{}"));
       }
-      s += fmt::format("      pc::store8(out + {}, nw != 0 ? pc::splat8(qnan) : w);\n    }}\n", 8 * o);
+      if (vec) {
+        // The epilogue on the 8 outputs (KernelSchedule::vectorEpilogue).
+        s += "      pc::f32x8 v = nw != 0 ? pc::splat8(qnan) : w;\n";
+        const std::string code = *vectorEpilogue(k, vars, std::to_string(8 * o), 8);
+        for (size_t p0 = 0, p1; p0 < code.size(); p0 = p1 + 1) {
+          p1 = code.find('\n', p0);
+          if (p1 == std::string::npos) p1 = code.size();
+          s += fmt::format("      {}\n", code.substr(p0, p1 - p0));
+        }
+        s += "    }\n";
+      } else {
+        s += fmt::format("      pc::store8(out + {}, nw != 0 ? pc::splat8(qnan) : w);\n    }}\n", 8 * o);
+      }
     }
   } else {
     for (int64_t j = 0; j < chunks; ++j) {
@@ -277,7 +292,7 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
     s += "      std::memcpy(&bits, &m, sizeof bits);\n";
     s += fmt::format("      bits = ({}) ? nanBits : bits;\n      std::memcpy(out + i3, &bits, sizeof bits);\n    }}\n", nans);
   }
-  s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {}\n", OW, callEpilogue({"i0", "i1", "i2", "i3"}, "out[i3]"));
+  if (!vec) s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {}\n", OW, callEpilogue(vars, "out[i3]"));
   s += "  }\n";
   return s;
 }

@@ -73,7 +73,7 @@ std::string Emitter::uniqueBufferName(const Buffer& b) {
   return name;
 }
 
-std::string Emitter::rootDecl(int root) const {
+std::string Emitter::rootDecl(int root, bool restrictTemp) const {
   const Buffer& b = p_.buffer(root);
   const char* ty = storageType(b.type.dtype);
   const std::string& n = ptrName(root);
@@ -89,7 +89,7 @@ std::string Emitter::rootDecl(int root) const {
       const MemorySlot* slot = plan_.slotOf(root);
       if (!slot) fail("internal: temporary '{}' has no memory slot", b.name);
       std::string off = slot->perBatch ? fmt::format("kStaticBytes + {}*batch", slot->offset) : std::to_string(slot->offset);
-      return fmt::format("{}* {} = reinterpret_cast<{}*>(ws + {});", ty, n, ty, off);
+      return fmt::format("{}*{} {} = reinterpret_cast<{}*>(ws + {});", ty, restrictTemp ? " PC_RESTRICT" : "", n, ty, off);
     }
   }
   return "";

@@ -81,7 +81,7 @@ class Emitter {
   const std::string& ptrName(int root) const { return bufferNames_[static_cast<size_t>(root)]; }
 
   // Declaration of the pointer to a root buffer's memory.
-  std::string rootDecl(int root) const;
+  std::string rootDecl(int root, bool restrictTemp) const;  // restrictTemp: KernelSchedule::disjointTemps
 
   // Element offset of `index` in buffer `id` (a view adds its offset and strides to its root's).
   std::string address(int id, const IndexMap& index, const std::vector<std::string>& vars) const;
@@ -185,13 +185,13 @@ class Emitter {
   static std::string panelEpilogue(int64_t N, const std::string& indent, const std::string& call, int64_t width = 16,
                                    const std::string& j = "j");
 
-  // Where the schedule runs an epilogue on whole 16-column panels or chunks
-  // (KernelSchedule::vectorEpilogue), the vector code when this printer has it: a chain of
-  // tanh/relu on v stored densely along the output's last axis from column `col` (pc::tanh16);
-  // else nullopt, and the columns go through the scalar epilogue, which the C++ compiler
-  // vectorises or not.
+  // Where the schedule runs an epilogue on whole 16-column panels or chunks (8 columns: a max
+  // pool's) (KernelSchedule::vectorEpilogue), the vector code when this printer has it: a chain
+  // of tanh/relu on v (pc::tanh16; relu alone at width 8), each value it stores stored densely
+  // along the output's last axis from column `col`; else nullopt, and the columns go through
+  // the scalar epilogue, which the C++ compiler vectorises or not.
   std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars,
-                                            const std::string& col = "n0") const;
+                                            const std::string& col = "n0", int width = 16) const;
 
   // linear with a constant weight: rows of x times weight panels of 16 columns, 4 rows at a time.
   // `per` panels per unit of work: 2 runs the 4x32 microkernel (two panels), 1 the 4x16 one.

@@ -211,6 +211,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
   llvm::AllocaInst* col = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(colSize)), "col");
   llvm::AllocaInst* nanIn = local(llvm::ArrayType::get(i8_, static_cast<uint64_t>(colSize)), "nanIn");
   llvm::AllocaInst* out = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(8 * ((OW + 7) / 8))), "out");
+  const bool vec = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].vectorEpilogue;
   llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
   llvm::Type* b8 = llvm::FixedVectorType::get(i8_, 8);
   std::vector<llvm::AllocaInst*> ms, ns;
@@ -294,10 +295,15 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
           w = b_.CreateSelect(b_.CreateFCmpOGT(w, x), w, x);
           nw = b_.CreateOr(nw, lanes(taps[kw], ns, b8, noNan));
         }
-        Value* r = b_.CreateSelect(b_.CreateICmpNE(nw, noNan), nan8, w);
-        b_.CreateAlignedStore(r, b_.CreateInBoundsGEP(f32_, out, c64(8 * static_cast<int64_t>(o))), llvm::Align(4));
+        Value* r = b_.CreateSelect(b_.CreateICmpNE(nw, noNan), nan8, w, n.name());
         tag(since, &n);
+        if (vec) {
+          emitBody(k.body, {i0, i1, i2, c64(8 * static_cast<int64_t>(o))}, r, 8);  // KernelSchedule::vectorEpilogue
+        } else {
+          b_.CreateAlignedStore(r, b_.CreateInBoundsGEP(f32_, out, c64(8 * static_cast<int64_t>(o))), llvm::Align(4));
+        }
       }
+      if (vec) return;
       forCount(OW, "i3", [&](Value* i3) {
         Value* r = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, out, i3), n.name());
         emitBody(k.body, {i0, i1, i2, i3}, convert(r, DType::F32, t));
