@@ -549,6 +549,48 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   }
   return r;
 }
+// The sum of f(0), ..., f(n - 1) (f32 values) in double: value i into lane i % 16 of sixteen
+// partial sums, then lane l and l + 8 added, then those eight pairwise. A single running sum is a
+// chain of dependent adds; these vectorise. The LLVM backend's Emitter::sumOf adds in the same order.
+template <class F> PC_INLINE double sumOf(int64_t n, F f) {
+  // The sixteen lanes as registers of the target's width (a wider vector type GCC keeps in memory).
+#ifdef __AVX512F__
+  constexpr int W = 8;
+  typedef double f64xW __attribute__((vector_size(64)));
+  typedef float f32xW __attribute__((vector_size(32)));
+#else
+  constexpr int W = 4;
+  typedef double f64xW __attribute__((vector_size(32)));
+  typedef float f32xW __attribute__((vector_size(16)));
+#endif
+  f64xW lanes[16 / W] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int g = 0; g < 16 / W; ++g) {
+      f32xW v;
+      for (int l = 0; l < W; ++l) v[l] = f(i + g * W + l);  // one vector load where f reads consecutive floats
+#ifdef __AVX512F__
+      lanes[g] += __builtin_ia32_cvtps2pd512_mask(v, f64xW{}, 0xff, 4);  // vcvtps2pd zmm, ymm (convertvector: two halves)
+#else
+      lanes[g] += __builtin_convertvector(v, f64xW);
+#endif
+    }
+  }
+  if (i < n) {  // the tail through an array: a vector indexed by a variable stays in memory
+    double t[16];
+    std::memcpy(t, lanes, sizeof t);
+    for (; i < n; ++i) t[i % 16] += static_cast<double>(f(i));
+    std::memcpy(lanes, t, sizeof t);
+  }
+  // lane l + lane l + 8, in registers (through an array the stores stall the loads)
+#ifdef __AVX512F__
+  const f64xW q = lanes[0] + lanes[1];
+#else
+  const f64xW qlo = lanes[0] + lanes[2], qhi = lanes[1] + lanes[3];
+  const double q[8] = {qlo[0], qlo[1], qlo[2], qlo[3], qhi[0], qhi[1], qhi[2], qhi[3]};
+#endif
+  return ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+}
 template <class T> PC_INLINE T minNaN(T a, T b) {
   const T m = b < a ? b : a;
   return a != a ? a : (b != b ? b : m);

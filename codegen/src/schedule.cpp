@@ -646,6 +646,33 @@ bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel&
   return true;
 }
 
+std::optional<KernelSchedule::SumRun> sumRun(const KernelProgram& p, const Kernel& k) {
+  const ir::Node* n = k.anchor;
+  if (formOf(p, k) != Form::AxisReduction || !(n->isOp(Op::ReduceSum) || n->isOp(Op::ReduceMean) || n->isOp(Op::GlobalAvgPool))) {
+    return std::nullopt;
+  }
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  const size_t r = X.type.rank();
+  if (X.type.dtype != DType::F32) return std::nullopt;
+  const std::vector<bool> reduced = reducedAxes(*n, r).reduced;
+  size_t inner = r;
+  for (size_t d = 0; d < r; ++d) {
+    if (reduced[d]) inner = d;
+  }
+  if (inner == r || !X.type.shape[inner].isStatic()) return std::nullopt;
+  KernelSchedule::SumRun run{inner, inner, X.type.shape[inner].value()};
+  // Without a prologue, reduced axes contiguous in memory join the run (a global average pool's rows).
+  if (k.prologue.empty() && X.strides[inner] == 1) {
+    while (run.first > 0 && reduced[run.first - 1] && X.type.shape[run.first - 1].isStatic() &&
+           X.strides[run.first - 1] == X.strides[run.first] * X.type.shape[run.first].value()) {
+      --run.first;
+      run.count *= X.type.shape[run.first].value();
+    }
+  }
+  if (run.count < 16) return std::nullopt;
+  return run;
+}
+
 ShuffledLanes shuffledLanes(const std::array<int, 8>& sources) {
   std::vector<int> regs;  // the registers in lane order of first use, then the fill
   bool fill = false;
@@ -771,6 +798,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     }
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);
     ks.disjointTemps = disjointTemps(p, plan, k);
+    ks.sumRun = sumRun(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
     if (c.empty()) continue;
     if (o.tuning) {

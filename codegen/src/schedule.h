@@ -218,6 +218,17 @@ struct KernelSchedule {
   // pointwise kernel writes in place of an operand): the C++ printer declares their pointers
   // restrict, so that GCC may reorder an epilogue's stores to two of them (and vectorise it).
   bool disjointTemps = false;
+  // A sum of f32 values (reduce_sum, reduce_mean, global_avg_pool; Form::AxisReduction): the
+  // reduced axes [first, last] (the innermost one, or, without a prologue, the trailing reduced
+  // axes contiguous in memory) taken as one run of `count` values through sixteen partial sums in
+  // double (value j into lane j % 16, the lanes added pairwise at the end: pc::sumOf,
+  // Emitter::sumOf), the same in both backends; the other reduced axes stay loops around it. A
+  // single running sum is a chain of dependent adds (4 cycles a value). Runs under 16 values keep it.
+  struct SumRun {
+    size_t first = 0, last = 0;
+    int64_t count = 0;
+  };
+  std::optional<SumRun> sumRun;
   bool rawWeight = false;   // an extern implementation reads the plain weight (oneDNN reorders it)
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
   const ThreadSplit& splitOf(std::optional<Impl> impl) const;

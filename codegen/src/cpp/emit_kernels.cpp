@@ -527,20 +527,35 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       if (reduced[d]) innermost = d;
     }
     const bool vecMax = isMax && X.type.dtype == DType::F32 && innermost == r - 1 && (!k.prologue.empty() || X.strides.back() == 1);
+    // Axes not walked by a loop here: pc::maxOf's, or the run of pc::sumOf (KernelSchedule::sumRun).
+    const std::optional<KernelSchedule::SumRun>& run = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].sumRun;
+    auto inner = [&](size_t d) { return run ? d >= run->first && d <= run->last : vecMax && d == innermost; };
     std::string ind = indent;
     for (size_t d = 0; d < r; ++d) {
-      if (!reduced[d] || (vecMax && d == innermost)) continue;
+      if (!reduced[d] || inner(d)) continue;
       s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", ind, xv[d], xv[d], X.type.shape[d].value(), xv[d]);
       ind += "  ";
     }
-    if (vecMax) {
+    if (run) {
+      std::string value;
+      if (run->first == run->last) {
+        std::vector<std::string> at = xv;
+        at[run->first] = "j";
+        value = operandCall(at);
+      } else {  // axes contiguous in memory (no prologue): value j of the run at its start + j
+        std::vector<std::string> at = xv;
+        for (size_t d = run->first; d <= run->last; ++d) at[d] = "0";
+        value = loadExpr(X.id, addressOf(X.id, at) + " + j");
+      }
+      s += fmt::format("{}acc += pc::sumOf({}, [&](int64_t j) {{ return {}; }});\n", ind, run->count, value);
+    } else if (vecMax) {
       s += fmt::format("{}acc = pc::maxNaNScan<double>(acc, pc::maxOf({}, [&](int64_t {}) {{ return {}; }}));\n", ind,
                        X.type.shape[innermost].value(), xv[innermost], x);
     } else {
       s += isMax ? fmt::format("{}acc = pc::maxNaNScan<double>(acc, {});\n", ind, x) : fmt::format("{}acc += {};\n", ind, x);
     }
     for (size_t d = 0; d < r; ++d) {
-      if (!reduced[d] || (vecMax && d == innermost)) continue;
+      if (!reduced[d] || inner(d)) continue;
       ind.resize(ind.size() - 2);
       s += ind + "}\n";
     }

@@ -406,6 +406,32 @@ Value* Emitter::operand(const Kernel& k, const std::vector<Value*>& idx) {
   return convert(v[static_cast<size_t>(k.prologueResult)], k.prologue[static_cast<size_t>(k.prologueResult)].dtype, X.type.dtype);
 }
 
+Value* Emitter::sumOf(int64_t n, const std::function<Value*(Value*)>& f) {
+  // As pc::sumOf: value i into lane i % 16 of sixteen partial sums in double, then lane l and
+  // l + 8 added, then those eight pairwise.
+  auto* vt = llvm::FixedVectorType::get(f64_, 16);
+  llvm::AllocaInst* lanes = local(vt, "sum.lanes");
+  b_.CreateStore(llvm::Constant::getNullValue(vt), lanes);
+  const int64_t whole = n / 16 * 16;
+  if (whole > 0) {
+    forRange(c64(0), c64(n / 16), "q", [&](Value* q) {
+      Value* base = b_.CreateMul(q, c64(16));
+      Value* v = llvm::PoisonValue::get(vt);
+      for (unsigned l = 0; l < 16; ++l) v = b_.CreateInsertElement(v, b_.CreateFPExt(f(b_.CreateAdd(base, c64(l))), f64_), l);
+      b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(vt, lanes), v), lanes);
+    }, false);  // already a vector loop
+  }
+  Value* acc = b_.CreateLoad(vt, lanes);
+  for (int64_t i = whole; i < n; ++i) {  // the tail (under 16 values), straight-line
+    const unsigned l = static_cast<unsigned>(i % 16);
+    acc = b_.CreateInsertElement(acc, b_.CreateFAdd(b_.CreateExtractElement(acc, l), b_.CreateFPExt(f(c64(i)), f64_)), l);
+  }
+  std::vector<Value*> q;
+  for (unsigned l = 0; l < 8; ++l) q.push_back(b_.CreateFAdd(b_.CreateExtractElement(acc, l), b_.CreateExtractElement(acc, l + 8)));
+  return b_.CreateFAdd(b_.CreateFAdd(b_.CreateFAdd(q[0], q[1]), b_.CreateFAdd(q[2], q[3])),
+                       b_.CreateFAdd(b_.CreateFAdd(q[4], q[5]), b_.CreateFAdd(q[6], q[7])), "sum");
+}
+
 Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
   const int64_t whole = n / kLanes * kLanes;
   llvm::AllocaInst* top = local(f32_, "top");
@@ -656,6 +682,29 @@ void Emitter::emitReduction(const Kernel& k) {
         combine(xv);
       } else {
         domainLoops(X.type.shape, -1, combine, outerRed, xv);
+      }
+    } else if (const std::optional<KernelSchedule::SumRun>& run = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].sumRun) {
+      // The run through sumOf (KernelSchedule::sumRun); the other reduced axes are loops around it.
+      std::vector<size_t> outerRed;
+      for (size_t d : red) {
+        if (d < run->first || d > run->last) outerRed.push_back(d);
+      }
+      auto add = [&](const std::vector<Value*>& v) {
+        std::vector<Value*> at = v;
+        for (size_t d = run->first; d <= run->last; ++d) at[d] = c64(0);
+        Value* start = run->first == run->last ? nullptr : elemPtr(X.id, at);  // contiguous axes, no prologue
+        Value* sum = sumOf(run->count, [&](Value* j) {
+          if (start) return static_cast<Value*>(b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, start, j), escape::printable(X.name)));
+          std::vector<Value*> idx = v;
+          idx[run->first] = j;
+          return operand(k, idx);
+        });
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, acc), sum), acc);
+      };
+      if (outerRed.empty()) {
+        add(xv);
+      } else {
+        domainLoops(X.type.shape, -1, add, outerRed, xv);
       }
     } else {
       domainLoops(X.type.shape, -1, [&](const std::vector<Value*>& v) {

@@ -218,6 +218,8 @@ class Emitter : llvmbe::Builder {
   // values become one), a NaN mask beside, then the lanes and the tail. Exactly the reference's
   // value: NaN (the quiet one) when a value is NaN, for a zero maximum the first zero (its sign).
   Value* maxOf(int64_t n, const std::function<Value*(Value*)>& f);
+  // The sum of n f32 values f(0), ..., f(n - 1) in double, in pc::sumOf's order (KernelSchedule::sumRun).
+  Value* sumOf(int64_t n, const std::function<Value*(Value*)>& f);
 
   // ---- irregular data movement
 
