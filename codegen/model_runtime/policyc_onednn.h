@@ -5,6 +5,7 @@
 // reorders are part of the kernel's measured time, so the autotuner weighs them).
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -129,7 +130,8 @@ struct ConvShape {
   std::vector<PostOp> post;  // empty: conv + bias only
   // true: src and dst in the layouts oneDNN prefers (format_tag::any: nChw16c, or NCHW for a
   // first layer with 3 channels), within a workspace of channels rounded up to 16; false: NHWC,
-  // which the generated epilogue reads.
+  // the result then reordered to NCHW over the source copy for the generated epilogue, which
+  // reads it a row at a time (NHWC, each channel's values lay a cache line apart).
   bool anyLayout = false;
 };
 
@@ -147,12 +149,15 @@ class Conv : Primitives<ConvEntry> {
   Conv(ConvShape s, const float* weight, const float* bias) : Primitives(weight, bias, s.M), s_(std::move(s)) {}
 
   // Workspace floats per batch row reserved for the copies of src and dst (the emitter reserves as much).
-  static int64_t srcPerRow(const ConvShape& s) { return (s.anyLayout ? (s.C + 15) / 16 * 16 : s.C) * s.H * s.W; }
+  static int64_t srcPerRow(const ConvShape& s) {
+    return s.anyLayout ? (s.C + 15) / 16 * 16 * s.H * s.W : std::max(s.C * s.H * s.W, s.M * s.OH * s.OW);
+  }
   static int64_t dstPerRow(const ConvShape& s) { return (s.anyLayout ? (s.M + 15) / 16 * 16 : s.M) * s.OH * s.OW; }
 
   // conv(src) with the post-ops into the workspace (`scratch`); with a sum post-op the residual
   // `sumSrc` (plain NCHW, dense) is first copied there. With `dst` (plain NCHW, dense) the result
-  // is reordered into it; returns the result in the workspace (NHWC without anyLayout).
+  // is reordered into it; without, and without anyLayout, it is reordered to plain NCHW at
+  // `scratch`, over the source copy; returns where the result is.
   const float* run(const float* src, const float* sumSrc, float* dst, int64_t batch, int threads, float* scratch) {
     ThreadsGuard guard(threads);
     ConvEntry& e = entry(batch, threads);
@@ -167,12 +172,13 @@ class Conv : Primitives<ConvEntry> {
       e.dstIn.execute(st, userSum, convDst);
     }
     e.conv.execute(st, {{DNNL_ARG_SRC, convSrc}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, convDst}});
-    if (dst) {
-      dnnl::memory to(e.userDst, engine(), dst);
+    const bool plain = !dst && !s_.anyLayout;
+    if (dst || plain) {
+      dnnl::memory to(e.userDst, engine(), plain ? scratch : dst);
       e.dstOut.execute(st, convDst, to);
     }
     st.wait();
-    return convOut;
+    return plain ? scratch : convOut;
   }
   // Creates the primitives of (batch, threads) ahead of the first run (they JIT their code).
   void prepare(int64_t batch, int threads) {

@@ -272,9 +272,10 @@ std::optional<ExternKernel> externKernel(const KernelProgram& program, const Ker
                st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0]};
     e.anyLayout = *im == Impl::OnednnPostOps;
     // As pc::dnnl_ext::Conv::srcPerRow + dstPerRow: with oneDNN's own layouts, channels rounded
-    // up to 16 (nChw16c).
+    // up to 16 (nChw16c); in NHWC the source copy's room also takes the result in NCHW.
     auto channels = [&](int64_t ch) { return e.anyLayout ? (ch + 15) / 16 * 16 : ch; };
-    floats = channels(e.shape[0]) * e.shape[1] * e.shape[2] + channels(e.shape[3]) * e.shape[6] * e.shape[7];
+    const int64_t src = channels(e.shape[0]) * e.shape[1] * e.shape[2], dst = channels(e.shape[3]) * e.shape[6] * e.shape[7];
+    floats = (e.anyLayout ? src : std::max(src, dst)) + dst;
   }
   e.scratchBytesPerRow = (floats * 4 + 63) / 64 * 64;
   if (*im == Impl::OnednnPostOps) {

@@ -76,15 +76,16 @@ std::string Emitter::emitOnednnCall(const Kernel& k, size_t index, Impl im) cons
     if (plan) {
       s += fmt::format("    {}.run({}, {}, {}, batch, threads, scratch);\n", obj, x, residual, ptrOf(plan->store));
     } else {
-      s += fmt::format("    const float* result = {}.run({}, nullptr, nullptr, batch, threads, scratch);  // NHWC\n", obj, x);
+      s += fmt::format("    const float* result = {}.run({}, nullptr, nullptr, batch, threads, scratch);  // NCHW\n", obj, x);
       s += indented(emitEpilogueLambda(k, DType::F32), "  ");  // inside the try block
       s += fmt::format("    pc::parallelFor(threads, {}, {}, kMinChunkCost, [&](int64_t lo, int64_t hi) {{\n"
                        "      for (int64_t u = lo; u < hi; ++u) {{\n"
                        "        const int64_t i0 = u / {}, i1 = u % {};\n"
-                       "        const float* a = result + i0*{} + i1;\n"
-                       "        for (int64_t pos = 0; pos < {}; ++pos) epilogue(i0, i1, pos / {}, pos % {}, a[pos*{}]);\n"
-                       "      }}\n    }});\n",
-                       unitsExpr(*split_), costExpr(*split_), M, M, P * M, P, OW, OW, M);
+                       "        const float* a = result + u*{};\n"
+                       "        for (int64_t i2 = 0; i2 < {}; ++i2) {{\n"
+                       "          for (int64_t i3 = 0; i3 < {}; ++i3) epilogue(i0, i1, i2, i3, a[i2*{} + i3]);\n"
+                       "        }}\n      }}\n    }});\n",
+                       unitsExpr(*split_), costExpr(*split_), M, M, P, P / OW, OW, OW);
     }
   }
   s += fmt::format("  }} catch (const std::exception& e) {{\n"

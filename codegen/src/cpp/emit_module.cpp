@@ -52,7 +52,7 @@ GeneratedCpp Emitter::run() {
   s += fmt::format("\n// Workspace: {} + {}*batch bytes.\nstatic const int64_t kStaticBytes = {};\nstatic const int64_t kPerBatchBytes = {};\n",
                    s_.workspaceStatic, s_.workspacePerBatch, plan_.staticBytes, plan_.perBatchBytes);
   if (s_.usesExtern) {
-    s += fmt::format("// oneDNN kernels' NHWC copies and results, after the buffers of the memory plan.\n"
+    s += fmt::format("// oneDNN kernels' copies and results, after the buffers of the memory plan.\n"
                      "static const int64_t kExternPerBatchBytes = {};\n"
                      "static inline int64_t pc_extern_offset(int64_t batch) {{ return (kStaticBytes + kPerBatchBytes * batch + 63) / 64 * 64; }}\n",
                      s_.externPerBatch);

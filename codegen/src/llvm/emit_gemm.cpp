@@ -81,17 +81,19 @@ void Emitter::emitExternEpilogue(const Kernel& k, const ExternKernel& e) {
     });
     return;
   }
-  // Units are (image, channel) pairs, each walking the output positions of the NHWC result
-  // oneDNN left after the source copy.
-  const int64_t M = e.shape[3], OW = e.shape[7], P = e.shape[6] * OW, srcPerRow = e.shape[0] * e.shape[1] * e.shape[2];
-  Value* result = b_.CreateInBoundsGEP(f32_, scratch, b_.CreateMul(batch_, c64(srcPerRow)), "result");
+  // Units are (image, channel) pairs, each walking its output rows in the NCHW result oneDNN
+  // reordered over the source copy (pc::dnnl_ext::Conv::run).
+  const int64_t M = e.shape[3], OH = e.shape[6], OW = e.shape[7];
+  Value* result = scratch;
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* i0 = b_.CreateSDiv(u, c64(M), "i0");
     Value* i1 = b_.CreateSRem(u, c64(M), "i1");
-    forCount(P, "pos", [&](Value* pos) {
-      Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(i0, c64(P)), pos), c64(M)), i1);
-      Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, result, at), "acc");
-      emitBody(k.body, {i0, i1, b_.CreateSDiv(pos, c64(OW)), b_.CreateSRem(pos, c64(OW))}, convert(a, DType::F32, t));
+    forCount(OH, "i2", [&](Value* i2) {
+      forCount(OW, "i3", [&](Value* i3) {
+        Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(u, c64(OH)), i2), c64(OW)), i3);
+        Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, result, at), "acc");
+        emitBody(k.body, {i0, i1, i2, i3}, convert(a, DType::F32, t));
+      });
     });
   });
 }

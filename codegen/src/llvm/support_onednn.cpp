@@ -109,7 +109,7 @@ __attribute__((visibility("hidden"))) void* policyc_rt_onednn_conv(void** slot, 
   });
 }
 
-// Runs it (pc::dnnl_ext::Conv::run); *result is the NHWC result without post-ops. 0 or
+// Runs it (pc::dnnl_ext::Conv::run); *result is the NCHW result without post-ops. 0 or
 // POLICYC_ERROR_EXTERN (-3).
 __attribute__((visibility("hidden"))) int32_t policyc_rt_onednn_conv_run(void* conv, const char* kernel, const float* src,
                                                                           const float* sum, float* dst, int64_t batch,
