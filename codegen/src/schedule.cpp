@@ -647,6 +647,21 @@ bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel&
   return true;
 }
 
+// Whether every window of a pooling kernel lies inside its input.
+bool windowInside(const KernelProgram& p, const Kernel& k) {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  const size_t nsp = X.type.rank() - 2;
+  const std::vector<int64_t>& kernel = n.attrInts("kernel_shape");
+  const std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1), dil = spatialList(n, "dilations", nsp, 1),
+                             pads = spatialList(n, "pads", nsp * 2, 0);
+  for (size_t d = 0; d < nsp; ++d) {
+    if (pads[d] != 0 || !X.type.shape[2 + d].isStatic() || !k.domain[2 + d].isStatic()) return false;
+    if ((k.domain[2 + d].value() - 1) * strides[d] + (kernel[d] - 1) * dil[d] + 1 > X.type.shape[2 + d].value()) return false;
+  }
+  return true;
+}
+
 std::optional<KernelSchedule::SumRun> sumRun(const KernelProgram& p, const Kernel& k) {
   const ir::Node* n = k.anchor;
   if (formOf(p, k) != Form::AxisReduction || !(n->isOp(Op::ReduceSum) || n->isOp(Op::ReduceMean) || n->isOp(Op::GlobalAvgPool))) {
@@ -800,6 +815,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);
     ks.disjointTemps = disjointTemps(p, plan, k);
     ks.sumRun = sumRun(p, k);
+    ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
     if (c.empty()) continue;
     if (o.tuning) {

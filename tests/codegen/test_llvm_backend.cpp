@@ -751,3 +751,30 @@ TEST_CASE("llvm and cpp backends: sums through partial sums agree bit for bit", 
     }
   }
 }
+
+// A pool whose windows all lie inside its input runs fixed window loops without bounds checks
+// (KernelSchedule::windowInside; LLVM then vectorises across the outputs): a 1-D max pool and a
+// 3-D average pool inside, a 1-D average pool with padding and one with ceil_mode that reach
+// past the input keep the checks.
+TEST_CASE("llvm and cpp backends: pools with every window inside match the interpreter", "[llvm][cpp][pool]") {
+  auto graph = ir::parseGraph(R"(graph inside(%x: f32[batch,3,20], %v: f32[batch,2,4,5,6]) {
+  %m = max_pool(%x) {kernel_shape=[3], strides=[2], dilations=[2]} : f32[batch,3,8]
+  %a = avg_pool(%x) {kernel_shape=[3], strides=[2], pads=[1, 1]} : f32[batch,3,10]
+  %c = avg_pool(%x) {kernel_shape=[4], strides=[3], ceil_mode=1} : f32[batch,3,7]
+  %w = avg_pool(%v) {kernel_shape=[2, 2, 3], strides=[2, 1, 3]} : f32[batch,2,2,4,2]
+  return (m=%m, a=%a, c=%c, w=%w)
+})");
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  size_t checks = 0;
+  for (size_t at = 0; (at = generated.source.find("if (p0 < 0 || p0 >= ", at)) != std::string::npos; ++at) ++checks;
+  CHECK(checks == 2);  // a's and c's one spatial axis
+  CHECK(generated.source.find("acc = acc / static_cast<float>(12);") != std::string::npos);  // w's window
+  const fs::path so = scratch() / "inside.so";
+  codegen::buildSharedObject(generated, so.string(), {});
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  checkBothBackends(*graph, so, llvm, 29, 1e-6);
+}

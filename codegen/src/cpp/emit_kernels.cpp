@@ -146,11 +146,35 @@ std::string Emitter::emitPool(const Kernel& k) const {
   std::vector<int64_t> dil = spatialList(n, "dilations", nsp, 1);
   std::vector<int64_t> pads = spatialList(n, "pads", nsp * 2, 0);
   bool isMax = n.isOp(Op::MaxPool);
+  // KernelSchedule::windowInside: fixed window loops, no bounds checks.
+  const bool inside = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].windowInside;
   std::vector<std::string> vars = axisVars("i", k.domain.size());
   std::string indent;
   std::string s = openTemplate(k, accType(k), vars, indent);
   std::vector<std::string> xIdx = {vars[0], vars[1]};
   std::string cur = indent;
+  if (inside) {
+    int64_t window = 1;
+    s += fmt::format("{}float acc = {};\n", indent, isMax ? "-pc::inf<float>()" : "0.0f");
+    for (size_t d = 0; d < nsp; ++d) {
+      std::string kv = fmt::format("k{}", d), pv = fmt::format("p{}", d);
+      s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", cur, kv, kv, kernel[d], kv);
+      cur += "  ";
+      s += fmt::format("{}const int64_t {} = {}*{} + {}*{};\n", cur, pv, vars[2 + d], strides[d], kv, dil[d]);
+      xIdx.push_back(pv);
+      window *= kernel[d];
+    }
+    const std::string x = loadExpr(X.id, addressOf(X.id, xIdx));
+    s += isMax ? fmt::format("{}acc = pc::maxNaNScan<float>(acc, {});\n", cur, x) : fmt::format("{}acc += {};\n", cur, x);
+    for (size_t d = 0; d < nsp; ++d) {
+      cur.resize(cur.size() - 2);
+      s += cur + "}\n";
+    }
+    if (!isMax) s += fmt::format("{}acc = acc / static_cast<float>({});\n", indent, window);
+    s += fmt::format("{}{}\n", indent, callEpilogue(vars, "acc"));
+    s += closeLoops(k.domain.size(), indent);
+    return s;
+  }
   if (isMax) {
     s += fmt::format("{}float acc = -pc::inf<float>();  // padding never wins\n", indent);
     for (size_t d = 0; d < nsp; ++d) {

@@ -95,8 +95,11 @@ class Builder {
   llvm::BasicBlock* block(const std::string& name) { return llvm::BasicBlock::Create(ctx_, name, fn_); }
 
   // for (i = lo; i < hi; ++i) body(i); with vectorize = false the loop vectorizer leaves it
-  // alone (llvm.loop.vectorize.width 1).
-  void forRange(Value* lo, Value* hi, const std::string& name, const std::function<void(Value*)>& body, bool vectorize = true) {
+  // alone (llvm.loop.vectorize.width 1); with vectorizeRolled it is vectorised where the loop
+  // vectorizer can (its cost model declined short rows) and not unrolled whole before
+  // (llvm.loop.unroll.disable: a short loop unrolled whole stays scalar).
+  void forRange(Value* lo, Value* hi, const std::string& name, const std::function<void(Value*)>& body, bool vectorize = true,
+                bool vectorizeRolled = false) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     llvm::BasicBlock* head = block(name + ".head");
     llvm::BasicBlock* loop = block(name + ".body");
@@ -111,10 +114,15 @@ class Builder {
     Value* next = b_.CreateAdd(i, c64(1), name + ".next", false, true);  // nsw only: loops may start below 0
     i->addIncoming(next, b_.GetInsertBlock());
     llvm::BranchInst* latch = b_.CreateBr(head);
+    std::vector<llvm::Metadata*> hints = {nullptr};
     if (!vectorize) {
-      llvm::Metadata* width[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"), llvm::ConstantAsMetadata::get(b_.getInt32(1))};
-      llvm::Metadata* self[] = {nullptr, llvm::MDNode::get(ctx_, width)};
-      llvm::MDNode* loopId = llvm::MDNode::getDistinct(ctx_, self);
+      hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"), llvm::ConstantAsMetadata::get(b_.getInt32(1))}));
+    } else if (vectorizeRolled) {
+      hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")}));
+      hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())}));
+    }
+    if (hints.size() > 1) {
+      llvm::MDNode* loopId = llvm::MDNode::getDistinct(ctx_, hints);
       loopId->replaceOperandWith(0, loopId);
       latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
     }

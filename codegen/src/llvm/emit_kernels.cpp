@@ -136,6 +136,11 @@ void Emitter::emitPool(const Kernel& k) {
   const int axis = split_->axis;
   const DType t = accType(k);
   const bool includePad = !isMax && n.attrInt("count_include_pad") != 0;
+  // KernelSchedule::windowInside: fixed window loops, no bounds checks.
+  const bool inside = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].windowInside;
+  // Inside, the outputs along the last axis are vectorised (strided loads); unrolled whole first
+  // (a row of 10), they stayed scalar.
+  if (inside && axis != static_cast<int>(k.domain.size()) - 1) rolledAxis_ = static_cast<int>(k.domain.size()) - 1;
   domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
     llvm::AllocaInst* acc = local(f32_, "acc");
     llvm::AllocaInst* nan = local(i1_, "nan");
@@ -170,6 +175,14 @@ void Emitter::emitPool(const Kernel& k) {
         return;
       }
       const int64_t inD = X.type.shape[2 + d].value();
+      if (inside) {
+        forCount(kernel[d], "k" + std::to_string(d), [&](Value* kd) {
+          xIdx.push_back(b_.CreateAdd(begin[d], b_.CreateMul(kd, c64(dil[d]))));
+          spatial(d + 1);
+          xIdx.pop_back();
+        });
+        return;
+      }
       auto visit = [&](Value* pd) {
         Value* ok = b_.CreateAnd(b_.CreateICmpSGE(pd, c64(0)), b_.CreateICmpSLT(pd, c64(inD)));
         ifThen(ok, "inside", [&] {
@@ -190,13 +203,14 @@ void Emitter::emitPool(const Kernel& k) {
     if (isMax) {
       r = b_.CreateSelect(b_.CreateLoad(i1_, nan), llvm::ConstantFP::getNaN(f32_), b_.CreateLoad(f32_, acc), n.name());
     } else {
-      Value* cnt = b_.CreateLoad(i64_, count);
+      Value* cnt = inside ? c64(window) : b_.CreateLoad(i64_, count);
       Value* div = b_.CreateSIToFP(includePad ? windowSize : cnt, f32_);
       r = b_.CreateSelect(b_.CreateICmpEQ(cnt, c64(0)), llvm::ConstantFP::get(f32_, 0.0), b_.CreateFDiv(b_.CreateLoad(f32_, acc), div), n.name());
     }
     tag(since, &n);
     emitBody(k.body, vars, convert(r, DType::F32, t));
   });
+  rolledAxis_ = -1;
 }
 
 void Emitter::emitMaxPoolRows(const Kernel& k) {

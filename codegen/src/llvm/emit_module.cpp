@@ -12,6 +12,8 @@
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/DiagnosticHandler.h>
+#include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/IRBuilder.h>
@@ -471,6 +473,14 @@ double LlvmModule::emitSeconds() const { return impl_->emitSeconds; }
 double LlvmModule::optimizeSeconds() const { return impl_->optimizeSeconds; }
 namespace {
 
+// Drops the loop vectorizer's "loop not vectorized" warnings: the emitter asks for vectorisation
+// of some loops (Builder::forRange's vectorizeRolled), and where the vectorizer cannot comply the
+// loop runs scalar, which is nothing a user can act on. Every other diagnostic goes to LLVM's own
+// handling.
+struct QuietLoopHints : llvm::DiagnosticHandler {
+  bool handleDiagnostics(const llvm::DiagnosticInfo& di) override { return di.getKind() == llvm::DK_OptimizationFailure; }
+};
+
 // The module as text; with elideWeights @pc_weights's bytes are left out.
 std::string printModule(llvm::Module& m, bool elideWeights) {
   llvm::GlobalVariable* w = elideWeights ? m.getGlobalVariable("pc_weights", true) : nullptr;
@@ -508,6 +518,7 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
 
   auto start = std::chrono::steady_clock::now();
   impl->context = std::make_unique<llvm::LLVMContext>();
+  impl->context->setDiagnosticHandler(std::make_unique<QuietLoopHints>());
   impl->module = std::make_unique<llvm::Module>(escape::printable(program.name), *impl->context);  // printed raw in module.ll
   llvm::Module& m = *impl->module;
   m.setTargetTriple(impl->target.triple);

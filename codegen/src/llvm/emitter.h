@@ -249,6 +249,7 @@ class Emitter : llvmbe::Builder {
   std::map<int, int> inputIndex_, outputIndex_;
   llvm::MDNode* aliasDomain_ = nullptr;         // restrictAccess's scopes
   bool restrict_ = false;                       // the kernel being emitted gets them
+  int rolledAxis_ = -1;                         // domainLoops: this axis's loop is vectorised, not unrolled whole
   std::map<int, llvm::MDNode*> aliasScopes_;    // by root buffer (inputs, outputs, params)
   llvm::GlobalVariable* weightsGv_ = nullptr;
   llvm::FunctionType* kernelFnTy_ = nullptr;
