@@ -647,6 +647,32 @@ bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel&
   return true;
 }
 
+// The first of the trailing domain axes every access walks as one contiguous run, or not at all.
+size_t collapseFrom(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+  const size_t r = k.domain.size();
+  auto coefficient = [&](const Instr& in, size_t axis) {  // elements per step along `axis`
+    const Buffer& b = p.buffer(in.buffer);
+    int64_t c = 0;
+    for (size_t d = 0; d < in.index.size(); ++d) {
+      if (in.index[d].axis == static_cast<int>(axis)) c += in.index[d].scale * b.strides[d];
+    }
+    return c;
+  };
+  if (r < 2 || split.axis == static_cast<int>(r) - 1 || !k.domain[r - 1].isStatic()) return r;
+  size_t from = r - 1;  // the run [from, r)
+  while (from >= 1 && static_cast<int>(from - 1) != split.axis && k.domain[from - 1].isStatic()) {
+    const size_t a = from - 1;
+    bool ok = true;
+    for (const Instr& in : k.body) {
+      if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
+      ok = ok && coefficient(in, a) == coefficient(in, from) * k.domain[from].value();
+    }
+    if (!ok) break;
+    from = a;
+  }
+  return from == r - 1 ? r : from;
+}
+
 // Whether every window of a pooling kernel lies inside its input.
 bool windowInside(const KernelProgram& p, const Kernel& k) {
   const ir::Node& n = *k.anchor;
@@ -687,6 +713,15 @@ std::optional<KernelSchedule::SumRun> sumRun(const KernelProgram& p, const Kerne
   }
   if (run.count < 16) return std::nullopt;
   return run;
+}
+
+std::vector<ir::Dim> loopExtents(const Kernel& k, const KernelSchedule& ks) {
+  std::vector<ir::Dim> e = k.domain;
+  for (size_t d = ks.collapseFrom; d + 1 < e.size(); ++d) {
+    e.back() = ir::Dim(e.back().value() * e[d].value());
+    e[d] = ir::Dim(1);
+  }
+  return e;
 }
 
 ShuffledLanes shuffledLanes(const std::array<int, 8>& sources) {
@@ -815,6 +850,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);
     ks.disjointTemps = disjointTemps(p, plan, k);
     ks.sumRun = sumRun(p, k);
+    ks.collapseFrom = ks.form == Form::Pointwise ? collapseFrom(p, k, ks.split) : k.domain.size();
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
     if (c.empty()) continue;

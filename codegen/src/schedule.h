@@ -229,6 +229,10 @@ struct KernelSchedule {
     int64_t count = 0;
   };
   std::optional<SumRun> sumRun;
+  // A Form::Pointwise kernel's trailing domain axes [collapseFrom, rank) that every load and store
+  // walks as one contiguous run (or not at all) run as one loop (loopExtents): a 21x21 map is one
+  // loop of 441, not 21 loops of 21 each with a vector tail. rank: none.
+  size_t collapseFrom = 0;
   // A Form::Pool kernel whose every window lies inside its input (no padding reached): fixed
   // window loops without bounds checks, an average divided by the window's size. The checks kept
   // LLVM from vectorising across the outputs (a 2x2 average pool of stride 2 ran 1.8x behind GCC's).
@@ -254,6 +258,10 @@ struct Schedule {
   int64_t workspaceStatic = 0, workspacePerBatch = 0;
   int64_t maxBatch = 0;  // the largest batch the workspace arithmetic allows (codegen::maxBatch)
 };
+
+// The extents of the loops both printers write for a Form::Pointwise kernel: its domain, the
+// collapsed axes (KernelSchedule::collapseFrom) 1 but the last, which takes their product.
+std::vector<ir::Dim> loopExtents(const Kernel& k, const KernelSchedule& ks);
 
 // The schedule options of a backend's CodegenOptions.
 ScheduleOptions scheduleOptions(const CodegenOptions& options);

@@ -778,3 +778,28 @@ TEST_CASE("llvm and cpp backends: pools with every window inside match the inter
   llvm.minChunkCost = 0;
   checkBothBackends(*graph, so, llvm, 29, 1e-6);
 }
+
+// Trailing axes that every access walks as one contiguous run loop once (KernelSchedule::
+// collapseFrom): a map's rows and columns (a), not where an operand broadcasts along the last
+// axis (b: its rows stay a loop) or reads a slice of wider rows (c: rows 6 apart, 4 wide).
+TEST_CASE("llvm and cpp backends: pointwise loops over contiguous axes collapse where every access allows", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph runs(%x: f32[batch,3,5,7], %r: f32[batch,3,5,1], %w: f32[batch,5,6]) {
+  %a = tanh(%x) : f32[batch,3,5,7]
+  %b = add(%x, %r) : f32[batch,3,5,7]
+  %s = slice(%w) {starts=[1], ends=[5], axes=[2]} : f32[batch,5,4]
+  %c = exp(%s) : f32[batch,5,4]
+  return (a=%a, b=%b, c=%c)
+})");
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  CHECK(generated.source.find("for (int64_t i3 = 0; i3 < 105; ++i3) {") != std::string::npos);  // a
+  CHECK(generated.source.find("for (int64_t i2 = 0; i2 < 5; ++i2) {") != std::string::npos);    // b
+  CHECK(generated.source.find("for (int64_t i1 = 0; i1 < 5; ++i1) {") != std::string::npos);    // c
+  const fs::path so = scratch() / "runs.so";
+  codegen::buildSharedObject(generated, so.string(), {});
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  checkBothBackends(*graph, so, llvm, 31, 1e-6);
+}

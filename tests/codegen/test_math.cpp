@@ -122,7 +122,9 @@ TEST_CASE("cpp backend: an instruction runs in the outermost loop its operands a
     const std::string src = codegen::generateCpp(*graph).source;
     const size_t channelLoop = src.find("for (int64_t i1 = 0; i1 < 3; ++i1) {");
     const size_t scaleLoad = src.find("= b1_s[i1];");
-    const size_t rowLoop = src.find("for (int64_t i2 = 0; i2 < 5; ++i2) {");
+    // The pixels' two axes walk one run (KernelSchedule::collapseFrom).
+    const size_t rowLoop = src.find("const int64_t i2 = 0;  // collapsed into i3's loop");
+    CHECK(src.find("for (int64_t i3 = 0; i3 < 35; ++i3) {") != std::string::npos);
     const size_t pixelLoad = src.find("[i0*105 + i1*35 + i2*7 + i3];");
     REQUIRE(channelLoop != std::string::npos);
     REQUIRE(scaleLoad != std::string::npos);

@@ -104,8 +104,16 @@ std::string Emitter::emitPointwise(const Kernel& k) const {
   std::vector<std::vector<size_t>> at(k.domain.size() + 1);  // at[L + 1]: inside loop L (L = -1: before all)
   for (size_t i = 0; i < k.body.size(); ++i) at[static_cast<size_t>(level[i] + 1)].push_back(i);
   std::string s = emitBody(k.body, c, indent, &at[0]);
+  // Collapsed axes (KernelSchedule::collapseFrom) loop once; the last walks their run.
+  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+  const std::vector<ir::Dim> extents = loopExtents(k, ks);
   for (size_t d = 0; d < k.domain.size(); ++d) {
-    s += loopHeader(c.vars[d], dimStr(k.domain[d]), static_cast<int>(d) == axis, indent);
+    if (d >= ks.collapseFrom && d + 1 < k.domain.size()) {
+      s += fmt::format("{}{{\n{}  const int64_t {} = 0;  // collapsed into {}'s loop\n", indent, indent, c.vars[d], c.vars.back());
+      indent += "  ";
+    } else {
+      s += loopHeader(c.vars[d], dimStr(extents[d]), static_cast<int>(d) == axis, indent);
+    }
     s += emitBody(k.body, c, indent, &at[d + 1]);
   }
   s += closeLoops(k.domain.size(), indent);

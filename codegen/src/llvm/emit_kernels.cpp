@@ -117,8 +117,10 @@ void Emitter::emitPointwise(const Kernel& k) {
   restrict_ = true;
   // Only loops along which every access is unit stride (or invariant) are vectorised: after the
   // innermost loop is unrolled the vectorizer would otherwise take an outer, strided one.
-  scalarAxes_ = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].stridedAxes;
-  domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
+  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+  scalarAxes_ = ks.stridedAxes;
+  // Collapsed axes (KernelSchedule::collapseFrom) loop once; the last walks their run.
+  domainLoops(loopExtents(k, ks), axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
   scalarAxes_.clear();
   restrict_ = false;
 }
