@@ -33,6 +33,8 @@ struct Timing {
   double samplesPerSecond() const { return static_cast<double>(batch) * 1e6 / median; }
 };
 
+Timing summarize(int64_t batch, int threads, std::vector<double> us);  // of calls timed one by one (us)
+
 // Warm-up calls, then calls timed one by one (steady_clock) until both `minCalls` and
 // `minSeconds` are reached.
 template <typename Call>
@@ -47,6 +49,10 @@ Timing timeCalls(int64_t batch, int threads, int64_t warmup, int64_t minCalls, d
     call();
     us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
+  return summarize(batch, threads, std::move(us));
+}
+
+Timing summarize(int64_t batch, int threads, std::vector<double> us) {
   Timing t{batch, threads, static_cast<int64_t>(us.size())};
   for (double v : us) t.totalUs += v;
   t.mean = t.totalUs / static_cast<double>(us.size());
@@ -274,6 +280,124 @@ double flopsPerCall(const policyc_profile* p, int64_t batch) {
   return f;
 }
 
+// A row of the JSON output: its timing, and with a profile its kernels.
+nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowProfile* profile) {
+  nlohmann::json row = {{"batch", r.batch},      {"threads", r.threads}, {"calls", r.calls},
+                        {"median_us", r.median}, {"p10_us", r.p10},      {"p90_us", r.p90},
+                        {"mean_us", r.mean},     {"samples_per_s", r.samplesPerSecond()}};
+  if (prof) row["flops"] = flopsPerCall(prof, r.batch);
+  for (size_t k = 0; profile && k < profile->kernels.size(); ++k) {
+    const KernelRow& kr = profile->kernels[k];
+    const policyc_kernel_info& info = prof->kernels[kr.kernel];
+    row["kernels"].push_back({{"name", info.name},
+                              {"kind", info.kind},
+                              {"nodes", info.nodes},
+                              {"calls", kr.calls},
+                              {"us_per_call", kr.calls ? static_cast<double>(kr.ns) / 1e3 / static_cast<double>(kr.calls) : 0.0}});
+  }
+  return row;
+}
+
+// --compare-backends: the model built by both backends, loaded side by side; per row both are
+// warmed up, then timed in alternating slices of about kSliceUs (the first of each pair
+// alternating too) until each has its calls and time, so that a change of the machine's speed
+// during the run hits both alike. Kernel times come from each build's own profile.
+int compareBackends(const BenchOptions& o, const BenchCompile& compile) {
+  constexpr double kSliceUs = 2000;
+  if (std::filesystem::path(o.model).extension() == ".so") fail("--compare-backends needs the .onnx/.pir model, not a compiled '{}'", o.model);
+  if (!o.baseline.empty() || !o.trace.empty()) fail("--compare-backends takes neither --baseline nor --trace");
+  const codegen::Backend backends[2] = {codegen::Backend::Cpp, codegen::Backend::Llvm};
+  std::vector<runtime::Model> models;
+  std::vector<std::string> sos;
+  for (codegen::Backend b : backends) {
+    sos.push_back(compile(o.model, b, o.fuse, o.profile));
+    models.push_back(runtime::Model::load(sos.back()));
+  }
+  fmt::print("{}, target {}, backends cpp and llvm in one process, calls interleaved{}; microseconds per call, {} warm-up "
+             "calls each, then >= {} calls and >= {} s per row each\n",
+             models[0].name(), models[0].target(), o.profile ? ", profiled" : "", o.warmup, o.minCalls, o.minSeconds);
+  fmt::print("{:>6} {:>7} {:>12} {:>12} {:>9}\n", "batch", "threads", "cpp median", "llvm median", "llvm/cpp");
+  nlohmann::json j;
+  j["model"] = models[0].name();
+  j["target"] = models[0].target();
+  j["profiled"] = o.profile;
+  std::vector<std::pair<Timing, std::vector<RowProfile>>> table;
+  for (int64_t batch : o.batches) {
+    for (int threads : o.threads) {
+      std::vector<std::unique_ptr<Buffers>> bufs;
+      std::vector<std::function<void()>> calls;
+      std::vector<double> perCall;
+      for (const runtime::Model& m : models) {
+        bufs.push_back(std::make_unique<Buffers>(m, batch));
+        Buffers* b = bufs.back().get();
+        calls.push_back([&m, b, batch, threads] {
+          const int code = m.runUnchecked(b->in.data(), b->out.data(), batch, b->workspace.get(), threads);
+          if (code != POLICYC_OK) fail("'{}' returned error {} at batch {}, {} threads", m.path(), code, batch, threads);
+        });
+        auto t0 = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < o.warmup; ++i) calls.back()();
+        perCall.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                          static_cast<double>(std::max<int64_t>(o.warmup, 1)));
+      }
+      for (const runtime::Model& m : models) {
+        if (o.profile) m.profile()->reset();
+      }
+      std::vector<std::vector<double>> us(models.size());
+      const auto start = std::chrono::steady_clock::now();
+      auto done = [&] {
+        for (const std::vector<double>& u : us) {
+          if (static_cast<int64_t>(u.size()) < o.minCalls) return false;
+        }
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= o.minSeconds;
+      };
+      for (size_t round = 0; !done(); ++round) {
+        for (size_t n = 0; n < models.size(); ++n) {
+          const size_t m = (n + round) % models.size();
+          const int64_t slice = std::max<int64_t>(1, static_cast<int64_t>(kSliceUs / std::max(perCall[m], 1e-3)));
+          for (int64_t i = 0; i < slice; ++i) {
+            auto t0 = std::chrono::steady_clock::now();
+            calls[m]();
+            us[m].push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+          }
+        }
+      }
+      std::vector<Timing> t;
+      for (size_t m = 0; m < models.size(); ++m) t.push_back(summarize(batch, threads, std::move(us[m])));
+      fmt::print("{:>6} {:>7} {:>12.2f} {:>12.2f} {:>9.2f}\n", batch, threads, t[0].median, t[1].median, t[1].median / t[0].median);
+      std::fflush(stdout);
+      for (size_t m = 0; m < models.size(); ++m) {
+        std::optional<RowProfile> p;
+        if (o.profile) p = readProfile(*models[m].profile(), t[m]);
+        j["backends"][codegen::backendName(backends[m])]["so"] = sos[m];
+        j["backends"][codegen::backendName(backends[m])]["rows"].push_back(rowJson(t[m], models[m].profile(), p ? &*p : nullptr));
+        if (p) table.push_back({t[m], {*p}});
+      }
+    }
+  }
+  // Kernel by kernel: both builds have the same kernels (the schedule is shared).
+  for (size_t i = 0; i + 1 < table.size(); i += 2) {
+    const policyc_profile& pc = *models[0].profile();
+    const Timing& r = table[i].first;
+    fmt::print("\nkernels at batch {}, {} thread{} (microseconds per call; > 1.25x apart marked)\n", r.batch, r.threads,
+               r.threads == 1 ? "" : "s");
+    fmt::print("{:<44} {:>10} {:>10} {:>9}\n", "kernel", "cpp", "llvm", "llvm/cpp");
+    const std::vector<KernelRow>& kc = table[i].second[0].kernels;
+    const std::vector<KernelRow>& kl = table[i + 1].second[0].kernels;
+    for (size_t k = 0; k < kc.size() && k < kl.size(); ++k) {
+      auto perCallUs = [](const KernelRow& kr) { return kr.calls ? static_cast<double>(kr.ns) / 1e3 / static_cast<double>(kr.calls) : 0.0; };
+      const double c = perCallUs(kc[k]), l = perCallUs(kl[k]);
+      const bool apart = std::max(c, l) > 1.25 * std::min(c, l);
+      fmt::print("{:<44} {:>10.2f} {:>10.2f} {:>9.2f}{}\n", pc.kernels[kc[k].kernel].name, c, l, c > 0 ? l / c : 0.0, apart ? "  *" : "");
+    }
+  }
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    f << j.dump(2) << "\n";
+    if (!f) fail("cannot write '{}'", o.json);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int runBench(const BenchOptions& o, const BenchCompile& compile) {
@@ -286,7 +410,8 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
   }
   if (!o.trace.empty() && !o.profile) fail("--trace needs --profile");
   const bool compiled = std::filesystem::path(o.model).extension() == ".so";
-  std::string so = compiled ? o.model : compile(o.model, o.fuse, o.profile);
+  if (o.compareBackends) return compareBackends(o, compile);
+  std::string so = compiled ? o.model : compile(o.model, o.backend, o.fuse, o.profile);
   runtime::Model model = runtime::Model::load(so);
   const policyc_profile* prof = model.profile();
   if (o.profile && (!prof || !prof->instrumented)) {
@@ -297,7 +422,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
   if (o.baseline == "nofuse" || o.baseline == "interp") {
     if (compiled) fail("--baseline {} needs the .onnx/.pir model, not the compiled '{}'", o.baseline, o.model);
     if (o.baseline == "nofuse") {
-      baseline = std::make_unique<CompiledBaseline>("nofuse", runtime::Model::load(compile(o.model, false, false)), o);
+      baseline = std::make_unique<CompiledBaseline>("nofuse", runtime::Model::load(compile(o.model, o.backend, false, false)), o);
     } else {
       baseline = std::make_unique<InterpreterBaseline>(driver::loadModel(o.model), o);
     }
@@ -360,22 +485,9 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     j["profiled"] = o.profile;
     if (prof) j["weight_bytes"] = prof->weight_bytes;
     for (size_t i = 0; i < rows.size(); ++i) {
-      const Timing& r = rows[i];
-      nlohmann::json row = {{"batch", r.batch},        {"threads", r.threads},         {"calls", r.calls},
-                            {"median_us", r.median},   {"p10_us", r.p10},              {"p90_us", r.p90},
-                            {"mean_us", r.mean},       {"samples_per_s", r.samplesPerSecond()}};
-      if (prof) row["flops"] = flopsPerCall(prof, r.batch);
+      // profiles[i] is row i's: both are filled row by row
+      nlohmann::json row = rowJson(rows[i], prof, o.profile ? &profiles[i] : nullptr);
       if (base[i]) row["baseline_samples_per_s"] = *base[i];
-      if (o.profile) {  // profiles[i] is row i's: both are filled row by row
-        for (const KernelRow& k : profiles[i].kernels) {
-          const policyc_kernel_info& info = prof->kernels[k.kernel];
-          row["kernels"].push_back({{"name", info.name},
-                                    {"kind", info.kind},
-                                    {"nodes", info.nodes},
-                                    {"calls", k.calls},
-                                    {"us_per_call", k.calls ? static_cast<double>(k.ns) / 1e3 / static_cast<double>(k.calls) : 0.0}});
-        }
-      }
       j["rows"].push_back(row);
     }
     std::ofstream f(o.json);

@@ -26,10 +26,14 @@ struct BenchOptions {
   std::string baseline;
   bool profile = false;              // compile with profiling and print the per-kernel table
   std::string trace;                 // with profile: a Chrome trace of every row
+  // Both backends' builds in one process, their calls interleaved a few milliseconds at a time so
+  // that both see the same machine (another process, a clock change), compared row by row and,
+  // with profile, kernel by kernel.
+  bool compareBackends = false;
 };
 
-// Compiles an .onnx/.pir model into a cached .so with options.backend: (model, fuse, profile) -> path.
-using BenchCompile = std::function<std::string(const std::string&, bool, bool)>;
+// Compiles an .onnx/.pir model into a cached .so: (model, backend, fuse, profile) -> path.
+using BenchCompile = std::function<std::string(const std::string&, codegen::Backend, bool, bool)>;
 
 // Runs the benchmark and prints its tables; errors are policyc::Error. Returns the exit code.
 int runBench(const BenchOptions& options, const BenchCompile& compile);

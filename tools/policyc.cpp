@@ -600,6 +600,9 @@ int main(int argc, char** argv) {
   benchCmd->add_option("--trace", bench.trace, "with --profile: write a Chrome trace (chrome://tracing, Perfetto) here");
   benchCmd->add_option("--json", bench.json, "also write the rows as JSON here");
   benchCmd->add_option("--csv", bench.csv, "also write the rows as CSV here");
+  benchCmd->add_flag("--compare-backends", bench.compareBackends,
+                     "time the model built by both backends (cpp, llvm) in one process, their calls interleaved, and compare "
+                     "them row by row (with --profile: kernel by kernel)");
   benchPipeline.addTo(benchCmd);
   benchImpl.addTo(benchCmd);
 
@@ -656,8 +659,10 @@ int main(int argc, char** argv) {
       }
       bench.backend = benchBackend.resolve();
       bench.fuse = !benchBackend.noFuse;
-      return tools::runBench(bench, [&](const std::string& model, bool fuse, bool profile) {
+      if (bench.compareBackends && !benchBackend.backend.empty()) fail("--compare-backends times both backends: drop --backend");
+      return tools::runBench(bench, [&](const std::string& model, codegen::Backend b, bool fuse, bool profile) {
         BackendFlags backend = benchBackend;
+        backend.backend = codegen::backendName(b);
         backend.noFuse = !fuse;
         return compileCached(model, benchPipeline, benchImpl, benchTarget, backend, "", profile);
       });

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """The backend parity guard: every example model and every one-op graph of make_ops.py through
-both backends, compiled with --profile, timed by `policyc bench`; then per kernel the two
-backends' microseconds per call side by side (a kernel of either more than 1.25x the other's
-fails the bar), and for the ops timed at several widths whether the time grows linearly with the
-width (a doubling of the width may cost at most 2 x 1.25 the time). A model with a kernel over
-the bar is timed --confirm more times, the backends alternating, and each kernel's time is the
-least of its medians: on a shared machine another process only ever adds time, so one unlucky
-run does not fail the bar. Prints a markdown report (docs/performance.md, "Backend parity") and
+both backends, compiled with --profile, timed by `policyc bench --compare-backends` (both builds
+in one process, their calls interleaved a few milliseconds at a time, so that a change of the
+machine's speed hits both alike); then per kernel the two backends' microseconds per call side
+by side (a kernel of either more than 1.25x the other's fails the bar), and for the ops timed at
+several widths whether the time grows linearly with the width (a doubling of the width may cost
+at most 2 x 1.25 the time). A model with a kernel over the bar is timed --confirm more times,
+and each kernel's time is the least of its medians: on a shared machine another process only
+ever adds time, so one unlucky run does not fail the bar. Prints a markdown report (docs/performance.md, "Backend parity") and
 exits 1 when a bar fails.
 
     parity.py POLICYC OUT_DIR [--batch 1,64] [--min-time 0.3] [--confirm 2] [--reuse] [MODEL.onnx ...]
@@ -22,19 +23,19 @@ BAR = 1.25
 NOISE_US = 0.5  # below this both backends' times are mostly the timer's own cost
 
 
-def bench(policyc, model, backend, batches, min_time, out, reuse, round=0):
+def bench(policyc, model, batches, min_time, out, reuse, round=0):
+    """Both backends' builds of `model` timed in one process, their calls interleaved
+    (`policyc bench --compare-backends`): {backend: that build's result}."""
     suffix = f".r{round}" if round else ""
-    path = os.path.join(out, f"{os.path.splitext(os.path.basename(model))[0]}.{backend}{suffix}.json")
-    if reuse and os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    cmd = [policyc, "bench", model, "--backend", backend, "--profile", "--batch", batches, "--min-time", str(min_time),
-           "--min-calls", "50", "--warmup", "20", "--json", path]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"parity: {' '.join(cmd)} failed:\n{r.stdout}")
+    path = os.path.join(out, f"{os.path.splitext(os.path.basename(model))[0]}{suffix}.json")
+    if not (reuse and os.path.exists(path)):
+        cmd = [policyc, "bench", model, "--compare-backends", "--profile", "--batch", batches, "--min-time", str(min_time),
+               "--min-calls", "50", "--warmup", "20", "--json", path]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"parity: {' '.join(cmd)} failed:\n{r.stdout}")
     with open(path) as f:
-        return json.load(f)
+        return json.load(f)["backends"]
 
 
 def kernels(result):
@@ -74,12 +75,14 @@ def main():
     for model in a.models:
         name = os.path.splitext(os.path.basename(model))[0]
         print(f"parity: {name}", file=sys.stderr, flush=True)
-        runs = {b: [kernels(bench(a.policyc, model, b, a.batch, a.min_time, a.out, a.reuse))] for b in ("cpp", "llvm")}
+        first = bench(a.policyc, model, a.batch, a.min_time, a.out, a.reuse)
+        runs = {b: [kernels(first[b])] for b in ("cpp", "llvm")}
         if over_bar(runs["cpp"][0], runs["llvm"][0]):
             for r in range(1, a.confirm + 1):
                 print(f"parity: {name} again ({r} of {a.confirm})", file=sys.stderr, flush=True)
+                again = bench(a.policyc, model, a.batch, a.min_time, a.out, a.reuse, r)
                 for b in ("cpp", "llvm"):
-                    runs[b].append(kernels(bench(a.policyc, model, b, a.batch, a.min_time, a.out, a.reuse, r)))
+                    runs[b].append(kernels(again[b]))
         cpp, llvm = least(runs["cpp"]), least(runs["llvm"])
         rounds[name] = len(runs["cpp"])
         for key in sorted(set(cpp) & set(llvm)):
@@ -102,8 +105,8 @@ def main():
 
     print(f"Per kernel, microseconds per call (median run time split by the profiler), batch {a.batch}; "
           f"the bar: neither backend more than {BAR}x the other (kernels under {NOISE_US} us in both are timer noise). "
-          f"A model with a kernel over the bar in its first run was timed {a.confirm} more times, the backends "
-          f"alternating, and the least of each kernel's medians counts (\"best of N\").\n")
+          f"Both builds ran in one process, their calls interleaved. A model with a kernel over the bar in its first run "
+          f"was timed {a.confirm} more times, and the least of each kernel's medians counts (\"best of N\").\n")
     print("| model | batch | kernel | kind | cpp us | llvm us | llvm/cpp | |")
     print("|---|---:|---|---|---:|---:|---:|---|")
     for name, batch, kernel, kind, c, l, ratio, verdict in rows:

@@ -220,3 +220,33 @@ TEST_CASE("policyc bench: bad profiling and baseline options are one clear error
   testing::requireCleanError(testing::runCli("bench '" + plain.string() + "' --min-time 0 --min-calls 1 --baseline '" + garbled.string() + "'"),
                              "line 2: expected numbers", true);
 }
+
+// --compare-backends: both builds in one process, their calls interleaved; the JSON holds each
+// backend's rows with the same kernels (the schedule is shared), the table a line per kernel.
+TEST_CASE("policyc bench --compare-backends times both builds side by side, kernel by kernel", "[profile][cli]") {
+  const std::string model = testing::sourcePath("examples/models/ppo_mlp.onnx");
+  fs::path json = scratchDir() / "compare.json";
+  testing::CliResult r = testing::runCli("bench '" + model + "' --compare-backends --profile --batch 1,3 --min-time 0 --min-calls 5 --warmup 1 --json '" +
+                                         json.string() + "'");
+  INFO(r.out << r.err);
+  REQUIRE(r.exitCode == 0);
+  CHECK(r.out.find("backends cpp and llvm in one process, calls interleaved") != std::string::npos);
+  CHECK(r.out.find("kernels at batch 3, 1 thread") != std::string::npos);
+  nlohmann::json j = nlohmann::json::parse(testing::slurp(json));
+  for (const std::string b : {"cpp", "llvm"}) {
+    INFO(b);
+    const auto& rows = j.at("backends").at(b).at("rows");
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[1].at("batch") == 3);
+    CHECK(rows[0].at("calls").get<int64_t>() >= 5);
+    std::vector<std::string> names, cppNames;
+    for (const auto& k : rows[0].at("kernels")) names.push_back(k.at("name"));
+    for (const auto& k : j.at("backends").at("cpp").at("rows")[0].at("kernels")) cppNames.push_back(k.at("name"));
+    CHECK(names == cppNames);
+    CHECK(names.size() >= 3);
+  }
+  fs::path plain = scratchDir() / "plain_for_compare.so";
+  REQUIRE(testing::runCli("compile '" + model + "' -o '" + plain.string() + "'").exitCode == 0);
+  testing::requireCleanError(testing::runCli("bench '" + plain.string() + "' --compare-backends"), "--compare-backends needs the .onnx/.pir model", true);
+  testing::requireCleanError(testing::runCli("bench '" + model + "' --compare-backends --backend cpp"), "drop --backend", true);
+}
