@@ -509,38 +509,53 @@ template <class T> PC_INLINE T maxNaNScan(T a, T b) {
   if (a != a || b != b) return a != a ? a : b;
   return a < b ? b : a;
 }
+// v > r ? v : r, as one maxss (its very semantics): GCC made the select a compare, a
+// conditional move and two moves between the vector and integer registers, 10 cycles a value.
+PC_INLINE float maxSel(float v, float r) {
+#ifdef __SSE__
+  typedef float f32x4 __attribute__((vector_size(16)));
+  return __builtin_ia32_maxss(f32x4{v, 0, 0, 0}, f32x4{r, 0, 0, 0})[0];
+#else
+  return v > r ? v : r;
+#endif
+}
 // The maximum of f(0), ..., f(n - 1) for f32 values (-inf when n is 0): sixteen running maxima as
-// selects on one vector (maxps), a NaN mask beside it, then the lanes and the tail. A running
+// selects on one vector (maxps), a NaN mask beside it, the lanes by halving, then the tail
+// (a short row) through maxSel. A running
 // maximum through maxNaNScan is a branch per value, and GCC does not vectorise a select chain on
 // floats without -ffinite-math-only. Exactly the reference's value: NaN (the quiet one) when a
 // value is NaN, and for a zero maximum the first zero (its sign), found by a scalar pass then.
 template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   typedef int32_t i32x16 __attribute__((vector_size(64)));
-  float r = -inf<float>();
-  bool bad = false;
+  f32x16 m = splat16(-inf<float>());
+  i32x16 nanLanes = {};
   int64_t i = 0;
-  if (n >= 16) {
-    f32x16 m = splat16(-inf<float>());
-    i32x16 nanLanes = {};
-    for (; i + 16 <= n; i += 16) {
-      f32x16 v;
-      for (int l = 0; l < 16; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
-      m = v > m ? v : m;
-      nanLanes |= v != v;
-    }
-    int32_t anyNan = 0;  // or'ed, not a branch per lane
-    for (int l = 0; l < 16; ++l) {
-      r = m[l] > r ? m[l] : r;
-      anyNan |= nanLanes[l];
-    }
-    bad = anyNan != 0;
+  for (; i + 16 <= n; i += 16) {
+    f32x16 v;
+    for (int l = 0; l < 16; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
+    m = v > m ? v : m;
+    nanLanes |= v != v;
   }
-  for (; i < n; ++i) {
+  float r = -inf<float>();
+  int32_t anyNan = 0;  // or'ed, not a branch per lane
+  if (i > 0) {
+    // The lanes' maximum by halving (any order gives the same value: equal non-zero values are
+    // one value, a zero maximum is looked up below, a NaN is flagged apart).
+    m = __builtin_shuffle(m, i32x16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}) > m
+            ? __builtin_shuffle(m, i32x16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}) : m;
+    m = __builtin_shuffle(m, i32x16{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3}) > m
+            ? __builtin_shuffle(m, i32x16{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3}) : m;
+    m = __builtin_shuffle(m, i32x16{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1}) > m
+            ? __builtin_shuffle(m, i32x16{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1}) : m;
+    r = maxSel(m[1], m[0]);
+    for (int l = 0; l < 16; ++l) anyNan |= nanLanes[l];
+  }
+  for (; i < n; ++i) {  // the tail, or a short row
     const float v = f(i);
-    r = v > r ? v : r;
-    bad = bad || v != v;
+    r = maxSel(v, r);
+    anyNan |= v != v;
   }
-  if (bad) return pc::nan<float>();
+  if (anyNan) return pc::nan<float>();
   if (r == 0.0f) {
     for (int64_t j = 0; j < n; ++j) {
       const float v = f(j);

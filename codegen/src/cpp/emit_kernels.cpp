@@ -522,15 +522,26 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       s += fmt::format("{}const float m = pc::maxOf({}, [&](int64_t {}) {{ return {}; }});\n", indent, N, xv[ax], x);
       const std::string scan = last ? fmt::format("for (int64_t {0} = {1} - 1; {0} >= 0; --{0})", xv[ax], N)
                                     : fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0})", xv[ax], N);
-      // One loop per case, so that each compares once per value; the common one unrolled (as
-      // LLVM unrolls it): 1.2x faster at a width of 256.
-      s += fmt::format("{}if (m != m) {{\n", indent);
-      s += fmt::format("{}  {} {{\n", indent, scan);
-      s += fmt::format("{}    if ({} != {}) {{ best = {}; break; }}\n", indent, x, x, xv[ax]);
-      s += fmt::format("{}  }}\n{}}} else {{\n", indent, indent);
-      s += fmt::format("{}  #pragma GCC unroll 8\n{}  {} {{\n", indent, indent, scan);
-      s += fmt::format("{}    if ({} == m) {{ best = {}; break; }}\n", indent, x, xv[ax]);
-      s += fmt::format("{}  }}\n{}}}\n", indent, indent);
+      if (N <= 16) {
+        // A short row: every value compared, the scan run backwards (forwards for the last index)
+        // so that the wanted match is the last one kept: selects, no branch on where it lies,
+        // which a predictor cannot know (3x faster at a width of 6).
+        const std::string back = last ? fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0})", xv[ax], N)
+                                      : fmt::format("for (int64_t {0} = {1} - 1; {0} >= 0; --{0})", xv[ax], N);
+        s += fmt::format("{}const bool nanMax = m != m;\n{}#pragma GCC unroll 16\n{}{} {{\n", indent, indent, indent, back);
+        s += fmt::format("{}  const float v = {};\n", indent, x);
+        s += fmt::format("{}  best = (nanMax ? v != v : v == m) ? {} : best;\n{}}}\n", indent, xv[ax], indent);
+      } else {
+        // One loop per case, so that each compares once per value; the common one unrolled (as
+        // LLVM unrolls it): 1.2x faster at a width of 256.
+        s += fmt::format("{}if (m != m) {{\n", indent);
+        s += fmt::format("{}  {} {{\n", indent, scan);
+        s += fmt::format("{}    if ({} != {}) {{ best = {}; break; }}\n", indent, x, x, xv[ax]);
+        s += fmt::format("{}  }}\n{}}} else {{\n", indent, indent);
+        s += fmt::format("{}  #pragma GCC unroll 8\n{}  {} {{\n", indent, indent, scan);
+        s += fmt::format("{}    if ({} == m) {{ best = {}; break; }}\n", indent, x, xv[ax]);
+        s += fmt::format("{}  }}\n{}}}\n", indent, indent);
+      }
     } else {
       std::vector<std::string> first = xv;
       first[ax] = "0";
@@ -559,6 +570,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       if (reduced[d]) innermost = d;
     }
     const bool vecMax = isMax && X.type.dtype == DType::F32 && innermost == r - 1 && (!k.prologue.empty() || X.strides.back() == 1);
+    if (isMax && X.type.dtype == DType::F32 && !vecMax) s += fmt::format("{}bool nanSeen = false;\n", indent);
     // Axes not walked by a loop here: pc::maxOf's, or the run of pc::sumOf (KernelSchedule::sumRun).
     const std::optional<KernelSchedule::SumRun>& run = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].sumRun;
     auto inner = [&](size_t d) { return run ? d >= run->first && d <= run->last : vecMax && d == innermost; };
@@ -583,6 +595,12 @@ std::string Emitter::emitReduction(const Kernel& k) const {
     } else if (vecMax) {
       s += fmt::format("{}acc = pc::maxNaNScan<double>(acc, pc::maxOf({}, [&](int64_t {}) {{ return {}; }}));\n", ind,
                        X.type.shape[innermost].value(), xv[innermost], x);
+    } else if (isMax && X.type.dtype == DType::F32) {
+      // Over a strided axis: the larger by a select (ties keep the earlier), any NaN beside it,
+      // branch-free, so that GCC unrolls the short reduced loop and vectorises the kept one
+      // around it (a scan's branch per value kept it scalar: 2 against LLVM's 0.2 us for
+      // multi_input's maximum over 4 rows of 16 at batch 64).
+      s += fmt::format("{}{{ const double v = {}; acc = v > acc ? v : acc; nanSeen |= v != v; }}\n", ind, x);
     } else {
       s += isMax ? fmt::format("{}acc = pc::maxNaNScan<double>(acc, {});\n", ind, x) : fmt::format("{}acc += {};\n", ind, x);
     }
@@ -591,6 +609,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       ind.resize(ind.size() - 2);
       s += ind + "}\n";
     }
+    if (isMax && X.type.dtype == DType::F32 && !vecMax) s += fmt::format("{}if (nanSeen) acc = pc::nan<double>();\n", indent);
     if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
       s += fmt::format("{}acc /= {};\n", indent, static_cast<double>(count) == 0 ? "0.0" : std::to_string(count));
       if (!ir::isFloat(outT)) s += fmt::format("{}acc = std::trunc(acc);\n", indent);
