@@ -850,6 +850,10 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);
     ks.disjointTemps = disjointTemps(p, plan, k);
     ks.sumRun = sumRun(p, k);
+    if (k.anchor && k.anchor->isOp(Op::Softmax)) {
+      const ir::Dim& row = k.domain[static_cast<size_t>(normalizeAxis(k.anchor->attrInt("axis"), k.domain.size()))];
+      if (row.isStatic() && row.value() <= 4096) ks.keptExps = row.value();
+    }
     ks.collapseFrom = ks.form == Form::Pointwise ? collapseFrom(p, k, ks.split) : k.domain.size();
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);

@@ -48,6 +48,9 @@ std::optional<PostOpPlan> postOpPlan(const KernelProgram& p, const Kernel& k);
 
 // ---- names and attributes
 
+// A negative axis attribute counted from the end.
+inline int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
+
 const char* ctype(ir::DType t);        // the C type of a value of dtype t (bool: bool)
 const char* storageType(ir::DType t);  // of an element in memory (bool is one byte, 0 or 1: uint8_t)
 
@@ -229,6 +232,10 @@ struct KernelSchedule {
     int64_t count = 0;
   };
   std::optional<SumRun> sumRun;
+  // A softmax over at most 4096 values: the first pass keeps each exp(x - max) of the row (this
+  // many doubles on the stack) and the second divides them, where it computed them again (two
+  // libm exps a value, the kernel's whole time at small widths). 0: computed twice.
+  int64_t keptExps = 0;
   // A Form::Pointwise kernel's trailing domain axes [collapseFrom, rank) that every load and store
   // walks as one contiguous run (or not at all) run as one loop (loopExtents): a 21x21 map is one
   // loop of 441, not 21 loops of 21 each with a vector tail. rank: none.

@@ -803,3 +803,25 @@ TEST_CASE("llvm and cpp backends: pointwise loops over contiguous axes collapse 
   llvm.minChunkCost = 0;
   checkBothBackends(*graph, so, llvm, 31, 1e-6);
 }
+
+// A softmax keeps its row's exps for the second pass where the row has at most 4096 values
+// (KernelSchedule::keptExps), and computes them twice past that; both against the interpreter.
+TEST_CASE("llvm and cpp backends: softmax with kept and recomputed exps match the interpreter", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph sm(%x: f32[batch,3,37], %w: f32[batch,4100]) {
+  %a = softmax(%x) {axis=-1} : f32[batch,3,37]
+  %b = softmax(%w) {axis=-1} : f32[batch,4100]
+  %c = log_softmax(%x) {axis=1} : f32[batch,3,37]
+  return (a=%a, b=%b, c=%c)
+})");
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  CHECK(generated.source.find("double e[37];") != std::string::npos);
+  CHECK(generated.source.find("double e[4100]") == std::string::npos);
+  const fs::path so = scratch() / "softmax_kept.so";
+  codegen::buildSharedObject(generated, so.string(), {});
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  checkBothBackends(*graph, so, llvm, 37, 1e-6);
+}

@@ -475,8 +475,16 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       } else {
         s += innerLoops(fmt::format("maxValue = pc::maxNaNScan<double>(maxValue, {});", x));
       }
-      s += innerLoops(fmt::format("sum += std::exp(double({}) - maxValue);", x));
+      // KernelSchedule::keptExps: the row's exps kept for the second pass.
+      const int64_t kept = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].keptExps;
+      if (kept) {
+        s += fmt::format("{}double e[{}];\n", indent, kept);
+        s += innerLoops(fmt::format("{{ const double t = std::exp(double({}) - maxValue); e[{}] = t; sum += t; }}", x, vars[reduced[0]]));
+      } else {
+        s += innerLoops(fmt::format("sum += std::exp(double({}) - maxValue);", x));
+      }
       std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - std::log(sum)", x)
+                      : kept                 ? fmt::format("e[{}] / sum", vars[reduced[0]])
                                              : fmt::format("std::exp(double({}) - maxValue) / sum", x);
       s += innerLoops(callEpilogue(vars, fmt::format("static_cast<{}>({})", OT, y)));
     }

@@ -39,7 +39,6 @@ std::string literal(double v, DType t);
 // "%name (op) from "origin"" for comments (escaped).
 std::string sourceStr(const ir::Node* n);
 inline std::string dimStr(const ir::Dim& d) { return d.isBatch() ? "batch" : std::to_string(d.value()); }
-inline int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
 // A linear expression over loop variables: sum coef[v] * v + constant.
 struct Affine {

@@ -567,14 +567,20 @@ void Emitter::emitReduction(const Kernel& k) {
         }
         Value* mx = b_.CreateLoad(f64_, a, "max");
         b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
+        // KernelSchedule::keptExps: the row's exps kept for the second pass.
+        const int64_t kept = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].keptExps;
+        llvm::AllocaInst* e = kept ? local(llvm::ArrayType::get(f64_, static_cast<uint64_t>(kept)), "exps") : nullptr;
+        auto keptAt = [&](const std::vector<Value*>& v) { return b_.CreateInBoundsGEP(f64_, e, v[reduced[0]]); };
         inner([&](const std::vector<Value*>& v) {
-          b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), exp(b_.CreateFSub(asF64(operand(k, v)), mx))), s);
+          Value* t = exp(b_.CreateFSub(asF64(operand(k, v)), mx));
+          if (e) b_.CreateStore(t, keptAt(v));
+          b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), t), s);
         });
         Value* sum = b_.CreateLoad(f64_, s, "sum");
         Value* logSum = n.isOp(Op::LogSoftmax) ? log(sum) : nullptr;
         inner([&](const std::vector<Value*>& v) {
           Value* d = b_.CreateFSub(asF64(operand(k, v)), mx);
-          Value* y = logSum ? b_.CreateFSub(d, logSum) : b_.CreateFDiv(exp(d), sum);
+          Value* y = logSum ? b_.CreateFSub(d, logSum) : b_.CreateFDiv(e ? b_.CreateLoad(f64_, keptAt(v)) : exp(d), sum);
           emitBody(k.body, v, convert(y, DType::F64, outT));
         });
       }

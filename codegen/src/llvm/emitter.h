@@ -40,7 +40,6 @@ constexpr int64_t kWeightAlign = 64;  // the blob's alignment (schedule.cpp lays
 constexpr unsigned kLanes = 16;  // the vector epilogue's width: one weight panel
 
 inline int abiDType(DType t) { return static_cast<int>(t); }  // policyc_dtype follows ir::DType's order
-inline int64_t normalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
 class Emitter : llvmbe::Builder {
  public:
