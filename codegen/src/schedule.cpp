@@ -445,6 +445,7 @@ RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
     g.colsEnd = g.W + g.pads[3];
     g.includePad = n.attrInt("count_include_pad") != 0;
     rowTaps(g.W, g.OW, g.kernel[1], g.strides[1], 1, g.padL, g.taps.lo, g.taps.hi);
+    g.taps.finiteWeights = true;  // its taps' weight is 1
     if (g.OW <= 256) g.taps.chunks = (g.OW + 15) / 16;
   }
   return g;
@@ -782,8 +783,15 @@ std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, cons
   const int64_t KW = p.buffer(k.anchorInputs[1]).type.shape[3].value();
   RowTaps t;
   rowTaps(W, OW, KW, stride, dil, pad, t.lo, t.hi);
-  const bool f32 = X.type.dtype == DType::F32 && p.buffer(k.anchorInputs[1]).type.dtype == DType::F32;
+  const Buffer& weight = p.buffer(k.anchorInputs[1]);
+  const bool f32 = X.type.dtype == DType::F32 && weight.type.dtype == DType::F32;
   if (stride == 1 && f32 && OW <= 256) t.chunks = (OW + 15) / 16;
+  const Buffer& root = p.buffer(weight.root);
+  if (f32 && root.kind == BufferKind::Param && root.type.dtype == DType::F32) {
+    const ir::Tensor& data = root.value->producer()->paramData();
+    const float* w = data.data<float>();
+    t.finiteWeights = std::all_of(w, w + data.numel(), [](float v) { return std::isfinite(v); });
+  }
   return t;
 }
 

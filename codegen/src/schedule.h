@@ -97,6 +97,12 @@ struct RowTaps {
   struct Lanes {
     int64_t chunk, first, last;  // lanes [first, last) of that chunk
   };
+  // Every weight is a finite constant (a pool's 1, a conv's param): a tap may load its lanes
+  // past the row as the zero with the sign of -w, so that their products are -0 and leave every
+  // sum as it is (acc + -0 is acc, -0 included), and skip the select of the reached lanes (the
+  // LLVM backend's blend after each FMA, on the accumulator's chain: the grouped conv ran 2x
+  // behind GCC's masked FMA).
+  bool finiteWeights = false;
   // The chunks window column k1 reaches, and on which lanes (chunks > 0).
   std::vector<Lanes> lanesOf(size_t k1) const;
 };

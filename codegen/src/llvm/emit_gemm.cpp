@@ -477,7 +477,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
   });
 }
 
-void Emitter::addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id) {
+void Emitter::addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id, bool finiteWeight) {
   llvm::Type* v16 = reg->getAllocatedType();
   Value* acc = b_.CreateLoad(v16, reg);
   Value* r = nullptr;
@@ -489,8 +489,15 @@ void Emitter::addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, 
     std::vector<llvm::Constant*> on;
     for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i >= l.first && i < l.last));
     Value* mask = llvm::ConstantVector::get(on);
-    x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, llvm::Constant::getNullValue(v16));
-    r = b_.CreateSelect(mask, fma(x, wv, acc), acc);
+    if (finiteWeight) {
+      // Lanes past the row read copysign(0, -w): their products are -0 (RowTaps::finiteWeights).
+      Value* zero = b_.CreateCopySign(llvm::Constant::getNullValue(v16), b_.CreateFNeg(wv));
+      x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, zero);
+      r = fma(x, wv, acc);
+    } else {
+      x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, llvm::PoisonValue::get(v16));
+      r = b_.CreateSelect(mask, fma(x, wv, acc), acc);
+    }
   }
   restrictAccess(x, id);
   b_.CreateStore(r, reg);
@@ -539,7 +546,8 @@ void Emitter::emitConv(const Kernel& k) {
                 Value* wv = b_.CreateVectorSplat(16, w);
                 for (const RowTaps::Lanes& l : taps->lanesOf(k1)) {
                   // lane 0's column: may lie outside the row
-                  addTap(regs[static_cast<size_t>(l.chunk)], elemPtr(X.id, {vars[0], ch, p0, c64(16 * l.chunk + off)}), l, wv, X.id);
+                  addTap(regs[static_cast<size_t>(l.chunk)], elemPtr(X.id, {vars[0], ch, p0, c64(16 * l.chunk + off)}), l, wv, X.id,
+                         taps->finiteWeights);
                 }
                 continue;
               }

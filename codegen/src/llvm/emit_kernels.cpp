@@ -384,7 +384,7 @@ void Emitter::emitAvgPoolRows(const Kernel& k) {
         const int64_t off = static_cast<int64_t>(kw) - padL;
         if (taps.chunks) {
           for (const RowTaps::Lanes& l : taps.lanesOf(kw)) {
-            addTap(regs[static_cast<size_t>(l.chunk)], b_.CreateGEP(f32_, row, c64(16 * l.chunk + off)), l, one, X.id);
+            addTap(regs[static_cast<size_t>(l.chunk)], b_.CreateGEP(f32_, row, c64(16 * l.chunk + off)), l, one, X.id, taps.finiteWeights);
           }
           continue;
         }

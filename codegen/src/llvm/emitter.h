@@ -190,7 +190,7 @@ class Emitter : llvmbe::Builder {
   void emitConv(const Kernel& k);
   // *reg (16 floats of an output row in registers, RowTaps::chunks) plus the 16 values at `at`
   // times wv, on lanes [l.first, l.last) only: the others neither read nor changed.
-  void addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id);
+  void addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id, bool finiteWeight);
 
   // ---- pooling
 
