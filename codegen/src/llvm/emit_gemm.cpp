@@ -107,6 +107,10 @@ void Emitter::emitLinear(const Kernel& k) {
   ir::Dim kExtent = A.type.shape.back();
   const int axis = split_->axis;
   const DType t = accType(k);
+  // The output columns' loop kept rolled and vectorised: its dot products side by side (the
+  // k loop inside unrolled whole, the columns' loop of 4 unrolled too and left scalar, a
+  // batched 4x16 by 16x4 matmul ran 3x behind GCC's).
+  if (axis != static_cast<int>(R) - 1) rolledAxis_ = static_cast<int>(R) - 1;
   domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
     std::vector<Value*> aIdx(A.type.rank(), nullptr), bIdx(B.type.rank(), nullptr), cIdx;
     int kAxisA = 0, kAxisB = 0;
@@ -185,6 +189,7 @@ void Emitter::emitLinear(const Kernel& k) {
     tag(since, &n);
     emitBody(k.body, vars, convert(r, accT, t));
   });
+  rolledAxis_ = -1;
 }
 
 std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, Value* w, Value* bias, const ir::Node* node, Value* offsets) {
