@@ -67,6 +67,26 @@ void checkBothBackends(const ir::Graph& graph, const fs::path& so, const codegen
   }
 }
 
+// `graph` (after the pipeline) built by the C++ backend with every kernel split as far as it
+// goes, both backends checked as checkBothBackends does; returns the C++ source for its checks.
+std::string checkGenerated(const ir::Graph& graph, const std::string& name, uint64_t seed, double tolerance) {
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  const codegen::GeneratedCpp generated = codegen::generateCpp(graph, cpp);
+  const fs::path so = scratch() / (name + ".so");
+  codegen::buildSharedObject(generated, so.string(), {});
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  checkBothBackends(graph, so, llvm, seed, tolerance);
+  return generated.source;
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
 std::string capture(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
@@ -613,19 +633,10 @@ TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", 
   return (a=%a, b=%b, c=%c, d=%d)
 })");
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  size_t rows = 0;
-  for (size_t at = 0; (at = generated.source.find("alignas(64) float sum[", at)) != std::string::npos; ++at) ++rows;
-  CHECK(rows == 3);
-  CHECK(generated.source.find("r1 = pc::fmaLanes<0, 5>(r1, row + 15, 1.0f);") != std::string::npos);
-  CHECK(generated.source.find("for (int64_t i3 = 1; i3 < 260; ++i3) sum[i3] += row[i3*1 - 1];") != std::string::npos);
-  const fs::path so = scratch() / "avg.so";
-  codegen::buildSharedObject(generated, so.string(), {});
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  checkBothBackends(*graph, so, llvm, 9, 1e-6);
+  const std::string source = checkGenerated(*graph, "avg", 9, 1e-6);
+  CHECK(occurrences(source, "alignas(64) float sum[") == 3);
+  CHECK(source.find("r1 = pc::fmaLanes<0, 5>(r1, row + 15, 1.0f);") != std::string::npos);
+  CHECK(source.find("for (int64_t i3 = 1; i3 < 260; ++i3) sum[i3] += row[i3*1 - 1];") != std::string::npos);
 }
 
 // The C++ prelude's row helpers (pc::fmaLanes, pc::loadFirst8) have an AVX-512, an AVX and an
@@ -683,25 +694,14 @@ TEST_CASE("llvm and cpp backends: max pool window steps on registers match the i
   return (s=%s, m=%m, b=%b, r=%r)
 })");
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  auto count = [&](const std::string& what) {
-    size_t n = 0;
-    for (size_t at = 0; (at = generated.source.find(what, at)) != std::string::npos; ++at) ++n;
-    return n;
-  };
-  CHECK(count("pc::store8(out + ") == 2);  // c's two chunks of 8 outputs (a's epilogue runs on vectors)
-  CHECK(count("v = v < 0.0f ? 0.0f : v;") == 4);  // a's relu, a chunk at a time
-  CHECK(count("float col[") == 1);         // b's step in memory
-  CHECK(count("__builtin_shuffle(") > 0);
-  const fs::path so = scratch() / "maxpool_rows.so";
-  codegen::buildSharedObject(generated, so.string(), {});
+  const std::string source = checkGenerated(*graph, "maxpool_rows", 17, 0);
+  CHECK(occurrences(source, "pc::store8(out + ") == 2);           // c's two chunks of 8 outputs (a's epilogue runs on vectors)
+  CHECK(occurrences(source, "v = v < 0.0f ? 0.0f : v;") == 4);  // a's relu, a chunk at a time
+  CHECK(occurrences(source, "float col[") == 1);                  // b's step in memory
+  CHECK(occurrences(source, "__builtin_shuffle(") > 0);
   codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
   llvm.keepUnoptimizedIr = true;
   CHECK(codegen::generateLlvm(*graph, llvm).unoptimizedIr().find("shufflevector") != std::string::npos);
-  checkBothBackends(*graph, so, llvm, 17, 0);
 }
 
 // Sums of f32 values run through sixteen partial sums in both backends (KernelSchedule::sumRun,
@@ -726,9 +726,7 @@ TEST_CASE("llvm and cpp backends: sums through partial sums agree bit for bit", 
     cpp.minChunkCost = 0;
     cpp.target = target;
     const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-    size_t runs = 0;
-    for (size_t at = 0; (at = generated.source.find("pc::sumOf(", at)) != std::string::npos; ++at) ++runs;
-    CHECK(runs == 4);  // not s's five rows
+    CHECK(occurrences(generated.source, "pc::sumOf(") == 4);  // not s's five rows
     CHECK(generated.source.find("pc::sumOf(185, ") != std::string::npos);
     const fs::path so = scratch() / fmt::format("sums_{}.so", target);
     codegen::buildSharedObject(generated, so.string(), {});
@@ -765,18 +763,9 @@ TEST_CASE("llvm and cpp backends: pools with every window inside match the inter
   return (m=%m, a=%a, c=%c, w=%w)
 })");
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  size_t checks = 0;
-  for (size_t at = 0; (at = generated.source.find("if (p0 < 0 || p0 >= ", at)) != std::string::npos; ++at) ++checks;
-  CHECK(checks == 2);  // a's and c's one spatial axis
-  CHECK(generated.source.find("acc = acc / static_cast<float>(12);") != std::string::npos);  // w's window
-  const fs::path so = scratch() / "inside.so";
-  codegen::buildSharedObject(generated, so.string(), {});
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  checkBothBackends(*graph, so, llvm, 29, 1e-6);
+  const std::string source = checkGenerated(*graph, "inside", 29, 1e-6);
+  CHECK(occurrences(source, "if (p0 < 0 || p0 >= ") == 2);                       // a's and c's one spatial axis
+  CHECK(source.find("acc = acc / static_cast<float>(12);") != std::string::npos);  // w's window
 }
 
 // Trailing axes that every access walks as one contiguous run loop once (KernelSchedule::
@@ -791,17 +780,10 @@ TEST_CASE("llvm and cpp backends: pointwise loops over contiguous axes collapse 
   return (a=%a, b=%b, c=%c)
 })");
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  CHECK(generated.source.find("for (int64_t i3 = 0; i3 < 105; ++i3) {") != std::string::npos);  // a
-  CHECK(generated.source.find("for (int64_t i2 = 0; i2 < 5; ++i2) {") != std::string::npos);    // b
-  CHECK(generated.source.find("for (int64_t i1 = 0; i1 < 5; ++i1) {") != std::string::npos);    // c
-  const fs::path so = scratch() / "runs.so";
-  codegen::buildSharedObject(generated, so.string(), {});
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  checkBothBackends(*graph, so, llvm, 31, 1e-6);
+  const std::string source = checkGenerated(*graph, "runs", 31, 1e-6);
+  CHECK(source.find("for (int64_t i3 = 0; i3 < 105; ++i3) {") != std::string::npos);  // a
+  CHECK(source.find("for (int64_t i2 = 0; i2 < 5; ++i2) {") != std::string::npos);    // b
+  CHECK(source.find("for (int64_t i1 = 0; i1 < 5; ++i1) {") != std::string::npos);    // c
 }
 
 // A softmax keeps its row's exps for the second pass where the row has at most 4096 values
@@ -814,14 +796,7 @@ TEST_CASE("llvm and cpp backends: softmax with kept and recomputed exps match th
   return (a=%a, b=%b, c=%c)
 })");
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  CHECK(generated.source.find("double e[37];") != std::string::npos);
-  CHECK(generated.source.find("double e[4100]") == std::string::npos);
-  const fs::path so = scratch() / "softmax_kept.so";
-  codegen::buildSharedObject(generated, so.string(), {});
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  checkBothBackends(*graph, so, llvm, 37, 1e-6);
+  const std::string source = checkGenerated(*graph, "softmax_kept", 37, 1e-6);
+  CHECK(source.find("double e[37];") != std::string::npos);
+  CHECK(source.find("double e[4100]") == std::string::npos);
 }
