@@ -184,7 +184,17 @@ struct PadRows {
 };
 std::optional<PadRows> padRows(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
 
-// ---- vectorisation
+// ---- vectorisation and loop shapes (loop_shapes.cpp), read by scheduleProgram
+
+// Whether a load or store of `k`'s body walks domain axis `axis` with a stride other than 0 or 1.
+bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis);
+// Whether the temporaries kernel `k` touches occupy disjoint workspace memory.
+bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel& k);
+// A Form::Pointwise kernel's first trailing domain axis of the run every access walks
+// contiguously, or not at all (KernelSchedule::collapseFrom; the rank: none).
+size_t collapseFrom(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
+// Whether every window of a pooling kernel lies inside its input (KernelSchedule::windowInside).
+bool windowInside(const KernelProgram& p, const Kernel& k);
 
 // Whether `k`'s body can run on 16 consecutive values of the domain's last axis: f32 values only,
 // no operator without a vector form (pow, casts, comparisons, where, not), and every load or
@@ -271,6 +281,9 @@ struct Schedule {
   int64_t workspaceStatic = 0, workspacePerBatch = 0;
   int64_t maxBatch = 0;  // the largest batch the workspace arithmetic allows (codegen::maxBatch)
 };
+
+// A sum's run of partial sums (KernelSchedule::sumRun; loop_shapes.cpp).
+std::optional<KernelSchedule::SumRun> sumRun(const KernelProgram& p, const Kernel& k);
 
 // The extents of the loops both printers write for a Form::Pointwise kernel: its domain, the
 // collapsed axes (KernelSchedule::collapseFrom) 1 but the last, which takes their product.

@@ -1,0 +1,286 @@
+// The loop shapes of the schedule (schedule.h): the row forms of direct convs, pools and pads,
+// a max pool's window step as lane shuffles, a sum's run of partial sums, collapsed pointwise
+// loops, pools without bounds checks, and the vectorisation facts both printers read.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "packing.h"
+#include "schedule.h"
+
+namespace policyc::codegen {
+
+using ir::DType;
+using ir::Op;
+
+namespace {
+
+// Per window column k1 of a row of W input columns read by OW outputs: the outputs [lo, hi) for
+// which column i * stride + k1 * dil - pad lies inside the input.
+void rowTaps(int64_t W, int64_t OW, int64_t KW, int64_t stride, int64_t dil, int64_t pad, std::vector<int64_t>& lo,
+             std::vector<int64_t>& hi) {
+  for (int64_t k1 = 0; k1 < KW; ++k1) {
+    const int64_t off = k1 * dil - pad;  // i * stride + off in [0, W)
+    const int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    const int64_t h = W - 1 - off < 0 ? 0 : std::min(OW, (W - 1 - off) / stride + 1);
+    lo.push_back(std::min(l, OW));
+    hi.push_back(std::max(h, std::min(l, OW)));
+  }
+}
+
+}  // namespace
+
+RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  RowPoolGeometry g;
+  g.kernel = n.attrInts("kernel_shape");
+  g.strides = spatialList(n, "strides", 2, 1);
+  g.dilations = spatialList(n, "dilations", 2, 1);
+  g.pads = spatialList(n, "pads", 4, 0);
+  g.C = k.domain[1].value();
+  g.OH = k.domain[2].value();
+  g.OW = k.domain[3].value();
+  g.H = X.type.shape[2].value();
+  g.W = X.type.shape[3].value();
+  g.padL = g.pads[1];
+  g.span = std::max(g.padL + g.W, (g.OW - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
+  g.chunks = g.W <= 256 ? (g.W + 7) / 8 : 0;
+  g.colSize = std::max(g.span, g.padL + g.chunks * 8);
+  if (n.isOp(Op::MaxPool) && g.chunks) {
+    for (int64_t o = 0; o < (g.OW + 7) / 8 && (o == 0 || !g.window.empty()); ++o) {
+      g.window.emplace_back();
+      for (int64_t kw = 0; kw < g.kernel[1]; ++kw) {
+        std::array<int, 8> sources;
+        for (int64_t l = 0; l < 8; ++l) {
+          const int64_t i3 = 8 * o + l, c = i3 * g.strides[1] + kw * g.dilations[1] - g.padL;  // the input column
+          sources[static_cast<size_t>(l)] = i3 < g.OW && c >= 0 && c < 8 * g.chunks ? static_cast<int>(c) : LaneShuffle::kFill;
+        }
+        g.window.back().push_back(shuffledLanes(sources));
+        if (g.window.back().back().steps.size() > 3) {  // a wide stride or dilation: columns from memory
+          g.window.clear();
+          break;
+        }
+      }
+    }
+  }
+  if (n.isOp(Op::AvgPool)) {
+    g.rowsEnd = g.H + g.pads[2];
+    g.colsEnd = g.W + g.pads[3];
+    g.includePad = n.attrInt("count_include_pad") != 0;
+    rowTaps(g.W, g.OW, g.kernel[1], g.strides[1], 1, g.padL, g.taps.lo, g.taps.hi);
+    g.taps.finiteWeights = true;  // its taps' weight is 1
+    if (g.OW <= 256) g.taps.chunks = (g.OW + 15) / 16;
+  }
+  return g;
+}
+
+// ---- vectorisation
+
+bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis) {
+  for (const Instr& in : k.body) {
+    if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
+    const Buffer& b = p.buffer(in.buffer);
+    int64_t stride = 0;
+    for (size_t d = 0; d < in.index.size(); ++d) {
+      if (in.index[d].axis == static_cast<int>(axis)) stride += in.index[d].scale * b.strides[d];
+    }
+    if (stride != 0 && stride != 1) return true;
+  }
+  return false;
+}
+
+
+bool vectorBody(const KernelProgram& p, const Kernel& k) {
+  if (k.domain.empty()) return false;
+  const size_t last = k.domain.size() - 1;
+  for (const Instr& in : k.body) {
+    if (in.dtype != DType::F32) return false;
+    if (in.opcode == Opcode::Apply && (in.op == Op::Pow || in.op == Op::Cast || in.op == Op::Where || in.op == Op::Not ||
+                                       in.op == Op::Equal || in.op == Op::Less || in.op == Op::Greater)) {
+      return false;
+    }
+    if (in.opcode == Opcode::Load || in.opcode == Opcode::Store) {
+      const Buffer& b = p.buffer(in.buffer);
+      if (b.type.dtype != DType::F32) return false;
+      int uses = 0;
+      for (size_t d = 0; d < in.index.size(); ++d) {
+        const IndexExpr& e = in.index[d];
+        if (e.axis != static_cast<int>(last)) continue;
+        ++uses;
+        if (e.scale * b.strides[d] != 1) return false;
+      }
+      if (uses > 1 || (in.opcode == Opcode::Store && uses == 0)) return false;
+    }
+  }
+  return true;
+}
+
+// Whether the temporaries kernel `k` touches occupy disjoint workspace memory.
+bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel& k) {
+  std::set<int> roots;
+  for (const std::vector<int>& ids : {k.reads(), k.writes()}) {
+    for (int id : ids) {
+      if (p.buffer(p.buffer(id).root).kind == BufferKind::Temp) roots.insert(p.buffer(id).root);
+    }
+  }
+  std::vector<const MemorySlot*> slots;
+  for (int r : roots) {
+    const MemorySlot* s = plan.slotOf(r);
+    if (!s) return false;
+    for (const MemorySlot* o : slots) {
+      if (o->perBatch == s->perBatch && o->offset < s->offset + s->bytes && s->offset < o->offset + o->bytes) return false;
+    }
+    slots.push_back(s);
+  }
+  return true;
+}
+
+// The first of the trailing domain axes every access walks as one contiguous run, or not at all.
+size_t collapseFrom(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+  const size_t r = k.domain.size();
+  auto coefficient = [&](const Instr& in, size_t axis) {  // elements per step along `axis`
+    const Buffer& b = p.buffer(in.buffer);
+    int64_t c = 0;
+    for (size_t d = 0; d < in.index.size(); ++d) {
+      if (in.index[d].axis == static_cast<int>(axis)) c += in.index[d].scale * b.strides[d];
+    }
+    return c;
+  };
+  if (r < 2 || split.axis == static_cast<int>(r) - 1 || !k.domain[r - 1].isStatic()) return r;
+  size_t from = r - 1;  // the run [from, r)
+  while (from >= 1 && static_cast<int>(from - 1) != split.axis && k.domain[from - 1].isStatic()) {
+    const size_t a = from - 1;
+    bool ok = true;
+    for (const Instr& in : k.body) {
+      if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
+      ok = ok && coefficient(in, a) == coefficient(in, from) * k.domain[from].value();
+    }
+    if (!ok) break;
+    from = a;
+  }
+  return from == r - 1 ? r : from;
+}
+
+// Whether every window of a pooling kernel lies inside its input.
+bool windowInside(const KernelProgram& p, const Kernel& k) {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  const size_t nsp = X.type.rank() - 2;
+  const std::vector<int64_t>& kernel = n.attrInts("kernel_shape");
+  const std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1), dil = spatialList(n, "dilations", nsp, 1),
+                             pads = spatialList(n, "pads", nsp * 2, 0);
+  for (size_t d = 0; d < nsp; ++d) {
+    if (pads[d] != 0 || !X.type.shape[2 + d].isStatic() || !k.domain[2 + d].isStatic()) return false;
+    if ((k.domain[2 + d].value() - 1) * strides[d] + (kernel[d] - 1) * dil[d] + 1 > X.type.shape[2 + d].value()) return false;
+  }
+  return true;
+}
+
+std::optional<KernelSchedule::SumRun> sumRun(const KernelProgram& p, const Kernel& k) {
+  const ir::Node* n = k.anchor;
+  if (formOf(p, k) != Form::AxisReduction || !(n->isOp(Op::ReduceSum) || n->isOp(Op::ReduceMean) || n->isOp(Op::GlobalAvgPool))) {
+    return std::nullopt;
+  }
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  const size_t r = X.type.rank();
+  if (X.type.dtype != DType::F32) return std::nullopt;
+  const std::vector<bool> reduced = reducedAxes(*n, r).reduced;
+  size_t inner = r;
+  for (size_t d = 0; d < r; ++d) {
+    if (reduced[d]) inner = d;
+  }
+  if (inner == r || !X.type.shape[inner].isStatic()) return std::nullopt;
+  KernelSchedule::SumRun run{inner, inner, X.type.shape[inner].value()};
+  // Without a prologue, reduced axes contiguous in memory join the run (a global average pool's rows).
+  if (k.prologue.empty() && X.strides[inner] == 1) {
+    while (run.first > 0 && reduced[run.first - 1] && X.type.shape[run.first - 1].isStatic() &&
+           X.strides[run.first - 1] == X.strides[run.first] * X.type.shape[run.first].value()) {
+      --run.first;
+      run.count *= X.type.shape[run.first].value();
+    }
+  }
+  if (run.count < 16) return std::nullopt;
+  return run;
+}
+
+std::vector<ir::Dim> loopExtents(const Kernel& k, const KernelSchedule& ks) {
+  std::vector<ir::Dim> e = k.domain;
+  for (size_t d = ks.collapseFrom; d + 1 < e.size(); ++d) {
+    e.back() = ir::Dim(e.back().value() * e[d].value());
+    e[d] = ir::Dim(1);
+  }
+  return e;
+}
+
+ShuffledLanes shuffledLanes(const std::array<int, 8>& sources) {
+  std::vector<int> regs;  // the registers in lane order of first use, then the fill
+  bool fill = false;
+  for (int s : sources) {
+    if (s == LaneShuffle::kFill) fill = true;
+    else if (std::find(regs.begin(), regs.end(), s / 8) == regs.end()) regs.push_back(s / 8);
+  }
+  bool identity = regs.size() == 1 && !fill;
+  for (int l = 0; identity && l < 8; ++l) identity = sources[static_cast<size_t>(l)] == regs[0] * 8 + l;
+  if (identity) return ShuffledLanes{regs[0], {}};
+  if (fill || regs.size() == 1) regs.push_back(LaneShuffle::kFill);
+  auto from = [&](int s) { return s == LaneShuffle::kFill ? LaneShuffle::kFill : s / 8; };
+  ShuffledLanes r;
+  LaneShuffle first{regs[0], regs[1], {}};
+  for (size_t l = 0; l < 8; ++l) {
+    const int s = sources[l];
+    first.mask[l] = from(s) == regs[1] ? 8 + (s == LaneShuffle::kFill ? 0 : s % 8) : (from(s) == regs[0] ? s % 8 : 0);
+  }
+  r.steps.push_back(first);
+  for (size_t i = 2; i < regs.size(); ++i) {
+    LaneShuffle step{LaneShuffle::kPrev, regs[i], {}};
+    for (size_t l = 0; l < 8; ++l) {
+      const int s = sources[l];
+      step.mask[l] = from(s) == regs[i] ? 8 + (s == LaneShuffle::kFill ? 0 : s % 8) : static_cast<int>(l);
+    }
+    r.steps.push_back(step);
+  }
+  return r;
+}
+
+std::vector<RowTaps::Lanes> RowTaps::lanesOf(size_t k1) const {
+  std::vector<Lanes> r;
+  for (int64_t j = 0; j < chunks; ++j) {
+    const int64_t first = std::max(lo[k1], 16 * j) - 16 * j, last = std::min(hi[k1], 16 * j + 16) - 16 * j;
+    if (first < last) r.push_back({j, first, last});
+  }
+  return r;
+}
+
+std::optional<PadRows> padRows(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+  if (formOf(p, k) != Form::Copy || !k.anchor->isOp(Op::Pad) || k.anchor->attrString("mode") != "constant") return std::nullopt;
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  const size_t r = X.type.rank();
+  if (r < 2 || k.domain.size() != r || split.axis == static_cast<int>(r) - 1 || !X.type.shape[r - 1].isStatic()) return std::nullopt;
+  const std::vector<int64_t>& pads = k.anchor->attrInts("pads");
+  if (pads[r - 1] < 0 || pads[2 * r - 1] < 0) return std::nullopt;
+  return PadRows{pads[r - 1], X.type.shape[r - 1].value()};
+}
+
+std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  if (formOf(p, k) != Form::DirectConv || X.type.rank() != 4 || split.axis == 3) return std::nullopt;
+  const ir::Node& n = *k.anchor;
+  const int64_t stride = spatialList(n, "strides", 2, 1)[1], dil = spatialList(n, "dilations", 2, 1)[1];
+  const int64_t pad = spatialList(n, "pads", 4, 0)[1], W = X.type.shape[3].value(), OW = k.domain[3].value();
+  const int64_t KW = p.buffer(k.anchorInputs[1]).type.shape[3].value();
+  RowTaps t;
+  rowTaps(W, OW, KW, stride, dil, pad, t.lo, t.hi);
+  const Buffer& weight = p.buffer(k.anchorInputs[1]);
+  const bool f32 = X.type.dtype == DType::F32 && weight.type.dtype == DType::F32;
+  if (stride == 1 && f32 && OW <= 256) t.chunks = (OW + 15) / 16;
+  const Buffer& root = p.buffer(weight.root);
+  if (f32 && root.kind == BufferKind::Param && root.type.dtype == DType::F32) {
+    const ir::Tensor& data = root.value->producer()->paramData();
+    const float* w = data.data<float>();
+    t.finiteWeights = std::all_of(w, w + data.numel(), [](float v) { return std::isfinite(v); });
+  }
+  return t;
+}
+
+}  // namespace policyc::codegen
