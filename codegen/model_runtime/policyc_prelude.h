@@ -541,12 +541,12 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   if (i > 0) {
     // The lanes' maximum by halving (any order gives the same value: equal non-zero values are
     // one value, a zero maximum is looked up below, a NaN is flagged apart).
-    m = __builtin_shuffle(m, i32x16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}) > m
-            ? __builtin_shuffle(m, i32x16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}) : m;
-    m = __builtin_shuffle(m, i32x16{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3}) > m
-            ? __builtin_shuffle(m, i32x16{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3}) : m;
-    m = __builtin_shuffle(m, i32x16{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1}) > m
-            ? __builtin_shuffle(m, i32x16{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1}) : m;
+    m = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7) > m
+            ? __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7) : m;
+    m = __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3) > m
+            ? __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3) : m;
+    m = __builtin_shufflevector(m, m, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1) > m
+            ? __builtin_shufflevector(m, m, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1) : m;
     r = maxSel(m[1], m[0]);
     for (int l = 0; l < 16; ++l) anyNan |= nanLanes[l];
   }
@@ -584,8 +584,9 @@ template <class F> PC_INLINE double sumOf(int64_t n, F f) {
     for (int g = 0; g < 16 / W; ++g) {
       f32xW v;
       for (int l = 0; l < W; ++l) v[l] = f(i + g * W + l);  // one vector load where f reads consecutive floats
-#ifdef __AVX512F__
-      lanes[g] += __builtin_ia32_cvtps2pd512_mask(v, f64xW{}, 0xff, 4);  // vcvtps2pd zmm, ymm (convertvector: two halves)
+#if defined(__AVX512F__) && !defined(__clang__)
+      // vcvtps2pd zmm, ymm: GCC's convertvector converted two halves and reassembled them
+      lanes[g] += __builtin_ia32_cvtps2pd512_mask(v, f64xW{}, 0xff, 4);
 #else
       lanes[g] += __builtin_convertvector(v, f64xW);
 #endif

@@ -106,7 +106,7 @@ struct RowTaps {
   // The chunks window column k1 reaches, and on which lanes (chunks > 0).
   std::vector<Lanes> lanesOf(size_t k1) const;
 };
-// 8 lanes gathered from 8-lane registers by shuffles (lanes numbered as __builtin_shuffle and
+// 8 lanes gathered from 8-lane registers by shuffles (lanes numbered as __builtin_shufflevector and
 // shufflevector number them: 0-7 the first operand's, 8-15 the second's). The first step picks
 // from two registers; each further one keeps the previous result's lanes and adds a register's.
 struct LaneShuffle {

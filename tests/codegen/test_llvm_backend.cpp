@@ -698,7 +698,7 @@ TEST_CASE("llvm and cpp backends: max pool window steps on registers match the i
   CHECK(occurrences(source, "pc::store8(out + ") == 2);           // c's two chunks of 8 outputs (a's epilogue runs on vectors)
   CHECK(occurrences(source, "v = v < 0.0f ? 0.0f : v;") == 4);  // a's relu, a chunk at a time
   CHECK(occurrences(source, "float col[") == 1);                  // b's step in memory
-  CHECK(occurrences(source, "__builtin_shuffle(") > 0);
+  CHECK(occurrences(source, "__builtin_shufflevector(") > 0);
   codegen::LlvmOptions llvm;
   llvm.keepUnoptimizedIr = true;
   CHECK(codegen::generateLlvm(*graph, llvm).unoptimizedIr().find("shufflevector") != std::string::npos);

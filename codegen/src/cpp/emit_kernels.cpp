@@ -284,7 +284,8 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
       std::string e;
       for (const LaneShuffle& step : v.steps) {
         auto operand = [&](int r) { return r == LaneShuffle::kPrev ? e : r == LaneShuffle::kFill ? fill : fmt::format("{}{}", reg, r); };
-        e = fmt::format("__builtin_shuffle({}, {}, pc::i32x8{{{}}})", operand(step.a), operand(step.b), fmt::join(step.mask, ", "));
+        // __builtin_shufflevector: GCC (12 on) and clang both have it, GCC's __builtin_shuffle not clang.
+        e = fmt::format("__builtin_shufflevector({}, {}, {})", operand(step.a), operand(step.b), fmt::join(step.mask, ", "));
       }
       return e;
     };
