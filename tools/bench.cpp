@@ -84,14 +84,18 @@ struct Buffers {
   }
 };
 
-// The model's own run() (no shape checks) on buffers allocated beforehand.
+// One call of the model's own run() (no shape checks) on buffers allocated beforehand.
+std::function<void()> modelCall(const runtime::Model& model, Buffers& b, int64_t batch, int threads) {
+  return [&model, &b, batch, threads] {
+    const int code = model.runUnchecked(b.in.data(), b.out.data(), batch, b.workspace.get(), threads);
+    if (code != POLICYC_OK) fail("'{}' returned error {} at batch {}, {} threads", model.path(), code, batch, threads);
+  };
+}
+
 Timing timeModel(const runtime::Model& model, int64_t batch, int threads, const BenchOptions& o,
                  const std::function<void()>& afterWarmup = {}) {
   Buffers b(model, batch);
-  auto call = [&] {
-    int code = model.runUnchecked(b.in.data(), b.out.data(), batch, b.workspace.get(), threads);
-    if (code != POLICYC_OK) fail("'{}' returned error {} at batch {}, {} threads", model.path(), code, batch, threads);
-  };
+  const std::function<void()> call = modelCall(model, b, batch, threads);
   for (int64_t i = 0; i < o.warmup; ++i) call();
   if (afterWarmup) afterWarmup();
   return timeCalls(batch, threads, 0, o.minCalls, o.minSeconds, call);
@@ -206,6 +210,7 @@ class CsvBaseline : public Baseline {
 struct KernelRow {
   int kernel = 0;
   uint64_t ns = 0, calls = 0;
+  double usPerCall() const { return calls ? static_cast<double>(ns) / 1e3 / static_cast<double>(calls) : 0.0; }
 };
 
 struct RowProfile {
@@ -243,7 +248,7 @@ void printProfile(const policyc_profile& p, const RowProfile& r) {
     std::string nodes = info.nodes;
     if (nodes.size() > 40) nodes = nodes.substr(0, 37) + "...";
     fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f} {:>8.1f} {:>8.1f}  {}\n", info.name, k.calls, us,
-               100.0 * us / wallUs, k.calls ? us / static_cast<double>(k.calls) : 0.0, k.ns ? flops / static_cast<double>(k.ns) : 0.0,
+               100.0 * us / wallUs, k.usPerCall(), k.ns ? flops / static_cast<double>(k.ns) : 0.0,
                k.ns ? bytes / static_cast<double>(k.ns) : 0.0, nodes);
   }
   fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f}\n", "(outside kernels: entry, timers, loop)", r.timing.calls,
@@ -293,7 +298,7 @@ nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowPr
                               {"kind", info.kind},
                               {"nodes", info.nodes},
                               {"calls", kr.calls},
-                              {"us_per_call", kr.calls ? static_cast<double>(kr.ns) / 1e3 / static_cast<double>(kr.calls) : 0.0}});
+                              {"us_per_call", kr.usPerCall()}});
   }
   return row;
 }
@@ -329,11 +334,7 @@ int compareBackends(const BenchOptions& o, const BenchCompile& compile) {
       std::vector<double> perCall;
       for (const runtime::Model& m : models) {
         bufs.push_back(std::make_unique<Buffers>(m, batch));
-        Buffers* b = bufs.back().get();
-        calls.push_back([&m, b, batch, threads] {
-          const int code = m.runUnchecked(b->in.data(), b->out.data(), batch, b->workspace.get(), threads);
-          if (code != POLICYC_OK) fail("'{}' returned error {} at batch {}, {} threads", m.path(), code, batch, threads);
-        });
+        calls.push_back(modelCall(m, *bufs.back(), batch, threads));
         auto t0 = std::chrono::steady_clock::now();
         for (int64_t i = 0; i < o.warmup; ++i) calls.back()();
         perCall.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
@@ -384,8 +385,7 @@ int compareBackends(const BenchOptions& o, const BenchCompile& compile) {
     const std::vector<KernelRow>& kc = table[i].second[0].kernels;
     const std::vector<KernelRow>& kl = table[i + 1].second[0].kernels;
     for (size_t k = 0; k < kc.size() && k < kl.size(); ++k) {
-      auto perCallUs = [](const KernelRow& kr) { return kr.calls ? static_cast<double>(kr.ns) / 1e3 / static_cast<double>(kr.calls) : 0.0; };
-      const double c = perCallUs(kc[k]), l = perCallUs(kl[k]);
+      const double c = kc[k].usPerCall(), l = kl[k].usPerCall();
       const bool apart = std::max(c, l) > 1.25 * std::min(c, l);
       fmt::print("{:<44} {:>10.2f} {:>10.2f} {:>9.2f}{}\n", pc.kernels[kc[k].kernel].name, c, l, c > 0 ? l / c : 0.0, apart ? "  *" : "");
     }

@@ -77,14 +77,24 @@ RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
 
 // ---- vectorisation
 
+namespace {
+
+// The elements a load or store moves per step of domain axis `axis`.
+int64_t axisStride(const KernelProgram& p, const Instr& in, size_t axis) {
+  const Buffer& b = p.buffer(in.buffer);
+  int64_t stride = 0;
+  for (size_t d = 0; d < in.index.size(); ++d) {
+    if (in.index[d].axis == static_cast<int>(axis)) stride += in.index[d].scale * b.strides[d];
+  }
+  return stride;
+}
+
+}  // namespace
+
 bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis) {
   for (const Instr& in : k.body) {
     if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
-    const Buffer& b = p.buffer(in.buffer);
-    int64_t stride = 0;
-    for (size_t d = 0; d < in.index.size(); ++d) {
-      if (in.index[d].axis == static_cast<int>(axis)) stride += in.index[d].scale * b.strides[d];
-    }
+    const int64_t stride = axisStride(p, in, axis);
     if (stride != 0 && stride != 1) return true;
   }
   return false;
@@ -139,14 +149,6 @@ bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel&
 // The first of the trailing domain axes every access walks as one contiguous run, or not at all.
 size_t collapseFrom(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
   const size_t r = k.domain.size();
-  auto coefficient = [&](const Instr& in, size_t axis) {  // elements per step along `axis`
-    const Buffer& b = p.buffer(in.buffer);
-    int64_t c = 0;
-    for (size_t d = 0; d < in.index.size(); ++d) {
-      if (in.index[d].axis == static_cast<int>(axis)) c += in.index[d].scale * b.strides[d];
-    }
-    return c;
-  };
   if (r < 2 || split.axis == static_cast<int>(r) - 1 || !k.domain[r - 1].isStatic()) return r;
   size_t from = r - 1;  // the run [from, r)
   while (from >= 1 && static_cast<int>(from - 1) != split.axis && k.domain[from - 1].isStatic()) {
@@ -154,7 +156,7 @@ size_t collapseFrom(const KernelProgram& p, const Kernel& k, const ThreadSplit& 
     bool ok = true;
     for (const Instr& in : k.body) {
       if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
-      ok = ok && coefficient(in, a) == coefficient(in, from) * k.domain[from].value();
+      ok = ok && axisStride(p, in, a) == axisStride(p, in, from) * k.domain[from].value();
     }
     if (!ok) break;
     from = a;

@@ -300,12 +300,7 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
       if (vec) {
         // The epilogue on the 8 outputs (KernelSchedule::vectorEpilogue).
         s += "      pc::f32x8 v = nw != 0 ? pc::splat8(qnan) : w;\n";
-        const std::string code = *vectorEpilogue(k, vars, std::to_string(8 * o), 8);
-        for (size_t p0 = 0, p1; p0 < code.size(); p0 = p1 + 1) {
-          p1 = code.find('\n', p0);
-          if (p1 == std::string::npos) p1 = code.size();
-          s += fmt::format("      {}\n", code.substr(p0, p1 - p0));
-        }
+        s += indented(*vectorEpilogue(k, vars, std::to_string(8 * o), 8), "      ");
         s += "    }\n";
       } else {
         s += fmt::format("      pc::store8(out + {}, nw != 0 ? pc::splat8(qnan) : w);\n    }}\n", 8 * o);

@@ -203,11 +203,11 @@ void Emitter::emitPool(const Kernel& k) {
     llvm::Instruction* since = mark();
     Value* r;
     if (isMax) {
-      r = b_.CreateSelect(b_.CreateLoad(i1_, nan), llvm::ConstantFP::getNaN(f32_), b_.CreateLoad(f32_, acc), n.name());
+      r = b_.CreateSelect(b_.CreateLoad(i1_, nan), llvm::ConstantFP::getNaN(f32_), b_.CreateLoad(f32_, acc), escape::printable(n.name()));
     } else {
       Value* cnt = inside ? c64(window) : b_.CreateLoad(i64_, count);
       Value* div = b_.CreateSIToFP(includePad ? windowSize : cnt, f32_);
-      r = b_.CreateSelect(b_.CreateICmpEQ(cnt, c64(0)), llvm::ConstantFP::get(f32_, 0.0), b_.CreateFDiv(b_.CreateLoad(f32_, acc), div), n.name());
+      r = b_.CreateSelect(b_.CreateICmpEQ(cnt, c64(0)), llvm::ConstantFP::get(f32_, 0.0), b_.CreateFDiv(b_.CreateLoad(f32_, acc), div), escape::printable(n.name()));
     }
     tag(since, &n);
     emitBody(k.body, vars, convert(r, DType::F32, t));
@@ -236,10 +236,12 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
   Value* negInf = llvm::ConstantFP::getInfinity(f32_, true);
   auto colAt = [&](Value* i) { return b_.CreateInBoundsGEP(f32_, col, i); };
   auto nanAt = [&](Value* i) { return b_.CreateInBoundsGEP(i8_, nanIn, i); };
-  forCount(colSize, "c", [&](Value* c) {  // padding never wins
-    b_.CreateStore(negInf, colAt(c));
-    b_.CreateStore(b_.getInt8(0), nanAt(c));
-  });
+  if (g.window.empty()) {  // the window step through memory: padding never wins
+    forCount(colSize, "c", [&](Value* c) {
+      b_.CreateStore(negInf, colAt(c));
+      b_.CreateStore(b_.getInt8(0), nanAt(c));
+    });
+  }
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* i0 = b_.CreateSDiv(u, c64(C * OH), "i0");
     Value* i1 = b_.CreateSRem(b_.CreateSDiv(u, c64(OH)), c64(C), "i1");
@@ -311,7 +313,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
           w = b_.CreateSelect(b_.CreateFCmpOGT(w, x), w, x);
           nw = b_.CreateOr(nw, lanes(taps[kw], ns, b8, noNan));
         }
-        Value* r = b_.CreateSelect(b_.CreateICmpNE(nw, noNan), nan8, w, n.name());
+        Value* r = b_.CreateSelect(b_.CreateICmpNE(nw, noNan), nan8, w, escape::printable(n.name()));
         tag(since, &n);
         if (vec) {
           emitBody(k.body, {i0, i1, i2, c64(8 * static_cast<int64_t>(o))}, r, 8);  // KernelSchedule::vectorEpilogue
@@ -321,7 +323,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
       }
       if (vec) return;
       forCount(OW, "i3", [&](Value* i3) {
-        Value* r = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, out, i3), n.name());
+        Value* r = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, out, i3), escape::printable(n.name()));
         emitBody(k.body, {i0, i1, i2, i3}, convert(r, DType::F32, t));
       });
       return;
@@ -341,7 +343,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
         m = b_.CreateSelect(b_.CreateFCmpOGT(m, v), m, v);
         nan = b_.CreateOr(nan, b_.CreateLoad(i8_, nanAt(at)));
       }
-      Value* r = b_.CreateSelect(b_.CreateICmpNE(nan, b_.getInt8(0)), llvm::ConstantFP::getNaN(f32_), m, n.name());
+      Value* r = b_.CreateSelect(b_.CreateICmpNE(nan, b_.getInt8(0)), llvm::ConstantFP::getNaN(f32_), m, escape::printable(n.name()));
       tag(since, &n);
       emitBody(k.body, {i0, i1, i2, i3}, convert(r, DType::F32, t));
     });
@@ -408,7 +410,7 @@ void Emitter::emitAvgPoolRows(const Kernel& k) {
       Value* count = b_.CreateSelect(b_.CreateAnd(b_.CreateICmpSGT(rows, c64(0)), b_.CreateICmpSGT(cols, c64(0))), b_.CreateMul(rows, cols), c64(0));
       Value* div = b_.CreateSIToFP(g.includePad ? b_.CreateMul(b_.CreateSub(e0, b0), b_.CreateSub(e1, b1)) : count, f32_);
       Value* r = b_.CreateSelect(b_.CreateICmpEQ(count, c64(0)), llvm::ConstantFP::get(f32_, 0.0),
-                                 b_.CreateFDiv(b_.CreateLoad(f32_, sumAt(i3)), div), n.name());
+                                 b_.CreateFDiv(b_.CreateLoad(f32_, sumAt(i3)), div), escape::printable(n.name()));
       tag(since, &n);
       emitBody(k.body, {i0, i1, i2, i3}, convert(r, DType::F32, t));
     });
@@ -750,7 +752,7 @@ void Emitter::emitReduction(const Kernel& k) {
         });
       }
     }
-    Value* a = b_.CreateLoad(f64_, acc, n.name());
+    Value* a = b_.CreateLoad(f64_, acc, escape::printable(n.name()));
     if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
       a = b_.CreateFDiv(a, llvm::ConstantFP::get(f64_, static_cast<double>(count)));
       if (!ir::isFloat(outT)) a = b_.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, a);
