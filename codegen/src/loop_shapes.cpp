@@ -91,7 +91,20 @@ int64_t axisStride(const KernelProgram& p, const Instr& in, size_t axis) {
 
 }  // namespace
 
+bool mathHeavy(const Kernel& k) {
+  for (const Instr& in : k.body) {
+    if (in.opcode != Opcode::Apply) continue;
+    switch (in.op) {
+      case Op::Exp: case Op::Log: case Op::Erf: case Op::Sigmoid: case Op::Tanh: case Op::Softplus: case Op::Elu:
+      case Op::Selu: case Op::Silu: case Op::Gelu: return true;
+      default: break;
+    }
+  }
+  return false;
+}
+
 bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis) {
+  if (mathHeavy(k)) return false;
   for (const Instr& in : k.body) {
     if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
     const int64_t stride = axisStride(p, in, axis);
@@ -162,6 +175,31 @@ size_t collapseFrom(const KernelProgram& p, const Kernel& k, const ThreadSplit& 
     from = a;
   }
   return from == r - 1 ? r : from;
+}
+
+int vectorAxis(const Kernel& k) {
+  if (k.domain.empty() || !mathHeavy(k)) return -1;
+  size_t a = k.domain.size() - 1;
+  while (a > 0 && k.domain[a].isStatic() && k.domain[a].value() == 1) --a;
+  return a == k.domain.size() - 1 ? -1 : static_cast<int>(a);
+}
+
+std::optional<TransposeTiles> transposeTiles(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+  const size_t r = k.domain.size();
+  if (r < 2 || k.body.size() != 2 || k.body[0].opcode != Opcode::Load || k.body[1].opcode != Opcode::Store) return std::nullopt;
+  const Instr &load = k.body[0], &store = k.body[1];
+  const DType t = p.buffer(load.buffer).type.dtype;
+  if (p.buffer(store.buffer).type.dtype != t || t == DType::Bool || ir::dtypeSize(t) != 4) return std::nullopt;
+  const size_t last = r - 1;
+  if (split.axis == static_cast<int>(last) || !k.domain[last].isStatic()) return std::nullopt;
+  if (axisStride(p, store, last) != 1 || axisStride(p, load, last) == 0) return std::nullopt;
+  for (size_t a = 0; a < last; ++a) {
+    if (static_cast<int>(a) == split.axis || !k.domain[a].isStatic() || axisStride(p, load, a) != 1) continue;
+    const int64_t least = std::min(k.domain[a].value(), k.domain[last].value());
+    const int64_t tile = least >= 8 ? 8 : least >= 4 ? 4 : 0;
+    if (tile > 0 && axisStride(p, store, a) != 0) return TransposeTiles{a, tile};
+  }
+  return std::nullopt;
 }
 
 // Whether every window of a pooling kernel lies inside its input.

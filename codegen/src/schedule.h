@@ -186,13 +186,32 @@ std::optional<PadRows> padRows(const KernelProgram& p, const Kernel& k, const Th
 
 // ---- vectorisation and loop shapes (loop_shapes.cpp), read by scheduleProgram
 
-// Whether a load or store of `k`'s body walks domain axis `axis` with a stride other than 0 or 1.
+// Whether `k`'s body computes a transcendental function (exp, log, erf, tanh and the activations
+// made of them): some twenty operations a value, so that its loop pays vectorised even where its
+// loads and stores gather and scatter.
+bool mathHeavy(const Kernel& k);
+// Whether a load or store of `k`'s body walks domain axis `axis` with a stride other than 0 or 1
+// and the body is not mathHeavy.
 bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis);
+// A Form::Pointwise kernel's axis to vectorise when its innermost axes have extent 1 and its body
+// is mathHeavy (KernelSchedule::vectorAxis; -1: none).
+int vectorAxis(const Kernel& k);
 // Whether the temporaries kernel `k` touches occupy disjoint workspace memory.
 bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel& k);
 // A Form::Pointwise kernel's first trailing domain axis of the run every access walks
 // contiguously, or not at all (KernelSchedule::collapseFrom; the rank: none).
 size_t collapseFrom(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
+// A Form::Pointwise kernel that only moves 4-byte values between layouts whose contiguous axes
+// differ (a transpose: its load walks `loadAxis` with unit stride, its store the last axis): tiles
+// of tile x tile values, each loaded as `tile` vectors along loadAxis, transposed in registers and
+// stored as `tile` vectors along the last axis; the values outside whole tiles one at a time.
+// Either loop order moves one side a value at a time (LLVM's loop vectorizer keeps the stores'
+// interleaving of 16 scalar, 1.8x behind GCC's permutes on an NCHW -> NHWC transpose).
+struct TransposeTiles {
+  size_t loadAxis = 0;
+  int64_t tile = 8;  // 8, or 4 where an axis has fewer than 8 values
+};
+std::optional<TransposeTiles> transposeTiles(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
 // Whether every window of a pooling kernel lies inside its input (KernelSchedule::windowInside).
 bool windowInside(const KernelProgram& p, const Kernel& k);
 
@@ -231,8 +250,15 @@ struct KernelSchedule {
   bool vectorEpilogue = false;
   // Per domain axis: some load or store walks it with a stride other than 0 or 1 (a transpose's
   // read or write). Loops over it stay scalar: vectorised, they gather or scatter (measured 2.6x
-  // slower than scalar code in a pointwise kernel).
+  // slower than scalar code in a pointwise kernel). Not so where the body is mathHeavy.
   std::vector<bool> stridedAxes;
+  // >= 0: a Form::Pointwise kernel whose innermost axes have extent 1 (a [batch, 1] value head)
+  // and whose body is mathHeavy vectorises this axis's loop (the LLVM printer asks its vectorizer,
+  // whose cost model kept a log over a [batch, 1] column scalar: 6x behind GCC's vector loop).
+  int vectorAxis = -1;
+  // A transpose's tiles (transposeTiles): the LLVM printer transposes them in registers; the C++
+  // printer leaves its loop nest to GCC, whose vectoriser permutes the interleaved stores itself.
+  std::optional<TransposeTiles> transpose;
   // The workspace buffers the kernel reads and writes lie in disjoint memory (not so where a
   // pointwise kernel writes in place of an operand): the C++ printer declares their pointers
   // restrict, so that GCC may reorder an epilogue's stores to two of them (and vectorise it).

@@ -481,13 +481,14 @@ TEST_CASE("llvm backend: the CLI runs, checks and compiles with --backend llvm",
 }
 
 TEST_CASE("llvm backend: a pointwise loop is vectorised only along unit-stride axes", "[llvm]") {
-  // A transpose reads x with stride 6 along y's last axis and writes y with stride 4 along the
-  // other: no loop may vectorise (it would gather or scatter). An add's innermost loop walks
-  // both operands contiguously: only that one is left to the vectorizer.
+  // A transpose too narrow for tiles (3 values on one axis) reads x with stride 6 along y's last
+  // axis and writes y with stride 3 along the other: no loop may vectorise (it would gather or
+  // scatter). An add's innermost loop walks both operands contiguously: only that one is left to
+  // the vectorizer.
   codegen::LlvmOptions options;
   options.keepUnoptimizedIr = true;
-  auto transposed = ir::parseGraph(R"(graph t(%x: f32[batch,4,6]) {
-  %y = transpose(%x) {perm=[0, 2, 1]} : f32[batch,6,4]
+  auto transposed = ir::parseGraph(R"(graph t(%x: f32[batch,3,6]) {
+  %y = transpose(%x) {perm=[0, 2, 1]} : f32[batch,6,3]
   return (y=%y)
 })");
   auto scalarLoops = [](const std::string& ir) {
@@ -496,7 +497,7 @@ TEST_CASE("llvm backend: a pointwise loop is vectorised only along unit-stride a
     return n;
   };
   const std::string t = codegen::generateLlvm(*transposed, options).unoptimizedIr();
-  CHECK(scalarLoops(t) == 3);  // every loop: the batch one walks rows of 24
+  CHECK(scalarLoops(t) == 3);  // every loop: the batch one walks rows of 18
   CHECK(t.find("!\"llvm.loop.vectorize.width\", i32 1") != std::string::npos);
   auto added = ir::parseGraph(R"(graph a(%x: f32[batch,4,6]) {
   %y = add(%x, %x) : f32[batch,4,6]
@@ -799,4 +800,44 @@ TEST_CASE("llvm and cpp backends: softmax with kept and recomputed exps match th
   const std::string source = checkGenerated(*graph, "softmax_kept", 37, 1e-6);
   CHECK(source.find("double e[37];") != std::string::npos);
   CHECK(source.find("double e[4100]") == std::string::npos);
+}
+
+// A transpose moves tiles of 8x8 (or 4x4) values through registers (KernelSchedule::transpose):
+// whole tiles and the values past them (y: 10x12, u: 4x6 by tiles of 4, w: NCHW -> NHWC over
+// 9 columns, an i32 one), not where an axis has fewer than 4 values (v) or the kernel also
+// computes (z: a neg fused after the transpose).
+TEST_CASE("llvm and cpp backends: transposes by register tiles match the interpreter", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph tiles(%x: f32[batch,10,12], %u: f32[batch,4,6], %w: i32[batch,8,5,9], %v: f32[batch,3,6], %s: f32[batch,10,12]) {
+  %y = transpose(%x) {perm=[0, 2, 1]} : f32[batch,12,10]
+  %t = transpose(%u) {perm=[0, 2, 1]} : f32[batch,6,4]
+  %n = transpose(%w) {perm=[0, 2, 3, 1]} : i32[batch,5,9,8]
+  %q = transpose(%v) {perm=[0, 2, 1]} : f32[batch,6,3]
+  %r = transpose(%s) {perm=[0, 2, 1]} : f32[batch,12,10]
+  %z = neg(%r) : f32[batch,12,10]
+  return (y=%y, t=%t, n=%n, q=%q, z=%z)
+})");
+  passes::runPipeline(*graph);
+  checkGenerated(*graph, "transpose_tiles", 41, 0);
+  codegen::LlvmOptions options;
+  options.keepUnoptimizedIr = true;
+  const std::string ir = codegen::generateLlvm(*graph, options).unoptimizedIr();
+  CHECK(occurrences(ir, "shufflevector <8 x float>") == 24);  // y: three rounds of 8 zips
+  CHECK(occurrences(ir, "shufflevector <8 x i32>") == 24);    // n
+  CHECK(occurrences(ir, "shufflevector <4 x float>") == 8);   // t: two rounds of 4
+}
+
+// A transcendental body vectorises along its innermost axis of more than one value where the
+// axes inside have extent 1 (KernelSchedule::vectorAxis: a [batch, 1] column's log), even where its
+// store scatters (rows of 3, as a concat writes them).
+TEST_CASE("llvm and cpp backends: a transcendental column vectorises across rows", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph column(%x: f32[batch,1], %c: f32[batch,2]) {
+  %l = log(%x) : f32[batch,1]
+  %j = concat(%c, %l) {axis=1} : f32[batch,3]
+  return (j=%j)
+})");
+  passes::runPipeline(*graph);
+  checkGenerated(*graph, "column_log", 43, 1e-6);
+  codegen::LlvmOptions options;
+  options.keepUnoptimizedIr = true;
+  CHECK(codegen::generateLlvm(*graph, options).unoptimizedIr().find("llvm.loop.vectorize.enable") != std::string::npos);
 }

@@ -103,18 +103,18 @@ void Emitter::restrictAccess(llvm::Instruction* access, int id) {
     llvm::MDBuilder md(ctx_);
     aliasDomain_ = md.createAnonymousAliasScopeDomain("policyc.roots");
     for (const Buffer& b : p_.buffers) {
-      if (b.root != b.id || b.kind == BufferKind::Temp) continue;
-      aliasScopes_[b.id] = md.createAnonymousAliasScope(aliasDomain_, escape::printable(b.name));
+      if (b.root == b.id) aliasScopes_[b.id] = md.createAnonymousAliasScope(aliasDomain_, escape::printable(b.name));
     }
   }
+  // A temporary's scope says nothing where the kernel's temporaries may share memory.
   const int root = p_.buffer(id).root;
+  const auto scoped = [&](int r) { return disjointTemps_ || p_.buffer(r).kind != BufferKind::Temp; };
+  if (!scoped(root)) return;
   std::vector<llvm::Metadata*> others;
   for (const auto& [r, scope] : aliasScopes_) {
-    if (r != root) others.push_back(scope);
+    if (r != root && scoped(r)) others.push_back(scope);
   }
-  if (auto it = aliasScopes_.find(root); it != aliasScopes_.end()) {
-    access->setMetadata(llvm::LLVMContext::MD_alias_scope, llvm::MDNode::get(ctx_, {it->second}));
-  }
+  access->setMetadata(llvm::LLVMContext::MD_alias_scope, llvm::MDNode::get(ctx_, {aliasScopes_.at(root)}));
   if (!others.empty()) access->setMetadata(llvm::LLVMContext::MD_noalias, llvm::MDNode::get(ctx_, others));
 }
 

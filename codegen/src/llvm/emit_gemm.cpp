@@ -111,6 +111,7 @@ void Emitter::emitLinear(const Kernel& k) {
   // k loop inside unrolled whole, the columns' loop of 4 unrolled too and left scalar, a
   // batched 4x16 by 16x4 matmul ran 3x behind GCC's).
   if (axis != static_cast<int>(R) - 1) rolledAxis_ = static_cast<int>(R) - 1;
+  restrict_ = true;
   domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
     std::vector<Value*> aIdx(A.type.rank(), nullptr), bIdx(B.type.rank(), nullptr), cIdx;
     int kAxisA = 0, kAxisB = 0;
@@ -190,6 +191,7 @@ void Emitter::emitLinear(const Kernel& k) {
     emitBody(k.body, vars, convert(r, accT, t));
   });
   rolledAxis_ = -1;
+  restrict_ = false;
 }
 
 std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, Value* w, Value* bias, const ir::Node* node, Value* offsets) {

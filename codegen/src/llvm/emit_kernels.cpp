@@ -66,6 +66,7 @@ llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, 
   const size_t ki = static_cast<size_t>(&k - p_.kernels.data());
   split_ = &s_.kernels[ki].splitOf(impl_);
   faultyAnchor_ = s_.kernels[ki].anchorFault;
+  disjointTemps_ = s_.kernels[ki].disjointTemps;
   llvm::BasicBlock* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
   b_.SetInsertPoint(entry);
   auto arg = fn_->arg_begin();
@@ -119,10 +120,76 @@ void Emitter::emitPointwise(const Kernel& k) {
   // innermost loop is unrolled the vectorizer would otherwise take an outer, strided one.
   const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
   scalarAxes_ = ks.stridedAxes;
-  // Collapsed axes (KernelSchedule::collapseFrom) loop once; the last walks their run.
-  domainLoops(loopExtents(k, ks), axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
+  rolledAxis_ = ks.vectorAxis;
+  if (ks.transpose) {
+    emitTransposeTiles(k, *ks.transpose);
+  } else {
+    // Collapsed axes (KernelSchedule::collapseFrom) loop once; the last walks their run.
+    domainLoops(loopExtents(k, ks), axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
+  }
   scalarAxes_.clear();
+  rolledAxis_ = -1;
   restrict_ = false;
+}
+
+void Emitter::emitTransposeTiles(const Kernel& k, const TransposeTiles& t) {
+  const Instr &load = k.body[0], &store = k.body[1];
+  const size_t last = k.domain.size() - 1, across = t.loadAxis;
+  const int64_t n = k.domain[across].value(), m = k.domain[last].value(), T = t.tile;
+  llvm::Type* vt = llvm::FixedVectorType::get(memType(p_.buffer(load.buffer).type.dtype), static_cast<unsigned>(T));
+  std::vector<ir::Dim> outer = k.domain;
+  outer[across] = outer[last] = 1;
+  domainLoops(outer, split_->axis, [&](const std::vector<Value*>& outerVars) {
+    std::vector<Value*> vars = outerVars;
+    forCount(n / T, "tb", [&](Value* tb) {
+      forCount(m / T, "ta", [&](Value* ta) {
+        Value* b0 = b_.CreateMul(tb, c64(T));
+        Value* a0 = b_.CreateMul(ta, c64(T));
+        // Row j: the values at last-axis index a0 + j along `across`.
+        std::vector<Value*> rows;
+        for (int64_t j = 0; j < T; ++j) {
+          vars[across] = b0;
+          vars[last] = b_.CreateAdd(a0, c64(j));
+          llvm::LoadInst* v = b_.CreateAlignedLoad(vt, elemPtr(load.buffer, indices(load.index, vars)), llvm::Align(4));
+          restrictAccess(v, load.buffer);
+          rows.push_back(v);
+        }
+        // log2(T) rounds of zips of rows j and j + T/2 transpose the tile.
+        const int64_t h = T / 2;
+        std::vector<int> lo, hi;
+        for (int64_t l = 0; l < h; ++l) {
+          lo.insert(lo.end(), {static_cast<int>(l), static_cast<int>(l + T)});
+          hi.insert(hi.end(), {static_cast<int>(l + h), static_cast<int>(l + h + T)});
+        }
+        for (int64_t round = 1; round < T; round *= 2) {
+          std::vector<Value*> next(static_cast<size_t>(T));
+          for (int64_t j = 0; j < h; ++j) {
+            next[static_cast<size_t>(2 * j)] = b_.CreateShuffleVector(rows[static_cast<size_t>(j)], rows[static_cast<size_t>(j + h)], lo);
+            next[static_cast<size_t>(2 * j + 1)] = b_.CreateShuffleVector(rows[static_cast<size_t>(j)], rows[static_cast<size_t>(j + h)], hi);
+          }
+          rows = next;
+        }
+        for (int64_t i = 0; i < T; ++i) {
+          vars[across] = b_.CreateAdd(b0, c64(i));
+          vars[last] = a0;
+          restrictAccess(b_.CreateAlignedStore(rows[static_cast<size_t>(i)], elemPtr(store.buffer, indices(store.index, vars)), llvm::Align(4)), store.buffer);
+        }
+      });
+    });
+    // The values outside whole tiles, one at a time.
+    auto values = [&](int64_t bLo, int64_t bHi, int64_t aLo, int64_t aHi) {
+      if (bLo >= bHi || aLo >= aHi) return;
+      forRange(c64(bLo), c64(bHi), "rb", [&](Value* b) {
+        forRange(c64(aLo), c64(aHi), "ra", [&](Value* a) {
+          vars[across] = b;
+          vars[last] = a;
+          emitBody(k.body, vars, nullptr);
+        });
+      });
+    };
+    values(0, n - n % T, m - m % T, m);
+    values(n - n % T, n, 0, m);
+  });
 }
 
 void Emitter::emitPool(const Kernel& k) {

@@ -81,8 +81,8 @@ class Emitter : llvmbe::Builder {
 
   // The C ABI's contract, as the C++ backend's PC_RESTRICT pointers say it: inputs, outputs and
   // weights are distinct arrays, so an access through one never aliases an access through
-  // another or through the workspace (whose temporaries may share memory: they get no scope of
-  // their own). Scoped noalias metadata, one scope per such root buffer; on pointwise and copy
+  // another or through the workspace, and a kernel's temporaries are distinct where the schedule
+  // finds them disjoint (KernelSchedule::disjointTemps; otherwise they get no scope). Scoped noalias metadata, one scope per such root buffer; on pointwise and copy
   // kernels only (measured: it lets the loop vectorizer take an u8 image's cast-and-scale, 3x
   // faster, pad 2x, gather 10x, but makes it vectorise the pools' window loops with gathers, 5x
   // slower).
@@ -152,6 +152,8 @@ class Emitter : llvmbe::Builder {
   void openBody(Value* ctx);
 
   void emitPointwise(const Kernel& k);
+  // A transpose by tiles (KernelSchedule::transpose), inside the loops of the other axes.
+  void emitTransposeTiles(const Kernel& k, const TransposeTiles& t);
 
   // ---- linear
 
@@ -248,8 +250,9 @@ class Emitter : llvmbe::Builder {
   std::map<int, int> inputIndex_, outputIndex_;
   llvm::MDNode* aliasDomain_ = nullptr;         // restrictAccess's scopes
   bool restrict_ = false;                       // the kernel being emitted gets them
+  bool disjointTemps_ = false;                  // and its temporaries get theirs
   int rolledAxis_ = -1;                         // domainLoops: this axis's loop is vectorised, not unrolled whole
-  std::map<int, llvm::MDNode*> aliasScopes_;    // by root buffer (inputs, outputs, params)
+  std::map<int, llvm::MDNode*> aliasScopes_;    // by root buffer
   llvm::GlobalVariable* weightsGv_ = nullptr;
   llvm::FunctionType* kernelFnTy_ = nullptr;
   llvm::Function* parallelFor_ = nullptr;
