@@ -177,11 +177,22 @@ size_t collapseFrom(const KernelProgram& p, const Kernel& k, const ThreadSplit& 
   return from == r - 1 ? r : from;
 }
 
-int vectorAxis(const Kernel& k) {
-  if (k.domain.empty() || !mathHeavy(k)) return -1;
-  size_t a = k.domain.size() - 1;
-  while (a > 0 && k.domain[a].isStatic() && k.domain[a].value() == 1) --a;
-  return a == k.domain.size() - 1 ? -1 : static_cast<int>(a);
+int vectorAxis(const Kernel& k, size_t collapseFrom) {
+  const size_t r = k.domain.size();
+  if (r < 2 || collapseFrom != r || !mathHeavy(k) || !k.domain[r - 1].isStatic() || k.domain[r - 1].value() >= 16) return -1;
+  for (size_t a = r - 1; a-- > 0;) {
+    if (k.domain[a].isBatch() || k.domain[a].value() >= 16) return static_cast<int>(a);
+  }
+  return -1;
+}
+
+std::vector<size_t> loopOrder(const Kernel& k, const KernelSchedule& ks) {
+  std::vector<size_t> order;
+  for (size_t d = 0; d < k.domain.size(); ++d) {
+    if (static_cast<int>(d) != ks.vectorAxis) order.push_back(d);
+  }
+  if (ks.vectorAxis >= 0) order.push_back(static_cast<size_t>(ks.vectorAxis));
+  return order;
 }
 
 std::optional<TransposeTiles> transposeTiles(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {

@@ -589,7 +589,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       if (row.isStatic() && row.value() <= 4096) ks.keptExps = row.value();
     }
     ks.collapseFrom = ks.form == Form::Pointwise ? collapseFrom(p, k, ks.split) : k.domain.size();
-    ks.vectorAxis = ks.form == Form::Pointwise ? vectorAxis(k) : -1;
+    ks.vectorAxis = ks.form == Form::Pointwise ? vectorAxis(k, ks.collapseFrom) : -1;
     if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split);
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);

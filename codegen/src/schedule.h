@@ -193,9 +193,10 @@ bool mathHeavy(const Kernel& k);
 // Whether a load or store of `k`'s body walks domain axis `axis` with a stride other than 0 or 1
 // and the body is not mathHeavy.
 bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis);
-// A Form::Pointwise kernel's axis to vectorise when its innermost axes have extent 1 and its body
-// is mathHeavy (KernelSchedule::vectorAxis; -1: none).
-int vectorAxis(const Kernel& k);
+// A Form::Pointwise kernel's axis to vectorise when its last axis has fewer than 16 values, no
+// axes collapse and its body is mathHeavy: the innermost axis with 16 values or more, or the batch
+// (KernelSchedule::vectorAxis; -1: none).
+int vectorAxis(const Kernel& k, size_t collapseFrom);
 // Whether the temporaries kernel `k` touches occupy disjoint workspace memory.
 bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel& k);
 // A Form::Pointwise kernel's first trailing domain axis of the run every access walks
@@ -252,9 +253,12 @@ struct KernelSchedule {
   // read or write). Loops over it stay scalar: vectorised, they gather or scatter (measured 2.6x
   // slower than scalar code in a pointwise kernel). Not so where the body is mathHeavy.
   std::vector<bool> stridedAxes;
-  // >= 0: a Form::Pointwise kernel whose innermost axes have extent 1 (a [batch, 1] value head)
-  // and whose body is mathHeavy vectorises this axis's loop (the LLVM printer asks its vectorizer,
-  // whose cost model kept a log over a [batch, 1] column scalar: 6x behind GCC's vector loop).
+  // >= 0: a Form::Pointwise kernel whose last axis is shorter than a vector (a [batch, 1] value
+  // head, a [batch, 6] action head) and whose body is mathHeavy loops over this axis innermost
+  // (loopOrder), and the LLVM printer asks its vectorizer to take it: the transcendental math
+  // outweighs the strided loads and stores. Left innermost, GCC kept a [batch, 6] softplus chain
+  // scalar (6.6x slower than across the rows), and LLVM's cost model a log over a [batch, 1]
+  // column (6x behind GCC's vector loop).
   int vectorAxis = -1;
   // A transpose's tiles (transposeTiles): the LLVM printer transposes them in registers; the C++
   // printer leaves its loop nest to GCC, whose vectoriser permutes the interleaved stores itself.
@@ -314,6 +318,10 @@ std::optional<KernelSchedule::SumRun> sumRun(const KernelProgram& p, const Kerne
 // The extents of the loops both printers write for a Form::Pointwise kernel: its domain, the
 // collapsed axes (KernelSchedule::collapseFrom) 1 but the last, which takes their product.
 std::vector<ir::Dim> loopExtents(const Kernel& k, const KernelSchedule& ks);
+
+// The order of the loops both printers write for a Form::Pointwise kernel, outermost first: the
+// domain's, KernelSchedule::vectorAxis moved innermost.
+std::vector<size_t> loopOrder(const Kernel& k, const KernelSchedule& ks);
 
 // The schedule options of a backend's CodegenOptions.
 ScheduleOptions scheduleOptions(const CodegenOptions& options);

@@ -826,18 +826,27 @@ TEST_CASE("llvm and cpp backends: transposes by register tiles match the interpr
   CHECK(occurrences(ir, "shufflevector <4 x float>") == 8);   // t: two rounds of 4
 }
 
-// A transcendental body vectorises along its innermost axis of more than one value where the
-// axes inside have extent 1 (KernelSchedule::vectorAxis: a [batch, 1] column's log), even where its
-// store scatters (rows of 3, as a concat writes them).
-TEST_CASE("llvm and cpp backends: a transcendental column vectorises across rows", "[llvm][cpp]") {
-  auto graph = ir::parseGraph(R"(graph column(%x: f32[batch,1], %c: f32[batch,2]) {
+// A transcendental body over rows shorter than a vector loops over the rows innermost and
+// vectorises across them (KernelSchedule::vectorAxis), even where its loads gather and its store
+// scatters: a [batch, 1] column's log written into rows of 3 (as a concat writes them), a
+// softplus chain over a [batch, 6] slice of rows of 12 (a squashed-Gaussian head). An add over
+// the same slice keeps its order.
+TEST_CASE("llvm and cpp backends: transcendental short rows vectorise across the rows", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph column(%x: f32[batch,1], %c: f32[batch,2], %h: f32[batch,12]) {
   %l = log(%x) : f32[batch,1]
   %j = concat(%c, %l) {axis=1} : f32[batch,3]
-  return (j=%j)
+  %s = slice(%h) {starts=[6], ends=[12], axes=[1]} : f32[batch,6]
+  %p = softplus(%s) : f32[batch,6]
+  %e = exp(%p) : f32[batch,6]
+  %t = slice(%h) {starts=[0], ends=[6], axes=[1]} : f32[batch,6]
+  %a = add(%t, %t) : f32[batch,6]
+  return (j=%j, e=%e, a=%a)
 })");
   passes::runPipeline(*graph);
-  checkGenerated(*graph, "column_log", 43, 1e-6);
+  const std::string source = checkGenerated(*graph, "short_rows", 43, 1e-6);
+  CHECK(occurrences(source, "for (int64_t i1 = 0; i1 < 6; ++i1) {\n    for (int64_t i0 = lo; i0 < hi; ++i0) {") == 1);  // e
+  CHECK(occurrences(source, "for (int64_t i0 = lo; i0 < hi; ++i0) {\n    for (int64_t i1 = 0; i1 < 6; ++i1) {") == 1);  // a
   codegen::LlvmOptions options;
   options.keepUnoptimizedIr = true;
-  CHECK(codegen::generateLlvm(*graph, options).unoptimizedIr().find("llvm.loop.vectorize.enable") != std::string::npos);
+  CHECK(codegen::generateLlvm(*graph, options).unoptimizedIr().find("!\"llvm.loop.vectorize.enable\", i1 true") != std::string::npos);
 }

@@ -95,43 +95,49 @@ std::string Emitter::emitPointwise(const Kernel& k) const {
   BodyCtx c{"v", axisVars("i", k.domain.size()), ""};
   std::string indent = "  ";
   const int axis = split_->axis;
+  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+  const std::vector<size_t> order = loopOrder(k, ks);
   // Each instruction goes in the outermost loop its operands allow (a per-channel parameter's
   // load, and what is computed from it alone, outside the loops over the pixels). GCC would not
   // hoist them itself: it cannot prove the stores leave the weights alone. Not in a kernel that
   // can fail (a hoisted division would report for iterations that never run), nor over an empty
   // inner extent (a hoisted load would read past an empty buffer).
-  const std::vector<int> level = loopLevels(k);
+  const std::vector<int> level = loopLevels(k, order);
   std::vector<std::vector<size_t>> at(k.domain.size() + 1);  // at[L + 1]: inside loop L (L = -1: before all)
   for (size_t i = 0; i < k.body.size(); ++i) at[static_cast<size_t>(level[i] + 1)].push_back(i);
   std::string s = emitBody(k.body, c, indent, &at[0]);
   // Collapsed axes (KernelSchedule::collapseFrom) loop once; the last walks their run.
-  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
   const std::vector<ir::Dim> extents = loopExtents(k, ks);
-  for (size_t d = 0; d < k.domain.size(); ++d) {
+  for (size_t li = 0; li < order.size(); ++li) {
+    const size_t d = order[li];
     if (d >= ks.collapseFrom && d + 1 < k.domain.size()) {
       s += fmt::format("{}{{\n{}  const int64_t {} = 0;  // collapsed into {}'s loop\n", indent, indent, c.vars[d], c.vars.back());
       indent += "  ";
     } else {
       s += loopHeader(c.vars[d], dimStr(extents[d]), static_cast<int>(d) == axis, indent);
     }
-    s += emitBody(k.body, c, indent, &at[d + 1]);
+    s += emitBody(k.body, c, indent, &at[li + 1]);
   }
   s += closeLoops(k.domain.size(), indent);
   return s;
 }
 
-std::vector<int> Emitter::loopLevels(const Kernel& k) {
+std::vector<int> Emitter::loopLevels(const Kernel& k, const std::vector<size_t>& order) {
   const int inner = static_cast<int>(k.domain.size()) - 1;
   bool safe = !k.canFail();
   for (const ir::Dim& d : k.domain) safe = safe && (d.isBatch() || d.value() > 0);
   std::vector<int> level(k.body.size(), inner);
   if (!safe) return level;
+  std::vector<int> position(order.size());  // of each axis's loop, outermost 0
+  for (size_t li = 0; li < order.size(); ++li) position[order[li]] = static_cast<int>(li);
   for (size_t i = 0; i < k.body.size(); ++i) {
     const Instr& in = k.body[i];
     int l = -1;
     switch (in.opcode) {
       case Opcode::Load:
-        for (const IndexExpr& e : in.index) l = std::max(l, e.axis);
+        for (const IndexExpr& e : in.index) {
+          if (e.axis >= 0) l = std::max(l, position[static_cast<size_t>(e.axis)]);
+        }
         break;
       case Opcode::Const: break;
       case Opcode::Apply:

@@ -166,10 +166,11 @@ class Emitter {
   std::string emitKernelFn(const Kernel& k, size_t index, std::optional<Impl> impl);
 
   std::string emitPointwise(const Kernel& k) const;
-  // The loop each instruction of a pointwise body runs in (-1: before the loops): a load in the
-  // innermost loop of an axis its index uses, an op in its operands' innermost, a store in the
-  // innermost of all; everything innermost when hoisting is not safe (see emitPointwise).
-  static std::vector<int> loopLevels(const Kernel& k);
+  // The loop each instruction of a pointwise body runs in, by its position in `order` (loopOrder;
+  // -1: before the loops): a load in the innermost loop of an axis its index uses, an op in its
+  // operands' innermost, a store in the innermost of all; everything innermost when hoisting is
+  // not safe (see emitPointwise).
+  static std::vector<int> loopLevels(const Kernel& k, const std::vector<size_t>& order);
 
   std::string anchorComment(const Kernel& k) const { return fmt::format("  // {}\n", sourceStr(k.anchor)); }
 

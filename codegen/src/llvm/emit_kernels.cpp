@@ -125,7 +125,8 @@ void Emitter::emitPointwise(const Kernel& k) {
     emitTransposeTiles(k, *ks.transpose);
   } else {
     // Collapsed axes (KernelSchedule::collapseFrom) loop once; the last walks their run.
-    domainLoops(loopExtents(k, ks), axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); });
+    domainLoops(loopExtents(k, ks), axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); }, loopOrder(k, ks),
+                std::vector<Value*>(k.domain.size(), nullptr));
   }
   scalarAxes_.clear();
   rolledAxis_ = -1;
