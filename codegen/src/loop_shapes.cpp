@@ -186,12 +186,13 @@ int vectorAxis(const Kernel& k, size_t collapseFrom) {
   return -1;
 }
 
-std::vector<size_t> loopOrder(const Kernel& k, const KernelSchedule& ks) {
+std::vector<size_t> loopOrder(const Kernel& k, const KernelSchedule& ks, bool vectorInner) {
+  const int inner = vectorInner ? ks.vectorAxis : -1;
   std::vector<size_t> order;
   for (size_t d = 0; d < k.domain.size(); ++d) {
-    if (static_cast<int>(d) != ks.vectorAxis) order.push_back(d);
+    if (static_cast<int>(d) != inner) order.push_back(d);
   }
-  if (ks.vectorAxis >= 0) order.push_back(static_cast<size_t>(ks.vectorAxis));
+  if (inner >= 0) order.push_back(static_cast<size_t>(inner));
   return order;
 }
 

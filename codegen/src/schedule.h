@@ -258,8 +258,11 @@ struct KernelSchedule {
   // (loopOrder), and the LLVM printer asks its vectorizer to take it: the transcendental math
   // outweighs the strided loads and stores. Left innermost, GCC kept a [batch, 6] softplus chain
   // scalar (6.6x slower than across the rows), and LLVM's cost model a log over a [batch, 1]
-  // column (6x behind GCC's vector loop).
+  // column (6x behind GCC's vector loop). Only where that loop runs at least kVectorAxisMin times
+  // (its chunk's length on the split axis); otherwise the domain's order, whose results are the
+  // same bits (at batch 1 LLVM's scalar remainder took 4x its masked row).
   int vectorAxis = -1;
+  static constexpr int64_t kVectorAxisMin = 16;
   // A transpose's tiles (transposeTiles): the LLVM printer transposes them in registers; the C++
   // printer leaves its loop nest to GCC, whose vectoriser permutes the interleaved stores itself.
   std::optional<TransposeTiles> transpose;
@@ -320,8 +323,8 @@ std::optional<KernelSchedule::SumRun> sumRun(const KernelProgram& p, const Kerne
 std::vector<ir::Dim> loopExtents(const Kernel& k, const KernelSchedule& ks);
 
 // The order of the loops both printers write for a Form::Pointwise kernel, outermost first: the
-// domain's, KernelSchedule::vectorAxis moved innermost.
-std::vector<size_t> loopOrder(const Kernel& k, const KernelSchedule& ks);
+// domain's, or with `vectorInner` KernelSchedule::vectorAxis moved innermost.
+std::vector<size_t> loopOrder(const Kernel& k, const KernelSchedule& ks, bool vectorInner);
 
 // The schedule options of a backend's CodegenOptions.
 ScheduleOptions scheduleOptions(const CodegenOptions& options);

@@ -829,8 +829,9 @@ TEST_CASE("llvm and cpp backends: transposes by register tiles match the interpr
 // A transcendental body over rows shorter than a vector loops over the rows innermost and
 // vectorises across them (KernelSchedule::vectorAxis), even where its loads gather and its store
 // scatters: a [batch, 1] column's log written into rows of 3 (as a concat writes them), a
-// softplus chain over a [batch, 6] slice of rows of 12 (a squashed-Gaussian head). An add over
-// the same slice keeps its order.
+// softplus chain over a [batch, 6] slice of rows of 12 (a squashed-Gaussian head), where the rows'
+// loop runs at least 16 times (batch 40, one thread and two); the domain's order below that (batch
+// 1 and 3). An add over the same slice keeps its order.
 TEST_CASE("llvm and cpp backends: transcendental short rows vectorise across the rows", "[llvm][cpp]") {
   auto graph = ir::parseGraph(R"(graph column(%x: f32[batch,1], %c: f32[batch,2], %h: f32[batch,12]) {
   %l = log(%x) : f32[batch,1]
@@ -844,8 +845,23 @@ TEST_CASE("llvm and cpp backends: transcendental short rows vectorise across the
 })");
   passes::runPipeline(*graph);
   const std::string source = checkGenerated(*graph, "short_rows", 43, 1e-6);
-  CHECK(occurrences(source, "for (int64_t i1 = 0; i1 < 6; ++i1) {\n    for (int64_t i0 = lo; i0 < hi; ++i0) {") == 1);  // e
-  CHECK(occurrences(source, "for (int64_t i0 = lo; i0 < hi; ++i0) {\n    for (int64_t i1 = 0; i1 < 6; ++i1) {") == 1);  // a
+  CHECK(occurrences(source, "  if (hi - lo >= 16) {\n") == 2);                                                                // j, e
+  CHECK(occurrences(source, "for (int64_t i1 = 0; i1 < 6; ++i1) {\n      for (int64_t i0 = lo; i0 < hi; ++i0) {") == 1);  // e
+  CHECK(occurrences(source, "for (int64_t i0 = lo; i0 < hi; ++i0) {\n      for (int64_t i1 = 0; i1 < 6; ++i1) {") == 1);  // e
+  CHECK(occurrences(source, "for (int64_t i0 = lo; i0 < hi; ++i0) {\n    for (int64_t i1 = 0; i1 < 6; ++i1) {") == 1);    // a
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  const std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), 40, 47);
+  const std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+  for (const bool isCpp : {false, true}) {
+    runtime::Model model = isCpp ? runtime::Model::load((scratch() / "short_rows.so").string()) : jitModel(*graph, llvm);
+    const std::vector<ir::Tensor> one = driver::runModel(model, inputs, 1), two = driver::runModel(model, inputs, 2);
+    for (size_t o = 0; o < want.size(); ++o) {
+      INFO((isCpp ? "cpp" : "llvm") << " output " << o);
+      CHECK(driver::compareTensors("", one[o], want[o], 1e-6, 1e-6).pass);
+      CHECK(std::memcmp(one[o].bytes(), two[o].bytes(), one[o].nbytes()) == 0);
+    }
+  }
   codegen::LlvmOptions options;
   options.keepUnoptimizedIr = true;
   CHECK(codegen::generateLlvm(*graph, options).unoptimizedIr().find("!\"llvm.loop.vectorize.enable\", i1 true") != std::string::npos);

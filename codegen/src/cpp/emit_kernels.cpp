@@ -92,11 +92,21 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
 }
 
 std::string Emitter::emitPointwise(const Kernel& k) const {
-  BodyCtx c{"v", axisVars("i", k.domain.size()), ""};
-  std::string indent = "  ";
   const int axis = split_->axis;
   const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
-  const std::vector<size_t> order = loopOrder(k, ks);
+  if (ks.vectorAxis >= 0) {
+    // KernelSchedule::vectorAxis innermost where its loop is long enough.
+    const std::string n = ks.vectorAxis == axis ? "hi - lo" : dimStr(k.domain[static_cast<size_t>(ks.vectorAxis)]);
+    return fmt::format("  if ({} >= {}) {{\n{}  }} else {{\n{}  }}\n", n, KernelSchedule::kVectorAxisMin,
+                       pointwiseNest(k, loopOrder(k, ks, true), "    "), pointwiseNest(k, loopOrder(k, ks, false), "    "));
+  }
+  return pointwiseNest(k, loopOrder(k, ks, false), "  ");
+}
+
+std::string Emitter::pointwiseNest(const Kernel& k, const std::vector<size_t>& order, std::string indent) const {
+  BodyCtx c{"v", axisVars("i", k.domain.size()), ""};
+  const int axis = split_->axis;
+  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
   // Each instruction goes in the outermost loop its operands allow (a per-channel parameter's
   // load, and what is computed from it alone, outside the loops over the pixels). GCC would not
   // hoist them itself: it cannot prove the stores leave the weights alone. Not in a kernel that

@@ -120,13 +120,20 @@ void Emitter::emitPointwise(const Kernel& k) {
   // innermost loop is unrolled the vectorizer would otherwise take an outer, strided one.
   const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
   scalarAxes_ = ks.stridedAxes;
-  rolledAxis_ = ks.vectorAxis;
+  // Collapsed axes (KernelSchedule::collapseFrom) loop once; the last walks their run.
+  auto nest = [&](bool vectorInner) {
+    rolledAxis_ = vectorInner ? ks.vectorAxis : -1;
+    domainLoops(loopExtents(k, ks), axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); },
+                loopOrder(k, ks, vectorInner), std::vector<Value*>(k.domain.size(), nullptr));
+  };
   if (ks.transpose) {
     emitTransposeTiles(k, *ks.transpose);
+  } else if (ks.vectorAxis >= 0) {
+    // KernelSchedule::vectorAxis innermost where its loop is long enough.
+    Value* n = ks.vectorAxis == axis ? b_.CreateSub(hi_, lo_) : dimValue(k.domain[static_cast<size_t>(ks.vectorAxis)]);
+    ifElse(b_.CreateICmpSGE(n, c64(KernelSchedule::kVectorAxisMin)), "rows", [&] { nest(true); }, [&] { nest(false); });
   } else {
-    // Collapsed axes (KernelSchedule::collapseFrom) loop once; the last walks their run.
-    domainLoops(loopExtents(k, ks), axis, [&](const std::vector<Value*>& vars) { emitBody(k.body, vars, nullptr); }, loopOrder(k, ks),
-                std::vector<Value*>(k.domain.size(), nullptr));
+    nest(false);
   }
   scalarAxes_.clear();
   rolledAxis_ = -1;
