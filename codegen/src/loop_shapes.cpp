@@ -104,7 +104,6 @@ bool mathHeavy(const Kernel& k) {
 }
 
 bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis) {
-  if (mathHeavy(k)) return false;
   for (const Instr& in : k.body) {
     if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
     const int64_t stride = axisStride(p, in, axis);

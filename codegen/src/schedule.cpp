@@ -569,7 +569,9 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     KernelSchedule& ks = s.kernels[ki];
     ks.form = formOf(p, k);
     ks.split = threadSplit(p, k, std::nullopt);
-    for (size_t d = 0; d < k.domain.size(); ++d) ks.stridedAxes.push_back(stridedAlong(p, k, d));
+    // A mathHeavy body pays vectorised even where its loads and stores gather and scatter.
+    const bool heavy = mathHeavy(k);
+    for (size_t d = 0; d < k.domain.size(); ++d) ks.stridedAxes.push_back(!heavy && stridedAlong(p, k, d));
     ks.anchorFault = k.kind != KernelKind::Pointwise && o.fault && o.fault->kind == InjectedFault::Kind::Accuracy && k.anchor &&
                      k.anchor->isOp() && k.anchor->info().name == o.fault->op;
     const std::optional<RowTaps> rows = ks.form == Form::DirectConv ? convRowTaps(p, k, ks.split) : std::nullopt;

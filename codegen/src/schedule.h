@@ -190,8 +190,7 @@ std::optional<PadRows> padRows(const KernelProgram& p, const Kernel& k, const Th
 // made of them): some twenty operations a value, so that its loop pays vectorised even where its
 // loads and stores gather and scatter.
 bool mathHeavy(const Kernel& k);
-// Whether a load or store of `k`'s body walks domain axis `axis` with a stride other than 0 or 1
-// and the body is not mathHeavy.
+// Whether a load or store of `k`'s body walks domain axis `axis` with a stride other than 0 or 1.
 bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis);
 // A Form::Pointwise kernel's axis to vectorise when its last axis has fewer than 16 values, no
 // axes collapse and its body is mathHeavy: the innermost axis with 16 values or more, or the batch

@@ -98,15 +98,14 @@ std::string Emitter::emitPointwise(const Kernel& k) const {
     // KernelSchedule::vectorAxis innermost where its loop is long enough.
     const std::string n = ks.vectorAxis == axis ? "hi - lo" : dimStr(k.domain[static_cast<size_t>(ks.vectorAxis)]);
     return fmt::format("  if ({} >= {}) {{\n{}  }} else {{\n{}  }}\n", n, KernelSchedule::kVectorAxisMin,
-                       pointwiseNest(k, loopOrder(k, ks, true), "    "), pointwiseNest(k, loopOrder(k, ks, false), "    "));
+                       pointwiseNest(k, ks, loopOrder(k, ks, true), "    "), pointwiseNest(k, ks, loopOrder(k, ks, false), "    "));
   }
-  return pointwiseNest(k, loopOrder(k, ks, false), "  ");
+  return pointwiseNest(k, ks, loopOrder(k, ks, false), "  ");
 }
 
-std::string Emitter::pointwiseNest(const Kernel& k, const std::vector<size_t>& order, std::string indent) const {
+std::string Emitter::pointwiseNest(const Kernel& k, const KernelSchedule& ks, const std::vector<size_t>& order, std::string indent) const {
   BodyCtx c{"v", axisVars("i", k.domain.size()), ""};
   const int axis = split_->axis;
-  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
   // Each instruction goes in the outermost loop its operands allow (a per-channel parameter's
   // load, and what is computed from it alone, outside the loops over the pixels). GCC would not
   // hoist them itself: it cannot prove the stores leave the weights alone. Not in a kernel that

@@ -167,7 +167,7 @@ class Emitter {
 
   std::string emitPointwise(const Kernel& k) const;
   // The loop nest of a pointwise kernel in this order of its axes (loopOrder), at `indent`.
-  std::string pointwiseNest(const Kernel& k, const std::vector<size_t>& order, std::string indent) const;
+  std::string pointwiseNest(const Kernel& k, const KernelSchedule& ks, const std::vector<size_t>& order, std::string indent) const;
   // The loop each instruction of a pointwise body runs in, by its position in `order` (loopOrder;
   // -1: before the loops): a load in the innermost loop of an axis its index uses, an op in its
   // operands' innermost, a store in the innermost of all; everything innermost when hoisting is
