@@ -25,7 +25,9 @@ import torch
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # bench/: progress.py
 from onnx_torch import OnnxModule  # noqa: E402
+from progress import Progress  # noqa: E402
 
 PEERS = ("eager", "torchscript", "ort", "policyc")
 RTOL = ATOL = 1e-4
@@ -99,12 +101,15 @@ def identity_model(path):
 
 # ---- the peers; each returns {batch: (us list, outputs list)}
 
-def run_torch(path, batches, inputs, threads, args, script):
+def run_torch(path, batches, inputs, threads, args, script, step=None):
+    """`step(batch)`, when given, is called as each batch size starts (the progress bar)."""
     torch.set_num_threads(threads)
     module = OnnxModule(path).eval()
     res = {}
     with torch.inference_mode():
         for b in batches:
+            if step:
+                step(b)
             xs = [torch.from_numpy(a) for _, a in inputs[b]]
             fn = module
             if script:
@@ -222,63 +227,74 @@ def main():
     identity_model(identity)
 
     rows, failures = [], []
-    for model in models:
-        name = Path(model).stem
-        model_batches = batches
-        if model == "fusion":
-            name, model = "fusion_micro", str(Path(work) / "fusion_micro.onnx")
-            fusion_model(model)
-            model_batches = [16384]
-        inputs = {b: model_inputs(model, b) for b in model_batches}
-        in_bytes = {b: sum(a.nbytes for _, a in inputs[b]) for b in model_batches}
-        for t in threads_list:
-            log(f"{name}, {t} thread{'s' if t > 1 else ''}: " + ", ".join(peers))
-            results, ort_identity = {}, None
-            results["eager"] = run_torch(model, model_batches, inputs, t, args, script=False)
-            if "torchscript" in peers:
-                results["torchscript"] = run_torch(model, model_batches, inputs, t, args, script=True)
-            if "ort" in peers:
-                results["ort"], ort_identity = run_ort(model, model_batches, inputs, t, args, work, identity)
-            flops, weight_bytes = {}, 0
-            if "policyc" in peers:
-                results["policyc"], flops, weight_bytes = run_policyc(model, model_batches, inputs, t, args, work)
-            print(f"\n{name}, {t} thread{'s' if t > 1 else ''}: median µs per call (p10-p90); policyc's speedup over each peer")
-            head = f"{'batch':>6} {'roofline':>9}" + "".join(f" {p:>22}" for p in peers)
-            if "policyc" in peers:
-                head += "".join(f" {'vs ' + p:>9}" for p in peers if p != "policyc") + f" {'/roofline':>9} {'/roof512':>9}"
-            print(head)
-            for b in model_batches:
-                ref = results["eager"][b][1]
-                out_bytes = sum(o.nbytes for o in ref)
-                data = weight_bytes + in_bytes[b] + out_bytes
-                bound = bound_us(roof, flops.get(b, 0.0), data, roof["peak_gflops"]) if flops else None
-                bound512 = bound_us(roof, flops.get(b, 0.0), data, roof["peak_avx512_gflops"]) if flops and roof["peak_avx512_gflops"] else None
-                line = f"{b:>6} {bound if bound else float('nan'):>9.1f}"
-                med = {}
-                for p in peers:
-                    us, outs = results[p][b]
-                    m, p10, p90 = quantiles(us)
-                    med[p] = m
-                    diff = max(float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if o.size else 0.0
-                               for o, r in zip(outs, ref))
-                    ok = len(outs) == len(ref) and all(o.shape == r.shape and np.allclose(o, r, rtol=RTOL, atol=ATOL)
-                                                       for o, r in zip(outs, ref))
-                    if not ok:
-                        failures.append(f"{name} batch {b}, {t} threads: {p} differs from eager (max |diff| {diff:.3g})")
-                    cell = f"{m:.1f} ({p10:.0f}-{p90:.0f})" + ("" if ok else " MISMATCH")
-                    line += f" {cell:>22}"
-                    rows.append({"model": name, "threads": t, "batch": b, "peer": p, "median_us": round(m, 3),
-                                 "p10_us": round(p10, 3), "p90_us": round(p90, 3), "samples_per_s": round(b * 1e6 / m, 1),
-                                 "max_abs_diff": f"{diff:.3g}", "roofline_us": round(bound, 3) if bound else "",
-                                 "roofline_avx512_us": round(bound512, 3) if bound512 else ""})
+    # One step per (model, threads, batch, peer); fusion runs one batch size only.
+    n_points = sum(1 if m == "fusion" else len(batches) for m in models) * len(threads_list) * len(peers)
+    with Progress(n_points, "peers") as bar:
+        for model in models:
+            name = Path(model).stem
+            model_batches = batches
+            if model == "fusion":
+                name, model = "fusion_micro", str(Path(work) / "fusion_micro.onnx")
+                fusion_model(model)
+                model_batches = [16384]
+            inputs = {b: model_inputs(model, b) for b in model_batches}
+            in_bytes = {b: sum(a.nbytes for _, a in inputs[b]) for b in model_batches}
+            for t in threads_list:
+                threads = f"{t} thread{'s' if t > 1 else ''}"
+                bar.clear()
+                log(f"{name}, {threads}: " + ", ".join(peers))
+                # ONNX Runtime and policyc time every batch size in one subprocess: one step for all.
+                step = lambda peer, bs: bar.step(f"{name} batch {','.join(map(str, bs))} {peer}, {threads}", n=len(bs))  # noqa: E731
+                results, ort_identity = {}, None
+                results["eager"] = run_torch(model, model_batches, inputs, t, args, script=False, step=lambda b: step("eager", [b]))
+                if "torchscript" in peers:
+                    results["torchscript"] = run_torch(model, model_batches, inputs, t, args, script=True,
+                                                       step=lambda b: step("torchscript", [b]))
+                if "ort" in peers:
+                    step("ort", model_batches)
+                    results["ort"], ort_identity = run_ort(model, model_batches, inputs, t, args, work, identity)
+                flops, weight_bytes = {}, 0
                 if "policyc" in peers:
-                    line += "".join(f" {med[p] / med['policyc']:>8.2f}x" for p in peers if p != "policyc")
-                    line += f" {med['policyc'] / bound if bound else float('nan'):>8.2f}x"
-                    line += f" {med['policyc'] / bound512 if bound512 else float('nan'):>8.2f}x"
-                print(line, flush=True)
-            if ort_identity:
-                m, p10, p90 = quantiles(ort_identity)
-                print(f"ONNX Runtime binding's own cost per call (Identity on [1,1]): {m:.1f} µs (p10 {p10:.1f}, p90 {p90:.1f})")
+                    step("policyc", model_batches)
+                    results["policyc"], flops, weight_bytes = run_policyc(model, model_batches, inputs, t, args, work)
+                bar.clear()
+                print(f"\n{name}, {t} thread{'s' if t > 1 else ''}: median µs per call (p10-p90); policyc's speedup over each peer")
+                head = f"{'batch':>6} {'roofline':>9}" + "".join(f" {p:>22}" for p in peers)
+                if "policyc" in peers:
+                    head += "".join(f" {'vs ' + p:>9}" for p in peers if p != "policyc") + f" {'/roofline':>9} {'/roof512':>9}"
+                print(head)
+                for b in model_batches:
+                    ref = results["eager"][b][1]
+                    out_bytes = sum(o.nbytes for o in ref)
+                    data = weight_bytes + in_bytes[b] + out_bytes
+                    bound = bound_us(roof, flops.get(b, 0.0), data, roof["peak_gflops"]) if flops else None
+                    bound512 = bound_us(roof, flops.get(b, 0.0), data, roof["peak_avx512_gflops"]) if flops and roof["peak_avx512_gflops"] else None
+                    line = f"{b:>6} {bound if bound else float('nan'):>9.1f}"
+                    med = {}
+                    for p in peers:
+                        us, outs = results[p][b]
+                        m, p10, p90 = quantiles(us)
+                        med[p] = m
+                        diff = max(float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if o.size else 0.0
+                                   for o, r in zip(outs, ref))
+                        ok = len(outs) == len(ref) and all(o.shape == r.shape and np.allclose(o, r, rtol=RTOL, atol=ATOL)
+                                                           for o, r in zip(outs, ref))
+                        if not ok:
+                            failures.append(f"{name} batch {b}, {t} threads: {p} differs from eager (max |diff| {diff:.3g})")
+                        cell = f"{m:.1f} ({p10:.0f}-{p90:.0f})" + ("" if ok else " MISMATCH")
+                        line += f" {cell:>22}"
+                        rows.append({"model": name, "threads": t, "batch": b, "peer": p, "median_us": round(m, 3),
+                                     "p10_us": round(p10, 3), "p90_us": round(p90, 3), "samples_per_s": round(b * 1e6 / m, 1),
+                                     "max_abs_diff": f"{diff:.3g}", "roofline_us": round(bound, 3) if bound else "",
+                                     "roofline_avx512_us": round(bound512, 3) if bound512 else ""})
+                    if "policyc" in peers:
+                        line += "".join(f" {med[p] / med['policyc']:>8.2f}x" for p in peers if p != "policyc")
+                        line += f" {med['policyc'] / bound if bound else float('nan'):>8.2f}x"
+                        line += f" {med['policyc'] / bound512 if bound512 else float('nan'):>8.2f}x"
+                    print(line, flush=True)
+                if ort_identity:
+                    m, p10, p90 = quantiles(ort_identity)
+                    print(f"ONNX Runtime binding's own cost per call (Identity on [1,1]): {m:.1f} µs (p10 {p10:.1f}, p90 {p90:.1f})")
     print(f"\nroofline: peak {roof['peak_gflops']:.1f} GFLOP/s with AVX2 (/roofline), "
           f"{roof['peak_avx512_gflops']:.1f} with AVX-512 (/roof512); read bandwidth L2 {roof['bw_l2_gbps']:.0f}, "
           f"L3 {roof['bw_l3_gbps']:.0f}, DRAM {roof['bw_dram_gbps']:.0f} GB/s; a point's bound is "

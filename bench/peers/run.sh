@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks policyc against PyTorch eager, TorchScript and ONNX Runtime in one run, with this
-# machine's roofline; one table per model and thread count, and a CSV.
+# machine's roofline; one table per model and thread count, a CSV, and plots of it beside the CSV
+# (bench/plot.py peers: latency_<model>_<threads>t and speedup_<model>, .svg and .png).
 #
 #   bench/peers/run.sh [MODEL.onnx ... | fusion] [--batch 1,4,16,64,256] [--threads 1,2]
 #                      [--peers eager,torchscript,ort,policyc] [--min-time 1] [--csv peers.csv]
@@ -29,4 +30,30 @@ export POLICYC_ORT_NODE="$ORT_PREFIX/node_modules/onnxruntime-node"
 
 build_tree "$POLICYC_ROOT/build" -DCMAKE_BUILD_TYPE=Release
 export PYTHONPATH="$POLICYC_ROOT/build/python${PYTHONPATH:+:$PYTHONPATH}"
-exec /usr/bin/python3 "$POLICYC_ROOT/bench/peers/peers.py" "$@"
+
+# The CSV's path, as peers.py will read it (--csv FILE or --csv=FILE; default peers.csv), for the plots.
+csv=peers.csv
+prev=
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) exec /usr/bin/python3 "$POLICYC_ROOT/bench/peers/peers.py" "$@" ;;  # nothing to plot
+    --csv=*) csv=${arg#--csv=} ;;
+  esac
+  [ "$prev" = --csv ] && csv=$arg
+  prev=$arg
+done
+# Plot only a CSV this run wrote: peers.py stops before writing it when a peer fails, and an older
+# file of the same name is not this run's.
+before=$(stat -c %y -- "$csv" 2>/dev/null || true)
+status=0
+/usr/bin/python3 "$POLICYC_ROOT/bench/peers/peers.py" "$@" || status=$?
+after=$(stat -c %y -- "$csv" 2>/dev/null || true)
+if [ -n "$after" ] && [ "$after" != "$before" ]; then
+  # peers.py's status comes first (1: outputs that differ from eager, written to the CSV all the
+  # same); a failure to plot fails the run only when the benchmark itself passed.
+  plot_status=0
+  /usr/bin/python3 "$POLICYC_ROOT/bench/plot.py" peers --csv "$csv" --out "$(dirname -- "$csv")" --format svg,png ||
+    plot_status=$?
+  [ "$status" -ne 0 ] || status=$plot_status
+fi
+exit "$status"

@@ -1,4 +1,7 @@
 // Printing the kernel program: ir_pre_fusion.txt / ir_post_fusion.txt and the one-line list.
+#include <map>
+#include <set>
+
 #include <fmt/format.h>
 
 #include "policyc/codegen/kernel_program.h"
@@ -135,6 +138,97 @@ std::string printKernelProgram(const KernelProgram& p) {
     out += k.anchor ? "  epilogue:\n" : "  body:\n";
     printBody(out, p, k.body);
   }
+  return out;
+}
+
+namespace {
+std::string_view kernelFill(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::Linear: return "#fbe3d4";
+    case KernelKind::Conv: return "#fbe3d4";
+    case KernelKind::Pool: return "#fdf0e6";
+    case KernelKind::Reduction: return "#e5e2f0";
+    case KernelKind::Copy: return "#eeeeee";
+    case KernelKind::Pointwise: return "#e6f0f7";
+  }
+  return "#ffffff";
+}
+}  // namespace
+
+std::string printKernelDot(const KernelProgram& p) {
+  // Ids from positions only (kernel k, its j-th node, buffer b): names appear escaped in labels.
+  std::string out = fmt::format("digraph \"{}\" {{\n", escape::dot(p.name));
+  out += "  rankdir=TB; compound=true;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
+  out += "  edge [fontname=\"Helvetica\", fontsize=8, color=\"#606060\"];\n";
+  // Where each buffer's root is written and read, by which kernel's node.
+  std::map<std::string, std::pair<size_t, size_t>> producerOf;  // value name -> (kernel, node)
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    const Kernel& kernel = p.kernels[k];
+    out += fmt::format("  subgraph cluster_k{0} {{\n    id=\"kernel-{0}\"; label=\"{1} ({2})\"; style=\"rounded,filled\"; fillcolor=\"{3}\"; "
+                       "fontname=\"Helvetica\"; fontsize=11;\n",
+                       k, escape::dot(kernel.name), kernelKindName(kernel.kind), kernelFill(kernel.kind));
+    for (size_t j = 0; j < kernel.sources.size(); ++j) {
+      const ir::Node& n = *kernel.sources[j];
+      out += fmt::format("    k{0}n{1} [id=\"k{0}n{1}\", shape=box, style=\"rounded,filled\", fillcolor=\"{2}\", label=\"{3}\\n{4}\"];\n", k, j,
+                         ir::dotFill(n.info().fusion), escape::dot(n.info().name), escape::dot(n.name()));
+      for (size_t o = 0; o < n.numOutputs(); ++o) producerOf[n.output(o)->name()] = {k, j};
+    }
+    out += "  }\n";
+  }
+  // Edges between nodes of one kernel; buffers (in memory) between kernels.
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    const Kernel& kernel = p.kernels[k];
+    for (size_t j = 0; j < kernel.sources.size(); ++j) {
+      for (const ir::Value* v : kernel.sources[j]->inputs()) {
+        auto it = producerOf.find(v->name());
+        if (it != producerOf.end() && it->second.first == k) out += fmt::format("  k{}n{} -> k{}n{};\n", k, it->second.second, k, j);
+      }
+    }
+  }
+  auto readerNode = [&](const Kernel& kernel, const std::string& value) -> size_t {
+    for (size_t j = 0; j < kernel.sources.size(); ++j) {
+      for (const ir::Value* v : kernel.sources[j]->inputs()) {
+        if (v->name() == value) return j;
+      }
+    }
+    return 0;
+  };
+  std::set<int> drawn;
+  for (const Buffer& b : p.buffers) {
+    if (b.kind == BufferKind::Param) continue;  // weights: listed in the kernel table, not drawn
+    bool used = false;
+    for (size_t k = 0; k < p.kernels.size() && !used; ++k) {
+      for (int id : p.kernels[k].reads()) used = used || p.buffer(id).root == b.id || id == b.id;
+      for (int id : p.kernels[k].writes()) used = used || id == b.id;
+    }
+    if (!used && b.kind == BufferKind::Temp) continue;  // fused away: lives in registers
+    drawn.insert(b.id);
+    const char* fill = b.kind == BufferKind::Temp ? "#ffffff" : "#a6dba0";
+    out += fmt::format("  b{0} [id=\"b{0}\", shape=cylinder, style=filled, fillcolor=\"{1}\", fontsize=9, label=\"{2} {3}\\n{4}{5}\"];\n", b.id,
+                       fill, bufferKindName(b.kind), escape::dot(b.name), escape::dot(b.type.str()), b.isView() ? "\\n(a view)" : "");
+  }
+  // A view (a split, a reshape) shares its root's memory: drawn from its root, dashed.
+  for (const Buffer& b : p.buffers) {
+    if (b.isView() && b.kind != BufferKind::Param && drawn.count(b.id) && drawn.count(b.root)) {
+      out += fmt::format("  b{} -> b{} [style=dashed, label=\"view\"];\n", b.root, b.id);
+    }
+  }
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    const Kernel& kernel = p.kernels[k];
+    if (kernel.sources.empty()) continue;
+    for (int id : kernel.reads()) {
+      const Buffer& b = p.buffer(id);
+      if (b.kind == BufferKind::Param) continue;
+      out += fmt::format("  b{} -> k{}n{} [lhead=cluster_k{}];\n", id, k, readerNode(kernel, b.name), k);
+    }
+    for (int id : kernel.writes()) {
+      const Buffer& b = p.buffer(id);
+      auto it = producerOf.find(b.name);
+      size_t j = it != producerOf.end() && it->second.first == k ? it->second.second : kernel.sources.size() - 1;
+      out += fmt::format("  k{}n{} -> b{} [ltail=cluster_k{}];\n", k, j, id, k);
+    }
+  }
+  out += "}\n";
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "policyc/codegen/memory_plan.h"
 #include "policyc/driver/autotune.h"
 #include "policyc/driver/debug_dir.h"
+#include "policyc/driver/report.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
 #include "policyc/support/escape.h"
@@ -128,6 +129,27 @@ Emitted emitLlvm(const codegen::KernelProgram& program, const codegen::MemoryPla
   return e;
 }
 
+// command.txt's account of the request: what a person needs to rerun it or report it.
+std::string requestDetails(const CompileRequest& r) {
+  const passes::PipelineOptions& p = r.pipeline;
+  std::string text = fmt::format("policyc {}, LLVM {}\nmodel: {}\n", kVersion, codegen::llvmVersion(), escape::message(r.modelPath));
+  text += fmt::format("backend: {}{}\nmode: {}\ntarget: {}{}{}\n", codegen::backendName(r.backend), r.fuse ? "" : " (no fusion)", r.mode,
+                      escape::message(r.cpp.target), r.cpu.empty() ? "" : " cpu " + escape::message(r.cpu),
+                      r.features.empty() ? "" : " features " + escape::message(r.features));
+  text += fmt::format("passes: {}{}\n", p.passes ? fmt::format("{}", fmt::join(*p.passes, ",")) : "default",
+                      p.disabled.empty() ? "" : fmt::format(" (disabled: {})", fmt::join(p.disabled, ",")));
+  text += fmt::format("extern kernels: {}, tune batches: {}{}{}\n", r.cpp.externKernels ? "oneDNN" : "none", fmt::join(r.cpp.tuneBatches, ","),
+                      r.cpp.forceImpl.empty() ? "" : ", forced implementation " + r.cpp.forceImpl, r.cpp.profile ? ", profiling" : "");
+  text += fmt::format("output: {}\n", r.jit ? "in-process (JIT)" : escape::message(r.output));
+  return text;
+}
+
+// The last files of a compile's debug directory, whether or not it succeeded.
+void finishDebugDir(DebugDir& d) {
+  d.writeTimes();
+  writeReport(d.path());
+}
+
 }  // namespace
 
 CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request) {
@@ -143,7 +165,8 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   // What produced the code, for the descriptor (the cache passes its key's hash).
   if (cpp.sourceHash.empty()) cpp.sourceHash = fmt::format("{:016x}", graphHash(input, request));
 
-  std::optional<DebugDir> dir = DebugDir::select(request.debugDir, request.modelPath, input.name());
+  std::optional<DebugDir> dir =
+      DebugDir::select(request.debugDir, request.modelPath, input.name(), codegen::backendName(request.backend), requestDetails(request));
   DebugDir* d = dir ? &*dir : nullptr;
   // POLICYC_DEBUG=1 chose the directory: say where it is (with --debug-dir the user knows).
   if (d && request.debugDir.empty()) fmt::print(stderr, "policyc: writing debug files to {}\n", d->path().string());
@@ -152,6 +175,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   if (d) {
     StageTimer t(d, "dump graph_imported");
     d->writeGraph(request.optimize ? "graph_imported.pir" : "graph_input.pir", *graph);
+    d->writePicture(request.optimize ? "graph_imported" : "graph_input", ir::printDot(*graph, request.optimize ? "imp" : "inp"));
   }
   if (request.optimize) {
     passes::PipelineOptions options = request.pipeline;
@@ -165,6 +189,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     if (d) {
       d->write("passes.log", passes::formatPassLog(result));
       d->writeGraph("graph_optimized.pir", *graph);
+      d->writePicture("graph_optimized", ir::printDot(*graph, "opt"));
     }
   }
   CompileResult out;
@@ -193,6 +218,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   // backend's emitter (the schedule, then C++ source or an LLVM module, and its dumps) and what
   // builds it (a .so, an object, assembly or IR file, or code in this process). What a backend
   // cannot do is one error naming the backend.
+  std::string kernelsText;  // kernels.json, once the implementations are chosen
   Emitted emitted = codegen::inBackend(request.backend, [&] {
     codegen::KernelProgram program;
     codegen::MemoryPlan plan;
@@ -203,25 +229,34 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
       if (!nofuse) codegen::fuseKernels(program);
       plan = codegen::planMemory(program);
     }
-    if (d) d->write("ir_post_fusion.txt", codegen::printKernelProgram(program) + "\n" + codegen::printMemoryPlan(program, plan));
+    if (d) {
+      d->write("ir_post_fusion.txt", codegen::printKernelProgram(program) + "\n" + codegen::printMemoryPlan(program, plan));
+      d->writePicture("kernels", codegen::printKernelDot(program));
+    }
     for (const codegen::Kernel& k : program.kernels) {
       for (const ir::Node* n : k.sources) out.kernelOfNode[n->name()] = k.name;
     }
     StageTimer t(d, llvm ? "llvm codegen (IRBuilder + O3)" : "codegen");
-    return llvm ? emitLlvm(program, plan, request, cpp, d) : emitCpp(program, plan, request, cpp, d);
+    Emitted e = llvm ? emitLlvm(program, plan, request, cpp, d) : emitCpp(program, plan, request, cpp, d);
+    if (d) kernelsText = kernelsJson(program, e.dispatch);
+    return e;
   });
+  if (d) {
+    d->write("kernels.json", kernelsText);
+    d->write("nodes.json", nodesJson(*graph, out.kernelOfNode));
+  }
   {
     StageTimer t(d, emitted.buildStage);
     try {
       emitted.build(out);
     } catch (const Error&) {
-      if (d) d->writeTimes();
+      if (d) finishDebugDir(*d);
       throw;
     }
   }
   if (!request.header.empty()) writeHeader(request.header, emitted.header);
   if (d) {
-    d->writeTimes();
+    finishDebugDir(*d);
     out.debugDir = d->path().string();
   }
   out.so = request.jit ? "" : request.output;

@@ -88,6 +88,33 @@ std::string printable(std::string_view text) {
   return encodeBytes(text, [](unsigned char c) { return printableAscii(c) && c != '\\' && c != '"'; }, hex);
 }
 
+std::string dot(std::string_view text) {
+  return encodeBytes(text, [](unsigned char c) { return printableAscii(c) && c != '\\' && c != '"'; },
+                     [](std::string& out, unsigned char c) {
+                       if (c == '"' || c == '\\') {
+                         out += '\\';
+                         out += static_cast<char>(c);
+                       } else {
+                         out += '\\';  // a shown backslash, then xNN
+                         appendHex(out, c);
+                       }
+                     });
+}
+
+std::string html(std::string_view text) {
+  return encodeBytes(text, [](unsigned char c) { return printableAscii(c) && c != '&' && c != '<' && c != '>' && c != '"' && c != '\''; },
+                     [](std::string& out, unsigned char c) {
+                       switch (c) {
+                         case '&': out += "&amp;"; break;
+                         case '<': out += "&lt;"; break;
+                         case '>': out += "&gt;"; break;
+                         case '"': out += "&quot;"; break;
+                         case '\'': out += "&#39;"; break;
+                         default: appendHex(out, c);
+                       }
+                     });
+}
+
 std::string fileName(std::string_view text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {

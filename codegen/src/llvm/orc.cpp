@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <llvm/ADT/StringMap.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
@@ -86,6 +87,8 @@ std::string architectures() {
 }
 
 }  // namespace
+
+std::string llvmVersion() { return LLVM_VERSION_STRING; }
 
 std::vector<std::string> llvmTargetNames() { return {"native", "x86-64-v3", "x86-64-v4", "generic"}; }
 

@@ -40,6 +40,9 @@ LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options);
 // Target names besides triples.
 std::vector<std::string> llvmTargetNames();
 
+// The LLVM this backend is built with ("19.1.7"), for debug directories and bug reports.
+std::string llvmVersion();
+
 // As CodegenOptions: every implementation of codegen.h, dispatched by batch range as the C++
 // backend's; with `tuning`, all of them behind the autotuner's hooks.
 struct LlvmOptions : CodegenOptions {

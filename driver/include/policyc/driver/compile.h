@@ -18,6 +18,9 @@
 
 namespace policyc::driver {
 
+// The version `policyc --version` prints and every debug directory records.
+inline constexpr const char* kVersion = "0.1.0";
+
 struct CompileRequest {
   std::string modelPath;             // names and hashes the debug directory
   std::string output;                // OUT.so

@@ -13,17 +13,32 @@
 
 namespace policyc::driver {
 
+// What started this process's compiles, for every debug directory's command.txt and the name
+// POLICYC_DEBUG=1 gives it: the command ("compile", "check", "python", ...) and the whole
+// command line. Set once by the program's entry point; "library" and "" until then.
+void setInvocation(std::string command, std::string commandLine);
+const std::string& invocationCommand();
+
 // Where a compilation's dumps go, when anywhere: `--debug-dir DIR`, or POLICYC_DEBUG=1 for
-// ./policyc_debug/<model>-<hash>/ (the hash is of the model's bytes, so two models of one name
-// do not overwrite each other and a re-run of the same model reuses its directory).
+// ./policyc_debug/<model>-<hash>-<command>-<backend>/ (the hash is of the model's bytes, so two
+// models of one name do not overwrite each other, and runs of different commands or backends do
+// not mix; a re-run of the same one reuses its directory).
+//
+// Every compile starts the directory afresh: command.txt is written first, and the next compile
+// into the same directory removes every file at least as new as the command.txt it finds (what
+// that compile wrote) before writing its own. Files older than it — anything a user keeps there —
+// are never touched.
 class DebugDir {
  public:
-  explicit DebugDir(std::filesystem::path dir);  // creates it; Error if it cannot
+  // Creates the directory (Error if it cannot), removes the previous compile's files and writes
+  // command.txt: the invocation, `details` (options, versions), the CPU and the time.
+  explicit DebugDir(std::filesystem::path dir, std::string_view details = "");
 
   // The directory for this compilation, or nullopt when debugging is off. `flagDir` wins over
-  // the environment; `modelPath` names and hashes the model.
+  // the environment; `modelPath` names and hashes the model; `backend` names the directory.
   static std::optional<DebugDir> select(const std::string& flagDir, const std::string& modelPath,
-                                        const std::string& modelName);
+                                        const std::string& modelName, std::string_view backend = "",
+                                        std::string_view details = "");
 
   const std::filesystem::path& path() const { return dir_; }
 
@@ -31,6 +46,9 @@ class DebugDir {
   void write(std::string_view name, std::string_view text) const;
   // Writes a reloadable NAME.pir and, when weights need it, NAME.pir.bin.
   void writeGraph(std::string_view name, const ir::Graph& graph) const;
+  // Writes NAME.dot and, when Graphviz's `dot` is installed, NAME.svg beside it (a picture is a
+  // help, not a stage: without Graphviz the .dot stays and the compile goes on).
+  void writePicture(std::string_view name, const std::string& dotText) const;
 
   // Per-stage wall times for compile_times.txt.
   void recordTime(std::string stage, double milliseconds);
@@ -54,6 +72,10 @@ class StageTimer {
   std::string stage_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
+
+// Renders DOT text as SVG with Graphviz's `dot` (no shell; the text through a file). Error, with
+// dot's message, when it is missing or fails.
+std::string renderSvg(const std::string& dotText);
 
 // 16 hex digits of FNV-1a over a file's bytes ("" if it cannot be read).
 std::string fileHash(const std::string& path);

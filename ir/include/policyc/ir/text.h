@@ -49,4 +49,11 @@ std::unique_ptr<Graph> readPir(const std::string& path);
 // Quotes a name for %name / output-name positions when it is not a plain identifier.
 std::string formatName(std::string_view name);
 
+// The graph as a Graphviz DOT digraph: a box per op (its op, name and output types, filled by
+// its FusionKind), inputs, params and the return; node ids are `idPrefix` + "n" + the node's
+// position, so several graphs can share one page (model text appears only escaped, in labels).
+std::string printDot(const Graph& graph, std::string_view idPrefix = "");
+std::string dotNodeId(std::string_view idPrefix, size_t nodeIndex);
+std::string_view dotFill(FusionKind kind);  // the fill colour printDot gives an op of this kind
+
 }  // namespace policyc::ir

@@ -36,6 +36,15 @@ std::string cIdentifier(std::string_view text, size_t maxLen = 40);
 // reader of the .ll file).
 std::string printable(std::string_view text);
 
+// For the inside of a Graphviz DOT quoted string (ids and labels): printable ASCII except \ and "
+// stays; " becomes \" and \ becomes \\ (DOT's only escapes; in a label \\ shows one backslash, so
+// no name can form \n, \l or \N); every other byte is shown as the four characters \xNN.
+std::string dot(std::string_view text);
+
+// For HTML text and attribute values (quoted with " or '): & < > " ' become character
+// references, control characters, DEL and bytes >= 0x80 the text \xNN (the page stays ASCII).
+std::string html(std::string_view text);
+
 // One path component for a model-provided name (an output's .npy file, a repro input): the
 // characters A-Z a-z 0-9 _ - . stay, every other byte and a leading '.' become %XX (so the name
 // can never be "", ".", "..", absolute, or contain '/'); reversible by fileNameToText. Names whose
