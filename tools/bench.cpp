@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,16 +15,65 @@
 #include <optional>
 #include <sstream>
 
+#include <stdlib.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "policyc/driver/model_io.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
+#include "policyc/driver/report.h"
 #include "policyc/runtime/loader.h"
+#include "policyc/support/escape.h"
+#include "policyc/support/process.h"
 
 namespace policyc::tools {
 namespace {
+
+// The Python the plots and the PyTorch baseline run in: Debian's, where python3-matplotlib,
+// python3-torch and python3-onnx are installed (docs: TOOLCHAIN).
+constexpr const char* kPython = "/usr/bin/python3";
+
+// A temporary directory removed when it goes out of scope.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    char pattern[] = "/tmp/policyc-bench-XXXXXX";
+    if (!::mkdtemp(pattern)) fail("cannot create a temporary directory: {}", std::strerror(errno));
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Runs one of the project's Python scripts (no shell); its output goes to a log, and a failure is
+// one error with the script's last line (its own "error: ..." message).
+void runScript(const std::vector<std::string>& argv, const std::string& what) {
+  ScratchDir tmp;
+  const std::filesystem::path log = tmp.path() / "log";
+  int rc = 0;
+  try {
+    rc = process::run(argv, log);
+  } catch (const std::runtime_error& e) {
+    fail("{}: {}", what, e.what());
+  }
+  if (rc == 0) return;
+  std::ifstream f(log);
+  std::string line, last;
+  while (std::getline(f, line)) {
+    if (!line.empty()) last = line;
+  }
+  fail("{} failed (exit {}): {}", what, rc, last.empty() ? "no message" : last);
+}
 
 struct Timing {
   int64_t batch = 0;
@@ -107,6 +158,8 @@ class Baseline {
  public:
   virtual ~Baseline() = default;
   virtual std::string name() const = 0;
+  // The throughput table's column for it.
+  virtual std::string column() const { return "baseline"; }
   // Samples per second at this point; nullopt when the baseline has no figure for it.
   virtual std::optional<double> samplesPerSecond(int64_t batch, int threads) = 0;
 };
@@ -205,6 +258,31 @@ class CsvBaseline : public Baseline {
   bool anyThreads_ = false;
 };
 
+// PyTorch eager on the same model (--baseline torch): bench/peers/torch_baseline.py rebuilds the
+// ONNX graph as torch modules (the peers' translator), times it at the same batch sizes and thread
+// counts and writes the CSV this reads.
+class TorchBaseline : public CsvBaseline {
+ public:
+  explicit TorchBaseline(const std::string& csv) : CsvBaseline(csv) {}
+  std::string name() const override { return "torch (PyTorch eager, bench/peers/torch_baseline.py)"; }
+  std::string column() const override { return "eager"; }
+};
+
+std::string torchBaselineCsv(const BenchOptions& o, const std::filesystem::path& csv) {
+  if (std::filesystem::path(o.model).extension() != ".onnx") fail("--baseline torch needs an .onnx model, got '{}'", o.model);
+  std::vector<std::string> argv = {kPython, std::string(POLICYC_SOURCE_DIR) + "/bench/peers/torch_baseline.py", o.model,
+                                    "--batch", fmt::format("{}", fmt::join(o.batches, ",")),
+                                    "--threads", fmt::format("{}", fmt::join(o.threads, ",")),
+                                    "--min-time", fmt::format("{}", o.minSeconds),
+                                    "--min-calls", fmt::format("{}", o.minCalls),
+                                    "--warmup", fmt::format("{}", o.warmup),
+                                    "--csv", csv.string()};
+  fmt::print("timing PyTorch eager: {}\n", process::commandLine(argv));
+  std::fflush(stdout);
+  runScript(argv, "PyTorch eager baseline");
+  return csv.string();
+}
+
 // ---- the profile of one row
 
 struct KernelRow {
@@ -285,6 +363,12 @@ double flopsPerCall(const policyc_profile* p, int64_t batch) {
   return f;
 }
 
+// FLOPs (or bytes) per nanosecond of a kernel over a row: GFLOP/s (GB/s).
+double kernelRate(double perCall, double perRow, int64_t batch, const KernelRow& k) {
+  if (!k.ns) return 0;
+  return (perCall + perRow * static_cast<double>(batch)) * static_cast<double>(k.calls) / static_cast<double>(k.ns);
+}
+
 // A row of the JSON output: its timing, and with a profile its kernels.
 nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowProfile* profile) {
   nlohmann::json row = {{"batch", r.batch},      {"threads", r.threads}, {"calls", r.calls},
@@ -298,9 +382,33 @@ nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowPr
                               {"kind", info.kind},
                               {"nodes", info.nodes},
                               {"calls", kr.calls},
-                              {"us_per_call", kr.usPerCall()}});
+                              {"us_per_call", kr.usPerCall()},
+                              {"gflops", kernelRate(info.flops_static, info.flops_per_row, r.batch, kr)},
+                              {"gbps", kernelRate(info.bytes_static, info.bytes_per_row, r.batch, kr)}});
   }
   return row;
+}
+
+// What a run writes besides its tables: --json, the plot (bench/plot.py from the same JSON), and
+// with --debug-dir the profile into that directory, whose report is then written again.
+void writeOutputs(const BenchOptions& o, const nlohmann::json& j, const ScratchDir& scratch) {
+  const std::string text = j.dump(2) + "\n";
+  auto write = [&](const std::filesystem::path& path) {
+    std::ofstream f(path);
+    f << text;
+    if (!f) fail("cannot write '{}'", path.string());
+  };
+  if (!o.json.empty()) write(o.json);
+  if (!o.plot.empty()) {
+    const std::filesystem::path rows = scratch.path() / "rows.json";
+    write(rows);
+    runScript({kPython, std::string(POLICYC_SOURCE_DIR) + "/bench/plot.py", "bench", "--json", rows.string(), "--out", o.plot}, "the plot");
+    fmt::print("\nwrote the plot {}\n", o.plot);
+  }
+  if (!o.debugDir.empty() && o.profile) {
+    write(std::filesystem::path(o.debugDir) / "profile.json");
+    fmt::print("\nwrote the profile and the report {}\n", driver::writeReport(o.debugDir).string());
+  }
 }
 
 // --compare-backends: the model built by both backends, loaded side by side; per row both are
@@ -309,7 +417,7 @@ nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowPr
 // during the run hits both alike. Kernel times come from each build's own profile.
 int compareBackends(const BenchOptions& o, const BenchCompile& compile) {
   constexpr double kSliceUs = 2000;
-  if (std::filesystem::path(o.model).extension() == ".so") fail("--compare-backends needs the .onnx/.pir model, not a compiled '{}'", o.model);
+  if (driver::isSharedObject(o.model)) fail("--compare-backends needs the .onnx/.pir model, not a compiled '{}'", o.model);
   if (!o.baseline.empty() || !o.trace.empty()) fail("--compare-backends takes neither --baseline nor --trace");
   const codegen::Backend backends[2] = {codegen::Backend::Cpp, codegen::Backend::Llvm};
   std::vector<runtime::Model> models;
@@ -390,11 +498,8 @@ int compareBackends(const BenchOptions& o, const BenchCompile& compile) {
       fmt::print("{:<44} {:>10.2f} {:>10.2f} {:>9.2f}{}\n", pc.kernels[kc[k].kernel].name, c, l, c > 0 ? l / c : 0.0, apart ? "  *" : "");
     }
   }
-  if (!o.json.empty()) {
-    std::ofstream f(o.json);
-    f << j.dump(2) << "\n";
-    if (!f) fail("cannot write '{}'", o.json);
-  }
+  ScratchDir scratch;
+  writeOutputs(o, j, scratch);
   return 0;
 }
 
@@ -409,7 +514,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     if (t < 1) fail("--threads must be >= 1, got {}", t);
   }
   if (!o.trace.empty() && !o.profile) fail("--trace needs --profile");
-  const bool compiled = std::filesystem::path(o.model).extension() == ".so";
+  const bool compiled = driver::isSharedObject(o.model);
   if (o.compareBackends) return compareBackends(o, compile);
   std::string so = compiled ? o.model : compile(o.model, o.backend, o.fuse, o.profile);
   runtime::Model model = runtime::Model::load(so);
@@ -418,6 +523,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     fail("'{}' was compiled without profiling: pass the .onnx/.pir model, or build it with `policyc compile --profile`", so);
   }
 
+  ScratchDir scratch;
   std::unique_ptr<Baseline> baseline;
   if (o.baseline == "nofuse" || o.baseline == "interp") {
     if (compiled) fail("--baseline {} needs the .onnx/.pir model, not the compiled '{}'", o.baseline, o.model);
@@ -426,6 +532,8 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     } else {
       baseline = std::make_unique<InterpreterBaseline>(driver::loadModel(o.model), o);
     }
+  } else if (o.baseline == "torch") {
+    baseline = std::make_unique<TorchBaseline>(torchBaselineCsv(o, scratch.path() / "torch.csv"));
   } else if (!o.baseline.empty()) {
     baseline = std::make_unique<CsvBaseline>(o.baseline);
   }
@@ -462,7 +570,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
   if (baseline) {
     for (int t : o.threads) {
       fmt::print("\n{} thread{}: throughput in samples/s, baseline {}\n", t, t == 1 ? "" : "s", baseline->name());
-      fmt::print("{:>10} {:>14} {:>14} {:>9}\n", "batch size", "baseline", "compiled", "speedup");
+      fmt::print("{:>10} {:>14} {:>14} {:>9}\n", "batch size", baseline->column(), "compiled", "speedup");
       for (size_t i = 0; i < rows.size(); ++i) {
         if (rows[i].threads != t) continue;
         base[i] = baseline->samplesPerSecond(rows[i].batch, t);
@@ -477,23 +585,20 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     }
   }
 
-  if (!o.json.empty()) {
-    nlohmann::json j;
-    j["model"] = model.name();
-    j["so"] = so;
-    j["target"] = model.target();
-    j["profiled"] = o.profile;
-    if (prof) j["weight_bytes"] = prof->weight_bytes;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      // profiles[i] is row i's: both are filled row by row
-      nlohmann::json row = rowJson(rows[i], prof, o.profile ? &profiles[i] : nullptr);
-      if (base[i]) row["baseline_samples_per_s"] = *base[i];
-      j["rows"].push_back(row);
-    }
-    std::ofstream f(o.json);
-    f << j.dump(2) << "\n";
-    if (!f) fail("cannot write '{}'", o.json);
+  nlohmann::json j;
+  j["model"] = model.name();
+  j["so"] = so;
+  j["target"] = model.target();
+  j["profiled"] = o.profile;
+  if (baseline) j["baseline"] = baseline->name();
+  if (prof) j["weight_bytes"] = prof->weight_bytes;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    // profiles[i] is row i's: both are filled row by row
+    nlohmann::json row = rowJson(rows[i], prof, o.profile ? &profiles[i] : nullptr);
+    if (base[i]) row["baseline_samples_per_s"] = *base[i];
+    j["rows"].push_back(row);
   }
+  writeOutputs(o, j, scratch);
   if (!o.csv.empty()) {
     std::ofstream f(o.csv);
     f << "model,batch,threads,calls,median_us,p10_us,p90_us,samples_per_s,gflops,baseline_samples_per_s,speedup\n";

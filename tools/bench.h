@@ -22,8 +22,13 @@ struct BenchOptions {
   int64_t warmup = 50;
   std::string json;                  // write the rows as JSON here
   std::string csv;                   // write the rows as CSV here
-  // interp | nofuse (the same backend without fusion) | FILE.csv (batch, [threads,] samples_per_s)
+  // interp | nofuse (the same backend without fusion) | torch (PyTorch eager through the peers'
+  // translator, bench/peers/torch_baseline.py) | FILE.csv (batch, [threads,] samples_per_s)
   std::string baseline;
+  std::string plot;                  // bench/plot.py's latency (and throughput) plot of the rows here
+  // The compile's debug directory (an .onnx/.pir model); with profile, profile.json goes there
+  // and its report (index.html) shows it.
+  std::string debugDir;
   bool profile = false;              // compile with profiling and print the per-kernel table
   std::string trace;                 // with profile: a Chrome trace of every row
   // Both backends' builds in one process, their calls interleaved a few milliseconds at a time so

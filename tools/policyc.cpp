@@ -23,6 +23,7 @@
 #include "policyc/debug/check.h"
 #include "policyc/driver/compile.h"
 #include "policyc/driver/debug_dir.h"
+#include "policyc/driver/report.h"
 #include "policyc/debug/minify.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
@@ -31,6 +32,7 @@
 #include "policyc/runtime/loader.h"
 #include "policyc/support/escape.h"
 #include "policyc/support/files.h"
+#include "policyc/support/process.h"
 #include "policyc/support/sizes.h"
 
 namespace {
@@ -155,16 +157,47 @@ struct TargetFlags {
 
 struct DumpOptions {
   std::string model;
-  std::string stage = "imported";
+  std::string stage;  // empty: imported, or optimized when a pass option is given
   std::string output;
+  std::string format = "text";
   PipelineFlags pipeline;
 };
 
-int runDump(const DumpOptions& o) {
+// Writes `text` to `path` whole, or to stdout when no path is given.
+void emitText(const std::string& text, const std::string& path) {
+  if (path.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  asError([&] { files::writeAtomic(path, text); });
+  std::fprintf(stderr, "wrote %s\n", path.c_str());
+}
+
+int runDump(const DumpOptions& given) {
+  DumpOptions o = given;
+  const PipelineFlags& p = o.pipeline;
+  const bool passOptions = !p.passes.empty() || !p.disabled.empty() || !p.printAfter.empty();
+  // The pass options choose what the optimised graph is: they imply it, and contradict the
+  // imported graph (which no pass has touched) rather than being silently ignored.
+  if (o.stage.empty()) o.stage = passOptions ? "optimized" : "imported";
+  if (o.stage == "imported" && passOptions) {
+    fail("--passes, --disable-pass and --print-after change the optimised graph: use --stage optimized, pre-fusion or post-fusion");
+  }
   auto graph = driver::loadModel(o.model);
   if (o.stage != "imported") o.pipeline.optimize(*graph);
-  if (o.stage == "pre-fusion" || o.stage == "post-fusion") {
-    if (!o.output.empty()) fail("-o writes .pir graphs; --stage {} prints the kernel program", o.stage);
+  const bool kernels = o.stage == "pre-fusion" || o.stage == "post-fusion";
+  if (o.format != "text") {
+    codegen::KernelProgram program;
+    if (kernels) {
+      program = codegen::lowerGraph(*graph);
+      if (o.stage == "post-fusion") codegen::fuseKernels(program);
+    }
+    const std::string dot = kernels ? codegen::printKernelDot(program) : ir::printDot(*graph);
+    emitText(o.format == "dot" ? dot : driver::renderSvg(dot), o.output);
+    return 0;
+  }
+  if (kernels) {
+    if (!o.output.empty()) fail("-o writes .pir graphs (or, with --format dot|svg, pictures); --stage {} prints the kernel program", o.stage);
     codegen::KernelProgram program = codegen::lowerGraph(*graph);
     if (o.stage == "post-fusion") codegen::fuseKernels(program);
     std::string text = codegen::printKernelProgram(program);
@@ -273,7 +306,7 @@ int runThroughCache(const RunOptions& o);
 int runJit(const RunOptions& o);
 
 int runRun(const RunOptions& given) {
-  if (std::filesystem::path(given.model).extension() == ".so") return runCompiled(given);
+  if (driver::isSharedObject(given.model)) return runCompiled(given);
   RunOptions o = given;
   const codegen::Backend backend = o.backend.resolve();
   if (backend == codegen::Backend::Llvm) return runJit(o);
@@ -533,14 +566,20 @@ const CLI::Range kThreadsRange(1, 1024);
 int main(int argc, char** argv) {
   CLI::App app{"policyc: an ahead-of-time compiler for small neural-network policies"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "policyc 0.1.0");
+  app.set_version_flag("--version", fmt::format("policyc {}", driver::kVersion));
 
   DumpOptions dump;
-  CLI::App* dumpCmd = app.add_subcommand("dump", "print a model's graph as .pir text");
+  CLI::App* dumpCmd = app.add_subcommand("dump", "print a model's graph as .pir text, its kernel program, or a picture of either");
   dumpCmd->add_option("model", dump.model, "model file (.onnx or .pir)")->required();
-  dumpCmd->add_option("--stage", dump.stage, "imported | optimized (.pir) | pre-fusion | post-fusion (kernel program)")
+  dumpCmd->add_option("--stage", dump.stage,
+                      "imported (default) | optimized (.pir; the default with a pass option) | pre-fusion | post-fusion (kernel program)")
       ->check(CLI::IsMember({"imported", "optimized", "pre-fusion", "post-fusion"}));
-  dumpCmd->add_option("-o,--output", dump.output, "write FILE.pir (and its weights to FILE.pir.bin) instead of printing");
+  dumpCmd->add_option("--format", dump.format,
+                      "text (.pir or the kernel program, default) | dot | svg (a Graphviz picture: the graph, or each kernel a "
+                      "cluster of its graph nodes)")
+      ->check(CLI::IsMember({"text", "dot", "svg"}));
+  dumpCmd->add_option("-o,--output", dump.output,
+                      "write FILE.pir (and its weights to FILE.pir.bin), or the picture, instead of printing");
   dump.pipeline.addTo(dumpCmd);
 
   RunOptions run;
@@ -594,8 +633,11 @@ int main(int argc, char** argv) {
   benchCmd->add_option("--warmup", bench.warmup, "untimed calls before each row (default 50)");
   benchTarget.addTo(benchCmd);
   benchCmd->add_option("--baseline", bench.baseline,
-                       "compare throughput with: interp (the reference interpreter), nofuse (the same backend without fusion), or FILE.csv "
-                       "(columns batch, samples_per_s, optionally threads)");
+                       "compare throughput with: interp (the reference interpreter), nofuse (the same backend without fusion), torch "
+                       "(PyTorch eager on the same .onnx model), or FILE.csv (columns batch, samples_per_s, optionally threads)");
+  benchCmd->add_option("--plot", bench.plot, "also plot latency against batch size (and the baseline's throughput) here: F.svg, F.png or F.pdf");
+  benchCmd->add_option("--debug-dir", bench.debugDir,
+                       "write every stage of the compile here; with --profile also profile.json, shown in the directory's index.html");
   benchCmd->add_flag("--profile", bench.profile, "compile with a timer around every kernel; print a table per row");
   benchCmd->add_option("--trace", bench.trace, "with --profile: write a Chrome trace (chrome://tracing, Perfetto) here");
   benchCmd->add_option("--json", bench.json, "also write the rows as JSON here");
@@ -636,6 +678,10 @@ int main(int argc, char** argv) {
   check.pipeline.addTo(checkCmd);
   check.impl.addTo(checkCmd);
 
+  std::string reportDir;
+  CLI::App* reportCmd = app.add_subcommand("report", "write DEBUG_DIR/index.html: one page of what a compile wrote into its debug directory");
+  reportCmd->add_option("debug_dir", reportDir, "a debug directory (--debug-dir, POLICYC_DEBUG=1)")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -648,23 +694,37 @@ int main(int argc, char** argv) {
     return reportError(commandLineError(app, argc, argv, e));
   }
 
+  for (const CLI::App* sub : app.get_subcommands()) {
+    std::vector<std::string> args(argv, argv + argc);
+    driver::setInvocation(sub->get_name(), process::commandLine(args));
+  }
   try {
+    if (*reportCmd) {
+      fmt::print("wrote {}\n", driver::writeReport(reportDir).string());
+      return 0;
+    }
     if (*dumpCmd) return runDump(dump);
     if (*runCmd) return runRun(run);
     if (*compileCmd) return runCompile(compile);
     if (*benchCmd) {
-      if (std::filesystem::path(bench.model).extension() == ".so" &&
+      if (driver::isSharedObject(bench.model) &&
           (!benchPipeline.passes.empty() || !benchPipeline.disabled.empty() || !benchPipeline.printAfter.empty())) {
         fail("'{}' is already compiled: the pass options apply to .onnx and .pir models", bench.model);
       }
       bench.backend = benchBackend.resolve();
       bench.fuse = !benchBackend.noFuse;
       if (bench.compareBackends && !benchBackend.backend.empty()) fail("--compare-backends times both backends: drop --backend");
+      if (!bench.debugDir.empty() && bench.compareBackends) fail("--debug-dir is one compile's: drop it or --compare-backends");
+      if (!bench.debugDir.empty() && driver::isSharedObject(bench.model)) {
+        fail("'{}' is already compiled: --debug-dir applies to .onnx and .pir models", bench.model);
+      }
       return tools::runBench(bench, [&](const std::string& model, codegen::Backend b, bool fuse, bool profile) {
         BackendFlags backend = benchBackend;
         backend.backend = codegen::backendName(b);
         backend.noFuse = !fuse;
-        return compileCached(model, benchPipeline, benchImpl, benchTarget, backend, "", profile);
+        // The debug directory is the timed build's: a baseline's build (nofuse) writes none.
+        const bool timed = fuse == !benchBackend.noFuse;
+        return compileCached(model, benchPipeline, benchImpl, benchTarget, backend, timed ? bench.debugDir : "", profile);
       });
     }
     if (*checkCmd) return runCheck(check);

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "policyc/driver/debug_dir.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
@@ -149,9 +150,16 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
     work->setOutputs(outs);
     request.optimize = false;
   }
-  // Backend llvm runs in-process (the JIT): no files, no system compiler.
+  // Backend llvm runs in-process (the JIT): no files, no system compiler. Backend cpp checks the
+  // model file's build through the compile cache, as `run` and `bench` do (the same .so they run);
+  // the graph with every intermediate exposed (--per-node) is compiled afresh.
   request.jit = request.backend == codegen::Backend::Llvm;
-  CompileResult compiled = driver::compileGraph(*work, request);
+  CompileResult compiled;
+  if (!request.jit && !options.perNode && !request.modelPath.empty()) {
+    compiled.so = driver::compileCached(request, driver::fileHash("/proc/self/exe"), [&] { return work->clone(); });
+  } else {
+    compiled = driver::compileGraph(*work, request);
+  }
   runtime::Model model = driver::loadCompiled(compiled);
   report.so = compiled.jit ? "(in-process JIT)" : compiled.so;
   // The model runs in a forked child first: a model that crashes is reported (and the temporary

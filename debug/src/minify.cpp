@@ -196,22 +196,26 @@ class Minifier {
   }
 
   // Writes the candidate as DIR/repro.pir, DIR/inputs/NAME.npy; returns the check command.
+  // Writes the candidate into `dir`; returns the check command's arguments after the policyc
+  // binary, with paths relative to `dir` (the command runs there), so that a repro directory can
+  // be moved or attached to a bug report.
   std::string write(const Candidate& c, const fs::path& dir) const {
     fs::create_directories(dir / "inputs");
     ir::writePir(*c.graph, (dir / "repro.pir").string());
-    std::string cmd = shellQuote(o_.policyc) + " check " + shellQuote((dir / "repro.pir").string()) + " --backend " + codegen::backendName(o_.backend) +
-                      (o_.fuse ? "" : " --no-fuse") + fmt::format(" --rtol {} --atol {}", o_.rtol, o_.atol);
+    std::string args = "check repro.pir --backend " + std::string(codegen::backendName(o_.backend)) + (o_.fuse ? "" : " --no-fuse") +
+                       fmt::format(" --rtol {} --atol {}", o_.rtol, o_.atol);
     for (size_t i = 0; i < c.inputs.size(); ++i) {
-      fs::path npy = dir / "inputs" / (fmt::format("in{}", i) + ".npy");
-      writeTensorNpy(npy, c.inputs[i]);
-      cmd += " --input " + shellQuote(c.inputNames[i] + "=" + npy.string());
+      const std::string npy = fmt::format("inputs/in{}.npy", i);
+      writeTensorNpy(dir / npy, c.inputs[i]);
+      args += " --input " + shellQuote(c.inputNames[i] + "=" + npy);
     }
-    return cmd;
+    return args;
   }
 
   ChildOutcome runChild(const std::string& command, const fs::path& dir) const {
     fs::path log = dir / "child.log";
-    std::string shell = "exec " + command + " > " + shellQuote(log.string()) + " 2>&1";
+    std::string shell = "cd " + shellQuote(dir.string()) + " && exec " + shellQuote(o_.policyc) + " " + command + " > " +
+                        shellQuote(log.string()) + " 2>&1";
     const char* argv[] = {"/bin/sh", "-c", shell.c_str(), nullptr};
     // The child's temporary files (a failed build keeps its directory) go into the candidate's
     // directory, which is removed after it.
@@ -296,14 +300,17 @@ class Minifier {
     fs::path dir = o_.outDir;
     std::error_code ec;
     fs::remove_all(dir / "inputs", ec);
-    std::string cmd = write(c, dir);
+    std::string args = write(c, dir);
     std::string script = "#!/bin/sh\n# policyc minify: " + std::to_string(best_.size()) + (best_.size() == 1 ? " node that shows" : " nodes that show") + " the " +
                          failureKindName(o_.failure) + " failure\n";
+    // Movable: the files are found beside the script; POLICYC picks the compiler (default: the
+    // policyc that wrote this script while it exists, else the one on PATH).
+    script += "cd \"$(dirname \"$0\")\" || exit 2\n";
+    script += "if [ -z \"${POLICYC:-}\" ]; then\n  POLICYC=" + shellQuote(o_.policyc) + "\n  [ -x \"$POLICYC\" ] || POLICYC=policyc\nfi\n";
     if (const char* fault = std::getenv("POLICYC_INJECT_FAULT"); fault && *fault) {
       script += "export POLICYC_INJECT_FAULT=" + shellQuote(fault) + "\n";
     }
-    // The paths in the command are absolute; the script also runs from elsewhere.
-    script += "exec " + cmd + "\n";
+    script += "exec \"$POLICYC\" " + args + "\n";
     std::ofstream f(dir / "repro.sh");
     f << script;
     f.close();

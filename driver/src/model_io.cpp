@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <cmath>
@@ -22,8 +23,16 @@ namespace {
 std::string typeStr(const ir::Tensor& t) { return fmt::format("{}[{}]", ir::dtypeName(t.dtype()), fmt::join(t.shape(), ",")); }
 }  // namespace
 
+bool isSharedObject(const std::string& path) {
+  if (std::filesystem::path(path).extension() == ".so") return true;
+  std::ifstream f(path, std::ios::binary);
+  char magic[4] = {};
+  return f.read(magic, 4) && std::string_view(magic, 4) == "\x7f" "ELF";
+}
+
 std::unique_ptr<ir::Graph> loadModel(const std::string& path) {
   std::string ext = std::filesystem::path(path).extension().string();
+  if (isSharedObject(path)) fail("'{}' is a shared object, not a model file (.onnx or .pir): only `run` and `bench` take compiled models", path);
   if (ext == ".onnx") return frontend::importOnnxFile(path);
   if (ext == ".pir") return ir::readPir(path);
   fail("'{}': unknown model type '{}' (expected a .onnx or .pir file)", path, ext);

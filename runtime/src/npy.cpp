@@ -76,7 +76,9 @@ NpyHeader parseNpyHeader(std::string_view bytes, const std::string& path) {
     for (int i = 3; i >= 0; --i) headerLen = (headerLen << 8) | static_cast<unsigned char>(bytes[8 + i]);
     headerStart = 12;
   } else {
-    bad(path, "unsupported .npy version " + std::to_string(major));
+    // Past the magic, the format's version: numpy writes 1.0, 2.0 and 3.0; any other byte here
+    // means the file is damaged (or only starts like one), not that a newer numpy wrote it.
+    bad(path, "a damaged .npy file: its format version byte is " + std::to_string(major) + " (numpy writes 1, 2 or 3)");
   }
   if (headerLen > kMaxNpyHeader) bad(path, "the .npy header is " + std::to_string(headerLen) + " bytes (more than " + std::to_string(kMaxNpyHeader) + ")");
   if (headerStart + headerLen > bytes.size()) bad(path, "truncated .npy header");

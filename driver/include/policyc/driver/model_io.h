@@ -18,6 +18,9 @@ namespace policyc::driver {
 // MODEL.onnx through the ONNX importer, MODEL.pir through the text parser; anything else is an
 // error naming the accepted extensions.
 std::unique_ptr<ir::Graph> loadModel(const std::string& path);
+// Whether `path` is a compiled model to load rather than a model file to compile: a name ending
+// in .so, or any ELF file (libm.so.6 is not a "model of type .6"; the loader then says what it is).
+bool isSharedObject(const std::string& path);
 
 ir::Tensor readTensor(const std::string& npyPath);
 void writeTensor(const std::string& npyPath, const ir::Tensor& tensor);
