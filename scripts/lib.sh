@@ -13,6 +13,9 @@ POLICYC_PACKAGES=(
   python3-dev python3-numpy python3-onnx pybind11-dev
   python3-torch  # the rollout example and from_torch compare with PyTorch
   libopenblas0   # PyTorch's BLAS (libblas.so.3) for the peer benchmarks, instead of the reference BLAS
+  graphviz       # the debug directory's pictures (dot -Tsvg) and `policyc dump --format svg`
+  python3-matplotlib  # bench/plot.py: `policyc bench --plot` and the peers' plots
+  chromium       # the test that opens the debug report in a headless browser
 )
 
 # What scripts/fuzz (and CI's fuzzing) adds: Debian's clang with its libFuzzer and sanitizer runtimes.

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <stdlib.h>
@@ -343,10 +344,18 @@ void writeTrace(const std::string& path, const policyc_profile& p, const std::st
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid},
                       {"args", {{"name", fmt::format("{} batch {}, {} threads", model, r.timing.batch, r.timing.threads)}}}});
     if (r.trace.empty()) continue;
-    const uint64_t base = r.trace.front().start_ns;
+    // One track per thread: the calling thread's kernels, and each worker's chunks of them.
+    std::set<int32_t> threads;
+    for (const policyc_trace_event& e : r.trace) threads.insert(e.thread);
+    for (int32_t t : threads) {
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", t},
+                        {"args", {{"name", t == 0 ? std::string("run (calling thread)") : fmt::format("worker {}", t)}}}});
+    }
+    uint64_t base = r.trace.front().start_ns;
+    for (const policyc_trace_event& e : r.trace) base = std::min(base, e.start_ns);
     for (const policyc_trace_event& e : r.trace) {
       const policyc_kernel_info& info = p.kernels[e.kernel];
-      events.push_back({{"name", info.name}, {"cat", info.kind}, {"ph", "X"}, {"pid", pid}, {"tid", 1},
+      events.push_back({{"name", info.name}, {"cat", info.kind}, {"ph", "X"}, {"pid", pid}, {"tid", e.thread},
                         {"ts", static_cast<double>(e.start_ns - base) / 1e3}, {"dur", static_cast<double>(e.duration_ns) / 1e3},
                         {"args", {{"nodes", info.nodes}, {"batch", e.batch}}}});
     }

@@ -31,16 +31,34 @@ PC_INLINE uint64_t nowNs() {
 
 // A profiled model's bookkeeping after kernel `kernel` ran from t0 (policyc_profile in
 // policyc_model.h): its totals, and a trace event while the trace has room. Both backends call it.
+// One trace event while the trace has room; `thread` 0 is the thread that called run, i > 0 the
+// pool's i-th worker (policyc_trace_event::thread).
+PC_INLINE void traceEvent(policyc_trace_event* trace, int64_t capacity, int64_t* count, int32_t kernel, int32_t thread,
+                          int64_t batch, uint64_t t0, uint64_t dt) {
+  if (__atomic_load_n(count, __ATOMIC_RELAXED) >= capacity) return;
+  const int64_t e = __atomic_fetch_add(count, 1, __ATOMIC_RELAXED);
+  if (e < capacity) trace[e] = {kernel, thread, batch, t0, dt};
+  else __atomic_store_n(count, capacity, __ATOMIC_RELAXED);
+}
+
 PC_INLINE void profileRecord(uint64_t* ns, uint64_t* calls, policyc_trace_event* trace, int64_t capacity, int64_t* count,
                              int32_t kernel, int64_t batch, uint64_t t0) {
   const uint64_t dt = nowNs() - t0;
   __atomic_fetch_add(&ns[kernel], dt, __ATOMIC_RELAXED);
   __atomic_fetch_add(&calls[kernel], 1, __ATOMIC_RELAXED);
-  if (__atomic_load_n(count, __ATOMIC_RELAXED) >= capacity) return;
-  const int64_t e = __atomic_fetch_add(count, 1, __ATOMIC_RELAXED);
-  if (e < capacity) trace[e] = {kernel, 0, batch, t0, dt};
-  else __atomic_store_n(count, capacity, __ATOMIC_RELAXED);
+  traceEvent(trace, capacity, count, kernel, 0, batch, t0, dt);
 }
+
+// A profiled run's trace as the pool sees it: every chunk of a kernel split between threads is
+// an event on the track of the thread that ran it (the kernel's own event, on the calling
+// thread, spans them). The LLVM backend builds the same struct: keep the two in step.
+struct ChunkTrace {
+  policyc_trace_event* trace;
+  int64_t capacity;
+  int64_t* count;
+  int32_t kernel;
+  int64_t batch;
+};
 
 // 8 floats: one AVX register where the target has AVX, two SSE registers otherwise.
 // Naturally aligned types (GCC keeps under-aligned vector variables in memory); loads and stores
@@ -342,6 +360,12 @@ class Pool {
     return pool;
   }
 
+  // 0 on a thread that calls run, i on the pool's i-th worker (the trace's tracks).
+  static int& threadIndex() {
+    static thread_local int index = 0;
+    return index;
+  }
+
   // Runs task(ctx, c) for every c in [0, chunks), the caller taking part; returns when all ran.
   void run(int chunks, Task task, void* ctx) {
     if (getpid() != pid_) afterFork();
@@ -403,7 +427,9 @@ class Pool {
     while (workers_ < n && pthread_create(&threads_[workers_], nullptr, &Pool::main, this) == 0) ++workers_;
   }
   static void* main(void* self) {
-    static_cast<Pool*>(self)->work();
+    Pool* pool = static_cast<Pool*>(self);
+    threadIndex() = pool->started_.fetch_add(1, std::memory_order_relaxed) + 1;
+    pool->work();
     return nullptr;
   }
 
@@ -451,6 +477,7 @@ class Pool {
   bool stop_ = false;
   std::atomic<uint64_t> state_{0};
   std::atomic<int> done_{0};
+  std::atomic<int> started_{0};  // workers ever started: their thread indices
   Task task_ = nullptr;
   void* ctx_ = nullptr;
   pthread_t threads_[kMaxWorkers];
@@ -460,8 +487,10 @@ class Pool {
 
 // Runs f(lo, hi) over [0, units) split into at most `threads` contiguous chunks, fewer when a
 // chunk would hold less than minChunkCost of work (costPerUnit: about one multiply-add each).
+// With `trace` (a profiled run), every chunk is also a trace event of the thread that ran it.
 template <class F>
-PC_INLINE void parallelFor(int32_t threads, int64_t units, double costPerUnit, double minChunkCost, const F& f) {
+PC_INLINE void parallelFor(int32_t threads, int64_t units, double costPerUnit, double minChunkCost, const F& f,
+                           const ChunkTrace* trace = nullptr) {
   int64_t chunks = threads < units ? threads : units;
   if (chunks > Pool::kMaxWorkers + 1) chunks = Pool::kMaxWorkers + 1;
   const double byCost = static_cast<double>(units) * costPerUnit / (minChunkCost > 0 ? minChunkCost : 1e-300);
@@ -473,10 +502,15 @@ PC_INLINE void parallelFor(int32_t threads, int64_t units, double costPerUnit, d
   struct Ctx {
     const F* f;
     int64_t units, chunks;
-  } ctx{&f, units, chunks};
+    const ChunkTrace* trace;
+  } ctx{&f, units, chunks, trace};
   Pool::get().run(static_cast<int>(chunks), [](void* p, int c) {
     const Ctx& x = *static_cast<const Ctx*>(p);
+    const uint64_t t0 = x.trace ? nowNs() : 0;
     (*x.f)(x.units * c / x.chunks, x.units * (c + 1) / x.chunks);
+    if (const ChunkTrace* t = x.trace) {
+      traceEvent(t->trace, t->capacity, t->count, t->kernel, Pool::threadIndex(), t->batch, t0, nowNs() - t0);
+    }
   }, &ctx);
 }
 
@@ -489,9 +523,9 @@ using KernelFn = void (*)(const void* const*, void* const*, int64_t, unsigned ch
 [[maybe_unused]] static __attribute__((noinline)) void runKernel(KernelFn fn, int32_t threads, int64_t units, double costPerUnit,
                                                                   double minChunkCost, const void* const* inputs,
                                                                   void* const* outputs, int64_t batch, unsigned char* ws,
-                                                                  int* status) {
+                                                                  int* status, const ChunkTrace* trace = nullptr) {
   parallelFor(threads, units, costPerUnit, minChunkCost,
-              [&](int64_t lo, int64_t hi) { fn(inputs, outputs, batch, ws, status, lo, hi); });
+              [&](int64_t lo, int64_t hi) { fn(inputs, outputs, batch, ws, status, lo, hi); }, trace);
 }
 
 template <class T> PC_INLINE T inf() { return std::numeric_limits<T>::infinity(); }

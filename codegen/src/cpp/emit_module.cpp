@@ -188,8 +188,8 @@ std::string Emitter::kernelCall(size_t i, std::optional<Impl> im) const {
   const ThreadSplit& sp = s_.kernels[i].splitOf(im);
   std::string check = k.canFail() ? " if (pc_status != 0) return pc::statusCode(pc_status);" : "";
   if (sp.whole()) return fmt::format("{}(inputs, outputs, batch, ws, &pc_status, 0, 1);{}\n", fn, check);
-  return fmt::format("pc::runKernel({}, threads, {}, {}, kMinChunkCost, inputs, outputs, batch, ws, &pc_status);{}\n", fn,
-                     unitsExpr(sp), costExpr(sp), check);
+  return fmt::format("pc::runKernel({}, threads, {}, {}, kMinChunkCost, inputs, outputs, batch, ws, &pc_status{});{}\n", fn,
+                     unitsExpr(sp), costExpr(sp), o_.profile ? ", &pc_chunks" : "", check);
 }
 
 std::string Emitter::emitTuning() const {
@@ -267,7 +267,7 @@ std::string Emitter::emitAbi(const std::string& name) const {
   s += emitTuning();
   s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n";
   s += "  if (batch < 0 || batch > pc_max_batch || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
-  if (o_.profile) s += "  uint64_t pc_profile_t0 = 0;\n";
+  if (o_.profile) s += "  uint64_t pc_profile_t0 = 0;\n  pc::ChunkTrace pc_chunks{pc_trace, kTraceCapacity, &pc_trace_count, 0, batch};\n";
   s += "  if (batch == 0) return POLICYC_OK;\n";
   // Every tensor with elements needs memory; an empty one (a zero in its shape) may be null.
   auto nullChecks = [&](const char* array, const std::vector<int>& ids) {
@@ -290,7 +290,7 @@ std::string Emitter::emitAbi(const std::string& name) const {
   s += "  (void)pc_status;\n";
   for (size_t i = 0; i < p_.kernels.size(); ++i) {
     s += fmt::format("  __atomic_store_n(&pc_running_kernel, {}, __ATOMIC_RELAXED);\n", i);
-    if (o_.profile) s += "  pc_profile_t0 = pc::nowNs();\n";
+    if (o_.profile) s += fmt::format("  pc_chunks.kernel = {};\n  pc_profile_t0 = pc::nowNs();\n", i);
     auto it = impls_.find(i);
     if (it == impls_.end()) {
       s += "  " + kernelCall(i, std::nullopt);

@@ -139,10 +139,10 @@ Value* Emitter::weightsAt(int64_t offset, const std::string& name) {
 }
 
 void Emitter::declareSupport() {
-  // void policyc_rt_parallel_for(i32 threads, i64 units, double cost, double minChunk, fn, ctx): weak,
-  // so an object without the support archive links and runs single-threaded.
+  // void policyc_rt_parallel_for(i32 threads, i64 units, double cost, double minChunk, fn, ctx,
+  // chunkTrace): weak, so an object without the support archive links and runs single-threaded.
   kernelFnTy_ = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_, i64_}, false);
-  auto* pfTy = llvm::FunctionType::get(b_.getVoidTy(), {i32_, i64_, f64_, f64_, ptr_, ptr_}, false);
+  auto* pfTy = llvm::FunctionType::get(b_.getVoidTy(), {i32_, i64_, f64_, f64_, ptr_, ptr_, ptr_}, false);
   parallelFor_ = llvm::Function::Create(pfTy, llvm::GlobalValue::ExternalWeakLinkage, llvmbe::kParallelFor, m_);
   auto* wsTy = llvm::FunctionType::get(ptr_, {i64_}, false);
   threadWorkspace_ = llvm::Function::Create(wsTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kThreadWorkspace, m_);
@@ -270,6 +270,8 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
     auto* eventTy = llvm::StructType::create(ctx_, {i32_, i32_, i64_, i64_, i64_}, "policyc_trace_event");
     llvm::GlobalVariable *profNs = nullptr, *profCalls = nullptr, *trace = nullptr, *traceCount = nullptr;
     llvm::FunctionCallee nowNs, record;
+    llvm::StructType* chunkTraceTy = nullptr;
+    Value* chunkTrace = llvm::ConstantPointerNull::get(llvm::PointerType::get(ctx_, 0));
     if (o_.profile) {
       auto zeroed = [&](llvm::Type* t, const std::string& name) {
         return new llvm::GlobalVariable(m_, t, false, llvm::GlobalValue::InternalLinkage, llvm::Constant::getNullValue(t), name);
@@ -283,10 +285,19 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
       record = m_.getOrInsertFunction(llvmbe::kProfileRecord,
                                       llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, ptr_, i64_, ptr_, i32_, i64_, i64_}, false));
       profile_ = {profNs, profCalls, trace, traceCount};
+      // pc::ChunkTrace {trace, capacity, count, kernel, batch}: the pool's events of each chunk.
+      chunkTraceTy = llvm::StructType::get(ctx_, {ptr_, i64_, ptr_, i32_, i64_});
+      chunkTrace = b_.CreateAlloca(chunkTraceTy, nullptr, "chunk_trace");
+      b_.CreateStore(trace, b_.CreateStructGEP(chunkTraceTy, chunkTrace, 0));
+      b_.CreateStore(c64(CodegenOptions::kTraceCapacity), b_.CreateStructGEP(chunkTraceTy, chunkTrace, 1));
+      b_.CreateStore(traceCount, b_.CreateStructGEP(chunkTraceTy, chunkTrace, 2));
+      b_.CreateStore(batch, b_.CreateStructGEP(chunkTraceTy, chunkTrace, 4));
     }
     Value* t0 = nullptr;
     auto startTimer = [&](size_t ki) {
-      if (o_.profile) t0 = b_.CreateCall(nowNs, {}, p_.kernels[ki].name + ".t0");
+      if (!o_.profile) return;
+      b_.CreateStore(b_.getInt32(static_cast<uint32_t>(ki)), b_.CreateStructGEP(chunkTraceTy, chunkTrace, 3));
+      t0 = b_.CreateCall(nowNs, {}, p_.kernels[ki].name + ".t0");
     };
     auto stopTimer = [&](size_t ki) {
       if (o_.profile) {
@@ -313,7 +324,7 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
         if (llvm::isa<llvm::Instruction>(units)) units->setName(name + ".units");
         ifElse(
             serial, name, [&] { b_.CreateCall(kernelFnTy_, v.fn, {ctx, c64(0), units}); },
-            [&] { b_.CreateCall(parallelFor_, {threads, units, costOf(sp, batch), minChunk, v.fn, ctx}); });
+            [&] { b_.CreateCall(parallelFor_, {threads, units, costOf(sp, batch), minChunk, v.fn, ctx, chunkTrace}); });
       };
       const std::vector<Variant>& variants = kernels[ki];
       if (variants.size() == 1) {

@@ -36,7 +36,7 @@
 // The run-time support (support.cpp, linked into the compiler) and its static archive, embedded
 // for linking into shared objects (policyc_llvm_*_archive.S).
 extern "C" {
-void policyc_rt_parallel_for(int32_t, int64_t, double, double, void (*)(void*, int64_t, int64_t), void*);
+void policyc_rt_parallel_for(int32_t, int64_t, double, double, void (*)(void*, int64_t, int64_t), void*, const void*);
 void* policyc_rt_thread_workspace(int64_t);
 uint64_t policyc_rt_now_ns();
 void policyc_rt_profile_record(uint64_t*, uint64_t*, policyc_trace_event*, int64_t, int64_t*, int32_t, int64_t, uint64_t);

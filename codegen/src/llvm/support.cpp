@@ -7,11 +7,13 @@
 
 extern "C" {
 
-// Runs fn(ctx, lo, hi) over [0, units) in at most `threads` chunks (pc::parallelFor).
+// Runs fn(ctx, lo, hi) over [0, units) in at most `threads` chunks (pc::parallelFor);
+// `trace`: a profiled run's pc::ChunkTrace (each chunk a trace event of its thread), else null.
 __attribute__((visibility("hidden"))) void policyc_rt_parallel_for(int32_t threads, int64_t units, double costPerUnit,
                                                                     double minChunkCost,
-                                                                    void (*fn)(void*, int64_t, int64_t), void* ctx) {
-  pc::parallelFor(threads, units, costPerUnit, minChunkCost, [&](int64_t lo, int64_t hi) { fn(ctx, lo, hi); });
+                                                                    void (*fn)(void*, int64_t, int64_t), void* ctx,
+                                                                    const pc::ChunkTrace* trace) {
+  pc::parallelFor(threads, units, costPerUnit, minChunkCost, [&](int64_t lo, int64_t hi) { fn(ctx, lo, hi); }, trace);
 }
 
 // The calling thread's workspace of at least `bytes` (64-byte aligned), grown when a larger

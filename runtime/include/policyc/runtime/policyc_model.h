@@ -96,7 +96,9 @@ typedef struct policyc_kernel_info {
 
 typedef struct policyc_trace_event {
   int32_t kernel;          /* index into kernels */
-  int32_t reserved;
+  /* Which thread: 0 the one that called run (one event per kernel call), i > 0 the model's i-th
+   * worker thread (one event per chunk it ran of a kernel split between threads). */
+  int32_t thread;
   int64_t batch;
   uint64_t start_ns;       /* CLOCK_MONOTONIC */
   uint64_t duration_ns;
