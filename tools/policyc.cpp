@@ -492,6 +492,7 @@ int runMinify(const MinifyCliOptions& o) {
   std::error_code ec;
   m.policyc = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) fail("cannot find the policyc executable: {}", ec.message());
+  m.candidateProgress = true;
   m.progress = [](const std::string& line) {
     fmt::print("{}\n", line);
     std::fflush(stdout);

@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "policyc/ir/error.h"
+#include "policyc/support/progress.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
 #include "policyc/runtime/npy.h"
@@ -134,7 +135,8 @@ class Minifier {
   }
 
  private:
-  void say(const std::string& line) const {
+  void say(const std::string& line) {
+    bar_.clear();
     if (o_.progress) o_.progress(line);
   }
 
@@ -265,6 +267,7 @@ class Minifier {
   bool fails(const std::vector<size_t>& keep) {
     if (keep.empty()) return false;
     ++tried_;
+    bar_.step(fmt::format("candidate of {} of {} nodes (best so far {})", keep.size(), ops_.size(), best_.empty() ? ops_.size() : best_.size()));
     Candidate c;
     try {
       c = build(keep);
@@ -369,6 +372,7 @@ class Minifier {
   std::vector<const ir::Node*> ops_;  // op nodes in topological order
   std::vector<size_t> best_;
   size_t tried_ = 0;
+  support::Progress bar_{"minify", 0, o_.candidateProgress};
   files::TempDir scratchDir_{"policyc-minify"};
   const fs::path& scratch_ = scratchDir_.path();
 };

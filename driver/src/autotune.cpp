@@ -25,6 +25,7 @@
 #include "policyc/driver/debug_dir.h"
 #include "policyc/driver/compile.h"
 #include "policyc/ir/error.h"
+#include "policyc/support/progress.h"
 #include "policyc/support/files.h"
 #include "policyc/ir/text.h"
 #include "policyc/runtime/loader.h"
@@ -100,29 +101,6 @@ bool complete(const TunedKernel& k, int64_t batch) {
   return true;
 }
 
-// Progress on stderr: a bar redrawn in place on a terminal, a line per step otherwise.
-class Progress {
- public:
-  Progress(bool on, int total) : on_(on), tty_(isatty(2) != 0), total_(total) {}
-  void step(const std::string& what) {
-    ++done_;
-    if (!on_) return;
-    if (tty_) {
-      const int width = 24, filled = total_ ? width * done_ / total_ : width;
-      fmt::print(stderr, "\rautotune [{}{}] {}/{} {:<40}", std::string(static_cast<size_t>(filled), '#'),
-                 std::string(static_cast<size_t>(width - filled), '.'), done_, total_, what);
-      if (done_ == total_) fmt::print(stderr, "\n");
-    } else {
-      fmt::print(stderr, "autotune {}/{}: {}\n", done_, total_, what);
-    }
-    std::fflush(stderr);
-  }
-
- private:
-  bool on_, tty_;
-  int total_, done_ = 0;
-};
-
 std::vector<int64_t> sortedBatches(std::vector<int64_t> b) {
   std::sort(b.begin(), b.end());
   b.erase(std::unique(b.begin(), b.end()), b.end());
@@ -177,7 +155,7 @@ void measure(const std::function<runtime::Model()>& build, const AutotuneOptions
     }
   };
   const std::vector<ir::TensorType> types = inputTypes(model);
-  Progress progress(options.progress, static_cast<int>(todo.size() * maxCandidates));
+  support::Progress progress("autotune", static_cast<int>(todo.size() * maxCandidates), options.progress);
   for (const auto& [batch, which] : todo) {
     std::vector<ir::Tensor> inputs = randomTensors(types, batch, 1);
     selectAll(which, 0);

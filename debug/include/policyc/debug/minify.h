@@ -26,6 +26,8 @@ struct MinifyOptions {
   double rtol = 1e-4, atol = 1e-4;
   double timeoutSeconds = 60;    // a candidate running longer counts as a crash (a hang)
   std::function<void(const std::string&)> progress;  // one line at a time
+  // Each candidate tried on stderr: a counter redrawn in place on a terminal, a line otherwise.
+  bool candidateProgress = false;
 };
 
 struct MinifyResult {
