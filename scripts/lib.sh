@@ -3,7 +3,7 @@
 
 POLICYC_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# Every Debian package the build and the test suite need (see docs/building.md).
+# Every Debian package the build and the test suite need (see README.md, the end of "Layout").
 POLICYC_PACKAGES=(
   g++ cmake ninja-build
   llvm-19-dev llvm-19-tools libzstd-dev lld-19

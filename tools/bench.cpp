@@ -33,7 +33,7 @@ namespace policyc::tools {
 namespace {
 
 // The Python the plots and the PyTorch baseline run in: Debian's, where python3-matplotlib,
-// python3-torch and python3-onnx are installed (docs: TOOLCHAIN).
+// python3-torch and python3-onnx are installed (scripts/lib.sh).
 constexpr const char* kPython = "/usr/bin/python3";
 
 // A temporary directory removed when it goes out of scope.
@@ -607,7 +607,6 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     if (base[i]) row["baseline_samples_per_s"] = *base[i];
     j["rows"].push_back(row);
   }
-  writeOutputs(o, j, scratch);
   if (!o.csv.empty()) {
     std::ofstream f(o.csv);
     f << "model,batch,threads,calls,median_us,p10_us,p90_us,samples_per_s,gflops,baseline_samples_per_s,speedup\n";
@@ -620,6 +619,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     }
     if (!f) fail("cannot write '{}'", o.csv);
   }
+  writeOutputs(o, j, scratch);
   return 0;
 }
 

@@ -164,7 +164,7 @@ std::string printKernelDot(const KernelProgram& p) {
   std::map<std::string, std::pair<size_t, size_t>> producerOf;  // value name -> (kernel, node)
   for (size_t k = 0; k < p.kernels.size(); ++k) {
     const Kernel& kernel = p.kernels[k];
-    out += fmt::format("  subgraph cluster_k{0} {{\n    id=\"kernel-{0}\"; label=\"{1} ({2})\"; style=\"rounded,filled\"; fillcolor=\"{3}\"; "
+    out += fmt::format("  subgraph cluster_k{0} {{\n    label=\"{1} ({2})\"; style=\"rounded,filled\"; fillcolor=\"{3}\"; "
                        "fontname=\"Helvetica\"; fontsize=11;\n",
                        k, escape::dot(kernel.name), kernelKindName(kernel.kind), kernelFill(kernel.kind));
     for (size_t j = 0; j < kernel.sources.size(); ++j) {

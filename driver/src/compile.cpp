@@ -150,27 +150,11 @@ void finishDebugDir(DebugDir& d) {
   writeReport(d.path());
 }
 
-}  // namespace
-
-CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request) {
-  if (request.backend == codegen::Backend::Interp) fail("backend interp does not compile (compiling backends: cpp, llvm)");
-  if (!isEmitKind(request.emit)) fail("unknown --emit '{}' (valid: so, obj, asm, llvm)", request.emit);
-  validateTarget(request);  // an unknown target fails before any work
-  if (!isCompileMode(request.mode)) fail("unknown mode '{}' (valid: default, max-autotune)", request.mode);
+// The compile proper, once the debug directory (if any) is chosen.
+CompileResult compileInto(const ir::Graph& input, const CompileRequest& request, DebugDir* d, codegen::CppOptions cpp) {
   const bool llvm = request.backend == codegen::Backend::Llvm;
-  auto start = std::chrono::steady_clock::now();
   const bool nofuse = !request.fuse;
-  codegen::CppOptions cpp = request.cpp;
-  if (!cpp.fault) cpp.fault = codegen::injectedFaultFromEnv();
-  // What produced the code, for the descriptor (the cache passes its key's hash).
-  if (cpp.sourceHash.empty()) cpp.sourceHash = fmt::format("{:016x}", graphHash(input, request));
-
-  std::optional<DebugDir> dir =
-      DebugDir::select(request.debugDir, request.modelPath, input.name(), codegen::backendName(request.backend), requestDetails(request));
-  DebugDir* d = dir ? &*dir : nullptr;
-  // POLICYC_DEBUG=1 chose the directory: say where it is (with --debug-dir the user knows).
-  if (d && request.debugDir.empty()) fmt::print(stderr, "policyc: writing debug files to {}\n", d->path().string());
-
+  auto start = std::chrono::steady_clock::now();
   std::unique_ptr<ir::Graph> graph = input.clone();
   if (d) {
     StageTimer t(d, "dump graph_imported");
@@ -247,12 +231,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   }
   {
     StageTimer t(d, emitted.buildStage);
-    try {
-      emitted.build(out);
-    } catch (const Error&) {
-      if (d) finishDebugDir(*d);
-      throw;
-    }
+    emitted.build(out);
   }
   if (!request.header.empty()) writeHeader(request.header, emitted.header);
   if (d) {
@@ -263,6 +242,38 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
   out.dispatch = emitted.dispatch;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+}  // namespace
+
+CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request) {
+  if (request.backend == codegen::Backend::Interp) fail("backend interp does not compile (compiling backends: cpp, llvm)");
+  if (!isEmitKind(request.emit)) fail("unknown --emit '{}' (valid: so, obj, asm, llvm)", request.emit);
+  validateTarget(request);  // an unknown target fails before any work
+  if (!isCompileMode(request.mode)) fail("unknown mode '{}' (valid: default, max-autotune)", request.mode);
+  codegen::CppOptions cpp = request.cpp;
+  if (!cpp.fault) cpp.fault = codegen::injectedFaultFromEnv();
+  // What produced the code, for the descriptor (the cache passes its key's hash).
+  if (cpp.sourceHash.empty()) cpp.sourceHash = fmt::format("{:016x}", graphHash(input, request));
+
+  std::optional<DebugDir> dir =
+      DebugDir::select(request.debugDir, request.modelPath, input.name(), codegen::backendName(request.backend), requestDetails(request));
+  DebugDir* d = dir ? &*dir : nullptr;
+  // POLICYC_DEBUG=1 chose the directory: say where it is (with --debug-dir the user knows).
+  if (d && request.debugDir.empty()) fmt::print(stderr, "policyc: writing debug files to {}\n", d->path().string());
+
+  try {
+    return compileInto(input, request, d, cpp);
+  } catch (const Error&) {
+    // A failed compile still leaves a page of what it got to (its error is the caller's to say).
+    if (d) {
+      try {
+        finishDebugDir(*d);
+      } catch (const Error&) {
+      }
+    }
+    throw;
+  }
 }
 
 fs::path cacheDir() {

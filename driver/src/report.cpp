@@ -104,6 +104,15 @@ std::optional<json> readJson(const fs::path& p) {
 
 std::string h(std::string_view text) { return escape::html(text); }
 
+std::vector<std::string> lines(const std::string& text);
+
+// Preformatted text: escaped line by line, so that its line breaks stay line breaks.
+std::string hLines(const std::string& text) {
+  std::string out;
+  for (const std::string& line : lines(text)) out += h(line) + "\n";
+  return out;
+}
+
 std::string str(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
   return j[key].get<std::string>();
@@ -215,7 +224,7 @@ void addPasses(Page& page, const fs::path& dir) {
     const Entry& e = entries[i];
     std::string graph = e.graph.find_first_not_of(" \n") == std::string::npos
                             ? "<span class=\"note\">unchanged</span>"
-                            : fmt::format("<details><summary>show</summary><pre>{}</pre></details>", h(e.graph));
+                            : fmt::format("<details><summary>show</summary><pre>{}</pre></details>", hLines(e.graph));
     page.html += fmt::format("<tr><td class=\"num\">{}</td><td><code>{}</code></td><td>{}</td></tr>\n", i + 1, h(e.summary), graph);
   }
   page.html += "</table>\n";
@@ -223,7 +232,8 @@ void addPasses(Page& page, const fs::path& dir) {
 
 void addPictures(Page& page, const fs::path& dir) {
   const std::pair<const char*, const char*> pictures[] = {
-      {"graph_imported", "The imported graph"}, {"graph_optimized", "The optimised graph"}, {"kernels", "The kernels after fusion"}};
+      {"graph_input", "The graph as given (already optimised)"}, {"graph_imported", "The imported graph"},
+      {"graph_optimized", "The optimised graph"}, {"kernels", "The kernels after fusion"}};
   bool any = false;
   for (const auto& [name, title] : pictures) any = any || fs::exists(dir / (std::string(name) + ".dot"));
   if (!any) return;
@@ -316,7 +326,8 @@ void addKernels(Page& page, const fs::path& dir, const json& kernels, const std:
       auto it = f.kernelLine.find(name);
       if (it != f.kernelLine.end()) links += fmt::format("<a href=\"{}#L{}\">{}:{}</a><br>", f.page, it->second, h(f.name), it->second);
     }
-    std::string title = kernelPicture ? fmt::format("<a href=\"#kernel-{}\">{}</a>", k, h(name)) : h(name);
+    // Graphviz gives a cluster no id of ours: the link goes to the kernel's first node in it.
+    std::string title = kernelPicture ? fmt::format("<a href=\"#k{}n0\">{}</a>", k, h(name)) : h(name);
     page.html += fmt::format(
         "<tr id=\"kernel-row-{}\"><td class=\"num\">{}</td><td><code>{}</code></td><td>{}</td><td><code>{}</code></td><td>{}</td>"
         "<td><code>{}</code></td><td class=\"num\">{:.0f}</td><td class=\"num\">{:.0f}</td><td>{}</td></tr>\n",
@@ -377,7 +388,7 @@ void addPre(Page& page, const fs::path& dir, const char* file, const char* id, c
   std::optional<std::string> text = readText(dir / file);
   if (!text) return;
   page.section(id, title);
-  page.html += fmt::format("<p><a href=\"{0}\">{0}</a></p><pre>{1}</pre>\n", file, h(*text));
+  page.html += fmt::format("<p><a href=\"{0}\">{0}</a></p><pre>{1}</pre>\n", file, hLines(*text));
 }
 
 void addFiles(Page& page, const fs::path& dir) {
@@ -422,7 +433,7 @@ fs::path writeReport(const fs::path& dir) {
   Page body;
   if (std::optional<std::string> command = readText(dir / "command.txt")) {
     body.section("command", "What was compiled, how and where");
-    body.html += fmt::format("<pre>{}</pre>\n", h(*command));
+    body.html += fmt::format("<pre>{}</pre>\n", hLines(*command));
   }
   addStages(body, dir);
   addPasses(body, dir);

@@ -274,6 +274,15 @@ std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::option
 
 PYBIND11_MODULE(_policyc, m) {
   m.doc() = "policyc: compiled RL policies callable on numpy arrays";
+  // Debug directories name and record what compiled: here, this Python process.
+  {
+    std::string line = "python";
+    py::module_ sys = py::module_::import("sys");
+    if (py::hasattr(sys, "argv")) {  // an embedded interpreter may have none
+      for (const py::handle& a : sys.attr("argv")) line += " " + py::str(a).cast<std::string>();
+    }
+    driver::setInvocation("python", line);
+  }
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

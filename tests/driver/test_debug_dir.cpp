@@ -46,7 +46,17 @@ TEST_CASE("debug dir: off by default, --debug-dir wins, POLICYC_DEBUG=1 picks a 
   REQUIRE(env.has_value());
   std::string hash = driver::fileHash(model.string());
   CHECK(hash.size() == 16);
-  CHECK(env->path() == fs::path("policyc_debug") / ("m-" + hash.substr(0, 8)));
+  // One directory per model, command and backend: runs of different commands or backends never mix.
+  CHECK(env->path() == fs::path("policyc_debug") / ("m-" + hash.substr(0, 8) + "-library"));
+  ::setenv("POLICYC_DEBUG", "1", 1);
+  driver::setInvocation("check", "policyc check m.onnx");
+  fs::current_path(root);
+  auto checkLlvm = driver::DebugDir::select("", model.string(), "m", "llvm");
+  fs::current_path(cwd);
+  ::unsetenv("POLICYC_DEBUG");
+  driver::setInvocation("library", "");
+  REQUIRE(checkLlvm.has_value());
+  CHECK(checkLlvm->path() == fs::path("policyc_debug") / ("m-" + hash.substr(0, 8) + "-check-llvm"));
 }
 
 TEST_CASE("debug dir: writes files, reloadable graphs and the compile-time table", "[debug]") {

@@ -207,3 +207,71 @@ TEST_CASE("cli: run --backend cpp compiles once into the cache and matches the i
   REQUIRE(runWithEnv("run " + kPpo + " --backend cpp --disable-pass fuse-horizontal" + common + cppOut.string()).first == 0);
   CHECK(std::distance(fs::directory_iterator(cache), fs::directory_iterator()) == 2);
 }
+
+TEST_CASE("cli: dump pictures, and pass options that are never silently ignored", "[cli][report]") {
+  CliResult dot = cli("dump " + kPpo + " --format dot");
+  REQUIRE(dot.exitCode == 0);
+  CHECK(dot.out.rfind("digraph \"ppo_mlp\" {", 0) == 0);
+  CHECK(dot.out.find("gemm\\n") != std::string::npos);  // imported: gemm nodes
+
+  const fs::path svg = scratch() / "kernels.svg";
+  CliResult kernels = cli("dump " + kPpo + " --stage post-fusion --format svg -o " + svg.string());
+  REQUIRE(kernels.exitCode == 0);
+  const std::string picture = slurp(svg);
+  CHECK(picture.find("<svg") != std::string::npos);
+  CHECK(picture.find("id=\"k4n0\"") != std::string::npos);  // ppo_mlp's five kernels, as clusters of their nodes
+  CHECK(picture.find("id=\"k5n0\"") == std::string::npos);
+
+  // A pass option implies the optimised graph, and contradicts an explicit --stage imported.
+  CliResult implied = cli("dump " + kPpo + " --disable-pass fuse-horizontal");
+  REQUIRE(implied.exitCode == 0);
+  CHECK(implied.out.find("= linear(") != std::string::npos);
+  requireCleanError(cli("dump " + kPpo + " --stage imported --passes dce"), "use --stage optimized");
+  requireCleanError(cli("dump " + kPpo + " --disable-pass fuse-horizontl"), "unknown pass 'fuse-horizontl'");
+}
+
+TEST_CASE("cli: a shared object given as a model and a damaged .npy say what they are", "[cli][bad-input]") {
+  const fs::path lib = scratch() / "libfake.so.6";
+  std::ofstream(lib, std::ios::binary) << std::string("\x7f" "ELF\x02\x01\x01", 7) << std::string(64, '\0');
+  requireCleanError(cli("dump " + lib.string()), "is a shared object, not a model file");
+  requireCleanError(cli("run " + lib.string()), "is not a loadable shared object");  // loaded as one: the loader says why not
+  const fs::path npy = scratch() / "damaged.npy";
+  std::ofstream(npy, std::ios::binary) << std::string("\x93NUMPY\x20\x00\x10\x00", 10) << std::string(16, ' ');
+  requireCleanError(cli("run " + kPpo + " --input obs=" + npy.string()), "a damaged .npy file: its format version byte is 32");
+}
+
+TEST_CASE("cli: report writes one page of a debug directory, bench adds its profile", "[cli][report]") {
+  const fs::path dir = scratch() / "bench-debug";
+  CliResult bench = cli("bench " + kPpo + " --batch 4 --threads 1 --min-time 0 --min-calls 5 --warmup 1 --profile --debug-dir " +
+                        dir.string());
+  INFO(bench.err);
+  REQUIRE(bench.exitCode == 0);
+  CHECK(bench.out.find("wrote the profile and the report") != std::string::npos);
+  REQUIRE(fs::exists(dir / "profile.json"));
+  CHECK(slurp(dir / "command.txt").find("command: bench\n") != std::string::npos);
+  CHECK(slurp(dir / "index.html").find("id=\"profile\"") != std::string::npos);
+
+  fs::remove(dir / "index.html");
+  CliResult report = cli("report " + dir.string());
+  REQUIRE(report.exitCode == 0);
+  CHECK(report.out == "wrote " + (dir / "index.html").string() + "\n");
+  CHECK(fs::exists(dir / "index.html"));
+  requireCleanError(cli("report " + (scratch() / "nowhere").string()), "is not a debug directory");
+  requireCleanError(cli("bench " + kPpo + " --compare-backends --debug-dir " + dir.string()), "--debug-dir is one compile's");
+}
+
+TEST_CASE("cli: check --backend cpp compiles through the cache once", "[cli][cpp]") {
+  const fs::path cache = scratch() / "check-cache";
+  ::setenv("POLICYC_CACHE_DIR", cache.string().c_str(), 1);
+  CliResult first = cli("check " + kPpo + " --backend cpp");
+  CliResult second = cli("check " + kPpo + " --backend cpp");
+  ::unsetenv("POLICYC_CACHE_DIR");
+  INFO(first.err << second.err);
+  REQUIRE(first.exitCode == 0);
+  REQUIRE(second.exitCode == 0);
+  CHECK(first.err.find("into the cache") != std::string::npos);
+  CHECK(second.err.find("into the cache") == std::string::npos);
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(cache)) entries += e.path().extension() == ".so";
+  CHECK(entries == 1);
+}

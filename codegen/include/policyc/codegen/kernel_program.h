@@ -156,8 +156,8 @@ int64_t paramBytes(const KernelProgram& program);  // the weights every call rea
 
 std::string printKernelProgram(const KernelProgram& program);
 std::string printKernelList(const KernelProgram& program);  // one line per kernel: name, kind, domain
-// kernels.svg: each kernel a cluster (id "kernel-K", filled by its kind) of the graph nodes it
-// computes ("kKnJ"), the buffers in memory between kernels ("bB": kind, name, type) as cylinders.
+// kernels.svg: each kernel a cluster (filled by its kind) of the graph nodes it computes (ids
+// "kKnJ"), the buffers in memory between kernels ("bB": kind, name, type) as cylinders.
 std::string printKernelDot(const KernelProgram& program);
 
 }  // namespace policyc::codegen

@@ -1,0 +1,188 @@
+// What a person sees of a compile: the DOT pictures of the graph and the kernels, the debug
+// directory's life (command.txt, the previous compile's files gone, a user's files kept), and the
+// report page over it — with hostile model names escaped in every one of them.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "policyc/codegen/kernel_program.h"
+#include "policyc/driver/compile.h"
+#include "policyc/driver/debug_dir.h"
+#include "policyc/driver/report.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/text.h"
+#include "policyc/passes/pass_manager.h"
+#include "policyc/support/escape.h"
+#include "support/cli.h"
+#include "support/fixtures.h"
+
+using namespace policyc;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch() { return testing::scratchDir("policyc-test-report"); }
+
+// A two-layer graph whose names try to break out of every format they are printed in.
+constexpr const char* kHostile = "x\"];evil[label=\"\\N\n<script>alert(1)</script>&";
+
+std::unique_ptr<ir::Graph> hostileGraph() {
+  auto g = std::make_unique<ir::Graph>(std::string("g\"") + kHostile);
+  ir::Value* x = g->addInput(kHostile, {ir::DType::F32, {ir::Dim::batch(), 8}});
+  ir::Value* w = g->addParam("w", ir::Tensor(ir::DType::F32, {8, 8}));
+  ir::Node* fc = g->addOp(ir::Op::Linear, {x, w}, {}, std::string("fc") + kHostile);
+  ir::Node* act = g->addOp(ir::Op::Tanh, {fc->output()}, {}, std::string("act") + kHostile);
+  g->setOutputs({{std::string("out") + kHostile, act->output()}});
+  return g;
+}
+
+// Every double-quoted DOT string in `dot` ends where it should: no raw newline, and each `"` not
+// preceded by an escaping backslash closes a string that a `[`, `=`, `,`, `;`, `{` or space opened.
+void requireWellFormedDot(const std::string& dot) {
+  bool inString = false;
+  for (size_t i = 0; i < dot.size(); ++i) {
+    const char c = dot[i];
+    if (inString) {
+      REQUIRE(c != '\n');
+      if (c == '\\') {
+        ++i;  // an escape: \" or \\ (or \n, \l made by the printer)
+      } else if (c == '"') {
+        inString = false;
+      }
+    } else if (c == '"') {
+      inString = true;
+    }
+  }
+  REQUIRE_FALSE(inString);
+}
+
+}  // namespace
+
+TEST_CASE("escape: dot and html rules", "[report][escape]") {
+  CHECK(escape::dot("a\"b\\c") == "a\\\"b\\\\c");
+  CHECK(escape::dot("line\nbreak") == "line\\\\x0abreak");
+  CHECK(escape::dot("plain name_1") == "plain name_1");
+  CHECK(escape::html("<a href='x'>&\"") == "&lt;a href=&#39;x&#39;&gt;&amp;&quot;");
+  CHECK(escape::html("caf\xc3\xa9\n") == "caf\\xc3\\xa9\\x0a");
+  CHECK(escape::html("kernel_1 [batch,64]") == "kernel_1 [batch,64]");
+}
+
+TEST_CASE("pictures: the graph and the kernels as DOT, names escaped, ids from positions", "[report]") {
+  auto g = hostileGraph();
+  const std::string dot = ir::printDot(*g, "opt");
+  requireWellFormedDot(dot);
+  CHECK(dot.find("<script>") != std::string::npos);  // as text inside a label: the SVG writer escapes it
+  CHECK(dot.find("x\\\"];evil[label=\\\"\\\\N\\\\x0a<script>") != std::string::npos);  // quotes, backslash and newline escaped
+  CHECK(dot.find("optn0 [id=\"optn0\"") != std::string::npos);
+  CHECK(dot.find("optn2 -> optn3") != std::string::npos);  // linear -> tanh (input, param, linear, tanh)
+
+  codegen::KernelProgram program = codegen::lowerGraph(*g);
+  codegen::fuseKernels(program);
+  const std::string kernels = codegen::printKernelDot(program);
+  requireWellFormedDot(kernels);
+  CHECK(std::regex_search(kernels, std::regex("subgraph cluster_k0 \\{")));
+  CHECK(kernels.find("cluster_k1") == std::string::npos);  // linear + tanh: one kernel
+  CHECK(kernels.find("k0n0 -> k0n1") != std::string::npos);
+
+  // Graphviz reads both, and its SVG holds the hostile text only escaped.
+  for (const std::string& text : {dot, kernels}) {
+    const std::string svg = driver::renderSvg(text);
+    CHECK(svg.find("<svg") != std::string::npos);
+    CHECK(svg.find("<script>") == std::string::npos);
+    CHECK(svg.find("&lt;script&gt;") != std::string::npos);
+  }
+  CHECK_THROWS_AS(driver::renderSvg("digraph { a -> }"), Error);
+}
+
+TEST_CASE("debug dir: command.txt first, a new compile removes the last one's files, keeps older ones", "[report][debug]") {
+  const fs::path dir = scratch() / "lifecycle";
+  fs::create_directories(dir);
+  std::ofstream(dir / "notes.txt") << "a file of the user's, older than any compile\n";
+  fs::last_write_time(dir / "notes.txt", fs::file_time_type::clock::now() - std::chrono::hours(1));
+  driver::setInvocation("test", "policyc test --flag");
+  {
+    driver::DebugDir d(dir, "backend: test\n");
+    d.write("stale_stage.txt", "from the first compile\n");
+    fs::create_directories(dir / "build");
+    std::ofstream(dir / "build" / "obj.o") << "x";
+  }
+  std::string command = testing::slurp(dir / "command.txt");
+  CHECK(command.find("command: test\n") != std::string::npos);
+  CHECK(command.find("command line: policyc test --flag\n") != std::string::npos);
+  CHECK(command.find("backend: test\n") != std::string::npos);
+  CHECK(command.find("cpu: ") != std::string::npos);
+  {
+    driver::DebugDir again(dir);
+    again.write("fresh.txt", "second\n");
+  }
+  CHECK_FALSE(fs::exists(dir / "stale_stage.txt"));
+  CHECK_FALSE(fs::exists(dir / "build"));
+  CHECK(fs::exists(dir / "fresh.txt"));
+  CHECK(fs::exists(dir / "notes.txt"));
+  CHECK(testing::slurp(dir / "command.txt").find("backend: test") == std::string::npos);
+  driver::setInvocation("library", "");
+}
+
+TEST_CASE("report: a compile's debug directory as one page linked to code and nodes", "[report]") {
+  const fs::path dir = scratch() / "compile";
+  auto g = hostileGraph();
+  driver::CompileRequest request;
+  request.backend = codegen::Backend::Llvm;
+  request.jit = true;
+  request.debugDir = dir.string();
+  request.cpp.name = "model";
+  driver::compileGraph(*g, request);
+
+  for (const char* f : {"command.txt", "graph_imported.svg", "graph_optimized.svg", "kernels.svg", "kernels.json", "nodes.json",
+                        "index.html", "code_module.ll.html"}) {
+    INFO(f);
+    CHECK(fs::exists(dir / f));
+  }
+  const std::string html = testing::slurp(dir / "index.html");
+  CHECK(html.find("<script") == std::string::npos);  // no script, and no model text became one
+  CHECK(html.find("&lt;script&gt;") != std::string::npos);
+  for (const char* section : {"id=\"command\"", "id=\"stages\"", "id=\"passes\"", "id=\"graphs\"", "id=\"kernels\"", "id=\"nodes\""}) {
+    INFO(section);
+    CHECK(html.find(section) != std::string::npos);
+  }
+  // The kernel's row links to its definition in module.ll, and that line is where it is defined.
+  std::smatch m;
+  REQUIRE(std::regex_search(html, m, std::regex("href=\"code_module\\.ll\\.html#L([0-9]+)\"")));
+  const size_t line = std::stoul(m[1]);
+  std::ifstream ll(dir / "module.ll");
+  std::string text;
+  for (size_t i = 0; i < line && std::getline(ll, text); ++i) {
+  }
+  CHECK(text.rfind("define ", 0) == 0);
+  const nlohmann::json kernels = nlohmann::json::parse(testing::slurp(dir / "kernels.json"));
+  REQUIRE(kernels.size() == 1);
+  CHECK(text.find("@" + kernels[0]["name"].get<std::string>() + "(") != std::string::npos);
+  // Graph nodes link to the kernel that computes them, kernels to their nodes and cluster.
+  CHECK(html.find("href=\"#kernel-row-0\"") != std::string::npos);
+  CHECK(html.find("href=\"#k0n0\"") != std::string::npos);
+  CHECK(std::regex_search(html, std::regex("href=\"#node-[0-9]+\"")));
+  CHECK(html.find("id=\"k0n0\"") != std::string::npos);  // the kernel's first node, in the inlined kernels.svg
+
+  // A profile written later shows up when the report is written again.
+  std::ofstream(dir / "profile.json") << R"({"rows": [{"batch": 4, "threads": 1, "median_us": 2.5,
+      "kernels": [{"name": ")" << kernels[0]["name"].get<std::string>() << R"(", "us_per_call": 1.5, "gflops": 3, "gbps": 4}]}]})";
+  driver::writeReport(dir);
+  const std::string withProfile = testing::slurp(dir / "index.html");
+  CHECK(withProfile.find("id=\"profile\"") != std::string::npos);
+  CHECK(withProfile.find("batch 4, 1 thread(s)") != std::string::npos);
+}
+
+TEST_CASE("report: any directory gets a page of what it has, a missing one is an error", "[report]") {
+  const fs::path empty = scratch() / "empty";
+  fs::create_directories(empty);
+  std::ofstream(empty / "kernels.json") << "{ not json";
+  const fs::path index = driver::writeReport(empty);
+  CHECK(fs::exists(index));
+  CHECK(testing::slurp(index).find("id=\"files\"") != std::string::npos);
+  CHECK_THROWS_AS(driver::writeReport(scratch() / "no-such-dir"), Error);
+}
