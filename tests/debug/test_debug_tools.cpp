@@ -11,6 +11,7 @@
 
 #include "policyc/ir/text.h"
 #include "policyc/passes/pass_manager.h"
+#include "support/cli.h"
 #include "support/scratch_dir.h"
 #include "support/fixtures.h"
 
@@ -116,8 +117,13 @@ TEST_CASE("debug tools: an injected fault is found, minified to at most 3 nodes 
       bool hasOp = false;
       for (const auto& n : repro->nodes()) hasOp = hasOp || (n->isOp() && n->info().name == std::string(c.op));
       CHECK(hasOp);
-      // repro.sh: the same failure, on its own.
-      Outcome again = sh("env -u POLICYC_INJECT_FAULT sh " + (out / "repro.sh").string());
+      // repro.sh: the same failure, on its own, from a directory moved elsewhere (its paths are
+      // its own directory's; POLICYC names the compiler).
+      const fs::path moved = scratch() / "moved" / out.filename();
+      fs::create_directories(moved.parent_path());
+      fs::rename(out, moved);
+      CHECK(testing::slurp(moved / "repro.sh").find(out.string()) == std::string::npos);
+      Outcome again = sh("cd / && env -u POLICYC_INJECT_FAULT POLICYC=" + cli() + " sh " + (moved / "repro.sh").string());
       INFO("repro.sh:\n" << again.output);
       if (kind == "accuracy") {
         CHECK(again.exitCode == 1);

@@ -3,6 +3,11 @@
 // report page over it — with hostile model names escaped in every one of them.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +23,7 @@
 #include "policyc/ir/text.h"
 #include "policyc/passes/pass_manager.h"
 #include "policyc/support/escape.h"
+#include "policyc/support/progress.h"
 #include "support/cli.h"
 #include "support/fixtures.h"
 
@@ -185,4 +191,50 @@ TEST_CASE("report: any directory gets a page of what it has, a missing one is an
   CHECK(fs::exists(index));
   CHECK(testing::slurp(index).find("id=\"files\"") != std::string::npos);
   CHECK_THROWS_AS(driver::writeReport(scratch() / "no-such-dir"), Error);
+}
+
+TEST_CASE("progress: plain lines in a log, one line redrawn on a terminal", "[report][progress]") {
+  // A log (not a terminal): one line per step, nothing when off.
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log);
+  {
+    support::Progress p("autotune", 2, true, log);
+    p.step("batch 1");
+    p.step("batch\n16");  // model text in `what` stays one line
+  }
+  {
+    support::Progress off("minify", 0, false, log);
+    off.step("nothing");
+  }
+  std::rewind(log);
+  std::string text;
+  for (int c; (c = std::fgetc(log)) != EOF;) text += static_cast<char>(c);
+  std::fclose(log);
+  CHECK(text == "autotune 1/2: batch 1\nautotune 2/2: batch\\x0a16\n");
+
+  // A terminal: the bar is redrawn in place (\r), a note clears it and stays, finish ends the line.
+  int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  REQUIRE(master >= 0);
+  REQUIRE(::grantpt(master) == 0);
+  REQUIRE(::unlockpt(master) == 0);
+  std::FILE* tty = std::fopen(::ptsname(master), "w");
+  REQUIRE(tty);
+  {
+    support::Progress p("minify", 0, true, tty);
+    p.step("candidate 1");
+    p.note("accepted");
+    p.step("candidate 2");
+  }
+  std::fclose(tty);
+  std::string shown;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) {
+    shown.append(buf, static_cast<size_t>(n));
+    if (shown.find("candidate 2") != std::string::npos && shown.back() == '\n') break;
+  }
+  ::close(master);
+  CHECK(shown.find("\rminify [1] candidate 1") != std::string::npos);
+  CHECK(shown.find("\r\033[Kaccepted") != std::string::npos);
+  CHECK(shown.find("\rminify [2] candidate 2") != std::string::npos);
+  CHECK(shown.find("minify 1:") == std::string::npos);  // no plain lines on a terminal
 }

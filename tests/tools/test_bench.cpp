@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -185,7 +186,7 @@ TEST_CASE("policyc bench --profile prints a per-kernel table, a Chrome trace, CS
       ++complete;
       names.insert(e.at("name").get<std::string>());
       CHECK(e.at("dur").get<double>() >= 0);
-    } else if (e.at("ph") == "M") {
+    } else if (e.at("ph") == "M" && e.at("name") == "process_name") {
       ++processes;
     }
   }
@@ -198,6 +199,43 @@ TEST_CASE("policyc bench --profile prints a per-kernel table, a Chrome trace, CS
   CHECK(rows.find("\nppo_mlp,1,1,20,") != std::string::npos);
   CHECK(rows.find(",1000.0,") != std::string::npos);  // the baseline's figure for batch 1
   CHECK(rows.find(",2000.0,") != std::string::npos);
+}
+
+TEST_CASE("policyc bench --trace at 2 threads: a track per thread, each worker's chunks inside its kernel", "[profile][cli]") {
+  const std::string model = testing::sourcePath("examples/models/atari_cnn.onnx");
+  for (const char* backend : {"cpp", "llvm"}) {
+    DYNAMIC_SECTION("backend " << backend) {
+      fs::path trace = scratchDir() / (std::string("threads_") + backend + ".json");
+      // Generated convs (no oneDNN) at batch 16: large enough to be split between the threads.
+      testing::CliResult r = testing::runCli("bench '" + model + "' --backend " + backend + " --no-extern --batch 16 --threads 2 " +
+                                             "--min-time 0 --min-calls 5 --warmup 1 --profile --trace '" + trace.string() + "'");
+      INFO(r.out << r.err);
+      REQUIRE(r.exitCode == 0);
+      nlohmann::json t = nlohmann::json::parse(testing::slurp(trace));
+      std::map<int, int> events;
+      std::map<int, std::string> trackNames;
+      std::vector<std::pair<double, double>> kernels;  // the calling thread's kernel spans
+      std::vector<std::pair<double, double>> chunks;   // the worker's chunks
+      for (const auto& e : t.at("traceEvents")) {
+        if (e.at("ph") == "M" && e.at("name") == "thread_name") trackNames[e.at("tid").get<int>()] = e.at("args").at("name");
+        if (e.at("ph") != "X") continue;
+        const int tid = e.at("tid").get<int>();
+        ++events[tid];
+        const double ts = e.at("ts").get<double>(), end = ts + e.at("dur").get<double>();
+        (tid == 0 ? kernels : chunks).emplace_back(ts, end);
+      }
+      REQUIRE(events.size() == 2);
+      CHECK(trackNames.at(0) == "run (calling thread)");
+      CHECK(trackNames.at(1) == "worker 1");
+      CHECK(events.at(1) > 0);
+      // Every chunk a worker ran lies within a kernel of the calling thread (1 us of clock slack).
+      for (const auto& [start, end] : chunks) {
+        bool inside = false;
+        for (const auto& [ks, ke] : kernels) inside = inside || (start >= ks - 1 && end <= ke + 1);
+        CHECK(inside);
+      }
+    }
+  }
 }
 
 TEST_CASE("policyc bench: bad profiling and baseline options are one clear error", "[profile][cli]") {
