@@ -523,6 +523,10 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     if (t < 1) fail("--threads must be >= 1, got {}", t);
   }
   if (!o.trace.empty() && !o.profile) fail("--trace needs --profile");
+  if (!o.plot.empty()) {
+    const std::string ext = std::filesystem::path(o.plot).extension().string();
+    if (ext != ".svg" && ext != ".png" && ext != ".pdf") fail("--plot writes F.svg, F.png or F.pdf, got '{}'", o.plot);
+  }
   const bool compiled = driver::isSharedObject(o.model);
   if (o.compareBackends) return compareBackends(o, compile);
   std::string so = compiled ? o.model : compile(o.model, o.backend, o.fuse, o.profile);

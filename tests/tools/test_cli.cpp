@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include <onnx/onnx_pb.h>
 
@@ -274,4 +275,17 @@ TEST_CASE("cli: check --backend cpp compiles through the cache once", "[cli][cpp
   int entries = 0;
   for (const auto& e : fs::directory_iterator(cache)) entries += e.path().extension() == ".so";
   CHECK(entries == 1);
+}
+
+TEST_CASE("cli: bench --baseline torch prints the seed's table, --plot draws the rows", "[cli][report]") {
+  const fs::path plot = scratch() / "rows.svg";
+  CliResult r = cli("bench " + kPpo + " --batch 1,4 --min-time 0 --min-calls 5 --warmup 1 --baseline torch --plot " + plot.string());
+  INFO(r.out << r.err);
+  REQUIRE(r.exitCode == 0);
+  CHECK(r.out.find("baseline torch (PyTorch eager") != std::string::npos);
+  CHECK(r.out.find("batch size          eager       compiled   speedup") != std::string::npos);
+  CHECK(std::regex_search(r.out, std::regex("\n +4 +[0-9]+ +[0-9]+ +[0-9.]+x\n")));  // batch 4: eager, compiled, speed-up
+  const std::string svg = slurp(plot);
+  CHECK(svg.find("<svg") != std::string::npos);
+  requireCleanError(cli("bench " + kPpo + " --min-time 0 --min-calls 5 --plot " + (scratch() / "rows.txt").string()), "--plot writes F.svg, F.png or F.pdf");
 }
