@@ -16,6 +16,7 @@ POLICYC_PACKAGES=(
   graphviz       # the debug directory's pictures (dot -Tsvg) and `policyc dump --format svg`
   python3-matplotlib  # bench/plot.py: `policyc bench --plot` and the peers' plots
   chromium       # the test that opens the debug report in a headless browser
+  pkgconf        # the install test builds examples/embed_c with `pkg-config --cflags --libs policyc`
 )
 
 # What scripts/fuzz (and CI's fuzzing) adds: Debian's clang with its libFuzzer and sanitizer runtimes.

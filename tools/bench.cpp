@@ -36,6 +36,18 @@ namespace {
 // python3-torch and python3-onnx are installed (scripts/lib.sh).
 constexpr const char* kPython = "/usr/bin/python3";
 
+// One of the project's scripts ("bench/plot.py"): beside an installed policyc
+// (PREFIX/share/policyc/...), else in the source tree this policyc was built from.
+std::string scriptPath(const std::string& relative) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path installed = exe.parent_path().parent_path() / "share" / "policyc" / relative;
+    if (std::filesystem::is_regular_file(installed, ec)) return installed.string();
+  }
+  return std::string(POLICYC_SOURCE_DIR) + "/" + relative;
+}
+
 // A temporary directory removed when it goes out of scope.
 class ScratchDir {
  public:
@@ -271,7 +283,7 @@ class TorchBaseline : public CsvBaseline {
 
 std::string torchBaselineCsv(const BenchOptions& o, const std::filesystem::path& csv) {
   if (std::filesystem::path(o.model).extension() != ".onnx") fail("--baseline torch needs an .onnx model, got '{}'", o.model);
-  std::vector<std::string> argv = {kPython, std::string(POLICYC_SOURCE_DIR) + "/bench/peers/torch_baseline.py", o.model,
+  std::vector<std::string> argv = {kPython, scriptPath("bench/peers/torch_baseline.py"), o.model,
                                     "--batch", fmt::format("{}", fmt::join(o.batches, ",")),
                                     "--threads", fmt::format("{}", fmt::join(o.threads, ",")),
                                     "--min-time", fmt::format("{}", o.minSeconds),
@@ -411,7 +423,7 @@ void writeOutputs(const BenchOptions& o, const nlohmann::json& j, const ScratchD
   if (!o.plot.empty()) {
     const std::filesystem::path rows = scratch.path() / "rows.json";
     write(rows);
-    runScript({kPython, std::string(POLICYC_SOURCE_DIR) + "/bench/plot.py", "bench", "--json", rows.string(), "--out", o.plot}, "the plot");
+    runScript({kPython, scriptPath("bench/plot.py"), "bench", "--json", rows.string(), "--out", o.plot}, "the plot");
     fmt::print("\nwrote the plot {}\n", o.plot);
   }
   if (!o.debugDir.empty() && o.profile) {

@@ -347,6 +347,12 @@ void compileModel(const CompileOptions& o) {
   request.emit = o.emit;
   o.target.applyTo(request);
   driver::validateTarget(request);  // an unknown target fails before any work
+  for (const std::string& out : {o.output, o.header}) {
+    const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+    if (!out.empty() && !parent.empty() && !std::filesystem::is_directory(parent)) {
+      fail("cannot write '{}': no directory '{}'", out, parent.string());
+    }
+  }
   auto graph = driver::loadModel(o.model);
   request.modelPath = o.model;
   request.output = o.output;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# `cmake --install BUILD --prefix P` into a temporary prefix, then everything a user of the
+# installed policyc does: the command line from P/bin, examples/embed_c built with
+# find_package(policyc) (policyc::runtime) and with pkg-config, and `import policyc` from the
+# directory P's Python searches (site.getsitepackages([P])), all without the build or source tree.
+#
+#   run_install.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$2" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" >"$work/install.log"
+
+for f in bin/policyc lib/libpolicyc_runtime.a include/policyc/runtime/policyc_model.h include/policyc/runtime/loader.h \
+         lib/cmake/policyc/policycConfig.cmake lib/cmake/policyc/policycTargets.cmake lib/pkgconfig/policyc.pc \
+         share/policyc/bench/plot.py share/policyc/bench/peers/torch_baseline.py; do
+  [[ -f "$prefix/$f" ]] || { echo "run_install.sh: $f was not installed" >&2; exit 1; }
+done
+
+# The installed compiler, from a directory with nothing of the source tree.
+cd "$work"
+export POLICYC_CACHE_DIR="$work/cache"
+mkdir -p "$work/model"
+"$prefix/bin/policyc" --version
+"$prefix/bin/policyc" compile "$src/examples/models/ppo_mlp.onnx" -o "$work/model/ppo_mlp.so" --header "$work/model/ppo_mlp.h" >/dev/null
+
+# find_package(policyc) -> policyc::runtime, in a project of its own.
+cmake -S "$src/examples/embed_c" -B "$work/embed" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DPOLICYC_MODEL="$work/model/ppo_mlp.so" >"$work/embed.log"
+cmake --build "$work/embed" >>"$work/embed.log"
+"$work/embed/any_model" | tee "$work/any_model.txt"
+"$work/embed/ppo_demo" | tee "$work/ppo_demo.txt"
+grep -q "vf: f32\[1,1\]" "$work/any_model.txt"
+grep -q "^vf: " "$work/ppo_demo.txt"
+
+# pkg-config, the same program.
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+cc -std=c99 -Wall -Werror $(pkg-config --cflags policyc) "$src/examples/embed_c/any_model.c" "$work/model/ppo_mlp.so" \
+  $(pkg-config --libs policyc) -o "$work/any_model_pc"
+cmp <("$work/any_model_pc") "$work/any_model.txt"
+
+# The Python module where the prefix's Python looks for packages.
+site=$(/usr/bin/python3 - "$prefix" <<'PY'
+import os, site, sys
+dirs = [d for d in site.getsitepackages([sys.argv[1]]) if os.path.isdir(os.path.join(d, "policyc"))]
+print(dirs[0] if len(dirs) == 1 else "")
+PY
+)
+[[ -n "$site" ]] || { echo "run_install.sh: the Python module is in none (or several) of the prefix's site directories" >&2; exit 1; }
+PYTHONPATH="$site" /usr/bin/python3 - "$src" "$site" <<'PY'
+import sys
+import numpy as np
+import policyc
+assert policyc.__file__.startswith(sys.argv[2] + "/policyc/"), policyc.__file__  # the installed one, not the build's
+p = policyc.compile(sys.argv[1] + "/examples/models/ppo_mlp.onnx")
+out = p(np.zeros((2, 17), np.float32))
+assert out[0].shape == (2, 12) and out[1].shape == (2, 1), [o.shape for o in out]
+print("python:", policyc.__file__)
+PY
+echo "run_install.sh: OK ($prefix)"
