@@ -20,6 +20,7 @@
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/driver/compile.h"
 #include "policyc/driver/debug_dir.h"
+#include "policyc/runtime/cpu.h"
 #include "policyc/ir/error.h"
 #include "policyc/runtime/loader.h"
 #include "policyc/support/escape.h"
@@ -91,6 +92,7 @@ class Policy {
   py::list outputs() const { return describe(model_.outputs()); }
   const std::string& name() const { return model_.name(); }
   const std::string& path() const { return model_.path(); }
+  const std::string& target() const { return model_.target(); }
   int threads() const { return threads_; }
   void setThreads(int t) {
     checkThreads(t);
@@ -303,6 +305,7 @@ PYBIND11_MODULE(_policyc, m) {
       .def_property_readonly("outputs", &Policy::outputs, "the same for the outputs")
       .def_property_readonly("name", &Policy::name)
       .def_property_readonly("path", &Policy::path, "the compiled .so")
+      .def_property_readonly("target", &Policy::target, "what the code was compiled for (native, x86-64-v3, ...)")
       .def_property("threads", &Policy::threads, &Policy::setThreads, "threads each call uses")
       .def("_input_addresses", &Policy::inputAddresses,
            "the addresses a call would read its inputs from (tests: contiguous arrays are not copied)")
@@ -315,6 +318,12 @@ PYBIND11_MODULE(_policyc, m) {
         "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it; backend 'llvm' (default) or 'cpp'; "
         "fuse=False: one kernel per graph node; mode 'max-autotune' "
         "times every GEMM/conv implementation at tune_batch (default 1,16,64); extern_kernels=False keeps oneDNN out");
+  // What policyc.load_bytes and Policy.to_bytes (policyc/__init__.py) build on.
+  m.attr("ABI_VERSION") = POLICYC_ABI_VERSION;
+  m.def("_host_cpu_features", &runtime::hostCpuFeatures, "the instruction-set extensions of this CPU that compiled code may use");
+  m.def("_target_cpu_features", &runtime::targetCpuFeatures, py::arg("target"),
+        "the extensions code compiled for `target` may use (native: this machine's)");
+  m.def("_cache_dir", [] { return driver::cacheDir().string(); }, "the compile cache (POLICYC_CACHE_DIR, ...)");
   m.def(
       "load", [](const std::string& so, int threads) { return std::make_unique<Policy>(runtime::Model::load(so), threads); },
       py::arg("path"), py::arg("threads") = 1, "load a compiled model (.so)");

@@ -216,6 +216,92 @@ class PolicyTest(unittest.TestCase):
             self.policy.threads = 1
 
 
+class ShippingTest(unittest.TestCase):
+    """A compiled policy as bytes: pickle, to_bytes / load_bytes, and what a receiver checks."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.policy = policyc.compile(PPO, threads=2)
+        cls.obs = np.random.default_rng(3).standard_normal((5, 17)).astype(np.float32)
+
+    def assertSameOutputs(self, a, b):
+        for x, y in zip(a(self.obs), b(self.obs)):
+            np.testing.assert_array_equal(x, y)  # the same code: bitwise
+
+    def test_pickle_round_trip_in_this_and_another_process(self):
+        import pickle
+        import subprocess
+        import sys
+        data = pickle.dumps(self.policy)
+        back = pickle.loads(data)
+        self.assertEqual(back.threads, 2)
+        self.assertEqual(back.target, self.policy.target)
+        self.assertNotEqual(back.path, self.policy.path)  # the received copy, in the cache under its hash
+        self.assertSameOutputs(self.policy, back)
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "p.pkl"), "wb") as f:
+                f.write(data)
+            np.save(os.path.join(tmp, "obs.npy"), self.obs)
+            code = ("import pickle, sys, numpy as np; p = pickle.load(open(sys.argv[1] + '/p.pkl', 'rb')); "
+                    "np.save(sys.argv[1] + '/out.npy', p(np.load(sys.argv[1] + '/obs.npy'))[0])")
+            subprocess.run([sys.executable, "-c", code, tmp], check=True, env=dict(os.environ, POLICYC_CACHE_DIR=tmp + "/cache"))
+            np.testing.assert_array_equal(np.load(os.path.join(tmp, "out.npy")), self.policy(self.obs)[0])
+
+    def test_to_bytes_and_load_bytes(self):
+        data = self.policy.to_bytes()
+        back = policyc.load_bytes(data, threads=1)
+        self.assertEqual(back.threads, 1)
+        self.assertSameOutputs(self.policy, back)
+
+    def test_damaged_or_foreign_bytes_are_errors_before_anything_loads(self):
+        import struct
+        data = self.policy.to_bytes()
+        with self.assertRaisesRegex(ValueError, "not a compiled policy"):
+            policyc.load_bytes(b"\x7fELF" + data[4:])
+        with self.assertRaisesRegex(ValueError, "truncated"):
+            policyc.load_bytes(data[:20])
+        with self.assertRaisesRegex(ValueError, "does not match the size and SHA-256"):
+            policyc.load_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+        # A header that asks for an extension no CPU has: refused before the .so is written or loaded.
+        n = struct.unpack_from("<I", data, 15)[0]
+        header = json.loads(data[19:19 + n])
+        for key, value, error, message in [
+                ("cpu_features", ["avx512f", "no-such-extension"], RuntimeError, r"may use no-such-extension, which this CPU lacks.*x86-64-v3"),
+                ("abi_version", 999, ValueError, "ABI version 999"),
+                ("format", 7, ValueError, "format 7")]:
+            changed = json.dumps(dict(header, **{key: value})).encode()
+            forged = data[:15] + struct.pack("<I", len(changed)) + changed + data[19 + n:]
+            with self.assertRaisesRegex(error, message):
+                policyc.load_bytes(forged)
+
+    def test_a_half_written_cache_entry_is_never_loaded(self):
+        import hashlib
+        import struct
+        data = self.policy.to_bytes()
+        n = struct.unpack_from("<I", data, 15)[0]
+        digest = json.loads(data[19:19 + n])["sha256"]
+        with tempfile.TemporaryDirectory() as cache:
+            old = os.environ.get("POLICYC_CACHE_DIR")
+            os.environ["POLICYC_CACHE_DIR"] = cache
+            try:
+                # What a writer that died mid-copy leaves at the entry's name: rewritten whole, then loaded.
+                os.makedirs(os.path.join(cache, "loaded"))
+                entry = os.path.join(cache, "loaded", "ppo_mlp-%s.so" % digest[:32])
+                with open(entry, "wb") as f:
+                    f.write(data[19 + n:19 + n + 1000])
+                back = policyc.load_bytes(data)
+                self.assertEqual(back.path, entry)
+                with open(entry, "rb") as f:
+                    self.assertEqual(hashlib.sha256(f.read()).hexdigest(), digest)
+                self.assertSameOutputs(self.policy, back)
+                self.assertEqual([f for f in os.listdir(os.path.dirname(entry)) if f.startswith(".incoming-")], [])
+            finally:
+                if old is None:
+                    del os.environ["POLICYC_CACHE_DIR"]
+                else:
+                    os.environ["POLICYC_CACHE_DIR"] = old
+
+
 class FromTorchTest(unittest.TestCase):
     def test_from_torch(self):
         try:

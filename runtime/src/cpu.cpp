@@ -1,0 +1,43 @@
+// Which instruction-set extensions this CPU has (GCC's __builtin_cpu_supports) and which a
+// target's code may use (cpu.h).
+#include "policyc/runtime/cpu.h"
+
+namespace policyc::runtime {
+
+namespace {
+const std::vector<std::string> kV3 = {"sse4.2", "avx", "avx2", "fma", "bmi", "bmi2", "f16c"};
+const std::vector<std::string> kV4Extra = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"};
+}  // namespace
+
+std::vector<std::string> hostCpuFeatures() {
+  std::vector<std::string> have;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  // __builtin_cpu_supports takes only string literals: one line per extension.
+  if (__builtin_cpu_supports("sse4.2")) have.push_back("sse4.2");
+  if (__builtin_cpu_supports("avx")) have.push_back("avx");
+  if (__builtin_cpu_supports("avx2")) have.push_back("avx2");
+  if (__builtin_cpu_supports("fma")) have.push_back("fma");
+  if (__builtin_cpu_supports("bmi")) have.push_back("bmi");
+  if (__builtin_cpu_supports("bmi2")) have.push_back("bmi2");
+  if (__builtin_cpu_supports("f16c")) have.push_back("f16c");
+  if (__builtin_cpu_supports("avx512f")) have.push_back("avx512f");
+  if (__builtin_cpu_supports("avx512cd")) have.push_back("avx512cd");
+  if (__builtin_cpu_supports("avx512bw")) have.push_back("avx512bw");
+  if (__builtin_cpu_supports("avx512dq")) have.push_back("avx512dq");
+  if (__builtin_cpu_supports("avx512vl")) have.push_back("avx512vl");
+  if (__builtin_cpu_supports("avx512bf16")) have.push_back("avx512bf16");
+  if (__builtin_cpu_supports("avx512vnni")) have.push_back("avx512vnni");
+#endif
+  return have;
+}
+
+std::vector<std::string> targetCpuFeatures(const std::string& target) {
+  if (target == "native") return hostCpuFeatures();
+  std::vector<std::string> f;
+  if (target == "x86-64-v3" || target == "x86-64-v4") f = kV3;
+  if (target == "x86-64-v4") f.insert(f.end(), kV4Extra.begin(), kV4Extra.end());
+  return f;
+}
+
+}  // namespace policyc::runtime
