@@ -1,6 +1,7 @@
 // `policyc bench`: times a compiled model per call, compares it with a baseline, and prints the
 // per-kernel profile (and a Chrome trace) of a model compiled with profiling.
 #include "bench.h"
+#include "roofline.h"
 
 #include <algorithm>
 #include <chrono>
@@ -320,7 +321,16 @@ RowProfile readProfile(const policyc_profile& p, const Timing& t) {
   return r;
 }
 
-void printProfile(const policyc_profile& p, const RowProfile& r) {
+// A kernel's least time per call at batch b on this machine (roofline.h), in microseconds.
+double kernelBoundUs(const Roofline& roof, const policyc_kernel_info& info, int64_t batch) {
+  const double b = static_cast<double>(batch);
+  return roof.boundUs(info.flops_static + info.flops_per_row * b, info.bytes_static + info.bytes_per_row * b);
+}
+
+// Kernels more than this many times over their bound are marked: far from what the machine can do.
+constexpr double kOverBound = 3.0;
+
+void printProfile(const policyc_profile& p, const RowProfile& r, const Roofline& roof) {
   std::vector<KernelRow> rows = r.kernels;
   std::sort(rows.begin(), rows.end(), [](const KernelRow& a, const KernelRow& b) { return a.ns > b.ns; });
   double kernelUs = 0;
@@ -328,8 +338,8 @@ void printProfile(const policyc_profile& p, const RowProfile& r) {
   const double wallUs = r.timing.totalUs;
   fmt::print("\nprofile: batch {}, {} thread{}, {} calls; kernels take {:.1f}% of the run time\n", r.timing.batch,
              r.timing.threads, r.timing.threads == 1 ? "" : "s", r.timing.calls, 100.0 * kernelUs / wallUs);
-  fmt::print("{:<40} {:>8} {:>12} {:>6} {:>10} {:>8} {:>8}  {}\n", "kernel", "calls", "total us", "%", "us/call",
-             "GFLOP/s", "GB/s", "nodes");
+  fmt::print("{:<40} {:>8} {:>12} {:>6} {:>10} {:>8} {:>8} {:>9} {:>8}  {}\n", "kernel", "calls", "total us", "%", "us/call",
+             "GFLOP/s", "GB/s", "bound us", "x bound", "nodes");
   for (const KernelRow& k : rows) {
     const policyc_kernel_info& info = p.kernels[k.kernel];
     const double us = static_cast<double>(k.ns) / 1e3;
@@ -338,12 +348,17 @@ void printProfile(const policyc_profile& p, const RowProfile& r) {
     const double bytes = (info.bytes_static + info.bytes_per_row * b) * static_cast<double>(k.calls);
     std::string nodes = info.nodes;
     if (nodes.size() > 40) nodes = nodes.substr(0, 37) + "...";
-    fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f} {:>8.1f} {:>8.1f}  {}\n", info.name, k.calls, us,
+    const double bound = kernelBoundUs(roof, info, r.timing.batch);
+    const double over = bound > 0 ? k.usPerCall() / bound : 0.0;
+    fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f} {:>8.1f} {:>8.1f} {:>9.3f} {:>7.1f}{}  {}\n", info.name, k.calls, us,
                100.0 * us / wallUs, k.usPerCall(), k.ns ? flops / static_cast<double>(k.ns) : 0.0,
-               k.ns ? bytes / static_cast<double>(k.ns) : 0.0, nodes);
+               k.ns ? bytes / static_cast<double>(k.ns) : 0.0, bound, over, over > kOverBound ? "*" : " ", nodes);
   }
   fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f}\n", "(outside kernels: entry, timers, loop)", r.timing.calls,
              wallUs - kernelUs, 100.0 * (wallUs - kernelUs) / wallUs, (wallUs - kernelUs) / static_cast<double>(r.timing.calls));
+  fmt::print("(bound: the larger of FLOPs / {:.0f} GFLOP/s and bytes / the bandwidth of the level holding them "
+             "(L2 {:.0f}, L3 {:.0f}, DRAM {:.0f} GB/s); * more than {:.0f}x over it)\n",
+             roof.peak(), roof.bwL2, roof.bwL3, roof.bwDram, kOverBound);
 }
 
 // Chrome's trace event format (chrome://tracing, Perfetto): one process per row, one complete
@@ -391,7 +406,7 @@ double kernelRate(double perCall, double perRow, int64_t batch, const KernelRow&
 }
 
 // A row of the JSON output: its timing, and with a profile its kernels.
-nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowProfile* profile) {
+nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowProfile* profile, const Roofline* roof = nullptr) {
   nlohmann::json row = {{"batch", r.batch},      {"threads", r.threads}, {"calls", r.calls},
                         {"median_us", r.median}, {"p10_us", r.p10},      {"p90_us", r.p90},
                         {"mean_us", r.mean},     {"samples_per_s", r.samplesPerSecond()}};
@@ -406,6 +421,11 @@ nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowPr
                               {"us_per_call", kr.usPerCall()},
                               {"gflops", kernelRate(info.flops_static, info.flops_per_row, r.batch, kr)},
                               {"gbps", kernelRate(info.bytes_static, info.bytes_per_row, r.batch, kr)}});
+    if (roof) {
+      const double bound = kernelBoundUs(*roof, info, r.batch);
+      row["kernels"].back()["bound_us"] = bound;
+      row["kernels"].back()["over_bound"] = bound > 0 ? kr.usPerCall() / bound : 0.0;
+    }
   }
   return row;
 }
@@ -547,6 +567,8 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
   if (o.profile && (!prof || !prof->instrumented)) {
     fail("'{}' was compiled without profiling: pass the .onnx/.pir model, or build it with `policyc compile --profile`", so);
   }
+  std::optional<Roofline> roof;
+  if (o.profile) roof = machineRoofline(o.roofline);
 
   ScratchDir scratch;
   std::unique_ptr<Baseline> baseline;
@@ -584,7 +606,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
       if (o.profile) profiles.push_back(readProfile(*prof, r));
     }
   }
-  for (const RowProfile& r : profiles) printProfile(*prof, r);
+  for (const RowProfile& r : profiles) printProfile(*prof, r, *roof);
   if (!o.trace.empty()) {
     writeTrace(o.trace, *prof, model.name(), profiles);
     fmt::print("\nwrote the trace {} (chrome://tracing or https://ui.perfetto.dev)\n", o.trace);
@@ -619,7 +641,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
   if (prof) j["weight_bytes"] = prof->weight_bytes;
   for (size_t i = 0; i < rows.size(); ++i) {
     // profiles[i] is row i's: both are filled row by row
-    nlohmann::json row = rowJson(rows[i], prof, o.profile ? &profiles[i] : nullptr);
+    nlohmann::json row = rowJson(rows[i], prof, o.profile ? &profiles[i] : nullptr, roof ? &*roof : nullptr);
     if (base[i]) row["baseline_samples_per_s"] = *base[i];
     j["rows"].push_back(row);
   }

@@ -30,6 +30,9 @@ struct BenchOptions {
   // and its report (index.html) shows it.
   std::string debugDir;
   bool profile = false;              // compile with profiling and print the per-kernel table
+  // With profile: the roofline each kernel's bound comes from (policyc_roofline --json); empty:
+  // this machine's, measured once and cached (roofline.h).
+  std::string roofline;
   std::string trace;                 // with profile: a Chrome trace of every row
   // Both backends' builds in one process, their calls interleaved a few milliseconds at a time so
   // that both see the same machine (another process, a clock change), compared row by row and,

@@ -647,6 +647,9 @@ int main(int argc, char** argv) {
                        "write every stage of the compile here; with --profile also profile.json, shown in the directory's index.html");
   benchCmd->add_flag("--profile", bench.profile, "compile with a timer around every kernel; print a table per row");
   benchCmd->add_option("--trace", bench.trace, "with --profile: write a Chrome trace (chrome://tracing, Perfetto) here");
+  benchCmd->add_option("--roofline", bench.roofline,
+                       "with --profile: the machine's bounds from this file (policyc_roofline --json); default: measured once "
+                       "and cached");
   benchCmd->add_option("--json", bench.json, "also write the rows as JSON here");
   benchCmd->add_option("--csv", bench.csv, "also write the rows as CSV here");
   benchCmd->add_flag("--compare-backends", bench.compareBackends,

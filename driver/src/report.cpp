@@ -370,15 +370,19 @@ void addProfile(Page& page, const json& profile, const std::map<std::string, siz
                              row.value("threads", 0), row.value("median_us", 0.0));
     double most = 0;
     for (const json& k : row.value("kernels", json::array())) most = std::max(most, k.value("us_per_call", 0.0));
-    page.html += "<table><tr><th>kernel</th><th>µs per call</th><th>GFLOP/s</th><th>GB/s</th><th></th></tr>\n";
+    page.html += "<table><tr><th>kernel</th><th>µs per call</th><th>GFLOP/s</th><th>GB/s</th><th>bound µs</th><th>× bound</th>"
+                 "<th></th></tr>\n";
     for (const json& k : row.value("kernels", json::array())) {
       const std::string name = str(k, "name");
       auto it = kernelIndex.find(name);
       std::string cell = it == kernelIndex.end() ? h(name) : fmt::format("<a href=\"#kernel-row-{}\">{}</a>", it->second, h(name));
       double us = k.value("us_per_call", 0.0);
+      // The bound (policyc bench's roofline): the least time the machine needs for the kernel's work.
+      const double bound = k.value("bound_us", 0.0), over = k.value("over_bound", 0.0);
       page.html += fmt::format("<tr><td><code>{}</code></td><td class=\"num\">{:.3f}</td><td class=\"num\">{:.1f}</td>"
-                               "<td class=\"num\">{:.1f}</td><td>{}</td></tr>\n",
-                               cell, us, k.value("gflops", 0.0), k.value("gbps", 0.0), bar(most > 0 ? us / most : 0));
+                               "<td class=\"num\">{:.1f}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
+                               cell, us, k.value("gflops", 0.0), k.value("gbps", 0.0), bound > 0 ? fmt::format("{:.3f}", bound) : "",
+                               over > 0 ? fmt::format("{:.1f}{}", over, over > 3 ? " ✱" : "") : "", bar(most > 0 ? us / most : 0));
     }
     page.html += "</table>\n";
   }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/passes/pass_manager.h"
 #include "policyc/runtime/loader.h"
+#include "roofline.h"
 #include "support/cli.h"
 #include "support/fixtures.h"
 
@@ -287,4 +289,50 @@ TEST_CASE("policyc bench --compare-backends times both builds side by side, kern
   REQUIRE(testing::runCli("compile '" + model + "' -o '" + plain.string() + "'").exitCode == 0);
   testing::requireCleanError(testing::runCli("bench '" + plain.string() + "' --compare-backends"), "--compare-backends needs the .onnx/.pir model", true);
   testing::requireCleanError(testing::runCli("bench '" + model + "' --compare-backends --backend cpp"), "drop --backend", true);
+}
+
+TEST_CASE("roofline: each kernel's bound is the larger of its compute and its traffic at the level holding it", "[profile]") {
+  tools::Roofline r;
+  r.peakGflops = 50;
+  r.peakAvx512Gflops = 100;
+  r.l2Bytes = 1 << 20;
+  r.l3Bytes = 32 << 20;
+  r.bwL2 = 100;
+  r.bwL3 = 50;
+  r.bwDram = 10;
+  CHECK(r.peak() == 100);                                  // AVX-512 where there is one
+  CHECK(r.bandwidthFor(256 << 10) == 100);                 // inside half of L2
+  CHECK(r.bandwidthFor(4 << 20) == 50);                    // inside a quarter of L3
+  CHECK(r.bandwidthFor(64 << 20) == 10);                   // DRAM
+  CHECK(r.boundUs(2e6, 1e3) == Approx(20.0));              // 2 MFLOP at 100 GFLOP/s: compute-bound
+  CHECK(r.boundUs(1e3, 64e6) == Approx(6400.0));           // 64 MB from DRAM at 10 GB/s: memory-bound
+  const std::optional<tools::Roofline> back = tools::parseRooflineJson(tools::rooflineJson(r));
+  REQUIRE(back);
+  CHECK(back->bwL3 == 50);
+  CHECK(back->l2Bytes == r.l2Bytes);
+  CHECK_FALSE(tools::parseRooflineJson("{\"peak_gflops\": 1}"));
+  CHECK_FALSE(tools::parseRooflineJson("not json"));
+}
+
+TEST_CASE("policyc bench --profile sets every kernel against the roofline and marks those far over it", "[profile][cli]") {
+  const std::string model = testing::sourcePath("examples/models/ppo_mlp.onnx");
+  // A machine far faster than any real one: every kernel is many times over its bound.
+  fs::path fast = scratchDir() / "fast_roofline.json";
+  std::ofstream(fast) << R"({"peak_gflops": 1e6, "peak_avx512_gflops": 1e6, "l2_bytes": 524288, "l3_bytes": 33554432,
+    "bw_l2_gbps": 1e6, "bw_l3_gbps": 1e6, "bw_dram_gbps": 1e6})";
+  fs::path json = scratchDir() / "bounds.json";
+  testing::CliResult r = testing::runCli("bench '" + model + "' --batch 2 --min-time 0 --min-calls 5 --warmup 1 --profile --roofline '" +
+                                         fast.string() + "' --json '" + json.string() + "'");
+  INFO(r.out << r.err);
+  REQUIRE(r.exitCode == 0);
+  CHECK(r.out.find("bound us  x bound") != std::string::npos);
+  CHECK(r.out.find("more than 3x over it") != std::string::npos);
+  CHECK(std::regex_search(r.out, std::regex("fused_linear_bias_tanh_1 .* [0-9.]+\\*  ")));
+  nlohmann::json j = nlohmann::json::parse(testing::slurp(json));
+  for (const auto& k : j.at("rows").at(0).at("kernels")) {
+    CHECK(k.at("bound_us").get<double>() > 0);
+    CHECK(k.at("over_bound").get<double>() > 3);
+  }
+  testing::requireCleanError(testing::runCli("bench '" + model + "' --profile --roofline '" + json.string() + "'"),
+                             "is not a roofline", true);
 }
