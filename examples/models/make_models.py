@@ -4,12 +4,7 @@
 #     /usr/bin/python3 examples/models/make_models.py
 # Everything is deterministic: fixed seeds, CPU, one thread.
 
-import hashlib
-import io
-import json
 import sys
-import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -18,9 +13,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-warnings.filterwarnings("ignore")  # torch.onnx is chatty about constant folding, custom symbolics, ...
+from export_common import REPO, ResidualBlock, deterministic_torch, export_spec, make_inputs, write_manifest
 
-REPO = Path(__file__).resolve().parents[2]
 MODEL_DIR = REPO / "examples" / "models"
 DATA_DIR = REPO / "tests" / "data"
 BATCHES = (1, 3)
@@ -117,16 +111,6 @@ class AtariCNN(nn.Module):
         x = F.relu(self.conv2(x))
         x = F.relu(self.fc(self.flatten(x)))
         return self.pi(x), self.vf(x)
-
-
-class ResidualBlock(nn.Module):
-    def __init__(self, ch):
-        super().__init__()
-        self.conv0 = nn.Conv2d(ch, ch, 3, padding=1)
-        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1)
-
-    def forward(self, x):
-        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
 
 
 class ImpalaStack(nn.Module):
@@ -420,32 +404,23 @@ def fuse_pad_avgpool(model):
 # --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------
-def make_inputs(spec, batch, tag="reference"):
-    seed = int(hashlib.sha256(f"{spec['name']}/{tag}/b{batch}".encode()).hexdigest()[:8], 16)
-    rng = np.random.default_rng(seed)
-    arrs = {}
-    for name, dtype, shape in spec["inputs"]:
-        if dtype == "uint8":  # uniform noise, each image in its own random brightness range
-            lo = rng.integers(0, 128, size=batch)
-            hi = rng.integers(lo + 64, 257)
-            arrs[name] = np.stack([rng.integers(l, h, size=shape, dtype=np.uint8) for l, h in zip(lo, hi)])
-        else:
-            arrs[name] = rng.standard_normal([batch] + shape).astype(np.float32)
-    if "tweak_inputs" in spec:
-        arrs = spec["tweak_inputs"](arrs, batch, rng)
-    return {k: np.ascontiguousarray(v.astype(v.dtype.newbyteorder("<"))) for k, v in arrs.items()}
+def _postprocess(spec, onnx_model):
+    """Graph rewrites applied to the exported model before it is saved (see fuse_pad_avgpool)."""
+    if spec.get("fuse_pad_avgpool"):
+        n_fused = fuse_pad_avgpool(onnx_model)
+        assert n_fused > 0, f"{spec['name']}: expected a Pad->AveragePool pair to fuse"
 
 
-def op_types(model):
-    return sorted({n.op_type for n in model.graph.node})
+def _check_outputs(spec, batch, outs):
+    """Checks on the PyTorch outputs of each reference batch, by output name."""
+    if spec["name"] == "uint8_convbn":  # greedy action must not hinge on rounding
+        q = np.sort(outs["q"], axis=1)
+        assert np.all(q[:, -1] - q[:, -2] > 1e-3), "argmax too close to a tie; change the seed"
 
 
 def main():
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    MODEL_DIR.mkdir(parents=True, exist_ok=True)
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    manifest = {"generator": "examples/models/make_models.py", "batches": list(BATCHES), "models": []}
+    deterministic_torch(MODEL_DIR, DATA_DIR)
+    entries = []
     per_model_ops = {}
     sizes = {}
 
@@ -456,96 +431,14 @@ def main():
         calib = make_inputs(spec, 64, tag="calibration")
         init_norms(model, torch.Generator().manual_seed(2000 + idx),
                    [torch.from_numpy(calib[n]) for n, _, _ in spec["inputs"]])
+        entry, files = export_spec(spec, model, MODEL_DIR, DATA_DIR, BATCHES,
+                                   postprocess=_postprocess, check=_check_outputs)
+        entries.append(entry)
+        per_model_ops[name] = entry["ops"]
+        sizes.update(files)
 
-        # --- export -------------------------------------------------------------------------
-        in_names = [i[0] for i in spec["inputs"]]
-        out_names = spec["outputs"]
-        example = make_inputs(spec, 3)
-        example_t = tuple(torch.from_numpy(example[n]) for n in in_names)
-        buf = io.BytesIO()
-        torch.onnx.export(
-            model, example_t, buf,
-            opset_version=spec["opset"],
-            input_names=in_names, output_names=out_names,
-            dynamic_axes={n: {0: "batch"} for n in in_names + out_names},
-            do_constant_folding=True,
-            training=spec.get("training", torch.onnx.TrainingMode.EVAL),
-        )
-        onnx_model = onnx.load_from_string(buf.getvalue())
-        if spec.get("fuse_pad_avgpool"):
-            n_fused = fuse_pad_avgpool(onnx_model)
-            assert n_fused > 0, f"{name}: expected a Pad->AveragePool pair to fuse"
-        onnx_model.doc_string = (spec["cls"].__doc__ or "").strip().split("\n")[0]
-        onnx_path = MODEL_DIR / f"{name}.onnx"
-        onnx.save(onnx_model, str(onnx_path))
-        assert model.training is False
-
-        # --- validate -----------------------------------------------------------------------
-        reloaded = onnx.load(str(onnx_path))
-        onnx.checker.check_model(reloaded, full_check=True)
-        inferred = onnx.shape_inference.infer_shapes(reloaded, strict_mode=True)
-        opset = {o.domain: o.version for o in reloaded.opset_import}.get("", None)
-        assert opset == spec["opset"], (name, opset)
-        per_model_ops[name] = op_types(reloaded)
-        sizes[str(onnx_path.relative_to(REPO))] = onnx_path.stat().st_size
-
-        # --- reference data -----------------------------------------------------------------
-        mdir = DATA_DIR / name
-        mdir.mkdir(parents=True, exist_ok=True)
-        for old in mdir.glob("*.npy"):
-            old.unlink()
-        entry = {
-            "name": name,
-            "onnx": str(onnx_path.relative_to(REPO)),
-            "opset": opset,
-            "inputs": [], "outputs": [],
-            "ops": per_model_ops[name],
-            "reference": {},
-        }
-        out_meta = None
-        for batch in BATCHES:
-            arrs = make_inputs(spec, batch)
-            with torch.no_grad():
-                outs = model(*[torch.from_numpy(arrs[n].copy()) for n in in_names])
-            outs = [o.numpy() for o in outs]
-            ref = {"inputs": {}, "outputs": {}}
-            for n in in_names:
-                p = mdir / f"in_b{batch}_{n}.npy"
-                np.save(p, arrs[n])
-                ref["inputs"][n] = str(p.relative_to(REPO))
-            for n, o in zip(out_names, outs):
-                assert o.dtype in (np.float32, np.int64), (name, n, o.dtype)
-                assert o.shape[0] == batch and np.all(np.isfinite(o)), (name, n)
-                o = np.ascontiguousarray(o.astype(o.dtype.newbyteorder("<")))
-                p = mdir / f"out_b{batch}_{n}.npy"
-                np.save(p, o)
-                ref["outputs"][n] = str(p.relative_to(REPO))
-            entry["reference"][str(batch)] = ref
-            out_meta = [(n, str(o.dtype), ["batch"] + list(o.shape[1:])) for n, o in zip(out_names, outs)]
-            if name == "uint8_convbn":  # greedy action must not hinge on rounding
-                q = np.sort(outs[0], axis=1)
-                assert np.all(q[:, -1] - q[:, -2] > 1e-3), "argmax too close to a tie; change the seed"
-        for f in mdir.glob("*.npy"):
-            sizes[str(f.relative_to(REPO))] = f.stat().st_size
-        # declared shapes, checked against ONNX's own shape inference
-        graph_in = {v.name: v for v in inferred.graph.input}
-        for n, dtype, shape in spec["inputs"]:
-            t = graph_in[n].type.tensor_type
-            assert onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[t.elem_type] == np.dtype(dtype), (name, n)
-            entry["inputs"].append({"name": n, "dtype": dtype, "shape": ["batch"] + shape})
-        graph_out = {v.name: v for v in inferred.graph.output}
-        for n, dtype, shape in out_meta:
-            t = graph_out[n].type.tensor_type
-            assert onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[t.elem_type] == np.dtype(dtype), (name, n)
-            dims = [d.dim_param or d.dim_value for d in t.shape.dim]
-            assert dims == shape, (name, n, dims, shape)
-            entry["outputs"].append({"name": n, "dtype": dtype, "shape": shape})
-        manifest["models"].append(entry)
-
-    with open(DATA_DIR / "manifest.json", "w") as f:
-        json.dump(manifest, f, indent=2)
-        f.write("\n")
-    sizes["tests/data/manifest.json"] = (DATA_DIR / "manifest.json").stat().st_size
+    sizes["tests/data/manifest.json"] = write_manifest(DATA_DIR / "manifest.json", "examples/models/make_models.py",
+                                                       BATCHES, entries)
 
     # --- report ---------------------------------------------------------------------------------
     print("ONNX op types per model:")

@@ -6,24 +6,19 @@
 # but output heads are initialised at the scale of a trained policy so that clamps, squashing and
 # greedy actions actually depend on the input instead of sitting at their untrained values.
 
-import hashlib
-import io
-import json
 import math
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
-import onnx
-import onnx.numpy_helper
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-warnings.filterwarnings("ignore")  # torch.onnx is chatty about constant folding and dynamic shapes
+# the export steps are shared with examples/models/make_models.py, which keeps them next to it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+from export_common import REPO, ResidualBlock, deterministic_torch, export_spec, write_manifest  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 ZOO_DIR = REPO / "examples" / "zoo"
 DATA_DIR = REPO / "tests" / "data" / "zoo"
 BATCHES = (1, 3)
@@ -461,16 +456,6 @@ class SB3NatureCNNPPO(nn.Module):
         return self.action_net(f), self.value_net(f)
 
 
-class ResidualBlock(nn.Module):
-    def __init__(self, ch):
-        super().__init__()
-        self.conv0 = nn.Conv2d(ch, ch, 3, padding=1)
-        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1)
-
-    def forward(self, x):
-        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
-
-
 class ConvSequence(nn.Module):
     def __init__(self, in_ch, out_ch):
         super().__init__()
@@ -680,38 +665,26 @@ MODELS = [
 # --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------
-def make_inputs(spec, batch, tag="reference"):
-    seed = int(hashlib.sha256(f"zoo/{spec['name']}/{tag}/b{batch}".encode()).hexdigest()[:8], 16)
-    rng = np.random.default_rng(seed)
-    arrs = {}
-    for name, dtype, shape in spec["inputs"]:
-        if dtype == U8:  # uniform noise, each image in its own random brightness range
-            lo = rng.integers(0, 128, size=batch)
-            hi = rng.integers(lo + 64, 257)
-            arrs[name] = np.stack([rng.integers(l, h, size=shape, dtype=np.uint8) for l, h in zip(lo, hi)])
-        else:
-            arrs[name] = rng.standard_normal([batch] + shape).astype(np.float32)
-    if "tweak_inputs" in spec:
-        arrs = spec["tweak_inputs"](arrs, batch, rng)
-    return {k: np.ascontiguousarray(v.astype(v.dtype.newbyteorder("<"))) for k, v in arrs.items()}
-
-
-def op_types(model):
-    return sorted({n.op_type for n in model.graph.node})
-
-
 def n_params(model):
     return sum(p.numel() for p in model.parameters())
 
 
+def _check_greedy(spec, batch, outs):
+    """A greedy action must not hinge on rounding in the compiled model."""
+    name = spec["name"]
+    for act, scores in spec.get("argmax_of", {}).items():
+        s = np.sort(outs[scores], axis=1)
+        assert np.all(s[:, -1] - s[:, -2] > 1e-3), f"{name}: {act} too close to a tie; change the seed"
+        assert np.array_equal(outs[act], outs[scores].argmax(axis=1)), (name, act)
+        # a constant greedy action would not show a compiled model that ignores its input
+        assert batch == 1 or len(set(outs[act].tolist())) > 1, f"{name}: {act} is the same for every row"
+
+
 def main():
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    ZOO_DIR.mkdir(parents=True, exist_ok=True)
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    deterministic_torch(ZOO_DIR, DATA_DIR)
     names = [s["name"] for s in MODELS]
     assert len(set(names)) == len(names)
-    manifest = {"generator": "examples/zoo/make_zoo.py", "batches": list(BATCHES), "models": []}
+    entries = []
     sizes = {}
     report = []
 
@@ -719,97 +692,13 @@ def main():
         name = spec["name"]
         torch.manual_seed(spec.get("seed", 5000 + idx))
         model = spec["cls"]().eval()
-
-        # --- export -------------------------------------------------------------------------
-        in_names = [i[0] for i in spec["inputs"]]
-        out_names = spec["outputs"]
-        example = make_inputs(spec, 3, tag="export")
-        example_t = tuple(torch.from_numpy(example[n]) for n in in_names)
-        buf = io.BytesIO()
-        torch.onnx.export(
-            model, example_t, buf,
-            opset_version=spec["opset"],
-            input_names=in_names, output_names=out_names,
-            dynamic_axes={n: {0: "batch"} for n in in_names + out_names},
-            do_constant_folding=True,
-            training=torch.onnx.TrainingMode.EVAL,
-        )
-        onnx_model = onnx.load_from_string(buf.getvalue())
-        onnx_model.doc_string = (spec["cls"].__doc__ or "").strip().split("\n")[0]
-        onnx_path = ZOO_DIR / f"{name}.onnx"
-        onnx.save(onnx_model, str(onnx_path))
-        assert model.training is False
-
-        # --- validate -----------------------------------------------------------------------
-        reloaded = onnx.load(str(onnx_path))
-        onnx.checker.check_model(reloaded, full_check=True)
-        inferred = onnx.shape_inference.infer_shapes(reloaded, strict_mode=True)
-        opset = {o.domain: o.version for o in reloaded.opset_import}.get("", None)
-        assert opset == spec["opset"], (name, opset)
-        ops = op_types(reloaded)
-        sizes[str(onnx_path.relative_to(REPO))] = onnx_path.stat().st_size
-
-        # --- reference data -----------------------------------------------------------------
-        mdir = DATA_DIR / name
-        mdir.mkdir(parents=True, exist_ok=True)
-        for old in mdir.glob("*.npy"):
-            old.unlink()
-        entry = {
-            "name": name,
-            "kind": spec["kind"],
-            "onnx": str(onnx_path.relative_to(REPO)),
-            "opset": opset,
-            "params": n_params(model),
-            "inputs": [], "outputs": [],
-            "ops": ops,
-            "reference": {},
-        }
-        out_meta = None
-        for batch in BATCHES:
-            arrs = make_inputs(spec, batch)
-            with torch.no_grad():
-                outs = model(*[torch.from_numpy(arrs[n].copy()) for n in in_names])
-            outs = {n: o.numpy() for n, o in zip(out_names, outs)}
-            ref = {"inputs": {}, "outputs": {}}
-            for n in in_names:
-                p = mdir / f"in_b{batch}_{n}.npy"
-                np.save(p, arrs[n])
-                ref["inputs"][n] = str(p.relative_to(REPO))
-            for n in out_names:
-                o = outs[n]
-                assert o.dtype in (np.float32, np.int64), (name, n, o.dtype)
-                assert o.shape[0] == batch and np.all(np.isfinite(o)), (name, n)
-                o = np.ascontiguousarray(o.astype(o.dtype.newbyteorder("<")))
-                p = mdir / f"out_b{batch}_{n}.npy"
-                np.save(p, o)
-                ref["outputs"][n] = str(p.relative_to(REPO))
-            # a greedy action must not hinge on rounding in the compiled model
-            for act, scores in spec.get("argmax_of", {}).items():
-                s = np.sort(outs[scores], axis=1)
-                assert np.all(s[:, -1] - s[:, -2] > 1e-3), f"{name}: {act} too close to a tie; change the seed"
-                assert np.array_equal(outs[act], outs[scores].argmax(axis=1)), (name, act)
-                # a constant greedy action would not show a compiled model that ignores its input
-                assert batch == 1 or len(set(outs[act].tolist())) > 1, f"{name}: {act} is the same for every row"
-            entry["reference"][str(batch)] = ref
-            out_meta = [(n, str(outs[n].dtype), ["batch"] + list(outs[n].shape[1:])) for n in out_names]
-        for f in mdir.glob("*.npy"):
-            sizes[str(f.relative_to(REPO))] = f.stat().st_size
-        # declared shapes, checked against ONNX's own shape inference
-        graph_in = {v.name: v for v in inferred.graph.input}
-        for n, dtype, shape in spec["inputs"]:
-            t = graph_in[n].type.tensor_type
-            assert onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[t.elem_type] == np.dtype(dtype), (name, n)
-            entry["inputs"].append({"name": n, "dtype": dtype, "shape": ["batch"] + shape})
-        graph_out = {v.name: v for v in inferred.graph.output}
-        for n, dtype, shape in out_meta:
-            t = graph_out[n].type.tensor_type
-            assert onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[t.elem_type] == np.dtype(dtype), (name, n)
-            dims = [d.dim_param or d.dim_value for d in t.shape.dim]
-            assert dims == shape, (name, n, dims, shape)
-            entry["outputs"].append({"name": n, "dtype": dtype, "shape": shape})
-        manifest["models"].append(entry)
-        report.append((name, spec["kind"], opset, entry["params"], sizes[entry["onnx"]],
-                       sum(v for k, v in sizes.items() if k.startswith(f"tests/data/zoo/{name}/")), ops))
+        # the "zoo/" namespace keeps these inputs apart from make_models.py's for a model of the same name
+        entry, files = export_spec(spec, model, ZOO_DIR, DATA_DIR, BATCHES, namespace="zoo/", example_tag="export",
+                                   check=_check_greedy, fields={"kind": spec["kind"], "params": n_params(model)})
+        entries.append(entry)
+        sizes.update(files)
+        report.append((name, spec["kind"], entry["opset"], entry["params"], sizes[entry["onnx"]],
+                       sum(v for k, v in sizes.items() if k.startswith(f"tests/data/zoo/{name}/")), entry["ops"]))
 
     # stale outputs of models that were renamed or dropped would otherwise linger unnoticed
     for d in DATA_DIR.iterdir():
@@ -819,10 +708,8 @@ def main():
         if f.stem not in names:
             print(f"warning: {f.relative_to(REPO)} belongs to no zoo model", file=sys.stderr)
 
-    with open(DATA_DIR / "manifest.json", "w") as f:
-        json.dump(manifest, f, indent=2)
-        f.write("\n")
-    sizes["tests/data/zoo/manifest.json"] = (DATA_DIR / "manifest.json").stat().st_size
+    sizes["tests/data/zoo/manifest.json"] = write_manifest(DATA_DIR / "manifest.json", "examples/zoo/make_zoo.py",
+                                                           BATCHES, entries)
 
     # --- report ---------------------------------------------------------------------------------
     print(f"{'model':24s} {'kind':14s} opset {'params':>9s} {'onnx KiB':>9s} {'data KiB':>9s}  ops")
