@@ -115,11 +115,9 @@ class CleanRLPPOContinuous(nn.Module):
 
     def forward(self, obs):
         mean = self.actor_mean(obs)
-        # CleanRL writes actor_logstd.expand_as(mean): that exports as Expand, which policyc does not
-        # import. zeros_like(mean) + log_std exports as ConstantOfShape, and policyc rejects a graph
-        # output that folds to a batch-shaped constant. Adding the [1,A] parameter to mean * 0
-        # broadcasts it the same way and stays data-dependent (rl_games writes it so).
-        std = torch.exp(mean * 0.0 + self.actor_logstd)
+        # As CleanRL writes it: Expand of the [1,A] parameter to Shape(mean), a batch-sized value
+        # made from a constant (the exported std does not depend on the observation).
+        std = torch.exp(self.actor_logstd.expand_as(mean))
         return mean, std, self.critic(obs)
 
 

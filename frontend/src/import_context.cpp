@@ -97,7 +97,7 @@ ir::Value* ImportState::materialise(const ImportedValue& v, bool allowBatchFill)
     case ImportedValue::Kind::Runtime: return v.value;
     case ImportedValue::Kind::ShapeVector: throw Error(describeKindProblem(v));
     case ImportedValue::Kind::BatchFill:
-      if (!allowBatchFill) throw Error(describeKindProblem(v));
+      if (!allowBatchFill) return expandBatchFill(v);
       break;
     case ImportedValue::Kind::Constant: break;
   }
@@ -109,6 +109,24 @@ ir::Value* ImportState::materialise(const ImportedValue& v, bool allowBatchFill)
   ir::Value* param = graph_.addParam(name, *v.tensor, std::move(provenance));
   params_.emplace(v.tensor.get(), Param{v.tensor, param});
   return param;
+}
+
+// Where a batch fill must be a value of its own (a graph output, an operand of a matmul): its
+// stand-in as a param, broadcast to the real shape at run time (expand, -1 for the batch).
+ir::Value* ImportState::expandBatchFill(const ImportedValue& v) {
+  auto done = expanded_.find(v.tensor.get());
+  if (done != expanded_.end()) return done->second;  // one expand per fill, however many readers
+  ImportedValue standIn = v;
+  standIn.kind = ImportedValue::Kind::Constant;
+  standIn.name = v.name.empty() ? "fill" : v.name + "_fill";
+  ir::Value* param = materialise(standIn, false);
+  std::vector<int64_t> shape;
+  for (const ir::Dim& d : v.fillShape) shape.push_back(d.isBatch() ? -1 : d.value());
+  std::string name = v.name.empty() || graph_.findValue(v.name) || reserved_.count(v.name) ? freshName(v.name.empty() ? "fill" : v.name) : v.name;
+  reserved_.insert(name);
+  ir::Value* expanded = graph_.addOp(ir::Op::Expand, {param}, {{"shape", shape}}, {name}, {}, v.provenance)->output();
+  expanded_.emplace(v.tensor.get(), expanded);
+  return expanded;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -303,9 +321,15 @@ std::vector<ImportedValue> NodeContext::emit(ir::Op op, const std::vector<Import
   // A batch fill stands in with size-1 batch dims. That is exact for elementwise ops, provided
   // broadcasting gives the same result shape as with the real batch dims.
   std::vector<ir::TensorType> realTypes;
+  if (batchFill && (info.fusion != ir::FusionKind::Elementwise || op == ir::Op::BatchNorm)) {
+    // Any other op reads the fill as the value it is: broadcast at run time (expand).
+    std::vector<ImportedValue> materialised;
+    for (const ImportedValue& in : inputs) {
+      materialised.push_back(in.kind == ImportedValue::Kind::BatchFill ? ImportedValue::runtime(state_.materialise(in, false)) : in);
+    }
+    return emit(op, materialised, std::move(attrs), std::move(names));
+  }
   if (batchFill) {
-    if (info.fusion != ir::FusionKind::Elementwise || op == ir::Op::BatchNorm)
-      fail("{}", describeKindProblem(*batchFill));
     std::vector<ir::TensorType> inputTypes;
     for (const ImportedValue& in : inputs) inputTypes.push_back(in.type());
     realTypes = ir::inferOutputTypes(op, inputTypes, attrs, outputCount);

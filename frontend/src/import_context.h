@@ -5,6 +5,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,11 +89,15 @@ class ImportState {
   std::string freshName(std::string_view base);
 
   // The graph value for `v`: runtime values as they are, constants as params (made once per
-  // constant and placed before their first reader). Errors for shape vectors; batch fills only
-  // when `allowBatchFill` (elementwise ops, which broadcast the size-1 stand-in correctly).
+  // constant and placed before their first reader). Errors for shape vectors. A batch fill is its
+  // size-1 stand-in where `allowBatchFill` (elementwise ops broadcast it correctly), else that
+  // stand-in expanded to the real shape at run time.
   ir::Value* materialise(const ImportedValue& v, bool allowBatchFill = false);
 
  private:
+  ir::Value* expandBatchFill(const ImportedValue& v);
+
+  std::map<const ir::Tensor*, ir::Value*> expanded_;  // batch fills made values (expandBatchFill)
   ir::Graph& graph_;
   std::string source_;
   int64_t opset_;

@@ -560,6 +560,54 @@ void convertConstantOfShape(NodeContext& ctx) {
   ctx.setOutput(0, std::move(r));
 }
 
+// Expand: ONNX broadcasts both ways (a 1 in `shape` keeps the input's dim); the IR's expand takes
+// the resolved output shape, -1 for the batch size (a shape from Shape of a batch-sized value).
+void convertExpand(NodeContext& ctx) {
+  const ImportedValue& x = ctx.input(0);
+  const ImportedValue& shapeIn = ctx.input(1);
+  ir::Shape given;
+  if (shapeIn.kind == ImportedValue::Kind::ShapeVector) {
+    std::vector<int64_t> dims = tensorInts(*shapeIn.tensor);
+    for (size_t i = 0; i < dims.size(); ++i) {
+      given.push_back(shapeIn.batchMask->getAsInt(static_cast<int64_t>(i)) != 0 ? ir::Dim::batch() : ir::Dim(dims[i]));
+    }
+  } else {
+    for (int64_t d : ctx.constantInts(1, "shape")) {
+      if (d < 0) ctx.fail("shape has a negative dim {}", d);
+      given.push_back(ir::Dim(d));
+    }
+  }
+  const ir::Shape& have = x.type().shape;
+  const size_t rank = std::max(have.size(), given.size());
+  std::vector<int64_t> shape(rank), standIn(rank);
+  bool batch = false;
+  for (size_t i = 0; i < rank; ++i) {
+    const ir::Dim a = i + have.size() >= rank ? have[i + have.size() - rank] : ir::Dim(1);
+    const ir::Dim b = i + given.size() >= rank ? given[i + given.size() - rank] : ir::Dim(1);
+    if (a != b && a != ir::Dim(1) && b != ir::Dim(1)) {
+      ctx.fail("input {} does not broadcast with shape {}", ir::shapeStr(have), ir::shapeStr(given));
+    }
+    const ir::Dim d = a == ir::Dim(1) ? b : a;
+    batch = batch || d.isBatch();
+    shape[i] = d.isBatch() ? -1 : d.value();
+    standIn[i] = d.isBatch() ? 1 : d.value();
+  }
+  if (x.isRuntime()) {
+    ctx.setOutput(0, ctx.emit(Op::Expand, {x}, {{"shape", shape}}, ctx.outputName(0)));
+    return;
+  }
+  // Known data: folded now; with the batch size in the shape, a batch fill (its stand-in has
+  // size-1 batch dims, as ConstantOfShape's).
+  ImportedValue data = ImportedValue::constant(*x.tensor, x.name, x.provenance);
+  ImportedValue out = ctx.emit(Op::Expand, {data}, {{"shape", standIn}}, ctx.outputName(0));
+  if (batch) {
+    out.kind = ImportedValue::Kind::BatchFill;
+    out.fillShape.clear();
+    for (int64_t d : shape) out.fillShape.push_back(d == -1 ? ir::Dim::batch() : ir::Dim(d));
+  }
+  ctx.setOutput(0, std::move(out));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The table
 
@@ -637,6 +685,7 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"Shape", {1, 1, 1, 11, convertShape}},
       {"Constant", {0, 0, 1, 11, convertConstant}},
       {"ConstantOfShape", {1, 1, 1, 11, convertConstantOfShape}},
+      {"Expand", {2, 2, 1, 11, convertExpand}},
   };
   return table;
 }

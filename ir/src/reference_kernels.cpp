@@ -440,6 +440,13 @@ void refWhere(const RefCall& call) {
   });
 }
 
+void refExpand(const RefCall& call) {
+  const RefTensor& x = in(call, 0);
+  RefTensor& y = out(call);
+  std::vector<int64_t> strides = broadcastStrides(x.shape, y.shape);
+  forEachIndex(y.shape, [&](int64_t i, const std::vector<int64_t>& index) { y.data[i] = x.data[dot(index, strides)]; });
+}
+
 void refUnary(const RefCall& call) {
   const RefTensor& x = in(call, 0);
   RefTensor& y = out(call);

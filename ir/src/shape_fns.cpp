@@ -416,6 +416,19 @@ std::vector<TensorType> inferCompare(const OpCall& call) {
   return {TensorType{DType::Bool, broadcast(call, a.shape, b.shape)}};
 }
 
+std::vector<TensorType> inferExpand(const OpCall& call) {
+  const TensorType& x = call.inputs[0];
+  Shape shape;
+  for (int64_t d : attrInts(call.attrs, "shape")) {
+    if (d < -1) fail("{}: shape {} has a negative dim", opName(call), attrValueStr(attrInts(call.attrs, "shape")));
+    shape.push_back(d == -1 ? Dim::batch() : Dim(d));
+  }
+  if (!broadcastsTo(x.shape, shape)) {
+    fail("{}: {} does not broadcast to {}", opName(call), shapeStr(x.shape), shapeStr(shape));
+  }
+  return {TensorType{x.dtype, shape}};
+}
+
 std::vector<TensorType> inferWhere(const OpCall& call) {
   const TensorType& cond = call.inputs[0];
   const TensorType& x = call.inputs[1];

@@ -424,14 +424,61 @@ TEST_CASE("onnx import: zeros_like over a batch-sized value feeds elementwise op
   std::vector<float> expect = {0, 2, 0, 4, 0, 6};
   for (int i = 0; i < 6; ++i) CHECK(result[0].data<float>()[i] == expect[i]);
 
+  // Any other reader, and a graph output, gets the fill broadcast at run time (expand).
+  ModelBuilder other;
+  other.input("v", {kBatch, 3});
+  other.node("Shape", {"v"}, {"s"});
+  other.node("ConstantOfShape", {"s"}, {"zeros"});
+  other.initializer("w", {3, 2}, {1, 2, 3, 4, 5, 6});
+  other.node("MatMul", {"zeros", "w"}, {"y"}, "mm");
+  other.output("y");
+  other.output("zeros");
+  auto og = other.import();
+  CHECK(opNames(*og) == std::vector<std::string>{"expand", "matmul"});
+  CHECK(og->outputs()[1].second->type().str() == "f32[batch,3]");
+  auto zeros = ir::interpret(*og, {f32({2, 3}, {1, 2, 3, 4, 5, 6})});
+  CHECK(zeros[0].type().str() == "f32[2,2]");
+  CHECK(zeros[1].type().str() == "f32[2,3]");
+  for (int i = 0; i < 4; ++i) CHECK(zeros[0].data<float>()[i] == 0.0f);
+}
+
+TEST_CASE("onnx import: Expand to a constant shape and to the batch size, both ways of broadcasting", "[onnx]") {
+  // CleanRL's actor_logstd.expand_as(mean): a [1,2] parameter to Shape(mean) = [batch,2].
+  ModelBuilder b;
+  b.input("mean", {kBatch, 2});
+  b.initializer("log_std", {1, 2}, {0.5f, -1.0f});
+  b.node("Shape", {"mean"}, {"s"});
+  b.node("Expand", {"log_std", "s"}, {"e"});
+  b.node("Exp", {"e"}, {"std"});
+  b.output("std");
+  auto g = b.import();
+  CHECK(g->outputs()[0].second->type().str() == "f32[batch,2]");
+  auto std = ir::interpret(*g, {f32({3, 2}, {0, 0, 0, 0, 0, 0})});
+  REQUIRE(std[0].type().str() == "f32[3,2]");
+  for (int r = 0; r < 3; ++r) {
+    CHECK(std[0].data<float>()[2 * r] == Approx(std::exp(0.5f)));
+    CHECK(std[0].data<float>()[2 * r + 1] == Approx(std::exp(-1.0f)));
+  }
+
+  // A run-time value, broadcast both ways: [batch,1] with shape [1,3] -> [batch,3].
+  ModelBuilder r;
+  r.input("x", {kBatch, 1});
+  r.constI64("shape", {1, 3});
+  r.node("Expand", {"x", "shape"}, {"y"});
+  r.output("y");
+  auto rg = r.import();
+  CHECK(opNames(*rg) == std::vector<std::string>{"expand"});
+  CHECK(rg->outputs()[0].second->type().str() == "f32[batch,3]");
+  auto y = ir::interpret(*rg, {f32({2, 1}, {7, 8})});
+  std::vector<float> expect = {7, 7, 7, 8, 8, 8};
+  for (int i = 0; i < 6; ++i) CHECK(y[0].data<float>()[i] == expect[i]);
+
   ModelBuilder bad;
-  bad.input("v", {kBatch, 3});
-  bad.node("Shape", {"v"}, {"s"});
-  bad.node("ConstantOfShape", {"s"}, {"zeros"});
-  bad.initializer("w", {3, 2}, {1, 2, 3, 4, 5, 6});
-  bad.node("MatMul", {"zeros", "w"}, {"y"}, "mm");
+  bad.input("x", {kBatch, 2});
+  bad.constI64("shape", {3});
+  bad.node("Expand", {"x", "shape"}, {"y"}, "ex");
   bad.output("y");
-  CHECK_THAT(importError(bad), Contains("'mm'") && Contains("ConstantOfShape"));
+  CHECK_THAT(importError(bad), Contains("'ex'") && Contains("does not broadcast"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -130,6 +130,7 @@ std::string Emitter::applyExpr(const Instr& in, const std::vector<std::string>& 
     case Op::Less: return fmt::format("{} < {}", a[0], a[1]);
     case Op::Greater: return fmt::format("{} > {}", a[0], a[1]);
     case Op::Where: return fmt::format("{} ? {} : {}", a[0], arg(1), arg(2));
+    case Op::Expand: return a[0];  // the broadcast is in the load's index
     case Op::Neg: return fl ? fmt::format("-{}", arg(0)) : fmt::format("pc::neg<{}>({})", T, arg(0));
     case Op::Abs: return in.dtype == DType::Bool || in.dtype == DType::U8 ? a[0] : fmt::format("pc::abs<{}>({})", T, arg(0));
     case Op::Sqrt: return fmt::format("std::sqrt({})", arg(0));

@@ -419,6 +419,7 @@ class Builder {
         return s ? b_.CreateICmpSGT(x, y) : b_.CreateICmpUGT(x, y);
       }
       case Op::Where: return b_.CreateSelect(convert(a[0], at[0], DType::Bool), arg(1), arg(2));
+      case Op::Expand: return a[0];  // the broadcast is in the load's index
       case Op::Neg: {
         if (fl) return b_.CreateFNeg(arg(0));
         Value* x = arg(0);
