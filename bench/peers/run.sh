@@ -3,8 +3,15 @@
 # machine's roofline; one table per model and thread count, a CSV, and plots of it beside the CSV
 # (bench/plot.py peers: latency_<model>_<threads>t and speedup_<model>, .svg and .png).
 #
-#   bench/peers/run.sh [MODEL.onnx ... | fusion] [--batch 1,4,16,64,256] [--threads 1,2]
+#   bench/peers/run.sh [MODEL.onnx ... | fusion] [--zoo] [--batch 1,4,16,64,256] [--threads 1,2]
 #                      [--peers eager,torchscript,ort,policyc] [--min-time 1] [--csv peers.csv]
+#                      [--markdown FILE.md] [--summary-csv FILE.csv]
+#
+# Any ONNX file, any subset of the peers; --zoo adds every model of tests/data/zoo/manifest.json
+# and a summary across the models (each peer's median and its ratio to policyc's per batch size,
+# geometric means; printed, as CSV beside --csv, and with --markdown as a Markdown table):
+#
+#   bench/peers/run.sh --zoo --peers ort,policyc --batch 1,64 --threads 1 --markdown zoo.md
 #
 # Installs what is missing: Debian's python3-torch and libopenblas0 (PyTorch's BLAS is whatever
 # libblas.so.3 is selected; OpenBLAS rather than the reference BLAS), Node.js, and the npm package
@@ -42,15 +49,15 @@ for arg in "$@"; do
   [ "$prev" = --csv ] && csv=$arg
   prev=$arg
 done
-# Plot only a CSV this run wrote: peers.py stops before writing it when a peer fails, and an older
-# file of the same name is not this run's.
+# Plot only a CSV this run wrote: peers.py writes none when no peer ran at all, and an older file
+# of the same name is not this run's.
 before=$(stat -c %y -- "$csv" 2>/dev/null || true)
 status=0
 /usr/bin/python3 "$POLICYC_ROOT/bench/peers/peers.py" "$@" || status=$?
 after=$(stat -c %y -- "$csv" 2>/dev/null || true)
 if [ -n "$after" ] && [ "$after" != "$before" ]; then
-  # peers.py's status comes first (1: outputs that differ from eager, written to the CSV all the
-  # same); a failure to plot fails the run only when the benchmark itself passed.
+  # peers.py's status comes first (1: outputs that differ, or a peer that failed, written to the
+  # CSV all the same); a failure to plot fails the run only when the benchmark itself passed.
   plot_status=0
   /usr/bin/python3 "$POLICYC_ROOT/bench/plot.py" peers --csv "$csv" --out "$(dirname -- "$csv")" --format svg,png ||
     plot_status=$?
