@@ -21,11 +21,12 @@ import argparse
 import csv
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # atomic_file.py beside this script
+from atomic_file import write_atomic  # noqa: E402
 
 import matplotlib
 
@@ -117,31 +118,14 @@ def series(ax, xs, med, lo, hi, color, label, name, linestyle="-"):
 
 
 def save(fig, path, fmt):
-    """Writes the figure to a temporary file beside `path`, then renames it: a failure leaves no
-    partial file, and a reader never sees half a plot."""
+    """Writes the figure whole or not at all (atomic_file): a failure leaves no partial file, and a
+    reader never sees half a plot."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        write_atomic(path, lambda f: fig.savefig(f, format=fmt, metadata=METADATA[fmt]))
     except OSError as e:
-        plt.close(fig)
         raise PlotError(f"cannot write '{path}': {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=fmt, metadata=METADATA[fmt])
-        # mkstemp makes the file 0600; give it the mode a plain open() would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise PlotError(f"cannot write '{path}': {e.strerror or e}") from None
-        raise
     finally:
         plt.close(fig)
     print(path, flush=True)

@@ -27,6 +27,6 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/policyc.pc DESTINATION ${CMAKE_INSTALL
 
 # What `policyc bench --plot` and `--baseline torch` run, found beside the installed command line.
 install(FILES ${PROJECT_SOURCE_DIR}/bench/plot.py ${PROJECT_SOURCE_DIR}/bench/progress.py
-  DESTINATION ${CMAKE_INSTALL_DATADIR}/policyc/bench)
+  ${PROJECT_SOURCE_DIR}/bench/atomic_file.py DESTINATION ${CMAKE_INSTALL_DATADIR}/policyc/bench)
 install(FILES ${PROJECT_SOURCE_DIR}/bench/peers/torch_baseline.py ${PROJECT_SOURCE_DIR}/bench/peers/peers.py
   ${PROJECT_SOURCE_DIR}/bench/peers/onnx_torch.py DESTINATION ${CMAKE_INSTALL_DATADIR}/policyc/bench/peers)

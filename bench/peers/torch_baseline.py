@@ -13,19 +13,19 @@ others. One progress line per (batch, threads) on stderr.
 """
 import argparse
 import csv
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # bench/: atomic_file.py
 import torch  # noqa: E402
 
 # peers.py's helpers, imported rather than copied so that this baseline times exactly as the peers do
 # (importing peers.py runs nothing: its work is in main()).
 from onnx_torch import OnnxModule, UnsupportedOp  # noqa: E402
 from peers import model_inputs, quantiles, time_calls  # noqa: E402
+from atomic_file import write_atomic  # noqa: E402
 
 PROG = "torch_baseline.py"
 
@@ -93,27 +93,15 @@ def measure(args, batches, threads_list):
 
 
 def write_csv(path, rows):
-    """The whole CSV or none: a temporary file beside `path`, renamed over it."""
-    path = Path(path)
+    """The whole CSV or none (atomic_file)."""
+    def write(f):
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["batch", "threads", "samples_per_s", "median_us"])
+        for b, t, sps, median in rows:
+            w.writerow([b, t, f"{sps:.1f}", f"{median:.3f}"])
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        write_atomic(path, write, binary=False)
     except OSError as e:
-        raise BaselineError(f"cannot write '{path}': {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(["batch", "threads", "samples_per_s", "median_us"])
-            for b, t, sps, median in rows:
-                w.writerow([b, t, f"{sps:.1f}", f"{median:.3f}"])
-        umask = os.umask(0)  # mkstemp's 0600 -> what open() would have made
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise BaselineError(f"cannot write '{path}': {e.strerror or e}") from None
 
 
