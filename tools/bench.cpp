@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -17,7 +16,6 @@
 #include <set>
 #include <sstream>
 
-#include <stdlib.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -25,9 +23,11 @@
 #include "policyc/driver/model_io.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
+#include "policyc/driver/debug_dir.h"
 #include "policyc/driver/report.h"
 #include "policyc/runtime/loader.h"
 #include "policyc/support/escape.h"
+#include "policyc/support/files.h"
 #include "policyc/support/process.h"
 
 namespace policyc::tools {
@@ -49,30 +49,10 @@ std::string scriptPath(const std::string& relative) {
   return std::string(POLICYC_SOURCE_DIR) + "/" + relative;
 }
 
-// A temporary directory removed when it goes out of scope.
-class ScratchDir {
- public:
-  ScratchDir() {
-    char pattern[] = "/tmp/policyc-bench-XXXXXX";
-    if (!::mkdtemp(pattern)) fail("cannot create a temporary directory: {}", std::strerror(errno));
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 // Runs one of the project's Python scripts (no shell); its output goes to a log, and a failure is
 // one error with the script's last line (its own "error: ..." message).
 void runScript(const std::vector<std::string>& argv, const std::string& what) {
-  ScratchDir tmp;
+  files::TempDir tmp("policyc-bench");
   const std::filesystem::path log = tmp.path() / "log";
   int rc = 0;
   try {
@@ -330,7 +310,8 @@ double kernelBoundUs(const Roofline& roof, const policyc_kernel_info& info, int6
 // Kernels more than this many times over their bound are marked: far from what the machine can do.
 constexpr double kOverBound = 3.0;
 
-void printProfile(const policyc_profile& p, const RowProfile& r, const Roofline& roof) {
+// `roof` null: no bounds (a CPU the roofline cannot measure); the columns say "-".
+void printProfile(const policyc_profile& p, const RowProfile& r, const Roofline* roof) {
   std::vector<KernelRow> rows = r.kernels;
   std::sort(rows.begin(), rows.end(), [](const KernelRow& a, const KernelRow& b) { return a.ns > b.ns; });
   double kernelUs = 0;
@@ -348,17 +329,20 @@ void printProfile(const policyc_profile& p, const RowProfile& r, const Roofline&
     const double bytes = (info.bytes_static + info.bytes_per_row * b) * static_cast<double>(k.calls);
     std::string nodes = info.nodes;
     if (nodes.size() > 40) nodes = nodes.substr(0, 37) + "...";
-    const double bound = kernelBoundUs(roof, info, r.timing.batch);
+    const double bound = roof ? kernelBoundUs(*roof, info, r.timing.batch) : 0.0;
     const double over = bound > 0 ? k.usPerCall() / bound : 0.0;
-    fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f} {:>8.1f} {:>8.1f} {:>9.3f} {:>7.1f}{}  {}\n", info.name, k.calls, us,
+    fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f} {:>8.1f} {:>8.1f} {:>9} {:>7}{}  {}\n", info.name, k.calls, us,
                100.0 * us / wallUs, k.usPerCall(), k.ns ? flops / static_cast<double>(k.ns) : 0.0,
-               k.ns ? bytes / static_cast<double>(k.ns) : 0.0, bound, over, over > kOverBound ? "*" : " ", nodes);
+               k.ns ? bytes / static_cast<double>(k.ns) : 0.0, roof ? fmt::format("{:.3f}", bound) : "-",
+               roof ? fmt::format("{:.1f}", over) : "-", over > kOverBound ? "*" : " ", nodes);
   }
   fmt::print("{:<40} {:>8} {:>12.1f} {:>6.1f} {:>10.2f}\n", "(outside kernels: entry, timers, loop)", r.timing.calls,
              wallUs - kernelUs, 100.0 * (wallUs - kernelUs) / wallUs, (wallUs - kernelUs) / static_cast<double>(r.timing.calls));
-  fmt::print("(bound: the larger of FLOPs / {:.0f} GFLOP/s and bytes / the bandwidth of the level holding them "
-             "(L2 {:.0f}, L3 {:.0f}, DRAM {:.0f} GB/s); * more than {:.0f}x over it)\n",
-             roof.peak(), roof.bwL2, roof.bwL3, roof.bwDram, kOverBound);
+  if (roof) {
+    fmt::print("(bound: the larger of FLOPs / {:.0f} GFLOP/s and bytes / the bandwidth of the level holding them "
+               "(L2 {:.0f}, L3 {:.0f}, DRAM {:.0f} GB/s); * more than {:.0f}x over it)\n",
+               roof->peak(), roof->bwL2, roof->bwL3, roof->bwDram, kOverBound);
+  }
 }
 
 // Chrome's trace event format (chrome://tracing, Perfetto): one process per row, one complete
@@ -432,7 +416,7 @@ nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowPr
 
 // What a run writes besides its tables: --json, the plot (bench/plot.py from the same JSON), and
 // with --debug-dir the profile into that directory, whose report is then written again.
-void writeOutputs(const BenchOptions& o, const nlohmann::json& j, const ScratchDir& scratch) {
+void writeOutputs(const BenchOptions& o, const nlohmann::json& j, const files::TempDir& scratch) {
   const std::string text = j.dump(2) + "\n";
   auto write = [&](const std::filesystem::path& path) {
     std::ofstream f(path);
@@ -447,6 +431,7 @@ void writeOutputs(const BenchOptions& o, const nlohmann::json& j, const ScratchD
     fmt::print("\nwrote the plot {}\n", o.plot);
   }
   if (!o.debugDir.empty() && o.profile) {
+    driver::recordDebugFiles(o.debugDir, {"profile.json"});
     write(std::filesystem::path(o.debugDir) / "profile.json");
     fmt::print("\nwrote the profile and the report {}\n", driver::writeReport(o.debugDir).string());
   }
@@ -539,7 +524,7 @@ int compareBackends(const BenchOptions& o, const BenchCompile& compile) {
       fmt::print("{:<44} {:>10.2f} {:>10.2f} {:>9.2f}{}\n", pc.kernels[kc[k].kernel].name, c, l, c > 0 ? l / c : 0.0, apart ? "  *" : "");
     }
   }
-  ScratchDir scratch;
+  files::TempDir scratch("policyc-bench");
   writeOutputs(o, j, scratch);
   return 0;
 }
@@ -568,9 +553,16 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
     fail("'{}' was compiled without profiling: pass the .onnx/.pir model, or build it with `policyc compile --profile`", so);
   }
   std::optional<Roofline> roof;
-  if (o.profile) roof = machineRoofline(o.roofline);
+  if (o.profile) {
+    try {
+      roof = machineRoofline(o.roofline);
+    } catch (const Error& e) {
+      if (!o.roofline.empty()) throw;  // the file asked for is wrong: say so
+      fmt::print(stderr, "policyc: no kernel bounds: {}\n", e.what());
+    }
+  }
 
-  ScratchDir scratch;
+  files::TempDir scratch("policyc-bench");
   std::unique_ptr<Baseline> baseline;
   if (o.baseline == "nofuse" || o.baseline == "interp") {
     if (compiled) fail("--baseline {} needs the .onnx/.pir model, not the compiled '{}'", o.baseline, o.model);
@@ -606,7 +598,7 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
       if (o.profile) profiles.push_back(readProfile(*prof, r));
     }
   }
-  for (const RowProfile& r : profiles) printProfile(*prof, r, *roof);
+  for (const RowProfile& r : profiles) printProfile(*prof, r, roof ? &*roof : nullptr);
   if (!o.trace.empty()) {
     writeTrace(o.trace, *prof, model.name(), profiles);
     fmt::print("\nwrote the trace {} (chrome://tracing or https://ui.perfetto.dev)\n", o.trace);

@@ -96,7 +96,7 @@ __attribute__((target("avx2,fma"), noinline)) double readGBps(const float* data,
   return static_cast<double>(floats) * 4 * static_cast<double>(passes) / s / 1e9;
 }
 
-// The best of `repeats` runs, each sized to take about `seconds`.
+// The best of `repeats` runs of `f`.
 template <typename F>
 double best(int repeats, F&& f) {
   double b = 0;

@@ -29,8 +29,6 @@ PC_INLINE uint64_t nowNs() {
   return static_cast<uint64_t>(t.tv_sec) * 1000000000u + static_cast<uint64_t>(t.tv_nsec);
 }
 
-// A profiled model's bookkeeping after kernel `kernel` ran from t0 (policyc_profile in
-// policyc_model.h): its totals, and a trace event while the trace has room. Both backends call it.
 // One trace event while the trace has room; `thread` 0 is the thread that called run, i > 0 the
 // pool's i-th worker (policyc_trace_event::thread).
 PC_INLINE void traceEvent(policyc_trace_event* trace, int64_t capacity, int64_t* count, int32_t kernel, int32_t thread,
@@ -41,6 +39,8 @@ PC_INLINE void traceEvent(policyc_trace_event* trace, int64_t capacity, int64_t*
   else __atomic_store_n(count, capacity, __ATOMIC_RELAXED);
 }
 
+// A profiled model's bookkeeping after kernel `kernel` ran from t0 (policyc_profile in
+// policyc_model.h): its totals, and a trace event while the trace has room. Both backends call it.
 PC_INLINE void profileRecord(uint64_t* ns, uint64_t* calls, policyc_trace_event* trace, int64_t capacity, int64_t* count,
                              int32_t kernel, int64_t batch, uint64_t t0) {
   const uint64_t dt = nowNs() - t0;
@@ -414,6 +414,7 @@ class Pool {
   void afterFork() {
     pid_ = getpid();
     workers_ = 0;
+    started_.store(0, std::memory_order_relaxed);  // the child's workers are numbered from 1 again
     sleeping_ = 0;
     stop_ = false;
     pthread_mutex_init(&busy_, nullptr);

@@ -144,10 +144,16 @@ std::string requestDetails(const CompileRequest& r) {
   return text;
 }
 
-// The last files of a compile's debug directory, whether or not it succeeded.
+// The last files of a compile's debug directory, whether or not it succeeded. The report is a
+// view of the other files: when it cannot be written the compile still stands, with a warning.
 void finishDebugDir(DebugDir& d) {
   d.writeTimes();
-  writeReport(d.path());
+  d.recordBuildFiles();
+  try {
+    writeReport(d.path());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "policyc: warning: no debug report in {}: {}\n", d.path().string(), escape::message(e.what()));
+  }
 }
 
 // The compile proper, once the debug directory (if any) is chosen.
@@ -269,7 +275,7 @@ CompileResult compileGraph(const ir::Graph& input, const CompileRequest& request
     if (d) {
       try {
         finishDebugDir(*d);
-      } catch (const Error&) {
+      } catch (const std::exception&) {
       }
     }
     throw;

@@ -1,14 +1,12 @@
 // The debug directory: choosing it, writing files atomically, and the compile-time table.
 #include "policyc/driver/debug_dir.h"
 
+#include <algorithm>
 #include <chrono>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 
-#include <stdlib.h>
 
 #include <fmt/format.h>
 
@@ -34,28 +32,33 @@ std::string& invocationLineStorage() {
   return line;
 }
 
-// The previous compile's files: every regular file under `dir` at least as new as its
-// command.txt (which is written before anything else). Directories it leaves empty go too.
+constexpr const char* kManifest = ".policyc-files";
+
+// What the backends' builds write into their work directory, the debug directory when there is
+// one (codegen::BuildOptions::workDir).
+constexpr const char* kBuildFiles[] = {"output_code.cpp", "weights.bin", "build.log", "module.o", "link.log", "libpolicyc_llvm_support.a"};
+
+// A name the manifest may hold: one plain component (no '/', no "..", nothing to escape).
+bool plainName(const std::string& name) { return !name.empty() && escape::fileName(name) == name && name != kManifest; }
+
+std::vector<std::string> readManifest(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::ifstream f(dir / kManifest);
+  for (std::string line; std::getline(f, line);) {
+    if (plainName(line)) names.push_back(line);
+  }
+  return names;
+}
+
+// The previous compile's files, as its manifest lists them: regular files only (a symlink is
+// not followed, a directory not entered), then the manifest itself.
 void removePreviousCompile(const fs::path& dir) {
   std::error_code ec;
-  const fs::path marker = dir / "command.txt";
-  if (!fs::is_regular_file(fs::symlink_status(marker, ec))) return;
-  const fs::file_time_type since = fs::last_write_time(marker, ec);
-  if (ec) return;
-  std::vector<fs::path> stale, dirs;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    const fs::file_status st = it->symlink_status(ec);
-    if (ec) break;
-    if (fs::is_directory(st)) {
-      dirs.push_back(it->path());
-    } else if (fs::is_regular_file(st) && fs::last_write_time(it->path(), ec) >= since && !ec) {
-      stale.push_back(it->path());
-    }
+  for (const std::string& name : readManifest(dir)) {
+    const fs::path p = dir / name;
+    if (fs::is_regular_file(fs::symlink_status(p, ec))) fs::remove(p, ec);
   }
-  for (const fs::path& p : stale) fs::remove(p, ec);
-  for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) {
-    if (fs::is_empty(*d, ec) && !ec) fs::remove(*d, ec);
-  }
+  fs::remove(dir / kManifest, ec);
 }
 
 std::string nowText() {
@@ -100,15 +103,51 @@ std::optional<DebugDir> DebugDir::select(const std::string& flagDir, const std::
 }
 
 void DebugDir::write(std::string_view name, std::string_view text) const {
+  recordDebugFiles(dir_, {std::string(name)});  // before: a file never goes unlisted
   asError([&] { files::writeAtomic(dir_ / name, text); });
 }
 
 void DebugDir::writeGraph(std::string_view name, const ir::Graph& graph) const {
+  recordDebugFiles(dir_, {std::string(name), std::string(name) + ".bin"});
   ir::writePir(graph, (dir_ / name).string());
+}
+
+void DebugDir::recordBuildFiles() const {
+  std::error_code ec;
+  const fs::file_time_type since = fs::last_write_time(dir_ / "command.txt", ec);
+  if (ec) return;
+  std::vector<std::string> names;
+  for (const char* name : kBuildFiles) {
+    const fs::path p = dir_ / name;
+    if (fs::is_regular_file(fs::symlink_status(p, ec)) && fs::last_write_time(p, ec) >= since && !ec) names.emplace_back(name);
+  }
+  recordDebugFiles(dir_, names);
+}
+
+void recordDebugFiles(const fs::path& dir, const std::vector<std::string>& names) {
+  std::vector<std::string> all = readManifest(dir);
+  bool added = false;
+  for (const std::string& n : names) {
+    if (!plainName(n)) fail("internal: '{}' is not a plain file name of the debug directory", escape::message(n));
+    if (std::find(all.begin(), all.end(), n) == all.end()) {
+      all.push_back(n);
+      added = true;
+    }
+  }
+  if (!added) return;
+  asError([&] { files::writeAtomic(dir / kManifest, fmt::format("{}\n", fmt::join(all, "\n"))); });
 }
 
 void DebugDir::writePicture(std::string_view name, const std::string& dotText) const {
   write(fmt::format("{}.dot", name), dotText);
+  // Graphviz's layout time grows faster than the graph: past a few thousand lines (nodes and
+  // edges) a picture would hold up every debug compile for little a person could read in it.
+  constexpr size_t kMaxDotLines = 6000;
+  if (static_cast<size_t>(std::count(dotText.begin(), dotText.end(), '\n')) > kMaxDotLines) {
+    write(fmt::format("{}.svg.txt", name), fmt::format("no picture: the graph has more than {} nodes and edges; {}.dot is there "
+                                                       "for `dot -Tsvg`\n", kMaxDotLines, name));
+    return;
+  }
   try {
     write(fmt::format("{}.svg", name), renderSvg(dotText));
   } catch (const Error& e) {
@@ -117,34 +156,24 @@ void DebugDir::writePicture(std::string_view name, const std::string& dotText) c
 }
 
 std::string renderSvg(const std::string& dotText) {
-  // A private scratch directory: the DOT text in, the SVG and dot's messages out.
-  char pattern[] = "/tmp/policyc-dot-XXXXXX";
-  if (!::mkdtemp(pattern)) fail("cannot create a temporary directory for Graphviz: {}", std::strerror(errno));
-  const fs::path tmp = pattern;
-  auto cleanup = [&] {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-  };
-  try {
-    asError([&] { files::writeAtomic(tmp / "in.dot", dotText); });
+  // asError: the scratch directory's failure (files::TempDir) is an Error like Graphviz's own.
+  return asError([&]() -> std::string {
+    files::TempDir tmp("policyc-dot");  // the DOT text in, the SVG and dot's messages out
+    files::writeAtomic(tmp.path() / "in.dot", dotText);
     int rc = 0;
     try {
-      rc = process::run({"dot", "-Tsvg", (tmp / "in.dot").string(), "-o", (tmp / "out.svg").string()}, tmp / "dot.log");
+      rc = process::run({"dot", "-Tsvg", (tmp.path() / "in.dot").string(), "-o", (tmp.path() / "out.svg").string()}, tmp.path() / "dot.log");
     } catch (const std::runtime_error& e) {
       fail("{} (Graphviz draws the pictures: apt install graphviz)", e.what());
     }
-    std::ifstream log(tmp / "dot.log");
+    std::ifstream log(tmp.path() / "dot.log");
     std::string messages((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
     if (rc != 0) fail("Graphviz's dot failed (exit {}): {}", rc, messages);
-    std::ifstream f(tmp / "out.svg", std::ios::binary);
+    std::ifstream f(tmp.path() / "out.svg", std::ios::binary);
     std::string svg((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     if (svg.empty()) fail("Graphviz's dot wrote no SVG: {}", messages);
-    cleanup();
     return svg;
-  } catch (...) {
-    cleanup();
-    throw;
-  }
+  });
 }
 
 void DebugDir::recordTime(std::string stage, double milliseconds) {

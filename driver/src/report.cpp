@@ -2,6 +2,8 @@
 // the line-anchored code pages from whatever the debug directory holds.
 #include "policyc/driver/report.h"
 
+#include "policyc/driver/debug_dir.h"
+
 #include <algorithm>
 #include <fstream>
 #include <optional>
@@ -24,9 +26,10 @@ using nlohmann::json;
 
 namespace {
 
-// Model text goes into JSON as printable ASCII (escape::message): the page escapes it again for
-// HTML, and nothing downstream has to handle invalid UTF-8 (nlohmann::json would throw on it).
-std::string safe(std::string_view text) { return escape::message(text); }
+// Model text goes into JSON as printable ASCII (escape::printable: one text per name, so names stay
+// apart as keys): the page escapes it again for HTML, and nothing downstream has to handle invalid
+// UTF-8 (nlohmann::json would throw on it).
+std::string safe(std::string_view text) { return escape::printable(text); }
 
 }  // namespace
 
@@ -86,9 +89,11 @@ std::string kernelsJson(const codegen::KernelProgram& program, const codegen::Im
 
 namespace {
 
+// A regular file of the directory, never through a symbolic link (a link could pull any file of
+// the machine into the page).
 std::optional<std::string> readText(const fs::path& p) {
   std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return std::nullopt;
+  if (!fs::is_regular_file(fs::symlink_status(p, ec))) return std::nullopt;
   std::ifstream f(p, std::ios::binary);
   if (!f) return std::nullopt;
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -125,13 +130,19 @@ std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
-// Graphviz's SVG inlined, so that the report can link into it; anything that could run (a
-// script, an event handler, embedded HTML) keeps a file out of the page: it is linked instead.
+// Graphviz's SVG inlined, so that the report can link into it. A file with anything that could
+// run or load (a script, an event handler, embedded HTML or images, a second document after
+// </svg>) is shown through <img> instead; the page's Content-Security-Policy (nothing runs, nothing
+// is fetched from elsewhere) is the backstop for what a pattern misses.
 std::optional<std::string> inlineSvg(const std::string& svg) {
-  static const std::regex active(R"((<\s*script|<\s*foreignObject|javascript:|\son[a-zA-Z]+\s*=))", std::regex::icase);
+  static const std::regex active(R"((<\s*script|<\s*foreignObject|<\s*iframe|<\s*style|<\s*image|javascript|\son[a-zA-Z]+\s*=))",
+                                  std::regex::icase);
   size_t start = svg.find("<svg");
-  if (start == std::string::npos || std::regex_search(svg, active)) return std::nullopt;
-  return svg.substr(start);
+  size_t end = svg.rfind("</svg>");
+  if (start == std::string::npos || end == std::string::npos || end < start) return std::nullopt;
+  std::string inner = svg.substr(start, end + 6 - start);
+  if (std::regex_search(inner, active)) return std::nullopt;
+  return inner;
 }
 
 // Where a kernel's code starts in a code file: the C++ backend's "// kernel NAME (" comment, the
@@ -270,9 +281,12 @@ std::vector<CodeFile> writeCodePages(const fs::path& dir, const std::vector<std:
     std::optional<std::string> text = readText(dir / name);
     if (!text) continue;
     CodeFile f{name, fmt::format("code_{}.html", name), {}};
+    recordDebugFiles(dir, {f.page});
     std::vector<std::string> code = lines(*text);
     f.kernelLine = kernelLines(code, kernels);
-    std::string html = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>"
+    std::string html = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                                   "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+                                   "<title>{}</title><style>"
                                    "body{{margin:0}} pre{{margin:0;font-size:0.85em}} a.n{{color:#999;display:inline-block;width:5em;"
                                    "text-align:right;margin-right:1em;text-decoration:none}} span:target{{background:#ffec99}}</style>"
                                    "</head><body><p><a href=\"index.html\">back to the report</a> · <a href=\"{}\">{}</a></p><pre>",
@@ -293,7 +307,7 @@ std::string implText(const json& impl) {
   for (const json& r : impl) {
     int64_t maxBatch = r.value("max_batch", int64_t{-1});
     std::string name = str(r, "impl");
-    parts.push_back(maxBatch < 0 ? name : fmt::format("{} (batch ≤ {})", name, maxBatch));
+    parts.push_back(maxBatch < 0 ? name : fmt::format("{} (batch <= {})", name, maxBatch));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -303,7 +317,7 @@ double costAt(const json& pair, double batch) {
   return pair[0].get<double>() + pair[1].get<double>() * batch;
 }
 
-void addKernels(Page& page, const fs::path& dir, const json& kernels, const std::map<std::string, size_t>& nodeIndex,
+void addKernels(Page& page, const json& kernels, const std::map<std::string, size_t>& nodeIndex,
                 const std::vector<CodeFile>& code, bool kernelPicture) {
   page.section("kernels", "Kernels");
   page.html += "<p>In execution order. FLOPs and bytes per call at batch 1; the code links open the generated code at the kernel.</p>\n";
@@ -335,7 +349,6 @@ void addKernels(Page& page, const fs::path& dir, const json& kernels, const std:
         costAt(j.value("flops", json()), 1), costAt(j.value("bytes", json()), 1), links);
   }
   page.html += "</table>\n";
-  (void)dir;
 }
 
 void addNodes(Page& page, const json& nodes, const std::map<std::string, size_t>& kernelIndex, bool graphPicture) {
@@ -443,20 +456,27 @@ fs::path writeReport(const fs::path& dir) {
   addPasses(body, dir);
   addPictures(body, dir);
   std::vector<CodeFile> code = writeCodePages(dir, kernelNames);
-  if (kernels) addKernels(body, dir, *kernels, nodeIndex, code, fs::exists(dir / "kernels.svg"));
-  if (nodes) addNodes(body, *nodes, kernelIndex, fs::exists(dir / "graph_optimized.svg"));
+  if (kernels) addKernels(body, *kernels, nodeIndex, code, fs::exists(dir / "kernels.svg", ec));
+  if (nodes) addNodes(body, *nodes, kernelIndex, fs::exists(dir / "graph_optimized.svg", ec));
   if (std::optional<json> profile = readJson(dir / "profile.json")) addProfile(body, *profile, kernelIndex);
   addPre(body, dir, "autotune.txt", "autotune", "The autotuner's choices");
   addPre(body, dir, "build.log", "build", "Build log");
   addFiles(body, dir);
 
-  std::string title = fmt::format("policyc report: {}", fs::absolute(dir).filename().string());
-  std::string html = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{}</style></head><body>\n",
+  fs::path named = fs::absolute(dir, ec).lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();  // "dbg/"
+  std::string title = fmt::format("policyc report: {}", named.filename().string());
+  // The policy of the page: nothing runs and nothing is fetched, whatever a file of the
+  // directory holds (an inlined SVG a tool other than Graphviz wrote, say); styles inline only.
+  std::string html = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                                 "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+                                 "style-src 'unsafe-inline'; img-src 'self'\"><title>{}</title><style>{}</style></head><body>\n",
                                  h(title), kStyle);
   html += fmt::format("<h1>{}</h1>\n<nav>", h(title));
   for (const auto& [id, name] : body.sections) html += fmt::format("<a href=\"#{}\">{}</a>", id, h(name));
   html += "</nav>\n" + body.html + "</body></html>\n";
   const fs::path index = dir / "index.html";
+  recordDebugFiles(dir, {"index.html"});
   asError([&] { files::writeAtomic(index, html); });
   return index;
 }

@@ -281,7 +281,11 @@ PYBIND11_MODULE(_policyc, m) {
     std::string line = "python";
     py::module_ sys = py::module_::import("sys");
     if (py::hasattr(sys, "argv")) {  // an embedded interpreter may have none
-      for (const py::handle& a : sys.attr("argv")) line += " " + py::str(a).cast<std::string>();
+      for (const py::handle& a : sys.attr("argv")) {
+        // Bytes as the OS gave them (an argument need not be valid UTF-8); command.txt escapes them.
+        py::object raw = py::str(a).attr("encode")("utf-8", "surrogateescape");
+        line += " " + raw.cast<std::string>();
+      }
     }
     driver::setInvocation("python", line);
   }

@@ -95,7 +95,7 @@ std::string dot(std::string_view text) {
                          out += '\\';
                          out += static_cast<char>(c);
                        } else {
-                         out += '\\';  // a shown backslash, then xNN
+                         out += '\\';  // \\ then xNN: Graphviz shows the four characters \xNN
                          appendHex(out, c);
                        }
                      });

@@ -105,19 +105,25 @@ TEST_CASE("pictures: the graph and the kernels as DOT, names escaped, ids from p
   CHECK_THROWS_AS(driver::renderSvg("digraph { a -> }"), Error);
 }
 
-TEST_CASE("debug dir: command.txt first, a new compile removes the last one's files, keeps older ones", "[report][debug]") {
+TEST_CASE("debug dir: a new compile removes exactly the files the last one listed, nothing of the user's", "[report][debug]") {
   const fs::path dir = scratch() / "lifecycle";
   fs::create_directories(dir);
   std::ofstream(dir / "notes.txt") << "a file of the user's, older than any compile\n";
-  fs::last_write_time(dir / "notes.txt", fs::file_time_type::clock::now() - std::chrono::hours(1));
+  std::ofstream(scratch() / "outside.txt") << "beside the directory\n";
   driver::setInvocation("test", "policyc test --flag");
   {
     driver::DebugDir d(dir, "backend: test\n");
     d.write("stale_stage.txt", "from the first compile\n");
-    fs::create_directories(dir / "build");
-    std::ofstream(dir / "build" / "obj.o") << "x";
+    std::ofstream(dir / "output_code.cpp") << "// what a backend's build wrote\n";
+    d.recordBuildFiles();
+    driver::recordDebugFiles(dir, {"profile.json"});
+    std::ofstream(dir / "profile.json") << "{}";
   }
-  std::string command = testing::slurp(dir / "command.txt");
+  // Written during that compile, but not by policyc: kept (a --debug-dir of /tmp or $HOME).
+  std::ofstream(dir / "later_user_file.txt") << "another program's\n";
+  // A manifest naming something outside the directory (a damaged or planted one) is not obeyed.
+  std::ofstream(dir / ".policyc-files", std::ios::app) << "../outside.txt\n";
+  const std::string command = testing::slurp(dir / "command.txt");
   CHECK(command.find("command: test\n") != std::string::npos);
   CHECK(command.find("command line: policyc test --flag\n") != std::string::npos);
   CHECK(command.find("backend: test\n") != std::string::npos);
@@ -127,10 +133,14 @@ TEST_CASE("debug dir: command.txt first, a new compile removes the last one's fi
     again.write("fresh.txt", "second\n");
   }
   CHECK_FALSE(fs::exists(dir / "stale_stage.txt"));
-  CHECK_FALSE(fs::exists(dir / "build"));
+  CHECK_FALSE(fs::exists(dir / "output_code.cpp"));
+  CHECK_FALSE(fs::exists(dir / "profile.json"));
   CHECK(fs::exists(dir / "fresh.txt"));
   CHECK(fs::exists(dir / "notes.txt"));
+  CHECK(fs::exists(dir / "later_user_file.txt"));
+  CHECK(fs::exists(scratch() / "outside.txt"));
   CHECK(testing::slurp(dir / "command.txt").find("backend: test") == std::string::npos);
+  CHECK(testing::slurp(dir / ".policyc-files") == "command.txt\nfresh.txt\n");
   driver::setInvocation("library", "");
 }
 

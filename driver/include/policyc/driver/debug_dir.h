@@ -24,10 +24,10 @@ const std::string& invocationCommand();
 // models of one name do not overwrite each other, and runs of different commands or backends do
 // not mix; a re-run of the same one reuses its directory).
 //
-// Every compile starts the directory afresh: command.txt is written first, and the next compile
-// into the same directory removes every file at least as new as the command.txt it finds (what
-// that compile wrote) before writing its own. Files older than it — anything a user keeps there —
-// are never touched.
+// Every compile starts the directory afresh: each file policyc writes there is listed in the
+// directory's .policyc-files (recordDebugFiles), and the next compile into it removes exactly
+// those before writing its own. Nothing else is ever touched: a --debug-dir that also holds a
+// user's files (even $HOME) keeps them.
 class DebugDir {
  public:
   // Creates the directory (Error if it cannot), removes the previous compile's files and writes
@@ -54,6 +54,10 @@ class DebugDir {
   void recordTime(std::string stage, double milliseconds);
   void writeTimes() const;
 
+  // Lists the files a backend's build wrote into the directory (output_code.cpp, module.o, ...:
+  // those of kBuildFiles that are newer than command.txt) for the next compile to remove.
+  void recordBuildFiles() const;
+
  private:
   std::filesystem::path dir_;
   std::vector<std::pair<std::string, double>> times_;
@@ -72,6 +76,11 @@ class StageTimer {
   std::string stage_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
+
+// Adds `names` (plain file names in `dir`) to the files the next compile into `dir` removes
+// (its .policyc-files): for what is written there by other means than DebugDir::write, such as
+// the report's pages and `policyc bench`'s profile.json.
+void recordDebugFiles(const std::filesystem::path& dir, const std::vector<std::string>& names);
 
 // Renders DOT text as SVG with Graphviz's `dot` (no shell; the text through a file). Error, with
 // dot's message, when it is missing or fails.
