@@ -1,7 +1,13 @@
 // The debug directory: choosing it, writing files atomically, and the compile-time table.
 #include "policyc/driver/debug_dir.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -61,6 +67,24 @@ void removePreviousCompile(const fs::path& dir) {
   fs::remove(dir / kManifest, ec);
 }
 
+// DIR/.policyc-lock held exclusively (flock: released when the descriptor closes, also when the
+// process dies); a compile that finds it held says so once, then waits its turn.
+std::shared_ptr<const int> lockDirectory(const fs::path& dir) {
+  const fs::path path = dir / ".policyc-lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) fail("cannot open '{}' to lock the debug directory: {}", path.string(), std::strerror(errno));
+  auto owned = std::shared_ptr<const int>(new int(fd), [](const int* p) {
+    ::close(*p);
+    delete p;
+  });
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return owned;
+  fmt::print(stderr, "policyc: waiting for another compile writing into {}\n", dir.string());
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) fail("cannot lock the debug directory '{}': {}", dir.string(), std::strerror(errno));
+  }
+  return owned;
+}
+
 std::string nowText() {
   std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm tm{};
@@ -82,6 +106,7 @@ DebugDir::DebugDir(fs::path dir, std::string_view details) : dir_(std::move(dir)
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) fail("cannot create the debug directory '{}': {}", dir_.string(), ec.message());
+  lock_ = lockDirectory(dir_);
   removePreviousCompile(dir_);
   // Escaped: a model's path and names may hold any bytes; command.txt stays one line per item.
   std::string text = fmt::format("command: {}\ncommand line: {}\n", invocationCommand(), escape::message(invocationLineStorage()));

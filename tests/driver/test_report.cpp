@@ -7,11 +7,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -247,4 +250,28 @@ TEST_CASE("progress: plain lines in a log, one line redrawn on a terminal", "[re
   CHECK(shown.find("\r\033[Kaccepted") != std::string::npos);
   CHECK(shown.find("\rminify [2] candidate 2") != std::string::npos);
   CHECK(shown.find("minify 1:") == std::string::npos);  // no plain lines on a terminal
+}
+
+TEST_CASE("debug dir: compiles into one directory take turns", "[report][debug]") {
+  const fs::path dir = scratch() / "turns";
+  std::atomic<bool> firstDone{false};
+  std::atomic<bool> secondStarted{false};
+  bool keptMeanwhile = false;  // checked on the main thread: Catch2's assertions are not thread-safe
+  std::thread first([&] {
+    driver::DebugDir d(dir);
+    d.write("first.txt", "1\n");
+    while (!secondStarted.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the second waits meanwhile
+    keptMeanwhile = fs::exists(dir / "first.txt");                 // not removed under our feet
+    firstDone.store(true);
+  });
+  while (!fs::exists(dir / "first.txt")) std::this_thread::yield();
+  secondStarted.store(true);
+  {
+    driver::DebugDir second(dir);  // blocks until the first has finished
+    CHECK(firstDone.load());
+    CHECK_FALSE(fs::exists(dir / "first.txt"));  // then it starts afresh
+  }
+  first.join();
+  CHECK(keptMeanwhile);
 }

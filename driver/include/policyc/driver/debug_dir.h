@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,7 +28,9 @@ const std::string& invocationCommand();
 // Every compile starts the directory afresh: each file policyc writes there is listed in the
 // directory's .policyc-files (recordDebugFiles), and the next compile into it removes exactly
 // those before writing its own. Nothing else is ever touched: a --debug-dir that also holds a
-// user's files (even $HOME) keeps them.
+// user's files (even $HOME) keeps them. Compiles into one directory take turns: a DebugDir holds
+// an exclusive lock on DIR/.policyc-lock (flock) for its lifetime, so parallel workers with
+// POLICYC_DEBUG=1 never remove each other's files half-way.
 class DebugDir {
  public:
   // Creates the directory (Error if it cannot), removes the previous compile's files and writes
@@ -61,6 +64,7 @@ class DebugDir {
  private:
   std::filesystem::path dir_;
   std::vector<std::pair<std::string, double>> times_;
+  std::shared_ptr<const int> lock_;  // the locked file's descriptor, closed (unlocked) with the last copy
 };
 
 // Times a stage and records it when a debug directory is active.
