@@ -1,6 +1,7 @@
 // Progress lines and bars (progress.h).
 #include "policyc/support/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "policyc/support/escape.h"
@@ -12,9 +13,6 @@ Progress::Progress(std::string label, int total, bool on, std::FILE* out)
 
 void Progress::draw() {
   constexpr int kWidth = 24;
-  constexpr size_t kWhat = 48;  // a redrawn line must not wrap, or \r cannot take it back
-  std::string what = escape::message(what_);
-  if (what.size() > kWhat) what = what.substr(0, kWhat - 3) + "...";
   std::string line = "\r" + label_ + " ";
   if (total_ > 0) {
     const int filled = done_ >= total_ ? kWidth : kWidth * done_ / total_;
@@ -23,7 +21,15 @@ void Progress::draw() {
   } else {
     line += "[" + std::to_string(done_) + "]";
   }
-  line += " " + what + std::string(kWhat - what.size(), ' ');
+  // The line must not wrap, or \r cannot take it back: `what` gets what the terminal has left
+  // (80 columns where it does not say), padded so that a shorter message covers a longer one.
+  struct winsize ws {};
+  const size_t columns = ioctl(fileno(out_), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+  const size_t used = line.size() + 1;  // the leading \r takes no column; the space before `what` does
+  const size_t room = columns > used + 1 ? columns - used - 1 : 0;
+  std::string what = escape::message(what_);
+  if (what.size() > room) what = room > 3 ? what.substr(0, room - 3) + "..." : what.substr(0, room);
+  line += " " + what + std::string(room - what.size(), ' ');
   std::fputs(line.c_str(), out_);
   std::fflush(out_);
   drawn_ = true;

@@ -250,6 +250,14 @@ TEST_CASE("progress: plain lines in a log, one line redrawn on a terminal", "[re
   CHECK(shown.find("\r\033[Kaccepted") != std::string::npos);
   CHECK(shown.find("\rminify [2] candidate 2") != std::string::npos);
   CHECK(shown.find("minify 1:") == std::string::npos);  // no plain lines on a terminal
+  // Every redrawn line fits the terminal (80 columns where, as here, it does not say): a line that
+  // wrapped could not be taken back by \r.
+  size_t start = 0;
+  while ((start = shown.find("\rminify [", start)) != std::string::npos) {
+    size_t end = shown.find_first_of("\r\n", start + 1);
+    CHECK((end == std::string::npos ? shown.size() : end) - start - 1 <= 80);
+    ++start;
+  }
 }
 
 TEST_CASE("debug dir: compiles into one directory take turns", "[report][debug]") {
