@@ -35,9 +35,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "policyc_roofline: error: %s\n", e.what());
     return 2;
   }
-  const size_t l2Floats = static_cast<size_t>(l2 / 2 / 4) / 64 * 64;
-  const size_t l3Floats = static_cast<size_t>(l3 / 4 / 4) / 64 * 64;
-  const size_t dramFloats = static_cast<size_t>(l3) * 16 / 4 / 64 * 64;
+  const auto [l2Floats, l3Floats, dramFloats] = policyc::tools::rooflineArrays(l2, l3);
   std::printf("peak fp32 FMA (AVX2, 1 core)   %8.1f GFLOP/s\n", r.peakGflops);
   if (r.peakAvx512Gflops > 0) std::printf("peak fp32 FMA (AVX-512)        %8.1f GFLOP/s\n", r.peakAvx512Gflops);
   std::printf("read bandwidth, %5ld KiB (L2)  %8.1f GB/s   (L2 %ld KiB)\n", static_cast<long>(l2Floats * 4 >> 10), r.bwL2, l2 >> 10);

@@ -119,17 +119,18 @@ double Roofline::boundUs(double flops, double bytes) const {
   return std::max(compute, memory);
 }
 
+RooflineArrays rooflineArrays(long l2, long l3) {
+  return {static_cast<size_t>(l2 / 2 / 4) / 64 * 64, static_cast<size_t>(l3 / 4 / 4) / 64 * 64,
+          static_cast<size_t>(l3) * 16 / 4 / 64 * 64};  // DRAM: 512 MiB for a 32 MiB L3
+}
+
 Roofline measureRoofline(long l2, long l3, int repeats, double gigabytes) {
   if (l2 <= 0 || l3 <= l2) fail("the roofline needs 0 < L2 < L3, got {} and {} bytes", l2, l3);
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) fail("this CPU has no AVX2 + FMA; the roofline measures with them");
   Roofline r;
   r.l2Bytes = l2;
   r.l3Bytes = l3;
-  // Arrays well inside each level (half of L2; a quarter of L3, which other cores share) and far
-  // outside the last one.
-  const size_t l2Floats = static_cast<size_t>(l2 / 2 / 4) / 64 * 64;
-  const size_t l3Floats = static_cast<size_t>(l3 / 4 / 4) / 64 * 64;
-  const size_t dramFloats = static_cast<size_t>(l3) * 16 / 4 / 64 * 64;  // 512 MiB for a 32 MiB L3
+  const auto [l2Floats, l3Floats, dramFloats] = rooflineArrays(l2, l3);
   std::unique_ptr<float, decltype(&std::free)> data(static_cast<float*>(std::aligned_alloc(64, dramFloats * 4)), &std::free);
   if (!data) fail("cannot allocate {} MB for the roofline's DRAM array", dramFloats * 4 >> 20);
   for (size_t i = 0; i < dramFloats; ++i) data.get()[i] = static_cast<float>(i & 1023) * 1e-3f;

@@ -3,6 +3,7 @@
 // kernel's time against, and what bench/peers/run.sh prints (policyc_roofline).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -22,6 +23,13 @@ struct Roofline {
   // The least time (microseconds) `flops` and `bytes` can take on one core: the larger of the two.
   double boundUs(double flops, double bytes) const;
 };
+
+// The arrays each level is measured with, in floats: well inside L2 (half of it) and L3 (a
+// quarter, which other cores share), and far outside the last level.
+struct RooflineArrays {
+  size_t l2Floats, l3Floats, dramFloats;
+};
+RooflineArrays rooflineArrays(long l2Bytes, long l3Bytes);
 
 // Measures it (a few seconds; `repeats` best-of runs of each loop, about `gigabytes` read per run
 // of each level). Error on a CPU without AVX2 + FMA or when the DRAM array cannot be allocated.

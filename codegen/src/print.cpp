@@ -155,6 +155,8 @@ std::string_view kernelFill(KernelKind kind) {
 }
 }  // namespace
 
+std::string kernelDotNodeId(size_t kernel, size_t node) { return fmt::format("k{}n{}", kernel, node); }
+
 std::string printKernelDot(const KernelProgram& p) {
   // Ids from positions only (kernel k, its j-th node, buffer b): names appear escaped in labels.
   std::string out = fmt::format("digraph \"{}\" {{\n", escape::dot(p.name));
@@ -169,7 +171,7 @@ std::string printKernelDot(const KernelProgram& p) {
                        k, escape::dot(kernel.name), kernelKindName(kernel.kind), kernelFill(kernel.kind));
     for (size_t j = 0; j < kernel.sources.size(); ++j) {
       const ir::Node& n = *kernel.sources[j];
-      out += fmt::format("    k{0}n{1} [id=\"k{0}n{1}\", shape=box, style=\"rounded,filled\", fillcolor=\"{2}\", label=\"{3}\\n{4}\"];\n", k, j,
+      out += fmt::format("    {0} [id=\"{0}\", shape=box, style=\"rounded,filled\", fillcolor=\"{1}\", label=\"{2}\\n{3}\"];\n", kernelDotNodeId(k, j),
                          ir::dotFill(n.info().fusion), escape::dot(n.info().name), escape::dot(n.name()));
       for (size_t o = 0; o < n.numOutputs(); ++o) producerOf[n.output(o)->name()] = {k, j};
     }
@@ -181,7 +183,9 @@ std::string printKernelDot(const KernelProgram& p) {
     for (size_t j = 0; j < kernel.sources.size(); ++j) {
       for (const ir::Value* v : kernel.sources[j]->inputs()) {
         auto it = producerOf.find(v->name());
-        if (it != producerOf.end() && it->second.first == k) out += fmt::format("  k{}n{} -> k{}n{};\n", k, it->second.second, k, j);
+        if (it != producerOf.end() && it->second.first == k) {
+          out += fmt::format("  {} -> {};\n", kernelDotNodeId(k, it->second.second), kernelDotNodeId(k, j));
+        }
       }
     }
   }
@@ -219,13 +223,13 @@ std::string printKernelDot(const KernelProgram& p) {
     for (int id : kernel.reads()) {
       const Buffer& b = p.buffer(id);
       if (b.kind == BufferKind::Param) continue;
-      out += fmt::format("  b{} -> k{}n{} [lhead=cluster_k{}];\n", id, k, readerNode(kernel, b.name), k);
+      out += fmt::format("  b{} -> {} [lhead=cluster_k{}];\n", id, kernelDotNodeId(k, readerNode(kernel, b.name)), k);
     }
     for (int id : kernel.writes()) {
       const Buffer& b = p.buffer(id);
       auto it = producerOf.find(b.name);
       size_t j = it != producerOf.end() && it->second.first == k ? it->second.second : kernel.sources.size() - 1;
-      out += fmt::format("  k{}n{} -> b{} [ltail=cluster_k{}];\n", k, j, id, k);
+      out += fmt::format("  {} -> b{} [ltail=cluster_k{}];\n", kernelDotNodeId(k, j), id, k);
     }
   }
   out += "}\n";

@@ -179,7 +179,7 @@ CompileResult compileInto(const ir::Graph& input, const CompileRequest& request,
     if (d) {
       d->write("passes.log", passes::formatPassLog(result));
       d->writeGraph("graph_optimized.pir", *graph);
-      d->writePicture("graph_optimized", ir::printDot(*graph, "opt"));
+      d->writePicture("graph_optimized", ir::printDot(*graph, kOptimizedDotPrefix));
     }
   }
   CompileResult out;

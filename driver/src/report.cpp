@@ -109,7 +109,12 @@ std::optional<json> readJson(const fs::path& p) {
 
 std::string h(std::string_view text) { return escape::html(text); }
 
-std::vector<std::string> lines(const std::string& text);
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
 
 // Preformatted text: escaped line by line, so that its line breaks stay line breaks.
 std::string hLines(const std::string& text) {
@@ -123,12 +128,6 @@ std::string str(const json& j, const char* key) {
   return j[key].get<std::string>();
 }
 
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
 
 // Graphviz's SVG inlined, so that the report can link into it. A file with anything that could
 // run or load (a script, an event handler, embedded HTML or images, a second document after
@@ -341,7 +340,7 @@ void addKernels(Page& page, const json& kernels, const std::map<std::string, siz
       if (it != f.kernelLine.end()) links += fmt::format("<a href=\"{}#L{}\">{}:{}</a><br>", f.page, it->second, h(f.name), it->second);
     }
     // Graphviz gives a cluster no id of ours: the link goes to the kernel's first node in it.
-    std::string title = kernelPicture ? fmt::format("<a href=\"#k{}n0\">{}</a>", k, h(name)) : h(name);
+    std::string title = kernelPicture ? fmt::format("<a href=\"#{}\">{}</a>", codegen::kernelDotNodeId(k, 0), h(name)) : h(name);
     page.html += fmt::format(
         "<tr id=\"kernel-row-{}\"><td class=\"num\">{}</td><td><code>{}</code></td><td>{}</td><td><code>{}</code></td><td>{}</td>"
         "<td><code>{}</code></td><td class=\"num\">{:.0f}</td><td class=\"num\">{:.0f}</td><td>{}</td></tr>\n",
@@ -363,7 +362,8 @@ void addNodes(Page& page, const json& nodes, const std::map<std::string, size_t>
     const std::string kernel = str(n, "kernel");
     auto k = kernelIndex.find(kernel);
     std::string kernelCell = k == kernelIndex.end() ? h(kernel) : fmt::format("<a href=\"#kernel-row-{}\">{}</a>", k->second, h(kernel));
-    std::string name = graphPicture ? fmt::format("<a href=\"#optn{}\">{}</a>", i, h(str(n, "name"))) : h(str(n, "name"));
+    std::string name = graphPicture ? fmt::format("<a href=\"#{}\">{}</a>", ir::dotNodeId(kOptimizedDotPrefix, i), h(str(n, "name")))
+                                    : h(str(n, "name"));
     page.html += fmt::format("<tr id=\"node-{}\"><td class=\"num\">{}</td><td><code>{}</code></td><td>{}</td><td><code>{}</code></td>"
                              "<td>{}</td><td><code>{}</code></td></tr>\n",
                              i, i, name, h(str(n, "op")), types, provenance, kernelCell);

@@ -159,5 +159,6 @@ std::string printKernelList(const KernelProgram& program);  // one line per kern
 // kernels.svg: each kernel a cluster (filled by its kind) of the graph nodes it computes (ids
 // "kKnJ"), the buffers in memory between kernels ("bB": kind, name, type) as cylinders.
 std::string printKernelDot(const KernelProgram& program);
+std::string kernelDotNodeId(size_t kernel, size_t node);  // "kKnJ": node J of kernel K in that picture
 
 }  // namespace policyc::codegen

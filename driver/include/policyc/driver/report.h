@@ -14,6 +14,9 @@
 
 namespace policyc::driver {
 
+// The id prefix of graph_optimized.svg's nodes (ir::printDot), which the report links to.
+inline constexpr const char* kOptimizedDotPrefix = "opt";
+
 // nodes.json: the optimised graph's nodes in order (name, op, output types, provenance, and the
 // kernel computing each, by the node's name in `kernelOfNode`).
 std::string nodesJson(const ir::Graph& graph, const std::map<std::string, std::string>& kernelOfNode);
