@@ -2,6 +2,10 @@
 // target's code may use (cpu.h).
 #include "policyc/runtime/cpu.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace policyc::runtime {
 
 namespace {
@@ -20,7 +24,9 @@ std::vector<std::string> hostCpuFeatures() {
   if (__builtin_cpu_supports("fma")) have.push_back("fma");
   if (__builtin_cpu_supports("bmi")) have.push_back("bmi");
   if (__builtin_cpu_supports("bmi2")) have.push_back("bmi2");
-  if (__builtin_cpu_supports("f16c")) have.push_back("f16c");
+  // clang 14's __builtin_cpu_supports does not know "f16c": CPUID leaf 1, ECX bit 29, in both.
+  if (unsigned a = 0, b = 0, c = 0, d = 0; __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C))
+    have.push_back("f16c");
   if (__builtin_cpu_supports("avx512f")) have.push_back("avx512f");
   if (__builtin_cpu_supports("avx512cd")) have.push_back("avx512cd");
   if (__builtin_cpu_supports("avx512bw")) have.push_back("avx512bw");
