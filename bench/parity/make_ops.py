@@ -34,22 +34,25 @@ def main(out):
     # Pointwise: unary, then binary against a second input of the same shape.
     for op, attrs in [("Relu", {}), ("Tanh", {}), ("Sigmoid", {}), ("Exp", {}), ("Log", {}), ("Sqrt", {}), ("Abs", {}),
                       ("Neg", {}), ("Erf", {}), ("Softplus", {}), ("Elu", {"alpha": 1.0}), ("Selu", {}),
-                      ("LeakyRelu", {"alpha": 0.01}), ("HardSigmoid", {})]:
+                      ("LeakyRelu", {"alpha": 0.01}), ("HardSigmoid", {}), ("Sin", {}), ("Cos", {}), ("Atan", {}),
+                      ("Floor", {}), ("Ceil", {}), ("Round", {}), ("Reciprocal", {}), ("Softsign", {})]:
         save_model(out, op.lower(), [helper.make_node(op, ["x"], ["y"], **attrs)], [vec("x", w)])
     for op in ["Add", "Sub", "Mul", "Div", "Pow", "Min", "Max"]:
         save_model(out, op.lower(), [helper.make_node(op, ["x", "z"], ["y"])], [vec("x", w), vec("z", w)])
+    save_model(out, "mod", [helper.make_node("Mod", ["x", "z"], ["y"], fmod=1)], [vec("x", w), vec("z", w)])
     # Reductions and normalisations over the last axis, at every width.
     for width in WIDTHS:
         x = [vec("x", width)]
         save_model(out, f"softmax_{width}", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], x)
         save_model(out, f"log_softmax_{width}", [helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)], x)
-        for op in ["ReduceMean", "ReduceSum", "ReduceMax"]:
+        for op in ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceLogSumExp"]:
             nodes = [helper.make_node(op, ["x"], ["y"], axes=[-1], keepdims=1)] if op != "ReduceSum" else \
                 [helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)]
             inits = [numpy_helper.from_array(np.array([-1], np.int64), "axes")] if op == "ReduceSum" else []
             save_model(out, f"{op.lower()}_{width}", nodes, x, inits)
-        save_model(out, f"argmax_{width}", [helper.make_node("ArgMax", ["x"], ["y"], axis=-1, keepdims=1)], x,
-                   out_type=TensorProto.INT64)
+        for op in ["ArgMax", "ArgMin"]:
+            save_model(out, f"{op.lower()}_{width}", [helper.make_node(op, ["x"], ["y"], axis=-1, keepdims=1)], x,
+                       out_type=TensorProto.INT64)
         ln = [const(rng, "g", width), const(rng, "b", width)]
         save_model(out, f"layer_norm_{width}", [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)], x,
                    [const(rng, "g", width), const(rng, "b", width)], opset=17)

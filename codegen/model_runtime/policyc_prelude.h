@@ -897,6 +897,31 @@ template <class T> PC_INLINE T div(T a, T b, int* status) {
   }
 }
 
+// The remainder (ONNX Mod): fmod, the dividend's sign (C's % and fmod); otherwise the divisor's
+// (Python's %, integers only). An integer divisor of zero is an error of the run (the result 0);
+// lowest % -1 is 0 (it never reaches the instruction, which traps on x86).
+template <class T> PC_INLINE T mod(T a, T b, bool fmod, int* status) {
+  if constexpr (std::is_floating_point<T>::value) {
+    (void)fmod;
+    (void)status;
+    return std::fmod(a, b);
+  } else {
+    if (b == T(0)) {
+      report(status, kDivisionError);
+      return T(0);
+    }
+    if constexpr (std::is_signed<T>::value) {
+      if (b == T(-1)) return T(0);
+      T r = T(a % b);
+      if (!fmod && r != T(0) && ((r < T(0)) != (b < T(0)))) r = T(r + b);
+      return r;
+    } else {
+      (void)fmod;
+      return T(a % b);
+    }
+  }
+}
+
 // Cast as ONNX and numpy: floats to integers truncate toward zero, NaN becomes 0, out-of-range
 // values saturate (integers to narrower integers too); anything to bool is `!= 0` (NaN is true).
 template <class To, class From> PC_INLINE To cast(From x) {

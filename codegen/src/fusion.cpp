@@ -377,7 +377,8 @@ bool Kernel::canFail() const {
   if (anchor && anchor->isOp(ir::Op::Gather)) return true;
   for (const std::vector<Instr>* instrs : {&prologue, &body}) {
     for (const Instr& in : *instrs) {
-      if (in.opcode == Opcode::Apply && in.op == ir::Op::Div && !ir::isFloat(in.dtype)) return true;
+      // An integer division or remainder by zero (an error of the run).
+      if (in.opcode == Opcode::Apply && (in.op == ir::Op::Div || in.op == ir::Op::Mod) && !ir::isFloat(in.dtype)) return true;
     }
   }
   return false;

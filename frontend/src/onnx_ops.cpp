@@ -5,10 +5,10 @@
 #include <unordered_map>
 
 #include "import_context.h"
+#include "onnx_ops.h"
 #include "onnx_tensor.h"
 
 namespace policyc::frontend {
-namespace {
 
 using ir::AttrMap;
 using ir::Op;
@@ -18,6 +18,35 @@ std::vector<ImportedValue> allInputs(NodeContext& ctx) {
   for (size_t i = 0; i < ctx.numInputs(); ++i) ins.push_back(ctx.input(i));
   return ins;
 }
+
+double scalarInput(NodeContext& ctx, size_t i, std::string_view role) {
+  const ir::Tensor& t = ctx.constantInput(i, role);
+  if (t.numel() != 1) ctx.fail("{} (input '{}') must hold one value, got {}", role, ctx.input(i).name, t.type().str());
+  return t.getAsDouble(0);
+}
+
+ImportedValue chainBinary(NodeContext& ctx, Op op, const std::vector<ImportedValue>& ins, const std::string& out) {
+  if (ins.size() == 1) return ctx.emit(Op::Identity, ins, {}, out);
+  ImportedValue acc = ins[0];
+  for (size_t i = 1; i < ins.size(); ++i) {
+    std::string name = i + 1 == ins.size() ? out : ctx.freshName(fmt::format("{}_{}", out, i));
+    acc = ctx.emit(op, {acc, ins[i]}, {}, name);
+  }
+  return acc;
+}
+
+ReduceSpec reduceSpec(NodeContext& ctx) {
+  ReduceSpec r;
+  std::optional<std::vector<int64_t>> attrAxes = ctx.attrInts("axes");
+  if (attrAxes && ctx.hasInput(1)) ctx.fail("axes is given both as an attribute and as an input");
+  if (attrAxes) r.axes = *attrAxes;
+  if (ctx.hasInput(1)) r.axes = ctx.constantInts(1, "axes");
+  r.keepdims = ctx.attrInt("keepdims", 1);
+  r.noop = r.axes.empty() && ctx.attrInt("noop_with_empty_axes", 0) != 0;
+  return r;
+}
+
+namespace {
 
 // One ONNX op onto one IR op, inputs as they are, no attributes.
 template <Op kOp>
@@ -199,12 +228,6 @@ void convertLayerNorm(NodeContext& ctx) {
 
 // ---- elementwise
 
-double scalarInput(NodeContext& ctx, size_t i, std::string_view role) {
-  const ir::Tensor& t = ctx.constantInput(i, role);
-  if (t.numel() != 1) ctx.fail("{} (input '{}') must hold one value, got {}", role, ctx.input(i).name, t.type().str());
-  return t.getAsDouble(0);
-}
-
 void convertClip(NodeContext& ctx) {
   AttrMap attrs;
   if (ctx.hasInput(1)) attrs["min"] = scalarInput(ctx, 1, "min");
@@ -212,21 +235,14 @@ void convertClip(NodeContext& ctx) {
   ctx.setOutput(0, ctx.emit(Op::Clip, {ctx.input(0)}, std::move(attrs), ctx.outputName(0)));
 }
 
-// Variadic Min/Max: a left-to-right chain of binary ops (one input: a copy).
+// Variadic Min/Max/Sum: a left-to-right chain of binary ops (one input: a copy).
 template <Op kOp>
 void convertVariadic(NodeContext& ctx) {
-  std::vector<ImportedValue> ins = allInputs(ctx);
-  const std::string out = ctx.outputName(0);
-  if (ins.size() == 1) {
-    ctx.setOutput(0, ctx.emit(Op::Identity, ins, {}, out));
-    return;
-  }
-  ImportedValue acc = ins[0];
-  for (size_t i = 1; i < ins.size(); ++i) {
-    std::string name = i + 1 == ins.size() ? out : ctx.freshName(fmt::format("{}_{}", out, i));
-    acc = ctx.emit(kOp, {acc, ins[i]}, {}, name);
-  }
-  ctx.setOutput(0, acc);
+  ctx.setOutput(0, chainBinary(ctx, kOp, allInputs(ctx), ctx.outputName(0)));
+}
+
+void convertMod(NodeContext& ctx) {
+  ctx.setOutput(0, ctx.emit(Op::Mod, allInputs(ctx), {{"fmod", ctx.attrInt("fmod", 0)}}, ctx.outputName(0)));
 }
 
 void convertCast(NodeContext& ctx) {
@@ -288,18 +304,13 @@ void convertSoftmax(NodeContext& ctx) {
 // others) or as an input; noop_with_empty_axes=1 with no axes is a copy.
 template <Op kOp>
 void convertReduce(NodeContext& ctx) {
-  std::vector<int64_t> axes;
-  std::optional<std::vector<int64_t>> attrAxes = ctx.attrInts("axes");
-  if (attrAxes && ctx.hasInput(1)) ctx.fail("axes is given both as an attribute and as an input");
-  if (attrAxes) axes = *attrAxes;
-  if (ctx.hasInput(1)) axes = ctx.constantInts(1, "axes");
-  const int64_t keepdims = ctx.attrInt("keepdims", 1);
+  ReduceSpec r = reduceSpec(ctx);
   const std::string out = ctx.outputName(0);
-  if (axes.empty() && ctx.attrInt("noop_with_empty_axes", 0) != 0) {
+  if (r.noop) {
     ctx.setOutput(0, ctx.emit(Op::Identity, {ctx.input(0)}, {}, out));
     return;
   }
-  ctx.setOutput(0, ctx.emit(kOp, {ctx.input(0)}, {{"axes", axes}, {"keepdims", keepdims}}, out));
+  ctx.setOutput(0, ctx.emit(kOp, {ctx.input(0)}, {{"axes", r.axes}, {"keepdims", r.keepdims}}, out));
 }
 
 void convertArgMax(NodeContext& ctx) {
@@ -628,6 +639,7 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"MaxPool", {1, 1, 2, 11, convertMaxPool}},
       {"AveragePool", {1, 1, 1, 11, convertAveragePool}},
       {"GlobalAveragePool", {1, 1, 1, 11, convertDirect<Op::GlobalAvgPool>}},
+      {"GlobalMaxPool", {1, 1, 1, 11, convertGlobalMaxPool}},
       // normalisation
       {"BatchNormalization", {5, 5, 5, 11, convertBatchNorm}},
       {"LayerNormalization", {2, 3, 3, 17, convertLayerNorm}},
@@ -640,9 +652,18 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"Equal", {2, 2, 1, 11, convertDirect<Op::Equal>}},
       {"Less", {2, 2, 1, 11, convertDirect<Op::Less>}},
       {"Greater", {2, 2, 1, 11, convertDirect<Op::Greater>}},
+      {"LessOrEqual", {2, 2, 1, 12, convertDirect<Op::LessOrEqual>}},
+      {"GreaterOrEqual", {2, 2, 1, 12, convertDirect<Op::GreaterOrEqual>}},
+      {"And", {2, 2, 1, 11, convertDirect<Op::And>}},
+      {"Or", {2, 2, 1, 11, convertDirect<Op::Or>}},
+      {"Xor", {2, 2, 1, 11, convertDirect<Op::Xor>}},
+      {"Mod", {2, 2, 1, 11, convertMod}},
+      {"PRelu", {2, 2, 1, 11, convertPRelu}},
       {"Where", {3, 3, 1, 11, convertDirect<Op::Where>}},
       {"Min", {1, -1, 1, 11, convertVariadic<Op::Min>}},
       {"Max", {1, -1, 1, 11, convertVariadic<Op::Max>}},
+      {"Sum", {1, -1, 1, 11, convertVariadic<Op::Add>}},
+      {"Mean", {1, -1, 1, 11, convertMean}},
       // elementwise unary
       {"Neg", {1, 1, 1, 11, convertDirect<Op::Neg>}},
       {"Abs", {1, 1, 1, 11, convertDirect<Op::Abs>}},
@@ -655,12 +676,36 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"Tanh", {1, 1, 1, 11, convertDirect<Op::Tanh>}},
       {"Softplus", {1, 1, 1, 11, convertDirect<Op::Softplus>}},
       {"Not", {1, 1, 1, 11, convertDirect<Op::Not>}},
+      {"Reciprocal", {1, 1, 1, 11, convertReciprocal}},
+      {"Sin", {1, 1, 1, 11, convertDirect<Op::Sin>}},
+      {"Cos", {1, 1, 1, 11, convertDirect<Op::Cos>}},
+      {"Tan", {1, 1, 1, 11, convertDirect<Op::Tan>}},
+      {"Asin", {1, 1, 1, 11, convertDirect<Op::Asin>}},
+      {"Acos", {1, 1, 1, 11, convertDirect<Op::Acos>}},
+      {"Atan", {1, 1, 1, 11, convertDirect<Op::Atan>}},
+      {"Sinh", {1, 1, 1, 11, convertDirect<Op::Sinh>}},
+      {"Cosh", {1, 1, 1, 11, convertDirect<Op::Cosh>}},
+      {"Asinh", {1, 1, 1, 11, convertDirect<Op::Asinh>}},
+      {"Acosh", {1, 1, 1, 11, convertDirect<Op::Acosh>}},
+      {"Atanh", {1, 1, 1, 11, convertDirect<Op::Atanh>}},
+      {"Floor", {1, 1, 1, 11, convertDirect<Op::Floor>}},
+      {"Ceil", {1, 1, 1, 11, convertDirect<Op::Ceil>}},
+      {"Round", {1, 1, 1, 11, convertDirect<Op::Round>}},
+      {"Sign", {1, 1, 1, 11, convertSign}},
+      {"IsNaN", {1, 1, 1, 11, convertIsNaN}},
+      {"IsInf", {1, 1, 1, 11, convertIsInf}},
+      {"ThresholdedRelu", {1, 1, 1, 11, convertThresholdedRelu}},
+      {"Softsign", {1, 1, 1, 11, convertSoftsign}},
+      {"Shrink", {1, 1, 1, 11, convertShrink}},
+      {"Celu", {1, 1, 1, 12, convertCelu}},
+      {"HardSwish", {1, 1, 1, 14, convertDirect<Op::HardSwish>}},
       {"LeakyRelu", {1, 1, 1, 11, convertAlpha<Op::LeakyRelu>}},
       {"Elu", {1, 1, 1, 11, convertAlpha<Op::Elu>}},
       {"Selu", {1, 1, 1, 11, convertSelu}},
       {"HardSigmoid", {1, 1, 1, 11, convertHardSigmoid}},
       {"Clip", {1, 3, 1, 11, convertClip}},
       {"Cast", {1, 1, 1, 11, convertCast}},
+      {"CastLike", {2, 2, 1, 15, convertCastLike}},
       // reductions
       {"Softmax", {1, 1, 1, 11, convertSoftmax<Op::Softmax>}},
       {"LogSoftmax", {1, 1, 1, 11, convertSoftmax<Op::LogSoftmax>}},
@@ -668,6 +713,14 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"ReduceSum", {1, 2, 1, 11, convertReduce<Op::ReduceSum>}},
       {"ReduceMax", {1, 2, 1, 11, convertReduce<Op::ReduceMax>}},
       {"ArgMax", {1, 1, 1, 11, convertArgMax}},
+      {"ArgMin", {1, 1, 1, 11, convertArgMin}},
+      {"ReduceMin", {1, 2, 1, 11, convertReduceMin}},
+      {"ReduceL1", {1, 2, 1, 11, convertReduceL1}},
+      {"ReduceL2", {1, 2, 1, 11, convertReduceL2}},
+      {"ReduceSumSquare", {1, 2, 1, 11, convertReduceSumSquare}},
+      {"ReduceLogSum", {1, 2, 1, 11, convertReduceLogSum}},
+      {"ReduceLogSumExp", {1, 2, 1, 11, convertReduceLogSumExp}},
+      {"Hardmax", {1, 1, 1, 11, convertHardmax}},
       // data movement
       {"Flatten", {1, 1, 1, 11, convertFlatten}},
       {"Reshape", {2, 2, 1, 11, convertReshape}},
@@ -686,6 +739,11 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"Constant", {0, 0, 1, 11, convertConstant}},
       {"ConstantOfShape", {1, 1, 1, 11, convertConstantOfShape}},
       {"Expand", {2, 2, 1, 11, convertExpand}},
+      {"Size", {1, 1, 1, 11, convertSize}},
+      {"Range", {3, 3, 1, 11, convertRange}},
+      {"Tile", {2, 2, 1, 11, convertTile}},
+      {"EyeLike", {1, 1, 1, 11, convertEyeLike}},
+      {"Trilu", {1, 2, 1, 14, convertTrilu}},
   };
   return table;
 }

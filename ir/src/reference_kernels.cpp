@@ -399,6 +399,7 @@ void refBinary(const RefCall& call) {
   std::vector<int64_t> stridesA = broadcastStrides(a.shape, y.shape);
   std::vector<int64_t> stridesB = broadcastStrides(b.shape, y.shape);
   Op op = call.op;
+  const bool fmodSign = op == Op::Mod && attrInt(call.attrs, "fmod") != 0;
   forEachIndex(y.shape, [&](int64_t i, const std::vector<int64_t>& index) {
     double u = a.data[dot(index, stridesA)];
     double v = b.data[dot(index, stridesB)];
@@ -421,6 +422,20 @@ void refBinary(const RefCall& call) {
       case Op::Equal: r = u == v ? 1 : 0; break;
       case Op::Less: r = u < v ? 1 : 0; break;
       case Op::Greater: r = u > v ? 1 : 0; break;
+      case Op::LessOrEqual: r = u <= v ? 1 : 0; break;
+      case Op::GreaterOrEqual: r = u >= v ? 1 : 0; break;
+      case Op::And: r = (u != 0 && v != 0) ? 1 : 0; break;
+      case Op::Or: r = (u != 0 || v != 0) ? 1 : 0; break;
+      case Op::Xor: r = ((u != 0) != (v != 0)) ? 1 : 0; break;
+      case Op::Mod:
+        if (!integral) {
+          r = std::fmod(u, v);
+          break;
+        }
+        if (v == 0) fail("mod: integer division by zero");
+        r = std::fmod(u, v);  // exact on integers held in doubles: the dividend's sign
+        if (!fmodSign && r != 0 && (r < 0) != (v < 0)) r += v;  // the divisor's sign
+        break;
       default: fail("internal: {} is not a binary elementwise op", opInfo(op).name);
     }
     y.data[i] = r;
@@ -489,6 +504,20 @@ void refUnary(const RefCall& call) {
       case Op::Tanh: r = std::tanh(v); break;
       case Op::Softplus: r = softplus(v); break;
       case Op::Not: r = v == 0 ? 1 : 0; break;
+      case Op::Sin: r = std::sin(v); break;
+      case Op::Cos: r = std::cos(v); break;
+      case Op::Tan: r = std::tan(v); break;
+      case Op::Asin: r = std::asin(v); break;
+      case Op::Acos: r = std::acos(v); break;
+      case Op::Atan: r = std::atan(v); break;
+      case Op::Sinh: r = std::sinh(v); break;
+      case Op::Cosh: r = std::cosh(v); break;
+      case Op::Asinh: r = std::asinh(v); break;
+      case Op::Acosh: r = std::acosh(v); break;
+      case Op::Atanh: r = std::atanh(v); break;
+      case Op::Floor: r = std::floor(v); break;
+      case Op::Ceil: r = std::ceil(v); break;
+      case Op::Round: r = std::nearbyint(v); break;  // the default rounding mode: halves to even
       case Op::LeakyRelu: r = v < 0 ? alpha * v : v; break;
       case Op::Elu: r = v < 0 ? alpha * std::expm1(v) : v; break;
       case Op::Selu: r = v <= 0 ? gamma * alpha * std::expm1(v) : gamma * v; break;

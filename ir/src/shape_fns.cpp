@@ -416,6 +416,23 @@ std::vector<TensorType> inferCompare(const OpCall& call) {
   return {TensorType{DType::Bool, broadcast(call, a.shape, b.shape)}};
 }
 
+std::vector<TensorType> inferLogical(const OpCall& call) {
+  const TensorType& a = call.inputs[0];
+  const TensorType& b = call.inputs[1];
+  if (a.dtype != DType::Bool || b.dtype != DType::Bool) {
+    fail("{}: operands must be bool, got {} and {}", opName(call), dtypeName(a.dtype), dtypeName(b.dtype));
+  }
+  return {TensorType{DType::Bool, broadcast(call, a.shape, b.shape)}};
+}
+
+std::vector<TensorType> inferMod(const OpCall& call) {
+  std::vector<TensorType> out = inferBroadcast(call);
+  if (isFloat(out[0].dtype) && attrInt(call.attrs, "fmod") == 0) {
+    fail("{}: {} operands need fmod=1 (fmod=0 is the integer remainder)", opName(call), dtypeName(out[0].dtype));
+  }
+  return out;
+}
+
 std::vector<TensorType> inferExpand(const OpCall& call) {
   const TensorType& x = call.inputs[0];
   Shape shape;

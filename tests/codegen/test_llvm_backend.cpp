@@ -802,6 +802,79 @@ TEST_CASE("llvm and cpp backends: softmax with kept and recomputed exps match th
   CHECK(source.find("double e[4100]") == std::string::npos);
 }
 
+// The remainder (both signs, both conventions, integers and floats), the logical and inclusive
+// comparison ops, libm's functions and the roundings, fused into one kernel as a model would.
+TEST_CASE("llvm and cpp backends: mod, logical ops, libm's functions and roundings match the interpreter", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph ew(%x: f32[batch,37], %i: i32[batch,37], %p: bool[batch,37], %q: bool[batch,37]) {
+  %one = param i32[] [1]
+  %mid = param i32[] [128]
+  %quarter = param f32[] [0.25]
+  %step = param f32[] [0.75]
+  %d = add(%i, %one) : i32[batch,37]
+  %n = sub(%i, %mid) : i32[batch,37]
+  %two = param i32[] [2]
+  %n2 = mul(%n, %two) : i32[batch,37]
+  %nd = add(%n2, %one) : i32[batch,37]
+  %m0 = mod(%i, %nd) {fmod=0} : i32[batch,37]
+  %m1 = mod(%n, %d) {fmod=1} : i32[batch,37]
+  %mf = mod(%x, %step) {fmod=1} : f32[batch,37]
+  %and = and(%p, %q) : bool[batch,37]
+  %or = or(%p, %q) : bool[batch,37]
+  %xor = xor(%p, %q) : bool[batch,37]
+  %le = less_or_equal(%x, %quarter) : bool[batch,37]
+  %ge = greater_or_equal(%i, %mid) : bool[batch,37]
+  %t = tanh(%x) : f32[batch,37]
+  %sin = sin(%x) : f32[batch,37]
+  %cos = cos(%x) : f32[batch,37]
+  %tan = tan(%t) : f32[batch,37]
+  %asin = asin(%t) : f32[batch,37]
+  %acos = acos(%t) : f32[batch,37]
+  %atan = atan(%x) : f32[batch,37]
+  %sinh = sinh(%x) : f32[batch,37]
+  %cosh = cosh(%x) : f32[batch,37]
+  %asinh = asinh(%x) : f32[batch,37]
+  %c = cosh(%x) : f32[batch,37]
+  %acosh = acosh(%c) : f32[batch,37]
+  %atanh = atanh(%t) : f32[batch,37]
+  %s4 = mul(%x, %step) : f32[batch,37]
+  %floor = floor(%s4) : f32[batch,37]
+  %ceil = ceil(%s4) : f32[batch,37]
+  %round = round(%s4) : f32[batch,37]
+  return (m0=%m0, m1=%m1, mf=%mf, and=%and, or=%or, xor=%xor, le=%le, ge=%ge, sin=%sin, cos=%cos, tan=%tan,
+          asin=%asin, acos=%acos, atan=%atan, sinh=%sinh, cosh=%cosh, asinh=%asinh, acosh=%acosh, atanh=%atanh,
+          floor=%floor, ceil=%ceil, round=%round)
+})");
+  passes::runPipeline(*graph);
+  const std::string source = checkGenerated(*graph, "mod_logic_libm", 11, 1e-5);
+  CHECK(source.find("pc::mod<int32_t>") != std::string::npos);
+  CHECK(source.find("std::nearbyint(") != std::string::npos);
+}
+
+// An integer remainder by zero is an error of the run in both backends, as the interpreter's.
+TEST_CASE("llvm and cpp backends: an integer mod by zero fails the run", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph modz(%a: i64[batch,4], %b: i64[batch,4]) {
+  %r = mod(%a, %b) {fmod=0} : i64[batch,4]
+  return (r=%r)
+})");
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  const fs::path so = scratch() / "mod_zero.so";
+  codegen::buildSharedObject(codegen::generateCpp(*graph, cpp), so.string(), {});
+  ir::Tensor a = ir::Tensor::fromVector(ir::DType::I64, {1, 4}, std::vector<int64_t>{7, -7, 5, std::numeric_limits<int64_t>::min()});
+  ir::Tensor ok = ir::Tensor::fromVector(ir::DType::I64, {1, 4}, std::vector<int64_t>{3, 3, -3, -1});
+  ir::Tensor zero = ir::Tensor::fromVector(ir::DType::I64, {1, 4}, std::vector<int64_t>{3, 0, 1, 1});
+  for (const bool isCpp : {false, true}) {
+    INFO((isCpp ? "cpp" : "llvm"));
+    runtime::Model model = isCpp ? runtime::Model::load(so.string()) : jitModel(*graph);
+    std::vector<ir::Tensor> got = driver::runModel(model, {a, ok}, 1);
+    std::vector<double> values;
+    for (int64_t i = 0; i < 4; ++i) values.push_back(got[0].getAsDouble(i));
+    CHECK(values == std::vector<double>{1, 2, -1, 0});  // the divisor's sign; lowest % -1 is 0
+    CHECK_THROWS_WITH(driver::runModel(model, {a, zero}, 1), Catch::Contains("division"));
+  }
+  CHECK_THROWS_WITH(ir::interpret(*graph, {a, zero}), Catch::Contains("division by zero"));
+}
+
 // A transpose moves tiles of 8x8 (or 4x4) values through registers (KernelSchedule::transpose):
 // whole tiles and the values past them (y: 10x12, u: 4x6 by tiles of 4, w: NCHW -> NHWC over
 // 9 columns, an i32 one), not where an axis has fewer than 4 values (v) or the kernel also

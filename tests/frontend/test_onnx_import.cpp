@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -696,6 +698,160 @@ TEST_CASE("onnx import: Clip bounds, Min/Max chains, Reduce axes forms, Cast", "
   CHECK(ops[4]->attrInt("keepdims") == 0);
   CHECK(ops[5]->attrString("to") == "i32");
   CHECK(g->outputs()[0].second->type().str() == "i32[batch]");
+}
+
+// One unary ONNX node over x [batch, n] (opset `opset`), imported and run by the interpreter.
+std::vector<double> runUnary(const std::string& op, const std::vector<float>& x, int64_t opset = 13,
+                             const std::function<void(onnx::NodeProto&)>& attrs = {},
+                             int outType = onnx::TensorProto::FLOAT) {
+  ModelBuilder b(opset);
+  b.input("x", {kBatch, static_cast<int64_t>(x.size())});
+  onnx::NodeProto& n = b.node(op, {"x"}, {"y"});
+  if (attrs) attrs(n);
+  b.output("y", outType);
+  auto g = b.import();
+  auto result = ir::interpret(*g, {f32({1, static_cast<int64_t>(x.size())}, x)});
+  std::vector<double> out;
+  for (int64_t i = 0; i < result.at(0).numel(); ++i) out.push_back(result[0].getAsDouble(i));
+  return out;
+}
+
+TEST_CASE("onnx import: composite operators keep ONNX's semantics", "[onnx]") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(runUnary("Reciprocal", {2, -4}) == std::vector<double>{0.5, -0.25});
+  CHECK(runUnary("Softsign", {1, -3}) == std::vector<double>{0.5, -0.75});
+  CHECK(runUnary("ThresholdedRelu", {0.5, 1, 2}) == std::vector<double>{0, 0, 2});
+  CHECK(runUnary("Shrink", {-2, -0.2f, 0.2f, 2}, 13, [](auto& n) { setFloat(n, "bias", 1); }) ==
+        std::vector<double>{-1, 0, 0, 1});
+  std::vector<double> celu = runUnary("Celu", {-1, 2}, 13, [](auto& n) { setFloat(n, "alpha", 2); });
+  CHECK(celu[0] == Approx(2 * (std::exp(-0.5) - 1)));
+  CHECK(celu[1] == 2);
+  std::vector<double> sign = runUnary("Sign", {-3, 0, 5, static_cast<float>(nan)});
+  CHECK(sign[0] == -1);
+  CHECK(sign[1] == 0);
+  CHECK(sign[2] == 1);
+  CHECK(std::isnan(sign[3]));
+  const std::vector<float> special = {1, static_cast<float>(inf), static_cast<float>(-inf), static_cast<float>(nan)};
+  CHECK(runUnary("IsNaN", special, 13, {}, onnx::TensorProto::BOOL) == std::vector<double>{0, 0, 0, 1});
+  CHECK(runUnary("IsInf", special, 13, {}, onnx::TensorProto::BOOL) == std::vector<double>{0, 1, 1, 0});
+  CHECK(runUnary("IsInf", special, 13, [](auto& n) { setInt(n, "detect_negative", 0); }, onnx::TensorProto::BOOL) ==
+        std::vector<double>{0, 1, 0, 0});
+  CHECK(runUnary("IsInf", special, 13, [](auto& n) { setInt(n, "detect_positive", 0); setInt(n, "detect_negative", 0); },
+                 onnx::TensorProto::BOOL) == std::vector<double>{0, 0, 0, 0});
+  CHECK(runUnary("Hardmax", {1, 3, 3, 2}) == std::vector<double>{0, 1, 0, 0});  // the first maximum
+  // Reductions over the last axis.
+  auto last = [](auto& n) { setInts(n, "axes", {1}); setInt(n, "keepdims", 0); };
+  CHECK(runUnary("ReduceMin", {3, -2, 5}, 13, last) == std::vector<double>{-2});
+  CHECK(runUnary("ReduceL1", {3, -4}, 13, last) == std::vector<double>{7});
+  CHECK(runUnary("ReduceL2", {3, -4}, 13, last) == std::vector<double>{5});
+  CHECK(runUnary("ReduceSumSquare", {3, -4}, 13, last) == std::vector<double>{25});
+  CHECK(runUnary("ReduceLogSum", {1, 2}, 13, last)[0] == Approx(std::log(3.0)));
+  // 1000 would overflow exp without the maximum taken out.
+  CHECK(runUnary("ReduceLogSumExp", {1000, 1000}, 13, last)[0] == Approx(1000 + std::log(2.0)));
+  auto argmin = [](bool lastIndex) {
+    return [lastIndex](auto& n) { setInt(n, "axis", 1); setInt(n, "select_last_index", lastIndex); };
+  };
+  CHECK(runUnary("ArgMin", {4, 1, 7, 1}, 13, argmin(false), onnx::TensorProto::INT64) == std::vector<double>{1});
+  CHECK(runUnary("ArgMin", {4, 1, 7, 1}, 13, argmin(true), onnx::TensorProto::INT64) == std::vector<double>{3});
+  CHECK(runUnary("ArgMin", {4, static_cast<float>(nan), 1}, 13, argmin(false), onnx::TensorProto::INT64) ==
+        std::vector<double>{1});  // NaN is the smallest, as in numpy
+
+  SECTION("ReduceMin and ArgMin of integers are exact at the dtype's limits") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 3}, onnx::TensorProto::INT32);
+    setInts(b.node("ReduceMin", {"x"}, {"m"}), "axes", {1});
+    setInt(b.node("ArgMin", {"x"}, {"a"}), "axis", 1);
+    b.output("m", onnx::TensorProto::INT32);
+    b.output("a", onnx::TensorProto::INT64);
+    auto g = b.import();
+    ir::Tensor x = ir::Tensor::fromVector(ir::DType::I32, {1, 3}, std::vector<int32_t>{7, std::numeric_limits<int32_t>::min(), 3});
+    auto result = ir::interpret(*g, {x});
+    CHECK(result[0].dtype() == ir::DType::I32);
+    CHECK(result[0].getAsDouble(0) == std::numeric_limits<int32_t>::min());
+    CHECK(result[1].getAsDouble(0) == 1);
+  }
+  SECTION("Sum, Mean and PRelu broadcast their operands") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2});
+    b.initializer("k", {2}, {1, 3});
+    b.initializer("slope", {2}, {0.5f, 0.25f});
+    b.node("Sum", {"x", "k", "x"}, {"s"});
+    b.node("Mean", {"x", "k"}, {"m"});
+    b.node("PRelu", {"x", "slope"}, {"p"});
+    for (const char* o : {"s", "m", "p"}) b.output(o);
+    auto g = b.import();
+    auto result = ir::interpret(*g, {f32({1, 2}, {-4, 5})});
+    CHECK(result[0].getAsDouble(0) == -7);
+    CHECK(result[0].getAsDouble(1) == 13);
+    CHECK(result[1].getAsDouble(0) == -1.5);
+    CHECK(result[1].getAsDouble(1) == 4);
+    CHECK(result[2].getAsDouble(0) == -2);
+    CHECK(result[2].getAsDouble(1) == 5);
+  }
+  SECTION("Trilu keeps a triangle of the last two axes, k from a constant input") {
+    ModelBuilder b(14);
+    b.input("x", {kBatch, 2, 3});
+    b.constI64("k", {1}, /*scalar=*/true);
+    setInt(b.node("Trilu", {"x", "k"}, {"u"}), "upper", 1);
+    setInt(b.node("Trilu", {"x"}, {"l"}), "upper", 0);
+    b.output("u");
+    b.output("l");
+    auto g = b.import();
+    auto result = ir::interpret(*g, {f32({1, 2, 3}, {1, 2, 3, 4, 5, 6})});
+    std::vector<double> u, l;
+    for (int i = 0; i < 6; ++i) {
+      u.push_back(result[0].getAsDouble(i));
+      l.push_back(result[1].getAsDouble(i));
+    }
+    CHECK(u == std::vector<double>{0, 2, 3, 0, 0, 6});
+    CHECK(l == std::vector<double>{1, 0, 0, 4, 5, 0});
+  }
+  SECTION("Size, EyeLike and GlobalMaxPool") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2, 2, 2});
+    b.initializer("w", {2, 3}, {0, 0, 0, 0, 0, 0});
+    b.node("Size", {"w"}, {"n"});
+    setInt(b.node("EyeLike", {"w"}, {"e"}), "k", 1);
+    b.node("GlobalMaxPool", {"x"}, {"p"});
+    b.output("n", onnx::TensorProto::INT64);
+    b.output("e");
+    b.output("p");
+    auto g = b.import();
+    auto result = ir::interpret(*g, {f32({1, 2, 2, 2}, {1, 5, 3, 2, -1, -2, -3, -4})});
+    CHECK(result[0].getAsDouble(0) == 6);
+    std::vector<double> eye;
+    for (int i = 0; i < 6; ++i) eye.push_back(result[1].getAsDouble(i));
+    CHECK(eye == std::vector<double>{0, 1, 0, 0, 0, 1});
+    CHECK(result[2].shape() == std::vector<int64_t>{1, 2, 1, 1});
+    CHECK(result[2].getAsDouble(0) == 5);
+    CHECK(result[2].getAsDouble(1) == -1);
+  }
+}
+
+TEST_CASE("onnx import: composite operators name what they cannot do", "[onnx][errors]") {
+  ModelBuilder size;
+  size.input("x", {kBatch, 4});
+  size.node("Size", {"x"}, {"n"}, "size_node");
+  size.output("n", onnx::TensorProto::INT64);
+  CHECK_THAT(importError(size), Contains("'size_node'") && Contains("depends on the batch size"));
+
+  ModelBuilder trilu(14);
+  trilu.input("x", {kBatch, 4});
+  trilu.node("Trilu", {"x"}, {"y"}, "tri");
+  trilu.output("y");
+  CHECK_THAT(importError(trilu), Contains("'tri'") && Contains("static dim 0"));
+
+  ModelBuilder reciprocal;
+  reciprocal.input("x", {kBatch, 4}, onnx::TensorProto::INT32);
+  reciprocal.node("Reciprocal", {"x"}, {"y"}, "rec");
+  reciprocal.output("y", onnx::TensorProto::INT32);
+  CHECK_THAT(importError(reciprocal), Contains("'rec'") && Contains("float input"));
+
+  ModelBuilder mod;
+  mod.input("x", {kBatch, 4});
+  mod.node("Mod", {"x", "x"}, {"y"}, "m");
+  mod.output("y");
+  CHECK_THAT(importError(mod), Contains("'m'") && Contains("fmod=1"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -197,6 +197,32 @@ TEST_CASE("kernel: binary ops broadcast, divide integers toward zero, propagate 
   CHECK_VALUES(eval(Op::Where, {cond, f32({2}, {1, 2}), f32({}, {-1})}), {1, 2, -1, -1});
 }
 
+TEST_CASE("kernel: mod, logical ops and the inclusive comparisons", "[kernel]") {
+  // fmod=0: the divisor's sign (Python); fmod=1: the dividend's (C).
+  CHECK_VALUES(eval(Op::Mod, {i64({4}, {7, -7, 7, -7}), i64({4}, {3, 3, -3, -3})}), {1, 2, -2, -1});
+  CHECK_VALUES(eval(Op::Mod, {i64({4}, {7, -7, 7, -7}), i64({4}, {3, 3, -3, -3})}, {{"fmod", int64_t{1}}}), {1, -1, 1, -1});
+  CHECK_VALUES(eval(Op::Mod, {f32({2}, {5.5, -5.5}), f32({1}, {2})}, {{"fmod", int64_t{1}}}), {1.5, -1.5});
+  CHECK_THROWS_WITH(eval(Op::Mod, {i64({1}, {1}), i64({1}, {0})}), Catch::Contains("division by zero"));
+  CHECK_THROWS_WITH(eval(Op::Mod, {f32({1}, {1}), f32({1}, {2})}), Catch::Contains("fmod=1"));
+  Tensor t = make(DType::Bool, {4}, {0, 0, 1, 1});
+  Tensor u = make(DType::Bool, {4}, {0, 1, 0, 1});
+  CHECK_VALUES(eval(Op::And, {t, u}), {0, 0, 0, 1});
+  CHECK_VALUES(eval(Op::Or, {t, u}), {0, 1, 1, 1});
+  CHECK_VALUES(eval(Op::Xor, {t, u}), {0, 1, 1, 0});
+  CHECK_THROWS_WITH(eval(Op::And, {f32({1}, {1}), f32({1}, {1})}), Catch::Contains("must be bool"));
+  CHECK_VALUES(eval(Op::LessOrEqual, {f32({3}, {1, 2, kNaN}), f32({1}, {2})}), {1, 1, 0});
+  CHECK_VALUES(eval(Op::GreaterOrEqual, {i64({3}, {1, 2, 3}), i64({1}, {2})}), {0, 1, 1});
+}
+
+TEST_CASE("kernel: rounding and libm's functions", "[kernel]") {
+  CHECK_VALUES(eval(Op::Round, {f32({5}, {0.5, 1.5, 2.5, -0.5, -1.7})}), {0, 2, 2, -0.0, -2});  // halves to even
+  CHECK_VALUES(eval(Op::Floor, {f32({2}, {-1.5, 1.5})}), {-2, 1});
+  CHECK_VALUES(eval(Op::Ceil, {f32({2}, {-1.5, 1.5})}), {-1, 2});
+  CHECK_VALUES(eval(Op::Cos, {f64({2}, {0, 1})}), {1, std::cos(1.0)});
+  CHECK_VALUES(eval(Op::Atanh, {f64({1}, {0.5})}), {std::atanh(0.5)});
+  CHECK_THROWS(eval(Op::Sin, {i64({1}, {1})}));
+}
+
 TEST_CASE("kernel: unary ops", "[kernel]") {
   CHECK_VALUES(eval(Op::Relu, {f32({3}, {-1, kNaN, 2})}), {0, kNaN, 2});
   CHECK_VALUES(eval(Op::Softplus, {f32({3}, {1000, -1000, 0})}), {1000, 0, std::log(2.0)});

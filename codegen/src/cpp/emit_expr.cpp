@@ -129,6 +129,12 @@ std::string Emitter::applyExpr(const Instr& in, const std::vector<std::string>& 
     case Op::Equal: return fmt::format("{} == {}", a[0], a[1]);
     case Op::Less: return fmt::format("{} < {}", a[0], a[1]);
     case Op::Greater: return fmt::format("{} > {}", a[0], a[1]);
+    case Op::LessOrEqual: return fmt::format("{} <= {}", a[0], a[1]);
+    case Op::GreaterOrEqual: return fmt::format("{} >= {}", a[0], a[1]);
+    case Op::And: return fmt::format("{} && {}", a[0], a[1]);
+    case Op::Or: return fmt::format("{} || {}", a[0], a[1]);
+    case Op::Xor: return fmt::format("{} != {}", a[0], a[1]);
+    case Op::Mod: return fmt::format("pc::mod<{}>({}, {}, {}, status)", T, arg(0), arg(1), n.attrInt("fmod") != 0);
     case Op::Where: return fmt::format("{} ? {} : {}", a[0], arg(1), arg(2));
     case Op::Expand: return a[0];  // the broadcast is in the load's index
     case Op::Neg: return fl ? fmt::format("-{}", arg(0)) : fmt::format("pc::neg<{}>({})", T, arg(0));
@@ -142,6 +148,20 @@ std::string Emitter::applyExpr(const Instr& in, const std::vector<std::string>& 
     case Op::Tanh: return fmt::format("pc::tanh({})", arg(0));
     case Op::Softplus: return fmt::format("pc::softplus<{}>({})", T, arg(0));
     case Op::Not: return fmt::format("!({} != 0)", a[0]);
+    case Op::Sin: return fmt::format("std::sin({})", arg(0));
+    case Op::Cos: return fmt::format("std::cos({})", arg(0));
+    case Op::Tan: return fmt::format("std::tan({})", arg(0));
+    case Op::Asin: return fmt::format("std::asin({})", arg(0));
+    case Op::Acos: return fmt::format("std::acos({})", arg(0));
+    case Op::Atan: return fmt::format("std::atan({})", arg(0));
+    case Op::Sinh: return fmt::format("std::sinh({})", arg(0));
+    case Op::Cosh: return fmt::format("std::cosh({})", arg(0));
+    case Op::Asinh: return fmt::format("std::asinh({})", arg(0));
+    case Op::Acosh: return fmt::format("std::acosh({})", arg(0));
+    case Op::Atanh: return fmt::format("std::atanh({})", arg(0));
+    case Op::Floor: return fmt::format("std::floor({})", arg(0));
+    case Op::Ceil: return fmt::format("std::ceil({})", arg(0));
+    case Op::Round: return fmt::format("std::nearbyint({})", arg(0));
     case Op::LeakyRelu: return fmt::format("pc::leakyRelu<{}>({}, {})", T, arg(0), f("alpha"));
     case Op::Elu: return fmt::format("pc::elu<{}>({}, {})", T, arg(0), f("alpha"));
     case Op::Selu: return fmt::format("pc::selu<{}>({}, {}, {})", T, arg(0), f("alpha"), f("gamma"));

@@ -405,18 +405,50 @@ class Builder {
       }
       case Op::Equal:
       case Op::Less:
-      case Op::Greater: {
-        // Compared in the operands' common type (they share one after the type checks).
+      case Op::Greater:
+      case Op::LessOrEqual:
+      case Op::GreaterOrEqual: {
+        // Compared in the operands' common type (they share one after the type checks); floats
+        // ordered (false with a NaN).
         Value* x = a[0];
         Value* y = convert(a[1], at[1], at[0]);
         DType ct = at[0];
-        if (ir::isFloat(ct)) {
-          return in.op == Op::Equal ? b_.CreateFCmpOEQ(x, y) : in.op == Op::Less ? b_.CreateFCmpOLT(x, y) : b_.CreateFCmpOGT(x, y);
+        const bool f = ir::isFloat(ct), s = isSignedInt(ct);
+        using P = llvm::CmpInst::Predicate;
+        P p = P::ICMP_EQ;
+        switch (in.op) {
+          case Op::Equal: p = f ? P::FCMP_OEQ : P::ICMP_EQ; break;
+          case Op::Less: p = f ? P::FCMP_OLT : s ? P::ICMP_SLT : P::ICMP_ULT; break;
+          case Op::Greater: p = f ? P::FCMP_OGT : s ? P::ICMP_SGT : P::ICMP_UGT; break;
+          case Op::LessOrEqual: p = f ? P::FCMP_OLE : s ? P::ICMP_SLE : P::ICMP_ULE; break;
+          default: p = f ? P::FCMP_OGE : s ? P::ICMP_SGE : P::ICMP_UGE; break;
         }
-        bool s = isSignedInt(ct);
-        if (in.op == Op::Equal) return b_.CreateICmpEQ(x, y);
-        if (in.op == Op::Less) return s ? b_.CreateICmpSLT(x, y) : b_.CreateICmpULT(x, y);
-        return s ? b_.CreateICmpSGT(x, y) : b_.CreateICmpUGT(x, y);
+        return f ? b_.CreateFCmp(p, x, y) : b_.CreateICmp(p, x, y);
+      }
+      case Op::And: return b_.CreateAnd(convert(a[0], at[0], DType::Bool), convert(a[1], at[1], DType::Bool));
+      case Op::Or: return b_.CreateOr(convert(a[0], at[0], DType::Bool), convert(a[1], at[1], DType::Bool));
+      case Op::Xor: return b_.CreateXor(convert(a[0], at[0], DType::Bool), convert(a[1], at[1], DType::Bool));
+      case Op::Mod: {
+        if (fl) return b_.CreateFRem(arg(0), arg(1));  // C's fmod
+        // As pc::mod: a zero divisor is an error of the run (the result 0); lowest % -1 is 0
+        // (neither reaches the instruction, which traps on x86).
+        Value* x = arg(0);
+        Value* y = arg(1);
+        llvm::Type* t = y->getType();
+        Value* zero = b_.CreateICmpEQ(y, llvm::Constant::getNullValue(t));
+        flagError(zero, kDivisionError);
+        const bool s = isSignedInt(T);
+        Value* special = s ? b_.CreateOr(zero, b_.CreateICmpEQ(y, llvm::Constant::getAllOnesValue(t))) : zero;
+        Value* safe = b_.CreateSelect(special, ic(1, t), y);
+        Value* r = s ? b_.CreateSRem(x, safe) : b_.CreateURem(x, safe);
+        if (s && n.attrInt("fmod") == 0) {
+          // The divisor's sign: a nonzero remainder whose sign differs from the divisor's gets it added.
+          Value* nz = b_.CreateICmpNE(r, llvm::Constant::getNullValue(t));
+          Value* differ = b_.CreateXor(b_.CreateICmpSLT(r, llvm::Constant::getNullValue(t)),
+                                       b_.CreateICmpSLT(safe, llvm::Constant::getNullValue(t)));
+          r = b_.CreateSelect(b_.CreateAnd(nz, differ), b_.CreateAdd(r, safe), r);
+        }
+        return b_.CreateSelect(special, llvm::Constant::getNullValue(t), r);
       }
       case Op::Where: return b_.CreateSelect(convert(a[0], at[0], DType::Bool), arg(1), arg(2));
       case Op::Expand: return a[0];  // the broadcast is in the load's index
@@ -450,6 +482,20 @@ class Builder {
         return b_.CreateSelect(isNan(x), x, r);
       }
       case Op::Not: return b_.CreateNot(convert(a[0], at[0], DType::Bool));
+      case Op::Sin: return callLibm("sin", arg(0));
+      case Op::Cos: return callLibm("cos", arg(0));
+      case Op::Tan: return callLibm("tan", arg(0));
+      case Op::Asin: return callLibm("asin", arg(0));
+      case Op::Acos: return callLibm("acos", arg(0));
+      case Op::Atan: return callLibm("atan", arg(0));
+      case Op::Sinh: return callLibm("sinh", arg(0));
+      case Op::Cosh: return callLibm("cosh", arg(0));
+      case Op::Asinh: return callLibm("asinh", arg(0));
+      case Op::Acosh: return callLibm("acosh", arg(0));
+      case Op::Atanh: return callLibm("atanh", arg(0));
+      case Op::Floor: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, arg(0));
+      case Op::Ceil: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, arg(0));
+      case Op::Round: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, arg(0));
       case Op::LeakyRelu: {
         Value* x = arg(0);
         if (!fl) break;

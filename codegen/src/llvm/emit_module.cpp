@@ -135,6 +135,9 @@ void Emitter::layoutWeights() {
 }
 
 Value* Emitter::weightsAt(int64_t offset, const std::string& name) {
+  // No weights at all when every param is empty (a [0, 5] mask, say): nothing reads through the
+  // pointer then, as the loops over its elements run zero times.
+  if (!weightsGv_) return llvm::ConstantPointerNull::get(ptr_);
   return b_.CreateInBoundsGEP(i8_, weightsGv_, c64(offset), name);
 }
 

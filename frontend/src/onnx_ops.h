@@ -1,0 +1,54 @@
+// Internal to the frontend: what the ONNX converters of onnx_ops.cpp share with those of
+// onnx_composite.cpp (ONNX operators written as several IR ops).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "import_context.h"
+
+namespace policyc::frontend {
+
+std::vector<ImportedValue> allInputs(NodeContext& ctx);
+// A constant input holding one value, read as a double; Error naming `role` otherwise.
+double scalarInput(NodeContext& ctx, size_t i, std::string_view role);
+// A left-to-right chain of a binary op over `ins`, the last result named `out` (one input: a copy).
+ImportedValue chainBinary(NodeContext& ctx, ir::Op op, const std::vector<ImportedValue>& ins, const std::string& out);
+
+// The axes and keepdims of an ONNX Reduce* node (axes from the attribute or, from opset 13 on for
+// ReduceSum, the input); `noop` when the node asks for a copy (empty axes, noop_with_empty_axes=1).
+struct ReduceSpec {
+  std::vector<int64_t> axes;
+  int64_t keepdims = 1;
+  bool noop = false;
+};
+ReduceSpec reduceSpec(NodeContext& ctx);
+
+// Composite operators (onnx_composite.cpp).
+void convertReciprocal(NodeContext& ctx);
+void convertMean(NodeContext& ctx);
+void convertPRelu(NodeContext& ctx);
+void convertThresholdedRelu(NodeContext& ctx);
+void convertSoftsign(NodeContext& ctx);
+void convertShrink(NodeContext& ctx);
+void convertCelu(NodeContext& ctx);
+void convertSign(NodeContext& ctx);
+void convertIsNaN(NodeContext& ctx);
+void convertIsInf(NodeContext& ctx);
+void convertReduceL1(NodeContext& ctx);
+void convertReduceL2(NodeContext& ctx);
+void convertReduceSumSquare(NodeContext& ctx);
+void convertReduceLogSum(NodeContext& ctx);
+void convertReduceLogSumExp(NodeContext& ctx);
+void convertReduceMin(NodeContext& ctx);
+void convertArgMin(NodeContext& ctx);
+void convertGlobalMaxPool(NodeContext& ctx);
+void convertHardmax(NodeContext& ctx);
+void convertTrilu(NodeContext& ctx);
+void convertTile(NodeContext& ctx);
+void convertRange(NodeContext& ctx);
+void convertSize(NodeContext& ctx);
+void convertCastLike(NodeContext& ctx);
+void convertEyeLike(NodeContext& ctx);
+
+}  // namespace policyc::frontend
