@@ -71,6 +71,17 @@ int64_t staticDim(NodeContext& ctx, const ir::TensorType& t, size_t d, std::stri
   return t.shape[d].value();
 }
 
+// Constants this file builds at import are bounded as ConstantOfShape's are: a hostile model
+// cannot make the importer allocate gigabytes.
+void checkConstantSize(NodeContext& ctx, int64_t rows, int64_t cols, std::string_view what) {
+  if (rows > 0 && cols > kMaxImportElements / rows) {
+    ctx.fail("{} of {}x{} is too large (a constant of more than 2^26 elements)", what, rows, cols);
+  }
+}
+
+// Tile concatenates copies: at most this many of one axis.
+constexpr int64_t kMaxTileRepeats = 1024;
+
 }  // namespace
 
 // ---- elementwise
@@ -282,6 +293,7 @@ void convertHardmax(NodeContext& ctx) {
              ctx.opset(), axis, t.str());
   }
   const int64_t n = staticDim(ctx, t, static_cast<size_t>(axis), "the axis of the maximum");
+  checkConstantSize(ctx, n, 1, "Hardmax's indices");
   ImportedValue best = c.op(Op::ArgMax, {x}, "argmax", {{"axis", axis}, {"keepdims", int64_t{1}}});
   // [n, 1, ...]: one index per position of the axis, broadcast over the axes after it.
   std::vector<int64_t> shape(static_cast<size_t>(rank - axis), 1);
@@ -302,6 +314,7 @@ void convertTrilu(NodeContext& ctx) {
   if (t.rank() < 2) ctx.fail("Trilu takes an input of rank 2 or more, got {}", t.str());
   const int64_t rows = staticDim(ctx, t, t.rank() - 2, "the rows of the triangle");
   const int64_t cols = staticDim(ctx, t, t.rank() - 1, "the columns of the triangle");
+  checkConstantSize(ctx, rows, cols, "Trilu's mask");
   const double k = ctx.hasInput(1) ? scalarInput(ctx, 1, "k") : 0.0;
   const bool upper = ctx.attrInt("upper", 1) != 0;
   ir::Tensor mask(DType::Bool, {rows, cols});
@@ -328,6 +341,10 @@ void convertTile(NodeContext& ctx) {
     if (repeats[d] == 1) continue;
     if (t.shape[d].isBatch()) ctx.fail("Tile repeats the batch dim of {} {} times, which policyc does not support", t.str(), repeats[d]);
     if (repeats[d] == 0) ctx.fail("Tile with repeats[{}] = 0 (an empty result) is not supported", d);
+    if (repeats[d] > kMaxTileRepeats) {
+      ctx.fail("Tile repeats axis {} {} times; policyc tiles by concatenation, at most {} copies per axis", d, repeats[d],
+               kMaxTileRepeats);
+    }
     tiled.push_back(d);
   }
   if (tiled.empty()) {
@@ -402,6 +419,7 @@ void convertEyeLike(NodeContext& ctx) {
     if (!d) ctx.fail("EyeLike to {} is not supported", onnxTypeName(static_cast<int32_t>(*given)));
     dtype = *d;
   }
+  checkConstantSize(ctx, rows, cols, "EyeLike's output");
   const int64_t k = ctx.attrInt("k", 0);
   ir::Tensor eye(dtype, {rows, cols});
   for (int64_t i = 0; i < rows; ++i) {

@@ -806,6 +806,18 @@ TEST_CASE("onnx import: composite operators keep ONNX's semantics", "[onnx]") {
     CHECK(u == std::vector<double>{0, 2, 3, 0, 0, 6});
     CHECK(l == std::vector<double>{1, 0, 0, 4, 5, 0});
   }
+  SECTION("Tile concatenates copies along the repeated axes") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2});
+    b.initializerI64("reps", {2}, {1, 3});
+    b.node("Tile", {"x", "reps"}, {"y"});
+    b.output("y");
+    auto g = b.import();
+    auto result = ir::interpret(*g, {f32({1, 2}, {1, 2})});
+    std::vector<double> y;
+    for (int i = 0; i < 6; ++i) y.push_back(result[0].getAsDouble(i));
+    CHECK(y == std::vector<double>{1, 2, 1, 2, 1, 2});
+  }
   SECTION("Size, EyeLike and GlobalMaxPool") {
     ModelBuilder b;
     b.input("x", {kBatch, 2, 2, 2});
@@ -846,6 +858,13 @@ TEST_CASE("onnx import: composite operators name what they cannot do", "[onnx][e
   reciprocal.node("Reciprocal", {"x"}, {"y"}, "rec");
   reciprocal.output("y", onnx::TensorProto::INT32);
   CHECK_THAT(importError(reciprocal), Contains("'rec'") && Contains("float input"));
+
+  ModelBuilder tile;
+  tile.input("x", {kBatch, 4});
+  tile.initializerI64("reps", {2}, {1, 100000});
+  tile.node("Tile", {"x", "reps"}, {"y"}, "tiler");
+  tile.output("y");
+  CHECK_THAT(importError(tile), Contains("'tiler'") && Contains("at most 1024 copies"));
 
   ModelBuilder mod;
   mod.input("x", {kBatch, 4});

@@ -117,7 +117,7 @@ TEST_CASE("cli: an unsupported ONNX operator is one error naming node, op type a
   model.set_ir_version(8);
   model.add_opset_import()->set_version(13);
   onnx::GraphProto* graph = model.mutable_graph();
-  graph->set_name("cosine");
+  graph->set_name("sampler");
   for (const char* name : {"x", "y"}) {
     onnx::ValueInfoProto* v = name[0] == 'x' ? graph->add_input() : graph->add_output();
     v->set_name(name);
@@ -127,16 +127,16 @@ TEST_CASE("cli: an unsupported ONNX operator is one error naming node, op type a
     tensor->mutable_shape()->add_dim()->set_dim_value(4);
   }
   onnx::NodeProto* node = graph->add_node();
-  node->set_name("Cos_0");
-  node->set_op_type("Cos");
+  node->set_name("Bernoulli_0");
+  node->set_op_type("Bernoulli");  // a random sampler: outside what a deterministic compiler runs
   node->add_input("x");
   node->add_output("y");
-  fs::path path = scratch() / "cosine.onnx";
+  fs::path path = scratch() / "sampler.onnx";
   std::ofstream(path, std::ios::binary) << model.SerializeAsString();
 
   CliResult r = cli("run " + path.string() + " --random");
-  requireCleanError(r, "unsupported operator 'Cos' (opset 13)");
-  CHECK(r.err.find("node 'Cos_0'") != std::string::npos);
+  requireCleanError(r, "unsupported operator 'Bernoulli' (opset 13)");
+  CHECK(r.err.find("node 'Bernoulli_0'") != std::string::npos);
 }
 
 TEST_CASE("cli: dump stages and pass options", "[cli][passes]") {
