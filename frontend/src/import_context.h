@@ -69,12 +69,14 @@ struct ImportedValue {
 // State of one import: the graph being built and every ONNX value seen so far.
 class ImportState {
  public:
-  ImportState(ir::Graph& graph, std::string source, int64_t opset)
-      : graph_(graph), source_(std::move(source)), opset_(opset) {}
+  // `sourceOpset`: the model file's own opset when ONNX's version converter brought it to `opset`.
+  ImportState(ir::Graph& graph, std::string source, int64_t opset, int64_t sourceOpset)
+      : graph_(graph), source_(std::move(source)), opset_(opset), sourceOpset_(sourceOpset) {}
 
   ir::Graph& graph() { return graph_; }
   const std::string& source() const { return source_; }
   int64_t opset() const { return opset_; }
+  int64_t sourceOpset() const { return sourceOpset_; }
 
   // Every name the model uses; helper values the importer makes avoid them.
   void reserveName(const std::string& name) { reserved_.insert(name); }
@@ -101,6 +103,7 @@ class ImportState {
   ir::Graph& graph_;
   std::string source_;
   int64_t opset_;
+  int64_t sourceOpset_;
   std::unordered_map<std::string, ImportedValue> values_;
   std::unordered_set<std::string> reserved_;
   std::unordered_set<std::string> read_;
@@ -120,6 +123,9 @@ class NodeContext {
   const onnx::NodeProto& node() const { return node_; }
   const std::string& opType() const { return node_.op_type(); }
   int64_t opset() const { return state_.opset(); }
+  // The opset the file was written at (below opset() when ONNX's converter upgraded it): where a
+  // converted node keeps a meaning the converter does not rewrite.
+  int64_t sourceOpset() const { return state_.sourceOpset(); }
   ImportState& state() { return state_; }
   ir::Graph& graph() { return state_.graph(); }
   // "model.onnx: node 'Conv_3' (Conv, opset 13, output 'y'): "

@@ -108,7 +108,16 @@ void convertMean(NodeContext& ctx) {
 void convertPRelu(NodeContext& ctx) {
   Composer c(ctx);
   const ImportedValue& x = ctx.input(0);
-  const ImportedValue& slope = ctx.input(1);
+  ImportedValue slope = ctx.input(1);
+  // Before opset 7 a slope of one value per channel applied along axis 1 (PyTorch's nn.PReLU(C)
+  // exported so); ONNX's converter leaves the node as it is, so the slope is laid along axis 1 here.
+  const ir::TensorType xt = x.type(), st = slope.type();
+  if (ctx.sourceOpset() < 7 && st.rank() == 1 && xt.rank() > 2 && !xt.shape[1].isBatch() &&
+      st.shape[0] == xt.shape[1] && !(st.shape[0] == xt.shape.back())) {
+    std::vector<int64_t> axes;
+    for (size_t d = 1; d + 1 < xt.rank(); ++d) axes.push_back(static_cast<int64_t>(d));
+    slope = c.op(Op::Unsqueeze, {slope}, "per_channel", {{"axes", axes}});
+  }
   ImportedValue negative = c.op(Op::Less, {x, c.scalarLike(x, 0)}, "negative");
   c.result(Op::Where, {negative, c.op(Op::Mul, {slope, x}, "scaled"), x});
 }

@@ -5,11 +5,13 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <system_error>
 #include <unordered_set>
 
 #include "import_context.h"
 #include "onnx_tensor.h"
+#include "onnx_upgrade.h"
 #include "policyc/ir/verifier.h"
 #include "policyc/support/sizes.h"
 
@@ -77,7 +79,7 @@ std::vector<char> readFile(const std::string& path) {
 }
 
 std::unique_ptr<ir::Graph> importModel(const onnx::ModelProto& model, const std::string& source,
-                                       const OnnxImportOptions& options) {
+                                       const OnnxImportOptions& options, std::optional<int64_t> sourceOpset = std::nullopt) {
   std::optional<int64_t> opset;
   for (const onnx::OperatorSetIdProto& imp : model.opset_import()) {
     if (!imp.domain().empty() && imp.domain() != "ai.onnx") continue;  // nodes using them are rejected
@@ -87,11 +89,15 @@ std::unique_ptr<ir::Graph> importModel(const onnx::ModelProto& model, const std:
     opset = imp.version();
   }
   if (!opset) fail("{}: the model imports no opset of the default ONNX domain (not an ONNX model?)", source);
+  if (*opset >= 1 && *opset < kMinOpset) {
+    // Older models are converted first (ONNX's adapters: legacy broadcasting, attributes that
+    // became inputs, ...), then read like any model of the first opset policyc reads.
+    return importModel(upgradeOpset(model, *opset, kMinOpset, source), source, options, *opset);
+  }
   if (*opset < kMinOpset || *opset > kMaxOpset) {
-    fail(
-        "{}: opset {} is not supported; policyc reads opsets {} to {} of the default ONNX domain (convert the "
-        "model with onnx.version_converter)",
-        source, *opset, kMinOpset, kMaxOpset);
+    fail("{}: opset {} is not supported; policyc reads opsets 1 to {} of the default ONNX domain ({} and later as they "
+         "are, older ones converted to {})",
+         source, *opset, kMaxOpset, kMinOpset, kMinOpset);
   }
   if (!model.has_graph()) fail("{}: the model has no graph", source);
   const onnx::GraphProto& g = model.graph();
@@ -106,7 +112,7 @@ std::unique_ptr<ir::Graph> importModel(const onnx::ModelProto& model, const std:
   if (name.empty()) name = sanitizeName(std::filesystem::path(source).stem().string());
   if (name.empty()) name = "graph";
   auto graph = std::make_unique<ir::Graph>(name);
-  ImportState state(*graph, source, *opset);
+  ImportState state(*graph, source, *opset, sourceOpset.value_or(*opset));
 
   for (const onnx::ValueInfoProto& vi : g.input()) state.reserveName(vi.name());
   for (const onnx::TensorProto& t : g.initializer()) state.reserveName(t.name());

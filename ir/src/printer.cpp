@@ -51,6 +51,13 @@ std::string locSuffix(const Node& n, const PrintOptions& options) {
 
 std::string value(const Value* v) { return "%" + formatName(v->name()); }
 
+// An output name stands bare in `return (NAME=%v)`, where the lexer reads a leading digit or '.'
+// as a number: such names are quoted (after '%', a value name may start with anything).
+std::string outputName(std::string_view name) {
+  const bool numberLike = !name.empty() && ((name[0] >= '0' && name[0] <= '9') || name[0] == '.');
+  return numberLike ? quoteName(name) : formatName(name);
+}
+
 }  // namespace
 
 std::string formatName(std::string_view name) {
@@ -110,7 +117,7 @@ PrintedGraph printGraph(const Graph& graph, const PrintOptions& options) {
       case NodeKind::Output: {
         s += "  return (";
         for (size_t i = 0; i < n.numInputs(); ++i) {
-          s += fmt::format("{}{}={}", i ? ", " : "", formatName(n.outputNames()[i]), value(n.input(i)));
+          s += fmt::format("{}{}={}", i ? ", " : "", outputName(n.outputNames()[i]), value(n.input(i)));
         }
         s += ")\n";
         break;

@@ -90,6 +90,19 @@ def models():
                                           helper.make_node("Reshape", ["x", "ns"], ["y"])], [x4], [y],
                                   [numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array([0], np.int64), "ax0"),
                                    numpy_helper.from_array(np.array([-1], np.int64), "minus1")])
+    # Older opsets, which go through ONNX's checker and version converter (shapes given, as the
+    # checker wants): legacy broadcasting, Reshape's and Pad's attributes that became inputs.
+    yield "opset6_add_broadcast", model("old_add", [helper.make_node("Add", ["x", "c"], ["h"], broadcast=1),
+                                                    helper.make_node("Relu", ["h"], ["y"])],
+                                        [x4], [vi("y", ["batch", 4])], [w("c", (4,), 3)], opset=6)
+    yield "opset9_conv_pad", model("old_conv", [helper.make_node("Pad", ["img"], ["p"], pads=[0, 0, 1, 1, 0, 0, 1, 1], value=0.0),
+                                                helper.make_node("Conv", ["p", "k"], ["y"])],
+                                   [img], [vi("y", ["batch", 3, 6, 6])], [w("k", (3, 2, 3, 3))], opset=9)
+    yield "opset7_prelu", model("old_prelu", [helper.make_node("PRelu", ["img", "sl"], ["y"])], [img], [vi("y", ["batch", 2, 6, 6])],
+                                [w("sl", (2, 1, 1), 4)], opset=7)
+    yield "opset17_new_ops", model("new_ops", [helper.make_node("Trilu", ["x"], ["t"], upper=0), helper.make_node("Cos", ["t"], ["c"]),
+                                               helper.make_node("ReduceLogSumExp", ["c"], ["y"], axes=[1])],
+                                   [vi("x", ["batch", 4, 4])], [y], opset=17)
 
 
 def main():

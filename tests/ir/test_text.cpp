@@ -21,7 +21,7 @@ const char* kSmall = R"(graph tiny(%x: f32[batch,4], %"onnx::in:0": f32[batch,2]
   %c = concat(%a, %b, %"onnx::in:0") {axis=-1} : f32[batch,6]
   %r = reshape(%c) {shape=[0,-1]} : f32[batch,6]
   %cl = clip(%r) {min=-1.0} : f32[batch,6] loc("Clip_1", "Relu_2")
-  return (y=%fc, "out:1"=%cl)
+  return (y=%fc, "out:1"=%cl, "3"=%r, ".5"=%a)
 }
 )";
 
@@ -37,6 +37,9 @@ TEST_CASE("text: parse then print reproduces the text exactly", "[text]") {
   const Tensor& w = g->findValue("w")->producer()->paramData();
   CHECK(w.data<float>()[6] == std::numeric_limits<float>::max());
   CHECK(std::signbit(w.data<float>()[5]));
+  // Output names that would read as numbers (PyTorch's exports name values "3") are quoted.
+  CHECK(g->outputs()[2].first == "3");
+  CHECK(g->outputs()[3].first == ".5");
 }
 
 TEST_CASE("text: large params go to the sidecar, bit-exact, through files", "[text]") {
