@@ -802,6 +802,25 @@ TEST_CASE("llvm and cpp backends: softmax with kept and recomputed exps match th
   CHECK(source.find("double e[4100]") == std::string::npos);
 }
 
+// A model without a batch dim (a static leading dim, as old exports have): every image of the
+// packed conv, the max pool by rows and the average pool is computed, not the first batch-row's
+// worth (their thread units once counted images from the run's batch, 1 here).
+TEST_CASE("llvm and cpp backends: convs and pools over a static leading dim compute every image", "[llvm][cpp]") {
+  std::string w;
+  for (int i = 0; i < 4 * 3 * 3 * 3; ++i) w += fmt::format("{}{}", i ? ", " : "", 0.125 * static_cast<double>((i * 5) % 13) - 0.75);
+  auto graph = ir::parseGraph(fmt::format(R"(graph images(%x: f32[3,3,9,8]) {{
+  %w = param f32[4,3,3,3] [{}]
+  %b = param f32[4] [0.5, -0.25, 1, 0]
+  %c = conv(%x, %w, %b) {{pads=[1, 1, 1, 1]}} : f32[3,4,9,8]
+  %r = relu(%c) : f32[3,4,9,8]
+  %m = max_pool(%r) {{kernel_shape=[3, 3], strides=[2, 2]}} : f32[3,4,4,3]
+  %a = avg_pool(%x) {{kernel_shape=[2, 2], strides=[2, 2]}} : f32[3,3,4,4]
+  return (c=%c, m=%m, a=%a)
+}})", w));
+  passes::runPipeline(*graph);
+  checkGenerated(*graph, "static_images", 5, 1e-5);
+}
+
 // The remainder (both signs, both conventions, integers and floats), the logical and inclusive
 // comparison ops, libm's functions and the roundings, fused into one kernel as a model would.
 TEST_CASE("llvm and cpp backends: mod, logical ops, libm's functions and roundings match the interpreter", "[llvm][cpp]") {
