@@ -4,6 +4,7 @@
 #include <onnx/checker.h>
 #include <onnx/version_converter/convert.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,7 +102,8 @@ std::string convertInChild(const onnx::ModelProto& model, int64_t to) {
 // What the child sent, or an Error naming how it ended.
 std::string runIsolated(const onnx::ModelProto& model, int64_t to, const std::string& what) {
   int fds[2];
-  if (pipe(fds) != 0) fail("{}: cannot create a pipe for ONNX's version converter: {}", what, std::strerror(errno));
+  // Close-on-exec: a process another thread starts meanwhile must not hold the write end open.
+  if (pipe2(fds, O_CLOEXEC) != 0) fail("{}: cannot create a pipe for ONNX's version converter: {}", what, std::strerror(errno));
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
