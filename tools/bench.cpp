@@ -373,7 +373,8 @@ void writeTrace(const std::string& path, const policyc_profile& p, const std::st
   }
   nlohmann::json j = {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
   std::ofstream f(path);
-  f << j.dump() << "\n";
+  // Node names are the model's bytes: invalid UTF-8 is replaced (U+FFFD), never a failed write.
+  f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   if (!f) fail("cannot write the trace '{}'", path);
 }
 
@@ -417,7 +418,7 @@ nlohmann::json rowJson(const Timing& r, const policyc_profile* prof, const RowPr
 // What a run writes besides its tables: --json, the plot (bench/plot.py from the same JSON), and
 // with --debug-dir the profile into that directory, whose report is then written again.
 void writeOutputs(const BenchOptions& o, const nlohmann::json& j, const files::TempDir& scratch) {
-  const std::string text = j.dump(2) + "\n";
+  const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";  // as the trace's
   auto write = [&](const std::filesystem::path& path) {
     std::ofstream f(path);
     f << text;

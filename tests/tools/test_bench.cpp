@@ -261,6 +261,23 @@ TEST_CASE("policyc bench: bad profiling and baseline options are one clear error
                              "line 2: expected numbers", true);
 }
 
+// Node names are the model's bytes: the JSON rows and the trace carry a name that is not UTF-8
+// with U+FFFD in its place, and both files are written.
+TEST_CASE("policyc bench --json and --trace write a node name that is not UTF-8", "[profile][cli]") {
+  fs::path model = scratchDir() / "not_utf8.pir";
+  std::ofstream(model) << "graph not_utf8(%x: f32[batch,4]) {\n  %\"r\\xff\\xfe\" = relu(%x) : f32[batch,4]\n"
+                          "  return (y=%\"r\\xff\\xfe\")\n}\n";
+  fs::path json = scratchDir() / "not_utf8.json", trace = scratchDir() / "not_utf8_trace.json";
+  testing::CliResult r = testing::runCli("bench '" + model.string() + "' --profile --batch 1 --min-time 0 --min-calls 3 --warmup 1 --json '" +
+                                         json.string() + "' --trace '" + trace.string() + "'");
+  INFO(r.err);
+  REQUIRE(r.exitCode == 0);
+  nlohmann::json j = nlohmann::json::parse(testing::slurp(json));
+  const std::string nodes = j["rows"][0]["kernels"][0]["nodes"].get<std::string>();
+  CHECK(nodes.find("\xEF\xBF\xBD") != std::string::npos);  // U+FFFD
+  CHECK(nlohmann::json::parse(testing::slurp(trace))["traceEvents"].size() > 0);
+}
+
 // --compare-backends: both builds in one process, their calls interleaved; the JSON holds each
 // backend's rows with the same kernels (the schedule is shared), the table a line per kernel.
 TEST_CASE("policyc bench --compare-backends times both builds side by side, kernel by kernel", "[profile][cli]") {
