@@ -374,7 +374,7 @@ class Fuser {
 }  // namespace
 
 bool Kernel::canFail() const {
-  if (anchor && anchor->isOp(ir::Op::Gather)) return true;
+  if (anchor && (anchor->isOp(ir::Op::Gather) || anchor->isOp(ir::Op::GatherElements))) return true;
   for (const std::vector<Instr>* instrs : {&prologue, &body}) {
     for (const Instr& in : *instrs) {
       // An integer division or remainder by zero (an error of the run).

@@ -363,7 +363,8 @@ class Lowering {
         rejectBatchReduction(n);
         return lowerTemplate(n, KernelKind::Reduction);
       case Op::Pad:
-      case Op::Gather: return lowerTemplate(n, KernelKind::Copy);
+      case Op::Gather:
+      case Op::GatherElements: return lowerTemplate(n, KernelKind::Copy);
       default: break;
     }
     if (n.info().fusion == ir::FusionKind::Elementwise) return lowerElementwise(n);

@@ -245,6 +245,10 @@ void convertMod(NodeContext& ctx) {
   ctx.setOutput(0, ctx.emit(Op::Mod, allInputs(ctx), {{"fmod", ctx.attrInt("fmod", 0)}}, ctx.outputName(0)));
 }
 
+void convertGatherElements(NodeContext& ctx) {
+  ctx.setOutput(0, ctx.emit(Op::GatherElements, allInputs(ctx), {{"axis", ctx.attrInt("axis", 0)}}, ctx.outputName(0)));
+}
+
 void convertCast(NodeContext& ctx) {
   std::optional<int64_t> to = ctx.attrInt("to");
   if (!to) ctx.fail("attribute to is required");
@@ -731,6 +735,7 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"Squeeze", {1, 2, 1, 11, convertSqueeze}},
       {"Unsqueeze", {1, 2, 1, 11, convertUnsqueeze}},
       {"Gather", {2, 2, 1, 11, convertGather}},
+      {"GatherElements", {2, 2, 1, 11, convertGatherElements}},
       {"Pad", {2, 3, 1, 11, convertPad}},
       {"Identity", {1, 1, 1, 11, convertDirect<Op::Identity>}},
       {"Dropout", {1, 3, 2, 11, convertDropout}},

@@ -741,6 +741,23 @@ void refGather(const RefCall& call) {
   }
 }
 
+void refGatherElements(const RefCall& call) {
+  const RefTensor& data = in(call, 0);
+  const RefTensor& indices = in(call, 1);
+  RefTensor& y = out(call);
+  const auto axis = static_cast<size_t>(normalizeAxis(attrInt(call.attrs, "axis"), static_cast<int64_t>(data.shape.size())));
+  const int64_t n = data.shape[axis];
+  const std::vector<int64_t> strides = stridesOf(data.shape);
+  forEachIndex(y.shape, [&](int64_t i, const std::vector<int64_t>& index) {
+    auto at = static_cast<int64_t>(indices.data[i]);
+    if (at < -n || at >= n) fail("gather_elements: index {} is out of range for axis {} of size {}", at, axis, n);
+    if (at < 0) at += n;
+    int64_t offset = 0;
+    for (size_t d = 0; d < index.size(); ++d) offset += (d == axis ? at : index[d]) * strides[d];
+    y.data[i] = data.data[offset];
+  });
+}
+
 void refPad(const RefCall& call) {
   const RefTensor& x = in(call, 0);
   RefTensor& y = out(call);

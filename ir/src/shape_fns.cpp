@@ -763,6 +763,26 @@ std::vector<TensorType> inferGather(const OpCall& call) {
   return {TensorType{data.dtype, out}};
 }
 
+std::vector<TensorType> inferGatherElements(const OpCall& call) {
+  const TensorType& data = call.inputs[0];
+  const TensorType& indices = call.inputs[1];
+  if (indices.dtype != DType::I32 && indices.dtype != DType::I64) {
+    fail("gather_elements: indices must be i32 or i64, got {}", dtypeName(indices.dtype));
+  }
+  if (data.rank() == 0 || indices.rank() != data.rank()) {
+    fail("gather_elements: data {} and indices {} must have the same rank, at least 1", data.str(), indices.str());
+  }
+  const int64_t axis = normalizeAxis(attrInt(call.attrs, "axis"), static_cast<int64_t>(data.rank()));
+  for (size_t d = 0; d < data.rank(); ++d) {
+    if (static_cast<int64_t>(d) == axis) continue;
+    const Dim a = data.shape[d], b = indices.shape[d];
+    const bool fits = a.isBatch() ? b.isBatch() : (!b.isBatch() && b.value() <= a.value());
+    if (!fits) fail("gather_elements: indices {} exceed data {} along axis {}", indices.str(), data.str(), d);
+  }
+  if (data.shape[static_cast<size_t>(axis)].isBatch()) fail("gather_elements: axis {} of {} is the batch", axis, data.str());
+  return {TensorType{data.dtype, indices.shape}};
+}
+
 std::vector<TensorType> inferPad(const OpCall& call) {
   const TensorType& x = call.inputs[0];
   const std::vector<int64_t>& pads = attrInts(call.attrs, "pads");

@@ -822,7 +822,8 @@ TEST_CASE("llvm and cpp backends: convs and pools over a static leading dim comp
 }
 
 // The remainder (both signs, both conventions, integers and floats), the logical and inclusive
-// comparison ops, libm's functions and the roundings, fused into one kernel as a model would.
+// comparison ops, libm's functions and the roundings, fused into one kernel as a model would;
+// gather_elements with indices computed from an input (negative ones too).
 TEST_CASE("llvm and cpp backends: mod, logical ops, libm's functions and roundings match the interpreter", "[llvm][cpp]") {
   auto graph = ir::parseGraph(R"(graph ew(%x: f32[batch,37], %i: i32[batch,37], %p: bool[batch,37], %q: bool[batch,37]) {
   %one = param i32[] [1]
@@ -859,7 +860,13 @@ TEST_CASE("llvm and cpp backends: mod, logical ops, libm's functions and roundin
   %floor = floor(%s4) : f32[batch,37]
   %ceil = ceil(%s4) : f32[batch,37]
   %round = round(%s4) : f32[batch,37]
-  return (m0=%m0, m1=%m1, mf=%mf, and=%and, or=%or, xor=%xor, le=%le, ge=%ge, sin=%sin, cos=%cos, tan=%tan,
+  %w37 = param i32[] [37]
+  %h18 = param i32[] [18]
+  %gi = mod(%i, %w37) {fmod=1} : i32[batch,37]
+  %gn = sub(%gi, %h18) : i32[batch,37]
+  %gat = gather_elements(%x, %gi) {axis=1} : f32[batch,37]
+  %gneg = gather_elements(%x, %gn) {axis=-1} : f32[batch,37]
+  return (gat=%gat, gneg=%gneg, m0=%m0, m1=%m1, mf=%mf, and=%and, or=%or, xor=%xor, le=%le, ge=%ge, sin=%sin, cos=%cos, tan=%tan,
           asin=%asin, acos=%acos, atan=%atan, sinh=%sinh, cosh=%cosh, asinh=%asinh, acosh=%acosh, atanh=%atanh,
           floor=%floor, ceil=%ceil, round=%round)
 })");

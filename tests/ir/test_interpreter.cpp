@@ -214,6 +214,14 @@ TEST_CASE("kernel: mod, logical ops and the inclusive comparisons", "[kernel]") 
   CHECK_VALUES(eval(Op::GreaterOrEqual, {i64({3}, {1, 2, 3}), i64({1}, {2})}), {0, 1, 1});
 }
 
+TEST_CASE("kernel: gather_elements reads along its axis at each output position", "[kernel]") {
+  Tensor data = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  CHECK_VALUES(eval(Op::GatherElements, {data, i64({2, 2}, {2, 0, -1, 1})}, {{"axis", int64_t{1}}}), {3, 1, 6, 5});
+  CHECK_VALUES(eval(Op::GatherElements, {data, i64({1, 3}, {1, 0, 1})}, {{"axis", int64_t{0}}}), {4, 2, 6});
+  CHECK_THROWS_WITH(eval(Op::GatherElements, {data, i64({1, 1}, {3})}, {{"axis", int64_t{1}}}), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(eval(Op::GatherElements, {data, i64({3, 1}, {0, 0, 0})}, {{"axis", int64_t{1}}}), Catch::Contains("exceed"));
+}
+
 TEST_CASE("kernel: rounding and libm's functions", "[kernel]") {
   CHECK_VALUES(eval(Op::Round, {f32({5}, {0.5, 1.5, 2.5, -0.5, -1.7})}), {0, 2, 2, -0.0, -2});  // halves to even
   CHECK_VALUES(eval(Op::Floor, {f32({2}, {-1.5, 1.5})}), {-2, 1});

@@ -749,6 +749,21 @@ std::string Emitter::emitCopy(const Kernel& k) const {
     } else {
       s += fmt::format("{}const {} acc = {};\n", indent, ctype(t), convertExpr(loadExpr(X.id, addressOf(X.id, idx)), X.type.dtype, t));
     }
+  } else if (n.isOp(Op::GatherElements)) {
+    // The index at the output's own position; the data read there with the axis replaced by it.
+    const Buffer& I = p_.buffer(k.anchorInputs[1]);
+    const size_t axis = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
+    const int64_t size = X.type.shape[axis].value();
+    s += fmt::format("{}int64_t at = static_cast<int64_t>({});\n", indent, loadExpr(I.id, addressOf(I.id, vars)));
+    s += fmt::format("{}if (at < 0) at += {};\n", indent, size);
+    s += fmt::format("{}if (at < 0 || at >= {}) {{ pc::report(status, pc::kIndexError); at = 0; }}\n", indent, size);
+    std::vector<std::string> idx = vars;
+    idx[axis] = "at";
+    if (size == 0) {
+      s += fmt::format("{}const {} acc = {}(0);\n", indent, ctype(t), ctype(t));
+    } else {
+      s += fmt::format("{}const {} acc = {};\n", indent, ctype(t), convertExpr(loadExpr(X.id, addressOf(X.id, idx)), X.type.dtype, t));
+    }
   } else {
     unsupported("node '{}' ({}): no C++ for this copy template", n.name(), n.info().name);
   }
