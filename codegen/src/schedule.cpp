@@ -430,9 +430,10 @@ ThreadSplit domainSplit(const std::vector<ir::Dim>& dims, int64_t pointCost, con
   return sp;
 }
 
-// A split whose units are `perRow` per row of the leading dim `rows` (the batch, or a static
-// count of images in a model without one), each costing `cost`.
-ThreadSplit perRowSplit(ir::Dim rows, int64_t perRow, int64_t cost) {
+// A split whose units are `perRow` per row of `k`'s leading dim (the batch, or a static count of
+// images in a model without one), each costing `cost`.
+ThreadSplit perRowSplit(const Kernel& k, int64_t perRow, int64_t cost) {
+  const ir::Dim rows = k.domain.at(0);
   ThreadSplit sp;
   sp.rowsPerBatch = rows.isBatch() ? perRow : 0;
   sp.rowsFixed = rows.isBatch() ? 0 : rows.value() * perRow;
@@ -447,9 +448,9 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
   if (impl && isExtern(*impl)) {
     // oneDNN runs the layer with its own threads; the epilogue over its result is ours.
     if (*impl == Impl::OnednnPostOps && postOpPlan(p, k)) return {};
-    if (k.kind == KernelKind::Linear) return perRowSplit(k.domain[0], 1, packedN(p, k) * bodyCost);
+    if (k.kind == KernelKind::Linear) return perRowSplit(k, 1, packedN(p, k) * bodyCost);
     const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value();
-    return perRowSplit(k.domain[0], M, P * bodyCost);  // (image, channel) pairs, each over the positions
+    return perRowSplit(k, M, P * bodyCost);  // (image, channel) pairs, each over the positions
   }
   switch (formOf(p, k)) {
     case Form::Pointwise: return domainSplit(k.domain, bodyCost / 4);
@@ -485,7 +486,7 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
     case Form::PackedConv: {
       // A quad of output positions of one image by every panel.
       const int64_t panels = (packedN(p, k) + kPanel - 1) / kPanel, P = k.domain[2].value() * k.domain[3].value();
-      return perRowSplit(k.domain[0], (P + 3) / 4, 4 * kPanel * packedK(p, k) * panels);
+      return perRowSplit(k, (P + 3) / 4, 4 * kPanel * packedK(p, k) * panels);
     }
     case Form::DirectConv: return domainSplit(k.domain, packedK(p, k));
     case Form::Pool: {
@@ -497,7 +498,7 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
     case Form::AvgPoolRows: {
       // An (image, channel, output row) per unit: its window rows' maxima, then the columns'.
       const RowPoolGeometry g = rowPoolGeometry(p, k);
-      return perRowSplit(k.domain[0], g.C * g.OH, g.OW * g.kernel[1] + g.W * g.kernel[0]);
+      return perRowSplit(k, g.C * g.OH, g.OW * g.kernel[1] + g.W * g.kernel[0]);
     }
     case Form::RowReduction: {
       // Split over the kept axes only: a row is never divided.

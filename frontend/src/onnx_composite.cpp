@@ -31,17 +31,19 @@ class Composer {
   void result(Op op, const std::vector<ImportedValue>& ins, AttrMap attrs = {}) {
     ctx_.setOutput(0, ctx_.emit(op, ins, std::move(attrs), out_));
   }
-  // A scalar constant of dtype `t`.
-  ImportedValue scalar(DType t, double v) {
-    ir::Tensor c(t, {});
+  // A scalar constant of x's dtype.
+  ImportedValue scalarLike(const ImportedValue& x, double v) {
+    ir::Tensor c(x.type().dtype, {});
     c.setAsDouble(0, v);
     return constant(std::move(c), "const");
   }
-  ImportedValue scalarLike(const ImportedValue& x, double v) { return scalar(x.type().dtype, v); }
   const std::string& name() const { return out_; }
+  // An intermediate constant named OUT_<what>.
   ImportedValue constant(ir::Tensor t, std::string_view what) {
     return ImportedValue::constant(std::move(t), ctx_.freshName(fmt::format("{}_{}", out_, what)), ctx_.provenance());
   }
+  // The node's output, known at import.
+  void constantResult(ir::Tensor t) { ctx_.setOutput(0, ImportedValue::constant(std::move(t), out_, ctx_.provenance())); }
 
  private:
   NodeContext& ctx_;
@@ -374,6 +376,7 @@ void convertTile(NodeContext& ctx) {
 
 // A constant: start, start + delta, ... below limit (above it for a negative delta).
 void convertRange(NodeContext& ctx) {
+  Composer c(ctx);
   const DType t = ctx.inputType(0).dtype;
   for (size_t i = 0; i < 3; ++i) {
     static constexpr const char* kRoles[] = {"start", "limit", "delta"};
@@ -395,11 +398,12 @@ void convertRange(NodeContext& ctx) {
   const auto n = static_cast<int64_t>(count);
   ir::Tensor range(t, {n});
   for (int64_t i = 0; i < n; ++i) range.setAsDouble(i, start + static_cast<double>(i) * delta);
-  ctx.setOutput(0, ImportedValue::constant(std::move(range), ctx.outputName(0), ctx.provenance()));
+  c.constantResult(std::move(range));
 }
 
 // The number of elements, known at compile time unless the value has a batch dim.
 void convertSize(NodeContext& ctx) {
+  Composer c(ctx);
   const ir::TensorType t = ctx.inputType(0);
   int64_t n = 1;
   for (const ir::Dim& d : t.shape) {
@@ -408,7 +412,7 @@ void convertSize(NodeContext& ctx) {
   }
   ir::Tensor size(DType::I64, {});
   size.setAsDouble(0, static_cast<double>(n));
-  ctx.setOutput(0, ImportedValue::constant(std::move(size), ctx.outputName(0), ctx.provenance()));
+  c.constantResult(std::move(size));
 }
 
 void convertCastLike(NodeContext& ctx) {
@@ -418,6 +422,7 @@ void convertCastLike(NodeContext& ctx) {
 
 // A constant: ones on the k-th diagonal of a 2-D shape like the input's.
 void convertEyeLike(NodeContext& ctx) {
+  Composer c(ctx);
   const ir::TensorType t = ctx.inputType(0);
   if (t.rank() != 2) ctx.fail("EyeLike takes a 2-D input, got {}", t.str());
   const int64_t rows = staticDim(ctx, t, 0, "the output is a constant");
@@ -435,7 +440,7 @@ void convertEyeLike(NodeContext& ctx) {
     const int64_t j = i + k;
     if (j >= 0 && j < cols) eye.setAsDouble(i * cols + j, 1.0);
   }
-  ctx.setOutput(0, ImportedValue::constant(std::move(eye), ctx.outputName(0), ctx.provenance()));
+  c.constantResult(std::move(eye));
 }
 
 }  // namespace policyc::frontend

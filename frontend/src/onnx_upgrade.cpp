@@ -9,14 +9,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
+#include "onnx_tensor.h"
 #include "onnx_upgrade.h"
 #include "policyc/ir/error.h"
 
@@ -50,29 +54,29 @@ void standIn(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>& values, s
 }
 
 void restore(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>& values, const std::vector<DynamicDim>& dims) {
+  std::unordered_map<std::string_view, std::vector<const DynamicDim*>> byValue;  // linear in the model
+  for (const DynamicDim& d : dims) byValue[d.value].push_back(&d);
   for (onnx::ValueInfoProto& v : values) {
-    for (const DynamicDim& d : dims) {
-      if (d.value != v.name() || !v.type().has_tensor_type()) continue;
-      onnx::TensorShapeProto* shape = v.mutable_type()->mutable_tensor_type()->mutable_shape();
-      if (d.index < shape->dim_size()) *shape->mutable_dim(d.index) = d.original;
+    auto it = byValue.find(v.name());
+    if (it == byValue.end() || !v.type().has_tensor_type()) continue;
+    onnx::TensorShapeProto* shape = v.mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (const DynamicDim* d : it->second) {
+      if (d->index < shape->dim_size()) *shape->mutable_dim(d->index) = d->original;
     }
   }
 }
 
-// Whether an integer constant of the converted model holds the stand-in.
+// Whether an int64 constant of the converted model holds the stand-in (read by the importer's
+// own decoder; what it cannot decode, the import rejects later anyway).
 bool holdsStandIn(const onnx::TensorProto& t) {
-  for (int64_t v : t.int64_data()) {
-    if (v == kDynamicStandIn) return true;
+  if (t.data_type() != onnx::TensorProto::INT64) return false;
+  try {
+    const ir::Tensor v = decodeTensor(t, "a converted constant");
+    const int64_t* data = v.data<int64_t>();
+    return std::find(data, data + v.numel(), kDynamicStandIn) != data + v.numel();
+  } catch (const Error&) {
+    return false;
   }
-  if (t.data_type() == onnx::TensorProto::INT64 && t.has_raw_data()) {
-    const std::string& raw = t.raw_data();
-    for (size_t at = 0; at + sizeof(int64_t) <= raw.size(); at += sizeof(int64_t)) {
-      int64_t v = 0;
-      std::memcpy(&v, raw.data() + at, sizeof v);
-      if (v == kDynamicStandIn) return true;
-    }
-  }
-  return false;
 }
 
 // ONNX's checker and converter, run in a child process: both are third-party code over hostile
@@ -188,15 +192,16 @@ onnx::ModelProto upgradeOpset(const onnx::ModelProto& model, int64_t from, int64
   restore(*g->mutable_input(), dynamic);
   restore(*g->mutable_output(), dynamic);
   g->clear_value_info();
-  bool baked = false;
-  for (const onnx::TensorProto& t : g->initializer()) baked = baked || holdsStandIn(t);
+  bool baked = false;  // only a model with dynamic dims has stand-ins to look for
+  for (const onnx::TensorProto& t : g->initializer()) baked = baked || (!dynamic.empty() && holdsStandIn(t));
   for (const onnx::NodeProto& n : g->node()) {
     for (const onnx::AttributeProto& a : n.attribute()) {
-      baked = baked || (a.has_t() && holdsStandIn(a.t()));
-      for (int64_t v : a.ints()) baked = baked || v == kDynamicStandIn;
+      if (baked || dynamic.empty()) break;
+      baked = (a.has_t() && holdsStandIn(a.t())) ||
+              std::find(a.ints().begin(), a.ints().end(), kDynamicStandIn) != a.ints().end();
     }
   }
-  if (baked && !dynamic.empty()) {
+  if (baked) {
     fail("{}: opset {} is not supported with a dynamic batch: ONNX's version converter wrote a dynamic dim into a "
          "constant; export the model at opset {} or later, or with a static batch",
          source, from, to);

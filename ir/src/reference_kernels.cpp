@@ -428,13 +428,9 @@ void refBinary(const RefCall& call) {
       case Op::Or: r = (u != 0 || v != 0) ? 1 : 0; break;
       case Op::Xor: r = ((u != 0) != (v != 0)) ? 1 : 0; break;
       case Op::Mod:
-        if (!integral) {
-          r = std::fmod(u, v);
-          break;
-        }
-        if (v == 0) fail("mod: integer division by zero");
-        r = std::fmod(u, v);  // exact on integers held in doubles: the dividend's sign
-        if (!fmodSign && r != 0 && (r < 0) != (v < 0)) r += v;  // the divisor's sign
+        if (integral && v == 0) fail("mod: integer division by zero");
+        r = std::fmod(u, v);  // the dividend's sign (exact on integers held in doubles)
+        if (integral && !fmodSign && r != 0 && (r < 0) != (v < 0)) r += v;  // the divisor's sign
         break;
       default: fail("internal: {} is not a binary elementwise op", opInfo(op).name);
     }

@@ -643,6 +643,13 @@ std::string Emitter::emitReduction(const Kernel& k) const {
   return s;
 }
 
+std::string Emitter::checkedIndex(const std::string& indent, const std::string& index, int64_t size) {
+  std::string s = fmt::format("{}int64_t at = static_cast<int64_t>({});\n", indent, index);
+  s += fmt::format("{}if (at < 0) at += {};\n", indent, size);
+  s += fmt::format("{}if (at < 0 || at >= {}) {{ pc::report(status, pc::kIndexError); at = 0; }}\n", indent, size);
+  return s;
+}
+
 std::string Emitter::emitCopy(const Kernel& k) const {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
@@ -734,11 +741,7 @@ std::string Emitter::emitCopy(const Kernel& k) const {
     std::vector<std::string> iIdx;
     for (size_t d = 0; d < ri; ++d) iIdx.push_back(vars[axis + d]);
     int64_t size = X.type.shape[axis].value();
-    s += fmt::format("{}int64_t at = static_cast<int64_t>({});\n", indent, loadExpr(I.id, addressOf(I.id, iIdx)));
-    s += fmt::format("{}if (at < 0) at += {};\n", indent, size);
-    // An index outside the axis is an error of the run (as in the interpreter); nothing outside
-    // the table is read (an empty table is never read).
-    s += fmt::format("{}if (at < 0 || at >= {}) {{ pc::report(status, pc::kIndexError); at = 0; }}\n", indent, size);
+    s += checkedIndex(indent, loadExpr(I.id, addressOf(I.id, iIdx)), size);
     for (size_t d = indexLoops; d < k.domain.size(); ++d) s += loopHeader(vars[d], dimStr(k.domain[d]), static_cast<int>(d) == split_->axis, indent);
     std::vector<std::string> idx;
     for (size_t d = 0; d < axis; ++d) idx.push_back(vars[d]);
@@ -754,9 +757,7 @@ std::string Emitter::emitCopy(const Kernel& k) const {
     const Buffer& I = p_.buffer(k.anchorInputs[1]);
     const size_t axis = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
     const int64_t size = X.type.shape[axis].value();
-    s += fmt::format("{}int64_t at = static_cast<int64_t>({});\n", indent, loadExpr(I.id, addressOf(I.id, vars)));
-    s += fmt::format("{}if (at < 0) at += {};\n", indent, size);
-    s += fmt::format("{}if (at < 0 || at >= {}) {{ pc::report(status, pc::kIndexError); at = 0; }}\n", indent, size);
+    s += checkedIndex(indent, loadExpr(I.id, addressOf(I.id, vars)), size);
     std::vector<std::string> idx = vars;
     idx[axis] = "at";
     if (size == 0) {

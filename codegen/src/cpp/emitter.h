@@ -228,6 +228,10 @@ class Emitter {
   std::string emitReduction(const Kernel& k) const;
 
   std::string emitCopy(const Kernel& k) const;
+  // Lines that read a gather's index `index` into `at` for an axis of `size` values: a negative
+  // index counts from the end; one outside the axis is an error of the run (as in the
+  // interpreter) and reads element 0, so nothing outside the data is read.
+  static std::string checkedIndex(const std::string& indent, const std::string& index, int64_t size);
 
   // ---- ABI
 

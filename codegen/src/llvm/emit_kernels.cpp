@@ -836,6 +836,13 @@ void Emitter::emitReduction(const Kernel& k) {
   }, kept, std::vector<Value*>(r, nullptr));  // the kept axes only: `red` is walked inside
 }
 
+Value* Emitter::checkedIndex(Value* at, int64_t size) {
+  at = b_.CreateSelect(b_.CreateICmpSLT(at, c64(0)), b_.CreateAdd(at, c64(size)), at);
+  Value* outside = b_.CreateOr(b_.CreateICmpSLT(at, c64(0)), b_.CreateICmpSGE(at, c64(size)));
+  flagError(outside, kIndexError);
+  return b_.CreateSelect(outside, c64(0), at);
+}
+
 void Emitter::emitCopy(const Kernel& k) {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
@@ -929,15 +936,12 @@ void Emitter::emitCopy(const Kernel& k) {
       const Buffer& I = p_.buffer(k.anchorInputs[1]);
       const size_t ax = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
       const int64_t size = X.type.shape[ax].value();
-      Value* at = convert(loadElem(I.id, vars, I.name), I.type.dtype, DType::I64);
-      at = b_.CreateSelect(b_.CreateICmpSLT(at, c64(0)), b_.CreateAdd(at, c64(size)), at);
-      Value* outside = b_.CreateOr(b_.CreateICmpSLT(at, c64(0)), b_.CreateICmpSGE(at, c64(size)));
-      flagError(outside, kIndexError);
+      Value* at = checkedIndex(convert(loadElem(I.id, vars, I.name), I.type.dtype, DType::I64), size);
       if (size == 0) {
         acc = llvm::Constant::getNullValue(regType(t));
       } else {
         std::vector<Value*> idx = vars;
-        idx[ax] = b_.CreateSelect(outside, c64(0), at);
+        idx[ax] = at;
         acc = convert(loadElem(X.id, idx, X.name), X.type.dtype, t);
       }
     } else {
@@ -947,16 +951,11 @@ void Emitter::emitCopy(const Kernel& k) {
       std::vector<Value*> iIdx;
       for (size_t d = 0; d < ri; ++d) iIdx.push_back(vars[ax + d]);
       const int64_t size = X.type.shape[ax].value();
-      Value* at = convert(loadElem(I.id, iIdx, I.name), I.type.dtype, DType::I64);
-      at = b_.CreateSelect(b_.CreateICmpSLT(at, c64(0)), b_.CreateAdd(at, c64(size)), at);
-      // An index outside the axis is an error of the run (as in the interpreter); nothing outside
-      // the table is read (an empty table is never read).
-      Value* outside = b_.CreateOr(b_.CreateICmpSLT(at, c64(0)), b_.CreateICmpSGE(at, c64(size)));
-      flagError(outside, kIndexError);
+      // (an empty table is never read)
+      Value* at = checkedIndex(convert(loadElem(I.id, iIdx, I.name), I.type.dtype, DType::I64), size);
       if (size == 0) {
         acc = llvm::Constant::getNullValue(regType(t));
       } else {
-        at = b_.CreateSelect(outside, c64(0), at);
         std::vector<Value*> idx;
         for (size_t d = 0; d < ax; ++d) idx.push_back(vars[d]);
         idx.push_back(at);

@@ -226,6 +226,10 @@ class Emitter : llvmbe::Builder {
   // ---- irregular data movement
 
   void emitCopy(const Kernel& k);
+  // A gather's index `at` (i64) for an axis of `size` values, as the C++ backend's checkedIndex:
+  // a negative one counts from the end; one outside the axis flags an index error and reads
+  // element 0.
+  Value* checkedIndex(Value* at, int64_t size);
 
   // ---- the C ABI (policyc_model.h)
 
