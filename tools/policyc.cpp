@@ -335,6 +335,7 @@ struct CompileOptions {
   std::string emit = "so";
   std::string debugDir;
   bool profile = false;
+  bool updatableWeights = false;
   PipelineFlags pipeline;
   ImplFlags impl;
 };
@@ -360,6 +361,7 @@ void compileModel(const CompileOptions& o) {
   request.pipeline = o.pipeline.options();
   request.cpp.name = o.name.empty() ? std::filesystem::path(o.output).stem().string() : o.name;
   request.cpp.profile = o.profile;
+  request.updatableWeights = o.updatableWeights;
   request.debugDir = o.debugDir;
   o.impl.applyTo(request);
   driver::compileGraph(*graph, request);
@@ -622,6 +624,9 @@ int main(int argc, char** argv) {
                          "write every stage here (graphs, passes.log, kernel programs, output_code.cpp, build.log, "
                          "compile_times.txt); POLICYC_DEBUG=1 picks ./policyc_debug/MODEL-HASH");
   compileCmd->add_flag("--profile", compile.profile, "time every kernel of every run (for `policyc bench --profile OUT.so`)");
+  compileCmd->add_flag("--updatable-weights", compile.updatableWeights,
+                       "the model's f32 weights can be replaced at run time (set_weights in the C ABI, Policy.set_weights): "
+                       "no batch-norm folding into them, no oneDNN for their layers");
   compile.pipeline.addTo(compileCmd);
   compile.impl.addTo(compileCmd);
 

@@ -952,4 +952,109 @@ template <class T> PC_INLINE T pow(T a, T b) {
   }
 }
 
+
+// ---- weights replaced at run time (set_weights; models compiled with --updatable-weights)
+//
+// The weights blob then also holds the weights as the model file names them (the raw store,
+// f32), for every blob region a kernel reads that came from them one int32 code per element
+// (1 + the raw element it copies, 0 for a literal zero), and a table of int64 at `table`:
+//   [0] weights W, [1] raw elements, [2] the raw store's byte offset, [3] regions R,
+//   [4, 4 + W) each weight's first raw element, then R triples (byte offset, elements, codes' byte offset).
+// codegen/src/schedule.cpp writes that layout; the backends pass the blob and the table here.
+
+// Runs and updates exclude each other, updates first: a run enters through the gate (a mutex
+// held for an instant) and counts itself in `readers`; an update holds the gate, so no run
+// starts, until the runs in flight have left and it has written every region. All zero bytes is
+// the unlocked state (glibc's PTHREAD_MUTEX_INITIALIZER), so the LLVM backend emits it as a
+// zeroed global of kWeightsLockBytes.
+struct WeightsLock {
+  pthread_mutex_t gate;
+  int64_t readers;
+};
+constexpr int kWeightsLockBytes = 64;
+static_assert(sizeof(WeightsLock) <= kWeightsLockBytes, "the LLVM backend's lock global is too small");
+
+PC_INLINE void weightsReadLock(WeightsLock* l) {
+  pthread_mutex_lock(&l->gate);
+  __atomic_fetch_add(&l->readers, 1, __ATOMIC_ACQUIRE);
+  pthread_mutex_unlock(&l->gate);
+}
+PC_INLINE void weightsReadUnlock(WeightsLock* l) { __atomic_fetch_sub(&l->readers, 1, __ATOMIC_RELEASE); }
+
+// Checks every given weight against the model's (name, f32, shape) before anything is written.
+// POLICYC_ERROR_ARGUMENT for an unknown or repeated name, another dtype or shape, a null array.
+static inline int checkWeights(const policyc_tensor_desc* weights, int32_t numWeights, int32_t count,
+                               const policyc_tensor_desc* given, const void* const* data, int32_t* which) {
+  if (count < 0 || (count > 0 && (given == nullptr || data == nullptr))) return POLICYC_ERROR_ARGUMENT;
+  for (int32_t i = 0; i < count; ++i) {
+    const policyc_tensor_desc& g = given[i];
+    int32_t w = 0;
+    while (w < numWeights && (g.name == nullptr || std::strcmp(weights[w].name, g.name) != 0)) ++w;
+    if (w == numWeights || g.dtype != POLICYC_F32 || g.rank != weights[w].rank) return POLICYC_ERROR_ARGUMENT;
+    int64_t numel = 1;
+    for (int32_t d = 0; d < g.rank; ++d) {
+      if (g.shape == nullptr || g.shape[d] != weights[w].shape[d]) return POLICYC_ERROR_ARGUMENT;
+      numel *= g.shape[d];
+    }
+    if (numel > 0 && data[i] == nullptr) return POLICYC_ERROR_ARGUMENT;
+    for (int32_t j = 0; j < i; ++j) {
+      if (which[j] == w) return POLICYC_ERROR_ARGUMENT;
+    }
+    which[i] = w;
+  }
+  return POLICYC_OK;
+}
+
+static inline int64_t weightElements(const policyc_tensor_desc& w) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < w.rank; ++d) n *= w.shape[d];
+  return n;
+}
+
+// set_weights: the given weights into the raw store, then every region the kernels read rebuilt
+// from it (its codes gather the raw elements it copies), all while no run is in flight.
+static inline int setWeights(unsigned char* blob, int64_t table, WeightsLock* lock, const policyc_tensor_desc* weights,
+                             int32_t count, const policyc_tensor_desc* given, const void* const* data) {
+  const int64_t* t = reinterpret_cast<const int64_t*>(blob + table);
+  const int32_t numWeights = static_cast<int32_t>(t[0]);
+  int32_t* which = static_cast<int32_t*>(std::malloc(sizeof(int32_t) * static_cast<size_t>(count > 0 ? count : 1)));
+  if (which == nullptr) return POLICYC_ERROR_ARGUMENT;
+  const int rc = checkWeights(weights, numWeights, count, given, data, which);
+  if (rc != POLICYC_OK) {
+    std::free(which);
+    return rc;
+  }
+  float* raw = reinterpret_cast<float*>(blob + t[2]);
+  pthread_mutex_lock(&lock->gate);
+  while (__atomic_load_n(&lock->readers, __ATOMIC_ACQUIRE) != 0) sched_yield();
+  for (int32_t i = 0; i < count; ++i) {
+    const int64_t n = weightElements(weights[which[i]]);
+    if (n > 0) std::memcpy(raw + t[4 + which[i]], data[i], static_cast<size_t>(n) * sizeof(float));
+  }
+  const int64_t regions = t[3];
+  const int64_t* r = t + 4 + numWeights;
+  for (int64_t i = 0; i < regions; ++i, r += 3) {
+    float* out = reinterpret_cast<float*>(blob + r[0]);
+    const int32_t* codes = reinterpret_cast<const int32_t*>(blob + r[2]);
+    for (int64_t e = 0; e < r[1]; ++e) out[e] = codes[e] == 0 ? 0.0f : raw[codes[e] - 1];
+  }
+  pthread_mutex_unlock(&lock->gate);
+  std::free(which);
+  return POLICYC_OK;
+}
+
+// get_weights: weight `index`'s current values (as the model file shapes it) into `out`.
+static inline int getWeights(unsigned char* blob, int64_t table, WeightsLock* lock, const policyc_tensor_desc* weights,
+                             int32_t index, void* out) {
+  const int64_t* t = reinterpret_cast<const int64_t*>(blob + table);
+  if (index < 0 || index >= t[0]) return POLICYC_ERROR_ARGUMENT;
+  const int64_t n = weightElements(weights[index]);
+  if (n == 0) return POLICYC_OK;
+  if (out == nullptr) return POLICYC_ERROR_ARGUMENT;
+  weightsReadLock(lock);
+  std::memcpy(out, blob + t[2] + t[4 + index] * static_cast<int64_t>(sizeof(float)), static_cast<size_t>(n) * sizeof(float));
+  weightsReadUnlock(lock);
+  return POLICYC_OK;
+}
+
 }  // namespace pc

@@ -189,11 +189,12 @@ class Lowering {
     return k;
   }
 
-  // Appends a load of `value` indexed by `map`; scalar params become constants.
+  // Appends a load of `value` indexed by `map`; scalar params become constants, except updatable
+  // ones (their value changes at run time).
   int load(Kernel& k, const ir::Value* value, IndexMap map) {
     int id = bufferFor(value);
     const Buffer& b = program_.buffer(id);
-    if (b.kind == BufferKind::Param && b.value->producer()->paramData().numel() == 1) {
+    if (b.kind == BufferKind::Param && b.value->producer()->paramData().numel() == 1 && !b.value->producer()->isUpdatable()) {
       Instr c;
       c.opcode = Opcode::Const;
       c.dtype = b.type.dtype;
@@ -415,6 +416,7 @@ class Lowering {
 
 KernelProgram lowerGraph(const ir::Graph& graph) {
   KernelProgram program = Lowering(graph).run();
+  program.weights = graph.updatableWeights();
   nameKernels(program);
   return program;
 }

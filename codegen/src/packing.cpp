@@ -31,26 +31,51 @@ bool packable(const KernelProgram& p, const Kernel& k) {
   return w.kind == BufferKind::Param && !w.isView() && w.type.dtype == DType::F32 && x.type.dtype == DType::F32 && biasOk;
 }
 
-std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k) {
-  const ir::Tensor& t = p.buffer(k.anchorInputs[1]).value->producer()->paramData();
-  const int64_t n = packedN(p, k), kk = packedK(p, k);
-  const int64_t panels = (n + kPanel - 1) / kPanel;
-  std::vector<float> packed(static_cast<size_t>(panels * kk * kPanel), 0.0f);
-  const float* src = t.data<float>();
+namespace {
+
+// Panel j holds W[j*16 + c, q] at [q][c]: the same move for the values and for their sources.
+template <typename T>
+std::vector<T> panels(const T* src, int64_t n, int64_t kk) {
+  const int64_t count = (n + kPanel - 1) / kPanel;
+  std::vector<T> packed(static_cast<size_t>(count * kk * kPanel), T{0});
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t q = 0; q < kk; ++q) packed[static_cast<size_t>(((j / kPanel) * kk + q) * kPanel + j % kPanel)] = src[j * kk + q];
   }
   return packed;
 }
 
-std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k) {
-  const int64_t n = packedN(p, k);
-  std::vector<float> bias(static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel), 0.0f);
-  if (k.anchorInputs.size() > 2) {
-    const ir::Tensor& bt = p.buffer(k.anchorInputs[2]).value->producer()->paramData();
-    std::copy_n(bt.data<float>(), std::min(n, bt.numel()), bias.begin());
-  }
+template <typename T>
+std::vector<T> biasPanels(const T* src, int64_t count, int64_t n) {
+  std::vector<T> bias(static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel), T{0});
+  if (src) std::copy_n(src, std::min(n, count), bias.begin());
   return bias;
+}
+
+const ir::Node& paramOf(const KernelProgram& p, int buffer) { return *p.buffer(buffer).value->producer(); }
+
+}  // namespace
+
+std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k) {
+  return panels(paramOf(p, k.anchorInputs[1]).paramData().data<float>(), packedN(p, k), packedK(p, k));
+}
+
+std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k) {
+  if (k.anchorInputs.size() < 3) return biasPanels<float>(nullptr, 0, packedN(p, k));
+  const ir::Tensor& t = paramOf(p, k.anchorInputs[2]).paramData();
+  return biasPanels(t.data<float>(), t.numel(), packedN(p, k));
+}
+
+std::vector<int64_t> packedWeightSource(const KernelProgram& p, const Kernel& k) {
+  const ir::Node& w = paramOf(p, k.anchorInputs[1]);
+  if (!w.isUpdatable()) return {};
+  return panels(w.paramSource().data<int64_t>(), packedN(p, k), packedK(p, k));
+}
+
+std::vector<int64_t> packedBiasSource(const KernelProgram& p, const Kernel& k) {
+  if (k.anchorInputs.size() < 3) return {};
+  const ir::Node& b = paramOf(p, k.anchorInputs[2]);
+  if (!b.isUpdatable()) return {};
+  return biasPanels(b.paramSource().data<int64_t>(), b.paramSource().numel(), packedN(p, k));
 }
 
 ReducedAxes reducedAxes(const ir::Node& n, size_t rank) {

@@ -23,6 +23,10 @@ bool packable(const KernelProgram& p, const Kernel& k);
 std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k);
 // The bias padded to whole panels (zeros when the layer has none).
 std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k);
+// For updatable params (ir::Node::paramSource): the sources of the packed weight and bias, moved
+// as their values are (0, a literal zero, for padding and a missing bias); empty when fixed.
+std::vector<int64_t> packedWeightSource(const KernelProgram& p, const Kernel& k);
+std::vector<int64_t> packedBiasSource(const KernelProgram& p, const Kernel& k);
 
 // reduce_* / argmax / global_avg_pool: which axes of the operand (rank `rank`) are reduced, and
 // whether the output keeps them as size-1 dimensions.

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -54,6 +56,12 @@ bool onednnEligible(const KernelProgram& p, const Kernel& k) {
   // An epilogue that can fail on its data (an integer division) reports through the run's status,
   // which oneDNN's extern call does not carry.
   if (k.canFail()) return false;
+  // oneDNN keeps its own reordered copy of a weight and takes post-op constants by value: a kernel
+  // reading updatable params (set_weights) keeps to generated code.
+  for (int id : k.reads()) {
+    const Buffer& b = p.buffer(p.buffer(id).root);
+    if (b.kind == BufferKind::Param && b.value->producer()->isUpdatable()) return false;
+  }
   const Buffer& x = p.buffer(k.anchorInputs[0]);
   if (k.domain.empty() || !k.domain[0].isBatch()) return false;
   for (const Instr& in : k.body) {
@@ -240,6 +248,32 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
     if (cheap) return Impl::OnednnPostOps;
   }
   return Impl::Onednn;
+}
+
+// The pieces set_weights reads (pc::setWeights in the prelude documents the layout): the raw
+// store (every updatable weight as the model file has it), each region's codes as int32, then
+// the table of int64 the backends pass to pc::setWeights (Schedule::weightTable).
+template <typename Append>
+void layoutWeightUpdates(Schedule& s, const std::vector<ir::Graph::UpdatableWeight>& weights,
+                         const std::vector<std::pair<int64_t, std::vector<int64_t>>>& regions, Append& append) {
+  const ir::Graph::UpdatableWeight& last = weights.back();
+  const int64_t rawElements = last.offset + last.value.numel();
+  if (rawElements >= std::numeric_limits<int32_t>::max()) {
+    fail("the updatable weights hold {} elements; set_weights addresses at most 2^31-2", rawElements);
+  }
+  std::vector<float> raw(static_cast<size_t>(rawElements));
+  for (const ir::Graph::UpdatableWeight& w : weights) {
+    if (w.value.numel()) std::memcpy(raw.data() + w.offset, w.value.bytes(), w.value.nbytes());
+  }
+  const int64_t rawOffset = append(raw.data(), raw.size() * sizeof(float));
+  std::vector<int64_t> table{static_cast<int64_t>(weights.size()), rawElements, rawOffset, static_cast<int64_t>(regions.size())};
+  for (const ir::Graph::UpdatableWeight& w : weights) table.push_back(w.offset);
+  for (const auto& [offset, codes] : regions) {
+    std::vector<int32_t> narrow(codes.begin(), codes.end());
+    const int64_t codesOffset = append(narrow.data(), narrow.size() * sizeof(int32_t));
+    table.insert(table.end(), {offset, static_cast<int64_t>(codes.size()), codesOffset});
+  }
+  s.weightTable = append(table.data(), table.size() * sizeof(int64_t));
 }
 
 }  // namespace
@@ -646,9 +680,16 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       raw.insert(root);
     }
   }
+  // Every piece that came from updatable params: where it is and its elements' sources.
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> regions;
   for (int root : raw) {
-    const ir::Tensor& t = p.buffer(root).value->producer()->paramData();
+    const ir::Node& param = *p.buffer(root).value->producer();
+    const ir::Tensor& t = param.paramData();
     s.paramOffset[root] = append(t.bytes(), t.nbytes());
+    if (param.isUpdatable()) {
+      const int64_t* codes = param.paramSource().data<int64_t>();
+      regions.push_back({s.paramOffset[root], std::vector<int64_t>(codes, codes + t.numel())});
+    }
   }
   // Weights [N,K] packed into panels of kPanel columns: panel j holds W[j*16 + c, k] at [k][c],
   // so the microkernel streams one panel contiguously (zero padding past N).
@@ -659,7 +700,10 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     s.kernels[ki].packedWeight = append(packed.data(), packed.size() * sizeof(float));
     std::vector<float> bias = packBiasPanels(p, k);
     s.kernels[ki].packedBias = append(bias.data(), bias.size() * sizeof(float));
+    if (std::vector<int64_t> w = packedWeightSource(p, k); !w.empty()) regions.push_back({s.kernels[ki].packedWeight, std::move(w)});
+    if (std::vector<int64_t> b = packedBiasSource(p, k); !b.empty()) regions.push_back({s.kernels[ki].packedBias, std::move(b)});
   }
+  if (!p.weights.empty()) layoutWeightUpdates(s, p.weights, regions, append);
   s.weights.resize((s.weights.size() + kWeightAlign - 1) / kWeightAlign * kWeightAlign);
 
   s.workspaceStatic = s.usesExtern ? (plan.staticBytes + 63) / 64 * 64 : plan.staticBytes;

@@ -306,6 +306,10 @@ struct Schedule {
   // packable kernel's panels; 64-byte aligned pieces.
   std::vector<unsigned char> weights;
   std::map<int, int64_t> paramOffset;
+  // A model with updatable weights (KernelProgram::weights): the byte offset in `weights` of the
+  // table pc::setWeights reads (the raw weights and every region's sources are in the blob too),
+  // and the blob must be writable; -1 otherwise.
+  int64_t weightTable = -1;
   // The workspace: staticBytes + perBatchBytes * batch; with oneDNN kernels, their scratch of
   // externPerBatch bytes per row after the memory plan's buffers (at the 64-byte rounded end).
   bool usesExtern = false;

@@ -67,6 +67,7 @@ uint64_t graphHash(const ir::Graph& graph, const CompileRequest& r) {
                                     p.passes ? fmt::format("{}", fmt::join(*p.passes, ",")) : "default", fmt::join(p.disabled, ","),
                                     r.cpp.profile, fmt::join(r.cpp.tuneBatches, ","), r.cpp.externKernels, r.cpp.forceImpl,
                                     r.cpp.name, r.optimize);
+  if (r.updatableWeights || !graph.updatableWeights().empty()) options += "|updatable-weights";
   return textHash(fmt::format("{:016x}{:016x}{}", textHash(printed.text), textHash(weights), options));
 }
 
@@ -140,6 +141,7 @@ std::string requestDetails(const CompileRequest& r) {
                       p.disabled.empty() ? "" : fmt::format(" (disabled: {})", fmt::join(p.disabled, ",")));
   text += fmt::format("extern kernels: {}, tune batches: {}{}{}\n", r.cpp.externKernels ? "oneDNN" : "none", fmt::join(r.cpp.tuneBatches, ","),
                       r.cpp.forceImpl.empty() ? "" : ", forced implementation " + r.cpp.forceImpl, r.cpp.profile ? ", profiling" : "");
+  if (r.updatableWeights) text += "weights: updatable (set_weights)\n";
   text += fmt::format("output: {}\n", r.jit ? "in-process (JIT)" : escape::message(r.output));
   return text;
 }
@@ -156,12 +158,27 @@ void finishDebugDir(DebugDir& d) {
   }
 }
 
+}  // namespace
+
+void markUpdatableWeights(ir::Graph& graph) {
+  std::vector<ir::Node*> weights;
+  for (const auto& n : graph.nodes()) {
+    const bool weight = n->kind() == ir::NodeKind::Param && n->isModelWeight();
+    if (weight && n->paramData().dtype() == ir::DType::F32 && n->paramData().numel() > 0) weights.push_back(n.get());
+  }
+  if (weights.empty()) fail("--updatable-weights: model '{}' has no f32 weights to replace", graph.name());
+  for (ir::Node* n : weights) graph.makeUpdatable(n);
+}
+
+namespace {
+
 // The compile proper, once the debug directory (if any) is chosen.
 CompileResult compileInto(const ir::Graph& input, const CompileRequest& request, DebugDir* d, codegen::CppOptions cpp) {
   const bool llvm = request.backend == codegen::Backend::Llvm;
   const bool nofuse = !request.fuse;
   auto start = std::chrono::steady_clock::now();
   std::unique_ptr<ir::Graph> graph = input.clone();
+  if (request.updatableWeights && graph->updatableWeights().empty()) markUpdatableWeights(*graph);
   if (d) {
     StageTimer t(d, "dump graph_imported");
     d->writeGraph(request.optimize ? "graph_imported.pir" : "graph_input.pir", *graph);
@@ -303,6 +320,7 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
                                 fault ? fault : "", compilerId, cpp.profile ? "profile" : "", request.mode,
                                 fmt::join(cpp.tuneBatches, ","), cpp.externKernels ? "extern" : "no-extern", cpp.forceImpl, request.cpu,
                                 request.features);
+  if (request.updatableWeights) key += "|updatable-weights";
   const uint64_t h = textHash(key);
   fs::path dir = cacheDir();
   std::error_code ec;

@@ -107,6 +107,7 @@ ir::Value* ImportState::materialise(const ImportedValue& v, bool allowBatchFill)
   if (name.empty() || graph_.findValue(name)) name = freshName(name.empty() ? "const" : name);
   std::vector<std::string> provenance = v.provenance;
   ir::Value* param = graph_.addParam(name, *v.tensor, std::move(provenance));
+  param->producer()->setModelWeight(v.weight);
   params_.emplace(v.tensor.get(), Param{v.tensor, param});
   return param;
 }

@@ -44,6 +44,7 @@ struct ImportedValue {
   ir::Shape fillShape;                          // BatchFill: the real shape
   std::string name;                             // ONNX name; a materialised constant's param name
   std::vector<std::string> provenance;          // for params made from it
+  bool weight = false;                          // Constant: an initializer as the file has it
 
   static ImportedValue runtime(ir::Value* v) {
     ImportedValue r;

@@ -129,7 +129,9 @@ std::unique_ptr<ir::Graph> importModel(const onnx::ModelProto& model, const std:
     if (t.name().empty()) fail("{}: an initializer has no name", source);
     try {
       std::string what = fmt::format("initializer '{}'", t.name());
-      state.define(t.name(), ImportedValue::constant(decodeTensor(t, what), t.name(), {t.name()}));
+      ImportedValue weight = ImportedValue::constant(decodeTensor(t, what), t.name(), {t.name()});
+      weight.weight = true;
+      state.define(t.name(), std::move(weight));
     } catch (const Error& e) {
       fail("{}: {}", source, e.what());
     }

@@ -30,6 +30,30 @@ void Node::setParamData(Tensor data) {
   param_ = std::move(data);
 }
 
+void Node::setParamSource(Tensor source) {
+  if (kind_ != NodeKind::Param) fail("internal: setParamSource on a {} node", nodeKindName(kind_));
+  if (source.dtype() != DType::I64 || source.shape() != param_.shape()) {
+    fail("internal: the source of param '{}' is not i64 of its shape", name());
+  }
+  source_ = std::move(source);
+  updatable_ = true;
+}
+
+void Graph::makeUpdatable(Node* param) {
+  if (!param || param->kind() != NodeKind::Param) fail("internal: makeUpdatable on a node that is not a param");
+  if (param->isUpdatable()) return;
+  if (param->paramData().dtype() != DType::F32) {
+    fail("weight '{}' is {}: only f32 weights can be replaced at run time", param->name(),
+         dtypeName(param->paramData().dtype()));
+  }
+  int64_t offset = weights_.empty() ? 0 : weights_.back().offset + weights_.back().value.numel();
+  Tensor source(DType::I64, param->paramData().shape());
+  auto* codes = reinterpret_cast<int64_t*>(source.bytes());
+  for (int64_t i = 0; i < source.numel(); ++i) codes[i] = 1 + offset + i;
+  weights_.push_back({param->name(), param->paramData(), offset});
+  param->setParamSource(std::move(source));
+}
+
 void Graph::checkNameFree(const std::string& name) const {
   if (name.empty()) fail("graph '{}': a value needs a name", name_);
   if (findValue(name)) fail("graph '{}': value name '{}' is used twice", name_, name);
@@ -240,6 +264,7 @@ void Graph::removeDeadNodes() {
 
 std::unique_ptr<Graph> Graph::clone() const {
   auto copy = std::make_unique<Graph>(name_);
+  copy->weights_ = weights_;
   std::unordered_map<const Value*, Value*> map;
   for (const auto& n : nodes_) {
     auto node = std::make_unique<Node>();
@@ -248,6 +273,9 @@ std::unique_ptr<Graph> Graph::clone() const {
     node->attrs_ = n->attrs_;
     node->provenance_ = n->provenance_;
     node->param_ = n->param_;
+    node->source_ = n->source_;
+    node->updatable_ = n->updatable_;
+    node->modelWeight_ = n->modelWeight_;
     node->outputNames_ = n->outputNames_;
     for (Value* v : n->inputs_) {
       auto it = map.find(v);

@@ -434,6 +434,7 @@ class Parser {
       Tensor data = parseParamData(typeTok, type);
       std::vector<std::string> loc = parseLoc();
       values_[results[0].second] = graph_->addParam(results[0].second, std::move(data), std::move(loc));
+      values_[results[0].second]->producer()->setModelWeight(true);  // a .pir param is the model's own
       placed(values_[results[0].second]->producer(), results[0].first);
       return;
     }

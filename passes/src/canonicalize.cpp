@@ -116,7 +116,7 @@ class Canonicalizer {
     if (!transB && !bParam) return false;
     // The bias: a [N] value as is, or a param broadcasting along N.
     Value* bias = nullptr;
-    std::optional<std::vector<double>> biasValues;
+    std::optional<Moved> biasRow;
     Node* cParam = nullptr;
     if (hasC) {
       Value* c = n->input(2);
@@ -124,19 +124,14 @@ class Canonicalizer {
         bias = c;
       } else {
         cParam = paramNode(c);
-        if (!cParam || outN.isBatch()) return false;
-        biasValues = perChannel(cParam->paramData(), 2, 1, outN.value());
-        if (!biasValues) return false;
+        if (!cParam || outN.isBatch() || c->type().dtype != x->type().dtype) return false;
+        biasRow = channelRow(cParam, 2, 1, outN.value());
+        if (!biasRow) return false;
       }
     }
     Value* w = b;
-    if (!transB) {
-      w = addParam(graph_, b->name() + ".T", transpose2d(bParam->paramData()), bParam->provenance());
-    }
-    if (biasValues) {
-      bias = addParam(graph_, cParam->name() + ".row", fromDoubles(x->type().dtype, {outN.value()}, *biasValues),
-                      cParam->provenance());
-    }
+    if (!transB) w = addParam(graph_, b->name() + ".T", moveParam(bParam, transpose2d), bParam->provenance());
+    if (biasRow) bias = addParam(graph_, cParam->name() + ".row", std::move(*biasRow), cParam->provenance());
     std::vector<Value*> inputs{x, w};
     if (bias) inputs.push_back(bias);
     return replace(n, {n}, Op::Linear, inputs, {}, "gemm->linear");
@@ -147,7 +142,7 @@ class Canonicalizer {
     Node* wParam = paramNode(n->input(1));
     if (!wParam || !isFloatValue(x) || wParam->output()->type().rank() != 2 || x->type().rank() < 1) return false;
     // x [..., K] . W [K, N] is linear(x, W^T) for any rank of x ([K] gives [N] either way).
-    Value* w = addParam(graph_, wParam->name() + ".T", transpose2d(wParam->paramData()), wParam->provenance());
+    Value* w = addParam(graph_, wParam->name() + ".T", moveParam(wParam, transpose2d), wParam->provenance());
     return replace(n, {n}, Op::Linear, {x, w}, {}, "matmul->linear");
   }
 
@@ -159,12 +154,11 @@ class Canonicalizer {
       const ir::TensorType& y = lin->output()->type();
       Dim outN = y.shape.back();
       if (outN.isBatch() || bParam->output()->type().dtype != y.dtype) continue;
-      auto values = perChannel(bParam->paramData(), y.rank(), y.rank() - 1, outN.value());
-      if (!values) continue;
+      std::optional<Moved> row = channelRow(bParam, y.rank(), y.rank() - 1, outN.value());
+      if (!row) continue;
       Value* bias = bParam->output();
       if (bParam->output()->type().shape != ir::Shape{outN}) {
-        bias = addParam(graph_, bParam->name() + ".row", fromDoubles(y.dtype, {outN.value()}, *values),
-                        bParam->provenance());
+        bias = addParam(graph_, bParam->name() + ".row", std::move(*row), bParam->provenance());
       }
       if (replace(n, {n, lin}, Op::Linear, {lin->input(0), lin->input(1), bias}, {}, "bias absorbed", lin)) return true;
     }
@@ -182,7 +176,8 @@ class Canonicalizer {
 
   bool divToMul(Node* n) {
     Node* c = paramNode(n->input(1));
-    if (!c || !isFloatValue(n->input(0)) || !isFloatValue(c->output())) return false;
+    // An updatable divisor stays a division: its reciprocal would be computed from values that change.
+    if (!c || c->isUpdatable() || !isFloatValue(n->input(0)) || !isFloatValue(c->output())) return false;
     std::vector<double> values = toDoubles(c->paramData());
     double largest = std::numeric_limits<float>::max();
     double smallest = std::numeric_limits<float>::min();
@@ -205,7 +200,7 @@ class Canonicalizer {
 
   bool subToAdd(Node* n) {
     Node* c = paramNode(n->input(1));
-    if (!c || !isFloatValue(n->input(0)) || !isFloatValue(c->output())) return false;
+    if (!c || c->isUpdatable() || !isFloatValue(n->input(0)) || !isFloatValue(c->output())) return false;
     std::vector<double> values = toDoubles(c->paramData());
     for (double& v : values) v = -v;
     Value* neg = addParam(graph_, c->name() + ".neg",
@@ -390,35 +385,35 @@ class Canonicalizer {
     Node* root = div;
     Node* gamma = nullptr;
     Node* beta = nullptr;
-    std::optional<std::vector<double>> gammaValues, betaValues;
-    auto affine = [&](Op op, Node** param, std::optional<std::vector<double>>* values) {
+    std::optional<Moved> gammaRow, betaRow;
+    auto affine = [&](Op op, Node** param, std::optional<Moved>* row) {
       std::vector<Node*> next = graph_.users(root->output());
       if (next.size() != 1 || !next.front()->isOp(op)) return;
       Node* user = next.front();
       for (int side = 0; side < 2; ++side) {
         Node* p = paramNode(user->input(1 - side));
         if (user->input(side) != root->output() || !p || p->output()->type().dtype != xt.dtype) continue;
-        auto v = perChannel(p->paramData(), xt.rank(), xt.rank() - 1, channels);
-        if (!v) continue;
+        std::optional<Moved> r = channelRow(p, xt.rank(), xt.rank() - 1, channels);
+        if (!r) continue;
         *param = p;
-        *values = std::move(v);
+        *row = std::move(r);
         nodes.insert(nodes.begin(), user);
         root = user;
         return;
       }
     };
-    affine(Op::Mul, &gamma, &gammaValues);
-    affine(Op::Add, &beta, &betaValues);
+    affine(Op::Mul, &gamma, &gammaRow);
+    affine(Op::Add, &beta, &betaRow);
 
-    auto vectorParam = [&](Node* p, const std::vector<double>& values, std::string_view base) -> Value* {
-      if (p && p->output()->type().shape == ir::Shape{Dim(channels)}) return p->output();
-      return addParam(graph_, p ? p->name() + ".row" : std::string(base), fromDoubles(xt.dtype, {channels}, values),
-                      p ? p->provenance() : std::vector<std::string>{});
+    auto vectorParam = [&](Node* p, std::optional<Moved>& row) -> Value* {
+      if (p->output()->type().shape == ir::Shape{Dim(channels)}) return p->output();
+      return addParam(graph_, p->name() + ".row", std::move(*row), p->provenance());
     };
-    Value* scale = vectorParam(gamma, gamma ? *gammaValues : std::vector<double>(channels, 1.0),
-                               x->name() + ".ln_scale");
+    Value* scale = gamma ? vectorParam(gamma, gammaRow)
+                         : addParam(graph_, x->name() + ".ln_scale",
+                                    fromDoubles(xt.dtype, {channels}, std::vector<double>(channels, 1.0)), {});
     std::vector<Value*> inputs{x, scale};
-    if (beta) inputs.push_back(vectorParam(beta, *betaValues, ""));
+    if (beta) inputs.push_back(vectorParam(beta, betaRow));
     ir::AttrMap attrs{{"axis", int64_t{-1}}, {"epsilon", *eps}};
     return replace(root, nodes, Op::LayerNorm, inputs, attrs, "layer_norm");
   }

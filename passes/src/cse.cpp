@@ -37,6 +37,14 @@ void merge(ir::Graph& graph, Node* keep, Node* duplicate) {
   graph.eraseNode(duplicate);
 }
 
+// Two params are one value when their data are bit-equal and, for updatable params, their sources
+// too: two weights that happen to be equal now (zero biases at initialisation) are not the same
+// weight once set_weights replaces one of them.
+bool sameParam(const Node& a, const Node& b) {
+  if (!a.paramData().bitEqual(b.paramData()) || a.isUpdatable() != b.isUpdatable()) return false;
+  return !a.isUpdatable() || a.paramSource().bitEqual(b.paramSource());
+}
+
 }  // namespace
 
 PassStats eliminateCommonSubexpressions(ir::Graph& graph) {
@@ -52,7 +60,7 @@ PassStats eliminateCommonSubexpressions(ir::Graph& graph) {
     if (n->kind() == ir::NodeKind::Param) {
       std::vector<Node*>& bucket = params[paramHash(n->paramData())];
       auto same = std::find_if(bucket.begin(), bucket.end(),
-                               [&](const Node* p) { return p->paramData().bitEqual(n->paramData()); });
+                               [&](const Node* p) { return sameParam(*p, *n); });
       if (same == bucket.end()) {
         bucket.push_back(n);
       } else {

@@ -13,7 +13,8 @@
 // double, rounded once to the weights' dtype; a missing bias becomes one). Per output channel
 // means broadcasting along the layer's channel axis only: [N] (or [1,..,N]) for linear, [C,1,1]
 // or [1,C,1,1] for a 2-D conv; a one-element param scales every channel alike. Nothing fires when
-// y has other users or the operand is not a param of that form. The new layer keeps the layer's
+// y has other users or the operand is not a param of that form, nor when any param involved is
+// updatable (its values change at run time: the fold would go stale). The new layer keeps the layer's
 // name and unites both nodes' provenance; the new weight params unite the provenance of every
 // param folded into them. Adds params (restoring topological order at the end); leaves the old
 // ones for dce.
@@ -111,6 +112,11 @@ class BatchNormFolder {
   bool fold(Node* layer, Node* op, const std::vector<double>& scale, const std::vector<double>& shift,
             const std::vector<const Node*>& foldedParams, std::string_view counter) {
     Node* wNode = paramNode(layer->input(1));
+    // Updatable weights change at run time: the folded product would go stale. Such a layer keeps
+    // its normalisation (a per-channel scale and shift its epilogue applies).
+    bool updatable = wNode->isUpdatable() || (layer->numInputs() == 3 && isUpdatable(layer->input(2)));
+    for (const Node* p : foldedParams) updatable = updatable || p->isUpdatable();
+    if (updatable) return false;
     const Tensor& w = wNode->paramData();
     int64_t channels = channelCount(layer);
     int64_t perChannelSize = w.numel() / std::max<int64_t>(channels, 1);

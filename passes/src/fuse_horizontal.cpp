@@ -10,7 +10,8 @@
 // layer computes the same dot products). The fused layer and the split unite the members'
 // provenance; the fused params unite the provenance of the params they concatenate. Members
 // with non-param weights or biases, other attributes or another kernel shape, and dead ones (no
-// users), are not merged.
+// users), are not merged; updatable weights merge only with updatable ones (sources concatenated
+// alike), and a layer whose bias is not as updatable as its weight not at all.
 // Then, when every result of a split feeds the same unary elementwise op and nothing else, that op
 // moves above the split (one tanh over [batch,512] instead of two over [batch,256]), so the fused
 // layer's epilogue can absorb it. Layers whose results the graph returns are not merged: they
@@ -39,11 +40,16 @@ std::string siblingKey(const ir::Graph& graph, const Node* n, const Value* x) {
     return "";
   }
   if (!isParam(n->input(1)) || (n->numInputs() == 3 && !isParam(n->input(2)))) return "";
+  // Updatable weights merge only with updatable ones (the fused weight's source is theirs, moved),
+  // and a layer's bias must be as updatable as its weight.
+  const bool updatable = isUpdatable(n->input(1));
+  if (n->numInputs() == 3 && isUpdatable(n->input(2)) != updatable) return "";
+  const char* kind = updatable ? " updatable" : "";
   const ir::TensorType& w = n->input(1)->type();
   // Any widths N_i group together: same x means the same K.
-  if (n->isOp(Op::Linear)) return fmt::format("linear {} K={}", ir::dtypeName(w.dtype), w.shape[1].str());
+  if (n->isOp(Op::Linear)) return fmt::format("linear {} K={}{}", ir::dtypeName(w.dtype), w.shape[1].str(), kind);
   if (n->attrInt("group") != 1) return "";
-  std::string key = fmt::format("conv {}", ir::shapeStr(ir::Shape(w.shape.begin() + 1, w.shape.end())));
+  std::string key = fmt::format("conv {}{}", ir::shapeStr(ir::Shape(w.shape.begin() + 1, w.shape.end())), kind);
   for (const auto& [name, value] : n->attrs()) key += fmt::format(" {}={}", name, ir::attrValueStr(value));
   return key;
 }
@@ -73,7 +79,7 @@ bool fuse(ir::Graph& graph, Value* x, const std::vector<Node*>& members, PassSta
   std::vector<Node*> weightNodes, biasNodes;
   std::vector<std::string> weightProvenance, biasProvenance;
   std::vector<Tensor> zeros;
-  zeros.reserve(members.size());
+  zeros.reserve(2 * members.size());  // stable addresses: `biases` and `sources` point into it
   for (Node* m : members) {
     Node* w = paramNode(m->input(1));
     weightNodes.push_back(w);
@@ -87,22 +93,36 @@ bool fuse(ir::Graph& graph, Value* x, const std::vector<Node*>& members, PassSta
   const Tensor& w0 = *weights.front();
   std::vector<int64_t> wShape = w0.shape();
   wShape[0] = total;
-  Value* fusedW = addParam(graph, joinNames(weightNodes), concatRows(weights, w0.dtype(), wShape), weightProvenance);
+  // Updatable members (siblingKey groups them apart): the sources concatenated the same way, a
+  // missing bias's zeros literal zeros (source 0).
+  const bool updatable = weightNodes.front()->isUpdatable();
+  Moved fusedWeights{concatRows(weights, w0.dtype(), wShape), std::nullopt};
+  if (updatable) {
+    std::vector<const Tensor*> sources;
+    for (const Node* w : weightNodes) sources.push_back(&w->paramSource());
+    fusedWeights.source = concatRows(sources, ir::DType::I64, wShape);
+  }
+  Value* fusedW = addParam(graph, joinNames(weightNodes), std::move(fusedWeights), weightProvenance);
   std::vector<Value*> inputs{x, fusedW};
   if (anyBias) {
-    std::vector<const Tensor*> biases;
+    std::vector<const Tensor*> biases, sources;
     for (size_t i = 0; i < members.size(); ++i) {
       if (members[i]->numInputs() == 3) {
         Node* b = paramNode(members[i]->input(2));
         biasNodes.push_back(b);
         biases.push_back(&b->paramData());
+        if (updatable) sources.push_back(&b->paramSource());
         appendProvenance(biasProvenance, b->provenance());
       } else {
         zeros.emplace_back(w0.dtype(), std::vector<int64_t>{sizes[i]});
         biases.push_back(&zeros.back());
+        zeros.emplace_back(ir::DType::I64, std::vector<int64_t>{sizes[i]});
+        sources.push_back(&zeros.back());
       }
     }
-    inputs.push_back(addParam(graph, joinNames(biasNodes), concatRows(biases, w0.dtype(), {total}), biasProvenance));
+    Moved fusedBias{concatRows(biases, w0.dtype(), {total}), std::nullopt};
+    if (updatable) fusedBias.source = concatRows(sources, ir::DType::I64, {total});
+    inputs.push_back(addParam(graph, joinNames(biasNodes), std::move(fusedBias), biasProvenance));
   }
 
   std::vector<const Node*> replaced(members.begin(), members.end());

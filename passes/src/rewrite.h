@@ -36,6 +36,12 @@ inline Node* paramNode(const Value* v) {
   return p && p->kind() == ir::NodeKind::Param ? p : nullptr;
 }
 inline bool isParam(const Value* v) { return paramNode(v) != nullptr; }
+// A param whose values the caller may replace at run time: a pass may move its elements (and its
+// source with them, see ir::Node::paramSource) but not compute with or compare its values.
+inline bool isUpdatable(const Value* v) {
+  Node* p = paramNode(v);
+  return p && p->isUpdatable();
+}
 
 // The op node of kind `op` that defines `v`, or nullptr.
 inline Node* producerOp(const Value* v, Op op) {
@@ -49,10 +55,10 @@ inline bool onlyUsedBy(const ir::Graph& graph, const Value* v, const Node* user)
   return users.size() == 1 && users.front() == user;
 }
 
-// The value of a one-element param (any shape with one element), when `v` is one.
+// The value of a one-element fixed param (any shape with one element), when `v` is one.
 inline std::optional<double> scalarParam(const Value* v) {
   Node* p = paramNode(v);
-  if (!p || p->paramData().numel() != 1) return std::nullopt;
+  if (!p || p->isUpdatable() || p->paramData().numel() != 1) return std::nullopt;
   return p->paramData().getAsDouble(0);
 }
 
@@ -111,6 +117,27 @@ inline std::optional<std::vector<double>> perChannel(const Tensor& t, size_t ran
   return values;
 }
 
+// A param's elements moved (transposed, broadcast, concatenated): the data, and for an updatable
+// param its source moved the same way, so the result stays updatable.
+struct Moved {
+  Tensor data;
+  std::optional<Tensor> source;
+};
+
+// `move` (Tensor -> Tensor, for any dtype) applied to p's data and, when p is updatable, its source.
+template <typename Move>
+Moved moveParam(const Node* p, Move&& move) {
+  Moved m{move(p->paramData()), std::nullopt};
+  if (p->isUpdatable()) m.source = move(p->paramSource());
+  return m;
+}
+
+// perChannel of param p as a [n] tensor of p's dtype, moved (see Moved); nullopt when it does not fit.
+inline std::optional<Moved> channelRow(const Node* p, size_t rank, size_t axis, int64_t n) {
+  if (!perChannel(p->paramData(), rank, axis, n)) return std::nullopt;
+  return moveParam(p, [&](const Tensor& t) { return fromDoubles(t.dtype(), {n}, *perChannel(t, rank, axis, n)); });
+}
+
 // ---- provenance
 
 // Appends the entries of `from` not already in `into`, in order.
@@ -136,6 +163,13 @@ inline std::vector<std::string> unionProvenance(const ir::Graph& graph, std::vec
 // A new param named after `base` (made unique).
 inline Value* addParam(ir::Graph& graph, std::string_view base, Tensor data, std::vector<std::string> provenance) {
   return graph.addParam(graph.uniqueName(base), std::move(data), std::move(provenance));
+}
+
+// A new param from moved elements, updatable when they came from an updatable param.
+inline Value* addParam(ir::Graph& graph, std::string_view base, Moved moved, std::vector<std::string> provenance) {
+  Value* v = addParam(graph, base, std::move(moved.data), std::move(provenance));
+  if (moved.source) v->producer()->setParamSource(std::move(*moved.source));
+  return v;
 }
 
 // Adds `op` just before `root` to compute what `root` computes, and moves root's uses to it. The
@@ -228,6 +262,8 @@ inline void restoreTopologicalOrder(ir::Graph& graph) {
       case ir::NodeKind::Input: map[n->output()] = rebuilt.addInput(n->output()->name(), n->output()->type()); break;
       case ir::NodeKind::Param:
         map[n->output()] = rebuilt.addParam(n->output()->name(), n->paramData(), n->provenance());
+        map[n->output()]->producer()->setModelWeight(n->isModelWeight());
+        if (n->isUpdatable()) map[n->output()]->producer()->setParamSource(n->paramSource());
         break;
       case ir::NodeKind::Op: {
         std::vector<Value*> inputs;
@@ -250,6 +286,7 @@ inline void restoreTopologicalOrder(ir::Graph& graph) {
       }
     }
   }
+  rebuilt.setUpdatableWeights(graph.updatableWeights());
   graph = std::move(rebuilt);
 }
 

@@ -89,6 +89,44 @@ class Policy {
     return l;
   }
   py::list inputs() const { return describe(model_.inputs()); }
+  py::list weightSpecs() const { return describe(model_.weights()); }
+
+  // {name: array} -> the model's set_weights: each a float32 array of the weight's shape (any
+  // other dtype is an error, not a silent cast); checked, then packed once.
+  void setWeights(const py::dict& given) {
+    std::vector<py::array> arrays;
+    std::vector<std::vector<int64_t>> shapes;
+    arrays.reserve(given.size());
+    shapes.reserve(given.size());
+    std::vector<std::pair<std::string, runtime::TensorView>> views;
+    for (const auto& [k, v] : given) {
+      const std::string name = py::str(k);
+      py::array a = py::isinstance<py::array>(v) ? py::reinterpret_borrow<py::array>(v) : py::array::ensure(v);
+      if (!a) throw py::value_error("weight '" + escape::message(name) + "' is not an array");
+      if (!a.dtype().equal(py::dtype::of<float>())) {
+        throw py::value_error("weight '" + escape::message(name) + "': expected dtype float32, got " + std::string(py::str(a.dtype())));
+      }
+      a = py::array::ensure(a, py::array::c_style);
+      if (!a) throw py::error_already_set();
+      arrays.push_back(a);
+      shapes.emplace_back(a.shape(), a.shape() + a.ndim());
+      views.emplace_back(name, runtime::TensorView(POLICYC_F32, std::span<const int64_t>(shapes.back()), static_cast<const void*>(a.data())));
+    }
+    py::gil_scoped_release release;
+    model_.setWeights(views);
+  }
+
+  // {name: a new float32 array} of every weight as the model now has it.
+  py::dict getWeights() const {
+    py::dict d;
+    const auto& specs = model_.weights();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      py::array_t<float> a(std::vector<py::ssize_t>(specs[i].shape.begin(), specs[i].shape.end()));
+      model_.getWeight(i, a.mutable_data());
+      d[py::str(specs[i].name)] = a;
+    }
+    return d;
+  }
   py::list outputs() const { return describe(model_.outputs()); }
   const std::string& name() const { return model_.name(); }
   const std::string& path() const { return model_.path(); }
@@ -245,7 +283,7 @@ class Policy {
 std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::optional<std::string>& backend, bool fuse,
                                       const std::string& mode, const std::string& target, int threads,
                                       const std::optional<std::string>& debugDir, bool externKernels,
-                                      const std::vector<int64_t>& tuneBatch) {
+                                      const std::vector<int64_t>& tuneBatch, bool updatableWeights) {
   if (!driver::isCompileMode(mode)) throw py::value_error("mode must be 'default' or 'max-autotune', got '" + mode + "'");
   driver::CompileRequest request;
   request.modelPath = path;
@@ -261,6 +299,7 @@ std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::option
   request.cpp.name = "model";
   request.cpp.target = target;
   request.cpp.externKernels = externKernels;
+  request.updatableWeights = updatableWeights;
   if (!tuneBatch.empty()) request.cpp.tuneBatches = tuneBatch;
   request.debugDir = debugDir.value_or("");
   std::string so;
@@ -311,6 +350,13 @@ PYBIND11_MODULE(_policyc, m) {
       .def_property_readonly("path", &Policy::path, "the compiled .so")
       .def_property_readonly("target", &Policy::target, "what the code was compiled for (native, x86-64-v3, ...)")
       .def_property("threads", &Policy::threads, &Policy::setThreads, "threads each call uses")
+      .def_property_readonly("weights", &Policy::weightSpecs,
+                             "[{'name', 'dtype', 'shape'}] of the weights set_weights may replace (compiled with "
+                             "updatable_weights=True; [] otherwise)")
+      .def("set_weights", &Policy::setWeights, py::arg("weights"),
+           "replace weights {name: float32 array of its shape} (the others keep theirs): checked, packed once, safe "
+           "against concurrent calls (each sees the old weights or the new ones)")
+      .def("get_weights", &Policy::getWeights, "{name: float32 array} of every weight as the model now has it")
       .def("_input_addresses", &Policy::inputAddresses,
            "the addresses a call would read its inputs from (tests: contiguous arrays are not copied)")
       .def("_abi_call_ns", &Policy::abiCallNs, py::arg("inputs"), py::arg("calls") = 10000,
@@ -318,10 +364,11 @@ PYBIND11_MODULE(_policyc, m) {
       .def("__repr__", [](const Policy& p) { return "<policyc.Policy " + p.name() + " from " + p.path() + ">"; });
   m.def("compile", &compilePolicy, py::arg("path"), py::arg("backend") = py::none(), py::arg("fuse") = true, py::arg("mode") = "default",
         py::arg("target") = "native", py::arg("threads") = 1, py::arg("debug_dir") = py::none(),
-        py::arg("extern_kernels") = true, py::arg("tune_batch") = std::vector<int64_t>{},
+        py::arg("extern_kernels") = true, py::arg("tune_batch") = std::vector<int64_t>{}, py::arg("updatable_weights") = false,
         "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it; backend 'llvm' (default) or 'cpp'; "
         "fuse=False: one kernel per graph node; mode 'max-autotune' "
-        "times every GEMM/conv implementation at tune_batch (default 1,16,64); extern_kernels=False keeps oneDNN out");
+        "times every GEMM/conv implementation at tune_batch (default 1,16,64); extern_kernels=False keeps oneDNN out; "
+        "updatable_weights=True: the weights can be replaced later (Policy.set_weights) without recompiling");
   // What policyc.load_bytes and Policy.to_bytes (policyc/__init__.py) build on.
   m.attr("ABI_VERSION") = POLICYC_ABI_VERSION;
   m.def("_host_cpu_features", &runtime::hostCpuFeatures, "the instruction-set extensions of this CPU that compiled code may use");

@@ -159,6 +159,7 @@ struct Model::State {
   std::string sourceHash;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
+  std::vector<TensorSpec> weights;
   uint64_t id = gNextModelId.fetch_add(1);
 
   std::mutex mutex;  // guards perThread
@@ -208,9 +209,19 @@ std::unique_ptr<Model::State> Model::describe(const std::string& soPath, const p
   state->name = desc->name;
   state->target = desc->target;
   // Models built before the field existed have no source hash.
-  if (desc->struct_size >= sizeof(policyc_model) && desc->source_hash) state->sourceHash = desc->source_hash;
+  if (desc->struct_size >= POLICYC_MODEL_STRUCT_SIZE_V1_HASH && desc->source_hash) state->sourceHash = desc->source_hash;
   state->inputs = readSpecs(soPath, "input", desc->num_inputs, desc->inputs);
   state->outputs = readSpecs(soPath, "output", desc->num_outputs, desc->outputs);
+  // Models built before the weights existed have none to replace.
+  if (desc->struct_size >= sizeof(policyc_model) && desc->num_weights != 0) {
+    if (!desc->set_weights || !desc->get_weights) invalid(soPath, "weights without set_weights and get_weights functions");
+    state->weights = readSpecs(soPath, "weight", desc->num_weights, desc->weights);
+    for (const TensorSpec& w : state->weights) {
+      for (int64_t d : w.shape) {
+        if (d < 0) invalid(soPath, "weight " + quote(w.name) + " has a batch dimension");
+      }
+    }
+  }
   state->profile = profile;
   return state;
 }
@@ -457,6 +468,45 @@ void Model::run(std::span<const TensorView> inputs, std::span<TensorView> output
   if (code != POLICYC_OK) {
     throw ModelError("model '" + escape::message(s.name) + "' failed: run returned " + std::to_string(code) + " (" + codeName(code) + ")");
   }
+}
+
+const std::vector<TensorSpec>& Model::weights() const { return state_->weights; }
+
+void Model::setWeights(std::span<const std::pair<std::string, TensorView>> weights) const {
+  const State& s = *state_;
+  if (s.weights.empty()) {
+    throw ModelError("model '" + escape::message(s.name) +
+                     "' has no weights to replace: compile it with --updatable-weights (Python: updatable_weights=True)");
+  }
+  std::vector<policyc_tensor_desc> given;
+  std::vector<const void*> data;
+  for (const auto& [name, view] : weights) {
+    auto spec = std::find_if(s.weights.begin(), s.weights.end(), [&](const TensorSpec& w) { return w.name == name; });
+    if (spec == s.weights.end()) {
+      std::string names;
+      for (const TensorSpec& w : s.weights) names += (names.empty() ? "" : ", ") + quote(w.name);
+      if (names.size() > 400) names = names.substr(0, 400) + "...";
+      throw ModelError("model '" + escape::message(s.name) + "' has no weight " + quote(name) + " (its weights: " + names + ")");
+    }
+    for (const policyc_tensor_desc& g : given) {
+      if (g.name == spec->name) throw ModelError("weight " + quote(name) + " is given twice");
+    }
+    checkTensor("weight", *spec, view, 1);
+    given.push_back({spec->name.c_str(), view.dtype, static_cast<int32_t>(view.shape.size()), view.shape.data()});
+    data.push_back(view.data);
+  }
+  const int code = s.desc->set_weights(static_cast<int32_t>(given.size()), given.data(), data.data());
+  if (code != POLICYC_OK) {
+    throw ModelError("model '" + escape::message(s.name) + "' refused the weights: set_weights returned " + std::to_string(code) +
+                     " (" + codeName(code) + ")");
+  }
+}
+
+void Model::getWeight(size_t index, float* out) const {
+  const State& s = *state_;
+  if (index >= s.weights.size()) throw ModelError("weight index " + std::to_string(index) + " is out of range");
+  const int code = s.desc->get_weights(static_cast<int32_t>(index), out);
+  if (code != POLICYC_OK) throw ModelError("get_weights returned " + std::to_string(code) + " (" + codeName(code) + ")");
 }
 
 int Model::runUnchecked(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace,

@@ -817,3 +817,102 @@ TEST_CASE("default pipeline: an MLP with a value head becomes fused linears", "[
   for (const auto& n : b.g.nodes()) params += n->kind() == NodeKind::Param ? 1 : 0;
   CHECK(params == 3);
 }
+
+// ---------------------------------------------------------------- updatable weights
+
+namespace {
+
+// Makes the params named updatable (as compile --updatable-weights does for model weights).
+void makeUpdatable(Graph& g, const Strings& names) {
+  for (const std::string& n : names) g.makeUpdatable(g.findValue(n)->producer());
+}
+
+// The element of updatable weight `name` an updatable param's element `e` copies (-1: a literal zero).
+std::pair<std::string, int64_t> sourceOf(const Graph& g, const Node* param, int64_t e) {
+  REQUIRE(param->isUpdatable());
+  const int64_t code = param->paramSource().data<int64_t>()[e];
+  if (code == 0) return {"", -1};
+  for (const Graph::UpdatableWeight& w : g.updatableWeights()) {
+    if (code - 1 >= w.offset && code - 1 < w.offset + w.value.numel()) return {w.name, code - 1 - w.offset};
+  }
+  FAIL("source code " << code << " names no weight");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("updatable weights: passes move them with their sources and never compute with them", "[passes][weights]") {
+  Builder b;
+  SECTION("fold-constants folds a transpose of an updatable weight, its source transposed alike") {
+    Value* x = b.input("x", {B, 3});
+    Value* t = b.op(Op::Transpose, {b.randomParam("w", {3, 4})}, {{"perm", Ints{1, 0}}}, "wt");
+    b.outputs({{"y", b.op(Op::Linear, {x, t}, "lin")}});
+    makeUpdatable(b.g, {"w"});
+    PassStats s = runPass(b.g, passes::foldConstants);
+    CHECK(s.get("folded") == 1);
+    const Node* folded = only(b.g, Op::Linear)->input(1)->producer();
+    REQUIRE(folded->isUpdatable());
+    // wt[n][k] = w[k][n]
+    CHECK(sourceOf(b.g, folded, 0 * 3 + 2) == std::pair<std::string, int64_t>{"w", 2 * 4 + 0});
+    CHECK(sourceOf(b.g, folded, 3 * 3 + 1) == std::pair<std::string, int64_t>{"w", 1 * 4 + 3});
+  }
+  SECTION("must not fire: fold-constants on arithmetic over an updatable weight") {
+    Value* x = b.input("x", {B, 4});
+    Value* scaled = b.op(Op::Mul, {b.randomParam("g", {4}), b.param("two", scalar(2.0))}, "g2");
+    b.outputs({{"y", b.op(Op::Mul, {x, scaled}, "y")}});
+    makeUpdatable(b.g, {"g"});
+    requireNoChange(b.g, passes::foldConstants);
+  }
+  SECTION("must not fire: fold-batch-norm with updatable statistics or weights") {
+    Value* x = b.input("x", {B, 3, 6, 6});
+    Value* c = b.op(Op::Conv, {x, b.randomParam("w", {4, 3, 3, 3}), b.randomParam("cb", {4})}, kConv3x3, "conv");
+    b.outputs({{"y", batchNorm(b, c, 4, "bn")}});
+    makeUpdatable(b.g, {"bn.scale"});
+    requireNoChange(b.g, passes::foldBatchNorm);
+  }
+  SECTION("must not fire: cse on equal updatable weights (zero biases at initialisation)") {
+    Value* x = b.input("x", {B, 4});
+    Value* y1 = b.op(Op::Add, {x, b.param("b1", filled({4}, {0, 0, 0, 0}))}, "y1");
+    Value* y2 = b.op(Op::Add, {x, b.param("b2", filled({4}, {0, 0, 0, 0}))}, "y2");
+    b.outputs({{"y1", y1}, {"y2", y2}});
+    makeUpdatable(b.g, {"b1", "b2"});
+    PassStats s = runPass(b.g, passes::eliminateCommonSubexpressions);
+    CHECK(s.get("params merged") == 0);
+  }
+  SECTION("canonicalize: a div by an updatable weight stays a div; gemm's transpose moves the source") {
+    Value* x = b.input("x", {B, 4});
+    Value* d = b.op(Op::Div, {x, b.randomParam("s", {4}, 1, 2)}, "d");
+    Value* gemm = b.op(Op::Gemm, {d, b.randomParam("w", {4, 5}), b.randomParam("c", {1, 5})}, "gemm");
+    b.outputs({{"y", gemm}});
+    makeUpdatable(b.g, {"s", "w", "c"});
+    runPass(b.g, passes::canonicalize);
+    CHECK(count(b.g, Op::Div) == 1);
+    Node* lin = only(b.g, Op::Linear);
+    const Node* w = lin->input(1)->producer();
+    CHECK(w->paramData().shape() == Ints{5, 4});
+    CHECK(sourceOf(b.g, w, 1 * 4 + 3) == std::pair<std::string, int64_t>{"w", 3 * 5 + 1});
+    const Node* bias = lin->input(2)->producer();
+    CHECK(bias->paramData().shape() == Ints{5});
+    CHECK(sourceOf(b.g, bias, 4) == std::pair<std::string, int64_t>{"c", 4});
+  }
+  SECTION("fuse-horizontal: updatable siblings concatenate their sources; a missing bias is literal zeros") {
+    Value* x = b.input("x", {B, 6});
+    Value* y1 = b.op(Op::Linear, {x, b.randomParam("w1", {4, 6}), b.randomParam("b1", {4})}, "y1");
+    Value* y2 = b.op(Op::Linear, {x, b.randomParam("w2", {3, 6})}, "y2");
+    Value* y3 = b.op(Op::Linear, {x, b.randomParam("w3", {2, 6})}, "y3");  // fixed: not merged with them
+    b.outputs({{"a", b.op(Op::Tanh, {y1}, "t1")}, {"b", b.op(Op::Abs, {y2}, "a2")}, {"c", b.op(Op::Abs, {y3}, "a3")}});
+    makeUpdatable(b.g, {"w1", "b1", "w2"});
+    PassStats s = runPass(b.g, passes::fuseHorizontal);
+    CHECK(s.get("layers merged") == 2);
+    Node* fused = nullptr;
+    for (const auto& n : b.g.nodes()) {
+      if (n->isOp(Op::Linear) && n->numInputs() == 3) fused = n.get();
+    }
+    REQUIRE(fused != nullptr);
+    const Node* w = fused->input(1)->producer();
+    CHECK(sourceOf(b.g, w, 4 * 6 + 5) == std::pair<std::string, int64_t>{"w2", 5});
+    const Node* bias = fused->input(2)->producer();
+    CHECK(sourceOf(b.g, bias, 3) == std::pair<std::string, int64_t>{"b1", 3});
+    CHECK(sourceOf(b.g, bias, 5) == std::pair<std::string, int64_t>{"", -1});
+  }
+}

@@ -101,31 +101,54 @@ std::string Emitter::emitWeightsBlock() const {
   s += "// packed into panels of 16 output columns. The build writes the blob next to this file and\n";
   s += "// defines PC_WEIGHTS_FILE to its path.\n";
   if (s_.weights.empty()) return s + "static const unsigned char* const pc_weights = nullptr;\n";
+  // set_weights writes the blob: then it lives in .data.
+  const bool writable = s_.weightTable >= 0;
+  if (writable) s += "// Writable: set_weights rewrites the pieces that came from updatable weights.\n";
   s += "#ifndef PC_WEIGHTS_FILE\n#define PC_WEIGHTS_FILE \"weights.bin\"\n#endif\n";
-  s += "__asm__(\".section .rodata\\n\"\n        \".balign 64\\n\"\n        \"pc_weights_blob:\\n\"\n"
-       "        \".incbin \\\"\" PC_WEIGHTS_FILE \"\\\"\\n\"\n        \".previous\\n\");\n";
-  s += "extern \"C\" const unsigned char pc_weights_blob[] __attribute__((visibility(\"hidden\")));\n";
-  s += "static const unsigned char* const pc_weights = pc_weights_blob;\n";
+  s += fmt::format("__asm__(\".section {}\\n\"\n        \".balign 64\\n\"\n        \"pc_weights_blob:\\n\"\n"
+                   "        \".incbin \\\"\" PC_WEIGHTS_FILE \"\\\"\\n\"\n        \".previous\\n\");\n", writable ? ".data" : ".rodata");
+  const char* constness = writable ? "" : "const ";
+  s += fmt::format("extern \"C\" {}unsigned char pc_weights_blob[] __attribute__((visibility(\"hidden\")));\n", constness);
+  s += fmt::format("static {}unsigned char* const pc_weights = pc_weights_blob;\n", constness);
   return s;
 }
 
 std::string Emitter::tensorDescs(const char* what, const std::vector<int>& ids, const std::vector<std::string>& names) const {
+  std::vector<std::pair<std::string, ir::TensorType>> tensors;
+  for (size_t i = 0; i < ids.size(); ++i) tensors.push_back({names[i], p_.buffer(ids[i]).type});
+  return descArray(what, tensors);
+}
+
+std::string Emitter::descArray(const char* what, const std::vector<std::pair<std::string, ir::TensorType>>& tensors) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const Buffer& b = p_.buffer(ids[i]);
+  for (size_t i = 0; i < tensors.size(); ++i) {
     std::vector<std::string> dims;
-    for (const ir::Dim& d : b.type.shape) dims.push_back(d.isBatch() ? "-1" : std::to_string(d.value()));
+    for (const ir::Dim& d : tensors[i].second.shape) dims.push_back(d.isBatch() ? "-1" : std::to_string(d.value()));
     if (dims.empty()) dims.push_back("0");  // a zero-length array is not C++
     s += fmt::format("static const int64_t pc_{}_shape_{}[] = {{{}}};\n", what, i, fmt::join(dims, ", "));
   }
   s += fmt::format("static const policyc_tensor_desc pc_{}[] = {{\n", what);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const Buffer& b = p_.buffer(ids[i]);
-    s += fmt::format("  {{\"{}\", {}, {}, pc_{}_shape_{}}},\n", cString(names[i]), abiDType(b.type.dtype), b.type.rank(),
-                     what, i);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const ir::TensorType& t = tensors[i].second;
+    s += fmt::format("  {{\"{}\", {}, {}, pc_{}_shape_{}}},\n", cString(tensors[i].first), abiDType(t.dtype), t.rank(), what, i);
   }
-  if (ids.empty()) s += "  {nullptr, 0, 0, nullptr},\n";
+  if (tensors.empty()) s += "  {nullptr, 0, 0, nullptr},\n";
   s += "};\n";
+  return s;
+}
+
+std::string Emitter::emitWeightUpdates() const {
+  if (s_.weightTable < 0) return "";
+  std::vector<std::pair<std::string, ir::TensorType>> weights;
+  for (const auto& w : p_.weights) weights.push_back({w.name, w.value.type()});
+  std::string s = "// ---- weights replaced at run time (set_weights; pc::setWeights has the blob's layout)\n\n";
+  s += descArray("weight_descs", weights);
+  s += "static pc::WeightsLock pc_weights_lock;  // zero bytes: unlocked\n";
+  s += fmt::format("static constexpr int64_t pc_weight_table = {};\n", s_.weightTable);
+  s += fmt::format("static int pc_set_weights(int32_t count, const policyc_tensor_desc* given, const void* const* data) {{\n"
+                   "  return pc::setWeights(pc_weights, pc_weight_table, &pc_weights_lock, pc_weight_descs, count, given, data);\n}}\n");
+  s += "static int pc_get_weights(int32_t index, void* out) {\n"
+       "  return pc::getWeights(pc_weights, pc_weight_table, &pc_weights_lock, pc_weight_descs, index, out);\n}\n\n";
   return s;
 }
 
@@ -265,7 +288,10 @@ std::string Emitter::emitAbi(const std::string& name) const {
   s += "static int pc_running_kernel = -1;\n\n";
   s += emitProfile();
   s += emitTuning();
-  s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n";
+  s += emitWeightUpdates();
+  const bool updatable = s_.weightTable >= 0;
+  s += fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {{\n",
+                   updatable ? "pc_run_kernels" : "pc_run");
   s += "  if (batch < 0 || batch > pc_max_batch || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
   if (o_.profile) s += "  uint64_t pc_profile_t0 = 0;\n  pc::ChunkTrace pc_chunks{pc_trace, kTraceCapacity, &pc_trace_count, 0, batch};\n";
   s += "  if (batch == 0) return POLICYC_OK;\n";
@@ -317,10 +343,19 @@ std::string Emitter::emitAbi(const std::string& name) const {
     if (o_.profile) s += fmt::format("  pc_profile_record({}, batch, pc_profile_t0);\n", i);
   }
   s += "  return POLICYC_OK;\n}\n\n";
+  if (updatable) {
+    s += "// A run holds the weights' read lock: set_weights waits for it and holds new runs back.\n";
+    s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n"
+         "  pc::weightsReadLock(&pc_weights_lock);\n"
+         "  const int rc = pc_run_kernels(inputs, outputs, batch, workspace, threads);\n"
+         "  pc::weightsReadUnlock(&pc_weights_lock);\n  return rc;\n}\n\n";
+  }
   s += fmt::format("static const policyc_model pc_model = {{\n  POLICYC_ABI_VERSION, sizeof(policyc_model), \"{}\", \"{}\",\n",
                    cString(p_.name), cString(o_.target));
-  s += fmt::format("  {}, pc_inputs, {}, pc_outputs, pc_workspace_bytes, pc_run, \"{}\"}};\n\n", ins.size(), outs.size(),
+  s += fmt::format("  {}, pc_inputs, {}, pc_outputs, pc_workspace_bytes, pc_run, \"{}\",\n", ins.size(), outs.size(),
                    cString(o_.sourceHash));
+  s += updatable ? fmt::format("  {}, pc_weight_descs, pc_set_weights, pc_get_weights}};\n\n", p_.weights.size())
+                 : "  0, nullptr, nullptr, nullptr};\n\n";
   s += "#define PC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
   s += "PC_EXPORT const policyc_model* policyc_model_descriptor(void) { return &pc_model; }\n";
   s += "PC_EXPORT const policyc_profile* policyc_profile_data(void) { return &pc_profile; }\n";

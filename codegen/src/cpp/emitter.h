@@ -236,6 +236,10 @@ class Emitter {
   // ---- ABI
 
   std::string tensorDescs(const char* what, const std::vector<int>& ids, const std::vector<std::string>& names) const;
+  // A policyc_tensor_desc array named pc_WHAT of (name, type) pairs.
+  static std::string descArray(const char* what, const std::vector<std::pair<std::string, ir::TensorType>>& tensors);
+  // set_weights / get_weights and the run's read lock (a model with updatable weights).
+  std::string emitWeightUpdates() const;
 
   // policyc_profile_data(): every kernel's name, nodes and cost; with o_.profile also the counters
   // pc_run updates after each kernel (on the calling thread; a kernel split between threads is

@@ -129,9 +129,12 @@ Value* Emitter::externOffset(Value* batch) {
 void Emitter::layoutWeights() {
   if (s_.weights.empty()) return;
   llvm::Constant* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(s_.weights.data(), s_.weights.size()));
-  weightsGv_ = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::PrivateLinkage, data, "pc_weights");
+  // set_weights writes the blob of a model with updatable weights: a variable, whose loads LLVM
+  // cannot fold into constants; otherwise one constant.
+  const bool writable = s_.weightTable >= 0;
+  weightsGv_ = new llvm::GlobalVariable(m_, data->getType(), !writable, llvm::GlobalValue::PrivateLinkage, data, "pc_weights");
   weightsGv_->setAlignment(llvm::Align(kWeightAlign));
-  weightsGv_->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+  if (!writable) weightsGv_->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
 }
 
 Value* Emitter::weightsAt(int64_t offset, const std::string& name) {
@@ -178,21 +181,28 @@ llvm::Function* Emitter::function(llvm::Type* ret, std::vector<llvm::Type*> para
   return f;
 }
 
+// A policyc_tensor_desc array named pc_WHAT of (name, type) pairs.
+llvm::GlobalVariable* Emitter::descArray(const std::vector<std::pair<std::string, ir::TensorType>>& tensors, const std::string& what) {
+  if (!descTy_) descTy_ = llvm::StructType::create(ctx_, {ptr_, i32_, i32_, ptr_}, "policyc_tensor_desc");
+  std::vector<llvm::Constant*> items;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const ir::TensorType& t = tensors[i].second;
+    std::vector<int64_t> shape;
+    for (const ir::Dim& d : t.shape) shape.push_back(d.isBatch() ? -1 : d.value());
+    llvm::Constant* arr = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int64_t>(shape));
+    auto* g = constGlobal(arr, fmt::format("pc_{}_shape_{}", what, i));
+    items.push_back(llvm::ConstantStruct::get(descTy_, {cstr(tensors[i].first), b_.getInt32(static_cast<uint32_t>(abiDType(t.dtype))),
+                                                        b_.getInt32(static_cast<uint32_t>(shape.size())), g}));
+  }
+  return constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(descTy_, items.size()), items), "pc_" + what);
+}
+
 void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const std::string& cName, const std::string& targetName) {
   // descriptors of the inputs and outputs
-  auto* descTy = llvm::StructType::create(ctx_, {ptr_, i32_, i32_, ptr_}, "policyc_tensor_desc");
   auto descs = [&](const std::vector<std::pair<std::string, int>>& list, const std::string& what) {
-    std::vector<llvm::Constant*> items;
-    for (size_t i = 0; i < list.size(); ++i) {
-      const Buffer& b = p_.buffer(list[i].second);
-      std::vector<int64_t> shape;
-      for (const ir::Dim& d : b.type.shape) shape.push_back(d.isBatch() ? -1 : d.value());
-      llvm::Constant* arr = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int64_t>(shape));
-      auto* g = constGlobal(arr, fmt::format("pc_{}_shape_{}", what, i));
-      items.push_back(llvm::ConstantStruct::get(descTy, {cstr(list[i].first), b_.getInt32(static_cast<uint32_t>(abiDType(b.type.dtype))),
-                                                         b_.getInt32(static_cast<uint32_t>(shape.size())), g}));
-    }
-    return constGlobal(llvm::ConstantArray::get(llvm::ArrayType::get(descTy, items.size()), items), "pc_" + what);
+    std::vector<std::pair<std::string, ir::TensorType>> tensors;
+    for (const auto& [name, id] : list) tensors.push_back({name, p_.buffer(id).type});
+    return descArray(tensors, what);
   };
   std::vector<std::pair<std::string, int>> ins;
   for (int id : p_.inputs) ins.push_back({p_.buffer(id).name, id});
@@ -214,7 +224,8 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
                                            "pc_running_kernel");
 
   // int run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads)
-  llvm::Function* run = function(i32_, {ptr_, ptr_, i64_, ptr_, i32_}, "pc_run", false);
+  const bool updatable = s_.weightTable >= 0;
+  llvm::Function* run = function(i32_, {ptr_, ptr_, i64_, ptr_, i32_}, updatable ? "pc_run_kernels" : "pc_run", false);
   {
     auto a = run->arg_begin();
     Value* inputs = &*a++;
@@ -366,14 +377,62 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
     b_.CreateRet(b_.getInt32(POLICYC_OK));
   }
 
+  // Updatable weights: set_weights, get_weights, and the run inside the weights' read lock.
+  llvm::Constant* numWeights = b_.getInt32(0);
+  llvm::Constant* weightDescs = llvm::ConstantPointerNull::get(ptr_);
+  llvm::Constant* setWeights = weightDescs;
+  llvm::Constant* getWeights = weightDescs;
+  if (updatable) {
+    std::vector<std::pair<std::string, ir::TensorType>> weights;
+    for (const auto& w : p_.weights) weights.push_back({w.name, w.value.type()});
+    llvm::GlobalVariable* descsGv = descArray(weights, "weight_descs");
+    auto* lockTy = llvm::ArrayType::get(i8_, llvmbe::kWeightsLockBytes);
+    auto* lock = new llvm::GlobalVariable(m_, lockTy, false, llvm::GlobalValue::InternalLinkage, llvm::Constant::getNullValue(lockTy),
+                                          "pc_weights_lock");
+    lock->setAlignment(llvm::Align(16));
+    Value* table = c64(s_.weightTable);
+    auto setFn = m_.getOrInsertFunction(llvmbe::kSetWeights, llvm::FunctionType::get(i32_, {ptr_, i64_, ptr_, ptr_, i32_, ptr_, ptr_}, false));
+    auto getFn = m_.getOrInsertFunction(llvmbe::kGetWeights, llvm::FunctionType::get(i32_, {ptr_, i64_, ptr_, ptr_, i32_, ptr_}, false));
+    auto lockFn = m_.getOrInsertFunction(llvmbe::kWeightsReadLock, llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false));
+    auto unlockFn = m_.getOrInsertFunction(llvmbe::kWeightsReadUnlock, llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false));
+    llvm::Function* set = function(i32_, {i32_, ptr_, ptr_}, "pc_set_weights", false);
+    {
+      auto a = set->arg_begin();
+      Value* count = &*a++;
+      Value* given = &*a++;
+      b_.CreateRet(b_.CreateCall(setFn, {weightsGv_, table, lock, descsGv, count, given, &*a}));
+    }
+    llvm::Function* get = function(i32_, {i32_, ptr_}, "pc_get_weights", false);
+    {
+      auto a = get->arg_begin();
+      Value* index = &*a++;
+      b_.CreateRet(b_.CreateCall(getFn, {weightsGv_, table, lock, descsGv, index, &*a}));
+    }
+    llvm::Function* locked = function(i32_, {ptr_, ptr_, i64_, ptr_, i32_}, "pc_run", false);
+    {
+      std::vector<Value*> args;
+      for (llvm::Argument& arg : locked->args()) args.push_back(&arg);
+      b_.CreateCall(lockFn, {lock});
+      Value* rc = b_.CreateCall(run, args, "rc");
+      b_.CreateCall(unlockFn, {lock});
+      b_.CreateRet(rc);
+    }
+    run = locked;
+    numWeights = b_.getInt32(static_cast<uint32_t>(p_.weights.size()));
+    weightDescs = descsGv;
+    setWeights = set;
+    getWeights = get;
+  }
+
   // the descriptor
-  auto* modelTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, ptr_, i32_, ptr_, i32_, ptr_, ptr_, ptr_, ptr_}, "policyc_model");
+  auto* modelTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, ptr_, i32_, ptr_, i32_, ptr_, ptr_, ptr_, ptr_, i32_, ptr_, ptr_, ptr_},
+                                           "policyc_model");
   const uint64_t modelSize = m_.getDataLayout().getTypeAllocSize(modelTy);
   auto* model = constGlobal(
       llvm::ConstantStruct::get(modelTy, {b_.getInt32(POLICYC_ABI_VERSION), b_.getInt32(static_cast<uint32_t>(modelSize)),
                                           cstr(p_.name), cstr(targetName), b_.getInt32(static_cast<uint32_t>(p_.inputs.size())),
                                           inDescs, b_.getInt32(static_cast<uint32_t>(p_.outputs.size())), outDescs, wsBytes, run,
-                                          cstr(o_.sourceHash)}),
+                                          cstr(o_.sourceHash), numWeights, weightDescs, setWeights, getWeights}),
       "pc_model");
 
   // profiling data (policyc_profile_data): what each kernel is and costs; with --profile also

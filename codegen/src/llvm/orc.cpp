@@ -40,6 +40,11 @@ void policyc_rt_parallel_for(int32_t, int64_t, double, double, void (*)(void*, i
 void* policyc_rt_thread_workspace(int64_t);
 uint64_t policyc_rt_now_ns();
 void policyc_rt_profile_record(uint64_t*, uint64_t*, policyc_trace_event*, int64_t, int64_t*, int32_t, int64_t, uint64_t);
+int32_t policyc_rt_set_weights(unsigned char*, int64_t, void*, const policyc_tensor_desc*, int32_t, const policyc_tensor_desc*,
+                               const void* const*);
+int32_t policyc_rt_get_weights(unsigned char*, int64_t, void*, const policyc_tensor_desc*, int32_t, void*);
+void policyc_rt_weights_read_lock(void*);
+void policyc_rt_weights_read_unlock(void*);
 void* policyc_rt_onednn_conv(void**, const char*, const int64_t*, int32_t, const char*, const float*, const float*);
 int32_t policyc_rt_onednn_conv_run(void*, const char*, const float*, const float*, float*, int64_t, int32_t, float*, const float**);
 void* policyc_rt_onednn_linear(void**, const char*, const int64_t*, const char*, const float*, const float*);
@@ -346,6 +351,14 @@ std::unique_ptr<JitModel> jitCompile(LlvmModule module) {
                                                        llvm::JITSymbolFlags::Exported};
   support[j.mangleAndIntern(llvmbe::kOnednnLinearRun)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_linear_run),
                                                           llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kSetWeights)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_set_weights),
+                                                     llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kGetWeights)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_get_weights),
+                                                     llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kWeightsReadLock)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_weights_read_lock),
+                                                          llvm::JITSymbolFlags::Exported};
+  support[j.mangleAndIntern(llvmbe::kWeightsReadUnlock)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_weights_read_unlock),
+                                                            llvm::JITSymbolFlags::Exported};
   if (llvm::Error e = lib.define(llvm::orc::absoluteSymbols(std::move(support)))) fail("JIT: {}", errorText(std::move(e)));
   auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.getDataLayout().getGlobalPrefix());
   if (!generator) fail("JIT: {}", errorText(generator.takeError()));

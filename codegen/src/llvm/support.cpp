@@ -44,4 +44,23 @@ __attribute__((visibility("hidden"))) void policyc_rt_profile_record(uint64_t* n
   pc::profileRecord(ns, calls, trace, capacity, count, kernel, batch, t0);
 }
 
+// Weights replaced at run time (models with updatable weights): pc::setWeights / pc::getWeights
+// and the run's read lock, on the model's own blob, table and lock (a zeroed global of
+// pc::kWeightsLockBytes).
+__attribute__((visibility("hidden"))) int32_t policyc_rt_set_weights(unsigned char* blob, int64_t table, void* lock,
+                                                                     const policyc_tensor_desc* weights, int32_t count,
+                                                                     const policyc_tensor_desc* given, const void* const* data) {
+  return pc::setWeights(blob, table, static_cast<pc::WeightsLock*>(lock), weights, count, given, data);
+}
+__attribute__((visibility("hidden"))) int32_t policyc_rt_get_weights(unsigned char* blob, int64_t table, void* lock,
+                                                                     const policyc_tensor_desc* weights, int32_t index, void* out) {
+  return pc::getWeights(blob, table, static_cast<pc::WeightsLock*>(lock), weights, index, out);
+}
+__attribute__((visibility("hidden"))) void policyc_rt_weights_read_lock(void* lock) {
+  pc::weightsReadLock(static_cast<pc::WeightsLock*>(lock));
+}
+__attribute__((visibility("hidden"))) void policyc_rt_weights_read_unlock(void* lock) {
+  pc::weightsReadUnlock(static_cast<pc::WeightsLock*>(lock));
+}
+
 }  // extern "C"

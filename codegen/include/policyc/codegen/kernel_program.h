@@ -109,6 +109,9 @@ struct KernelProgram {
   std::vector<Kernel> kernels;            // in execution order
   std::vector<int> inputs;                // buffer ids, in the graph's signature order
   std::vector<std::pair<std::string, int>> outputs;
+  // The weights a caller may replace at run time (ir::Graph::updatableWeights): Param buffers of
+  // updatable params read them through their sources; empty unless compiled --updatable-weights.
+  std::vector<ir::Graph::UpdatableWeight> weights;
 
   const Buffer& buffer(int id) const { return buffers.at(static_cast<size_t>(id)); }
   // Kernels that read buffer `id` (or a view of it), in order.

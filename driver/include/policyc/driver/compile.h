@@ -45,7 +45,16 @@ struct CompileRequest {
   // writes autotune.txt.
   std::string mode = "default";
   bool progress = true;              // the autotuner's progress on stderr
+  // --updatable-weights: every f32 weight of the model file (ONNX initializers, .pir params) can
+  // be replaced at run time (policyc_model::set_weights); the passes move such weights (transpose,
+  // concat, pack) but fold nothing into them (no batch-norm folding), and oneDNN does not run
+  // their layers. markUpdatableWeights does the marking.
+  bool updatableWeights = false;
 };
+
+// Makes every f32 model weight of `graph` (ir::Node::isModelWeight) with at least one element
+// updatable, in graph order; policyc::Error when it has none.
+void markUpdatableWeights(ir::Graph& graph);
 
 // The valid values of CompileRequest::mode / --mode.
 bool isCompileMode(const std::string& mode);  // default | max-autotune

@@ -74,6 +74,18 @@ class Node {
   // Param nodes: the constant tensor (its type equals the output value's type).
   const Tensor& paramData() const { return param_; }
   void setParamData(Tensor data);
+  // Param nodes: a trained weight of the model file (an ONNX initializer, a .pir param), as
+  // opposed to a constant of the computation (a Constant node's scalar, a folded shape).
+  bool isModelWeight() const { return modelWeight_; }
+  void setModelWeight(bool weight) { modelWeight_ = weight; }
+  // Param nodes: whether the caller may replace this param's values at run time (set_weights).
+  // An updatable param's source has its shape and dtype i64: element e holds 1 + the index of the
+  // Graph::updatableWeights() element it is a copy of, or 0 for a literal zero (padding). A pass
+  // may move an updatable param's elements (transpose, concat, pack) and must move its source the
+  // same way; it must never compute with its values or compare them, since they will change.
+  bool isUpdatable() const { return updatable_; }
+  const Tensor& paramSource() const { return source_; }
+  void setParamSource(Tensor source);  // makes the param updatable
 
   // Output node: the names the graph's outputs are known by (one per input of this node).
   const std::vector<std::string>& outputNames() const { return outputNames_; }
@@ -87,6 +99,9 @@ class Node {
   AttrMap attrs_;
   std::vector<std::string> provenance_;
   Tensor param_;
+  Tensor source_;  // see paramSource()
+  bool updatable_ = false;
+  bool modelWeight_ = false;
   std::vector<std::string> outputNames_;
 };
 
@@ -107,6 +122,19 @@ class Graph {
   // ---- building. Names must be unique among the graph's values (Error otherwise).
   Value* addInput(std::string name, TensorType type);
   Value* addParam(std::string name, Tensor data, std::vector<std::string> provenance = {});
+
+  // ---- weights replaceable at run time (compile --updatable-weights)
+  struct UpdatableWeight {
+    std::string name;  // the model's name of the weight (what set_weights is called with)
+    Tensor value;      // as the model file gives it (f32)
+    int64_t offset = 0;  // of its first element among all updatable weights' elements
+  };
+  // Makes a param updatable: records its name and current data as a weight and gives it the
+  // source of its own elements. Only f32 params; Error otherwise.
+  void makeUpdatable(Node* param);
+  const std::vector<UpdatableWeight>& updatableWeights() const { return weights_; }
+  // For a pass that rebuilds a graph node by node: the weights of the graph it replaces.
+  void setUpdatableWeights(std::vector<UpdatableWeight> weights) { weights_ = std::move(weights); }
   // Adds an op before the output node (or at `before`, when given). Attributes are completed with
   // the op's defaults and checked; output types are inferred when `outputTypes` is empty.
   // `outputNames` gives one name per output (variadic-output ops need all of them).
@@ -144,6 +172,7 @@ class Graph {
 
   std::string name_;
   std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<UpdatableWeight> weights_;
   // Every value by name: name lookups and uniqueness checks in constant time (a graph of 50,000
   // nodes must import in linear time).
   std::unordered_map<std::string, Value*> byName_;

@@ -104,6 +104,17 @@ class Model {
   // tensor: "input 'obs': expected f32[batch,17], got f32[2,16]"). batch 0 checks and returns.
   void run(std::span<const TensorView> inputs, std::span<TensorView> outputs, int64_t batch, int threads = 1) const;
 
+  // The weights setWeights may replace (a model compiled with --updatable-weights; empty for any
+  // other), named and shaped as the model file has them, f32.
+  const std::vector<TensorSpec>& weights() const;
+  // Replaces the named weights (the others keep their values). Each is checked first — a name
+  // the model has, given once, f32 of its shape ("weight 'fc.bias': expected f32[64], got
+  // f32[32]") — so a bad call changes nothing. The model packs the values into its compiled layout
+  // here, once; concurrent run() calls see the old weights or the new ones, never a mix.
+  void setWeights(std::span<const std::pair<std::string, TensorView>> weights) const;
+  // Weight `index` (of weights()) as the model now has it: weights()[index].numelAt(1) floats into `out`.
+  void getWeight(size_t index, float* out) const;
+
   // The model's own run function, with no checks and the caller's workspace (workspaceBytes(batch)
   // bytes, aligned to POLICYC_WORKSPACE_ALIGNMENT); returns its POLICYC_* code.
   int runUnchecked(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int threads) const;

@@ -69,10 +69,26 @@ typedef struct policyc_model {
   /* Since struct_size covers it: 16 hex digits identifying the model and options that produced
    * this code (the compile cache checks it against its key); "" when unknown. */
   const char* source_hash;
+  /* Since struct_size covers it: the weights a caller may replace at run time (a model compiled
+   * with --updatable-weights; 0 and nulls otherwise). Each is f32, named and shaped as the model
+   * file has it (no batch dimension). */
+  int32_t num_weights;
+  const policyc_tensor_desc* weights;
+  /* Replaces `count` weights: given[i] names one of `weights` with its dtype and shape, data[i]
+   * holds its new values (C order); the others keep theirs. Everything is checked before anything
+   * is written (POLICYC_ERROR_ARGUMENT: an unknown or repeated name, another dtype or shape, a
+   * null array); the values are copied into the compiled layout once, here, not per run. Safe
+   * against concurrent runs: it waits for the runs in flight, holds new ones back while it writes,
+   * and every run sees either the old weights or the new ones, never a mix. */
+  int (*set_weights)(int32_t count, const policyc_tensor_desc* given, const void* const* data);
+  /* Copies weight `index`'s current values into `out` (as many f32 as its shape holds). */
+  int (*get_weights)(int32_t index, void* out);
 } policyc_model;
 
 /* struct_size of the first models of ABI version 1, which end before source_hash. */
 #define POLICYC_MODEL_STRUCT_SIZE_V1 (offsetof(policyc_model, run) + sizeof(void*))
+/* struct_size of models that end at source_hash (before the weights). */
+#define POLICYC_MODEL_STRUCT_SIZE_V1_HASH (offsetof(policyc_model, source_hash) + sizeof(void*))
 
 /* The one symbol a compiled model exports. */
 const policyc_model* policyc_model_descriptor(void);
