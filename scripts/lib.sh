@@ -12,6 +12,7 @@ POLICYC_PACKAGES=(
   libonnx-dev libprotobuf-dev libonnx-testdata
   python3-dev python3-numpy python3-onnx pybind11-dev
   python3-torch  # the rollout example and from_torch compare with PyTorch
+  python3-distributed  # examples/distributed: rollouts on Dask's distributed scheduler
   libopenblas0   # PyTorch's BLAS (libblas.so.3) for the peer benchmarks, instead of the reference BLAS
   graphviz       # the debug directory's pictures (dot -Tsvg) and `policyc dump --format svg`
   python3-matplotlib  # bench/plot.py: `policyc bench --plot` and the peers' plots

@@ -626,7 +626,7 @@ int main(int argc, char** argv) {
   compileCmd->add_flag("--profile", compile.profile, "time every kernel of every run (for `policyc bench --profile OUT.so`)");
   compileCmd->add_flag("--updatable-weights", compile.updatableWeights,
                        "the model's f32 weights can be replaced at run time (set_weights in the C ABI, Policy.set_weights): "
-                       "no batch-norm folding into them, no oneDNN for their layers");
+                       "nothing is folded into them (batch norm stays a per-channel scale and shift)");
   compile.pipeline.addTo(compileCmd);
   compile.impl.addTo(compileCmd);
 

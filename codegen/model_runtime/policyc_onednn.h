@@ -73,18 +73,30 @@ inline dnnl::stream& stream() {
   return s;
 }
 
-// What every extern kernel keeps: its constant weight (reordered into each layout a primitive asks
-// for, once) and bias, and its primitives per (batch, threads), created on first use.
+// What every extern kernel keeps: its weight (reordered into each layout a primitive asks for,
+// once) and bias, and its primitives per (batch, threads), created on first use. A weight that
+// set_weights may replace comes with the model's update count (pc::WeightsLock::generation): when
+// it moved, the reordered copies are made again from the weight, before the run that sees it
+// (runs and updates exclude each other, so no update is under way then). The bias is read where
+// it lies, at every run.
 template <class Entry>
 class Primitives {
  public:
-  Primitives(const float* weight, const float* bias, int64_t biasLength) : weight_(weight), bias_(bias), biasLength_(biasLength) {}
+  Primitives(const float* weight, const float* bias, int64_t biasLength, const uint64_t* generation)
+      : weight_(weight), bias_(bias), biasLength_(biasLength), generation_(generation) {}
 
  protected:
   // The entry of (batch, threads); `create(entry)` fills a new one.
   template <class Create>
   Entry& entry(int64_t batch, int threads, const Create& create) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (generation_) {
+      const uint64_t now = __atomic_load_n(generation_, __ATOMIC_ACQUIRE);
+      if (now != seen_) {
+        for (auto& [desc, packed] : weights_) reorderInto(desc, packed);
+        seen_ = now;
+      }
+    }
     for (auto& e : entries_) {
       if (e->batch == batch && e->threads == threads) return *e;
     }
@@ -100,10 +112,9 @@ class Primitives {
     for (auto& [d, m] : weights_) {
       if (d == want) return m;
     }
-    dnnl::memory user(plain, engine(), const_cast<float*>(weight_));
+    plain_ = plain;
     dnnl::memory packed(want, engine());
-    dnnl::reorder(user, packed).execute(stream(), user, packed);
-    stream().wait();
+    reorderInto(want, packed);
     weights_.emplace_back(want, packed);
     return packed;
   }
@@ -113,9 +124,20 @@ class Primitives {
   }
 
  private:
+  // The weight, from its plain layout, into `packed` (of layout `want`).
+  void reorderInto(const dnnl::memory::desc& want, dnnl::memory& packed) {
+    (void)want;
+    dnnl::memory user(plain_, engine(), const_cast<float*>(weight_));
+    dnnl::reorder(user, packed).execute(stream(), user, packed);
+    stream().wait();
+  }
+
   const float* weight_;
   const float* bias_;
   int64_t biasLength_;
+  const uint64_t* generation_;  // null: a constant weight
+  uint64_t seen_ = 0;
+  dnnl::memory::desc plain_;
   std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> weights_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Entry>> entries_;
@@ -146,7 +168,8 @@ struct ConvEntry {
 
 class Conv : Primitives<ConvEntry> {
  public:
-  Conv(ConvShape s, const float* weight, const float* bias) : Primitives(weight, bias, s.M), s_(std::move(s)) {}
+  Conv(ConvShape s, const float* weight, const float* bias, const uint64_t* generation = nullptr)
+      : Primitives(weight, bias, s.M, generation), s_(std::move(s)) {}
 
   // Workspace floats per batch row reserved for the copies of src and dst (the emitter reserves as much).
   static int64_t srcPerRow(const ConvShape& s) {
@@ -239,7 +262,8 @@ struct LinearEntry {
 
 class Linear : Primitives<LinearEntry> {
  public:
-  Linear(LinearShape s, const float* weight, const float* bias) : Primitives(weight, bias, s.N), s_(std::move(s)) {}
+  Linear(LinearShape s, const float* weight, const float* bias, const uint64_t* generation = nullptr)
+      : Primitives(weight, bias, s.N, generation), s_(std::move(s)) {}
 
   void run(const float* x, float* y, int64_t batch, int threads) {
     ThreadsGuard guard(threads);

@@ -970,6 +970,9 @@ template <class T> PC_INLINE T pow(T a, T b) {
 struct WeightsLock {
   pthread_mutex_t gate;
   int64_t readers;
+  // How many updates there were: a oneDNN kernel compares it with the one its reordered copy of
+  // the weight was made from (Primitives in policyc_onednn.h) and makes the copy again when it moved.
+  uint64_t generation;
 };
 constexpr int kWeightsLockBytes = 64;
 static_assert(sizeof(WeightsLock) <= kWeightsLockBytes, "the LLVM backend's lock global is too small");
@@ -1038,6 +1041,7 @@ static inline int setWeights(unsigned char* blob, int64_t table, WeightsLock* lo
     const int32_t* codes = reinterpret_cast<const int32_t*>(blob + r[2]);
     for (int64_t e = 0; e < r[1]; ++e) out[e] = codes[e] == 0 ? 0.0f : raw[codes[e] - 1];
   }
+  __atomic_add_fetch(&lock->generation, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&lock->gate);
   std::free(which);
   return POLICYC_OK;

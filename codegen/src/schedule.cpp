@@ -56,12 +56,6 @@ bool onednnEligible(const KernelProgram& p, const Kernel& k) {
   // An epilogue that can fail on its data (an integer division) reports through the run's status,
   // which oneDNN's extern call does not carry.
   if (k.canFail()) return false;
-  // oneDNN keeps its own reordered copy of a weight and takes post-op constants by value: a kernel
-  // reading updatable params (set_weights) keeps to generated code.
-  for (int id : k.reads()) {
-    const Buffer& b = p.buffer(p.buffer(id).root);
-    if (b.kind == BufferKind::Param && b.value->producer()->isUpdatable()) return false;
-  }
   const Buffer& x = p.buffer(k.anchorInputs[0]);
   if (k.domain.empty() || !k.domain[0].isBatch()) return false;
   for (const Instr& in : k.body) {

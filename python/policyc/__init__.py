@@ -24,7 +24,9 @@ __all__ = ["Policy", "compile", "load", "load_bytes", "from_torch"]
 #
 # The bytes are MAGIC, a 4-byte little-endian length, a JSON header (format, ABI version, name,
 # target, the CPU extensions the code may use, signature, threads, the .so's size and SHA-256),
-# then the .so itself. Loading checks all of it before anything runs: a host without the
+# then the .so itself, then (a policy with updatable weights) the weights as the sender has them
+# now — the .so holds those it was compiled with — little-endian float32, each weight's name,
+# shape and offset in the header, all of them under one SHA-256. Loading checks all of it before anything runs: a host without the
 # instruction set gets an error, never an illegal instruction; the .so goes into the compile
 # cache under its hash through a temporary file and a rename, and is hashed again before it is
 # loaded, so a half-written or damaged entry is never loaded.
@@ -50,8 +52,17 @@ def _to_bytes(self):
         "size": len(so),
         "sha256": hashlib.sha256(so).hexdigest(),
     }
+    blob = b""
+    if self.weights:
+        parts, entries = [], []
+        for name, value in self.get_weights().items():
+            data = value.astype("<f4").tobytes()
+            entries.append({"name": name, "shape": list(value.shape), "offset": sum(len(p) for p in parts), "size": len(data)})
+            parts.append(data)
+        blob = b"".join(parts)
+        header["weights"] = {"entries": entries, "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
     text = json.dumps(header, sort_keys=True).encode()
-    return _MAGIC + struct.pack("<I", len(text)) + text + so
+    return _MAGIC + struct.pack("<I", len(text)) + text + so + blob
 
 
 def _parse(data):
@@ -68,16 +79,38 @@ def _parse(data):
         header = json.loads(data[start:start + n].decode())
     except (UnicodeDecodeError, ValueError) as e:
         raise ValueError("a damaged compiled policy: its header is not JSON (%s)" % e) from None
-    so = data[start + n:]
+    rest = data[start + n:]
     if not isinstance(header, dict) or header.get("format") != _FORMAT:
         raise ValueError("a compiled policy of format %r; this policyc reads format %d" %
                          (header.get("format") if isinstance(header, dict) else None, _FORMAT))
     if header.get("abi_version") != _policyc.ABI_VERSION:
         raise ValueError("a compiled policy of ABI version %r; this policyc loads version %d: compile it again with this "
                          "policyc" % (header.get("abi_version"), _policyc.ABI_VERSION))
-    if header.get("size") != len(so) or hashlib.sha256(so).hexdigest() != header.get("sha256"):
+    size = header.get("size")
+    if not isinstance(size, int) or size > len(rest) or hashlib.sha256(rest[:size]).hexdigest() != header.get("sha256"):
         raise ValueError("a damaged compiled policy: its shared object does not match the size and SHA-256 it was sent with")
-    return header, so
+    so, blob = rest[:size], rest[size:]
+    weights = header.get("weights")
+    if weights is None and blob:
+        raise ValueError("a damaged compiled policy: %d bytes follow its shared object" % len(blob))
+    if weights is not None:
+        if (not isinstance(weights, dict) or weights.get("size") != len(blob)
+                or hashlib.sha256(blob).hexdigest() != weights.get("sha256")):
+            raise ValueError("a damaged compiled policy: its weights do not match the size and SHA-256 they were sent with")
+    return header, so, blob
+
+
+def _weights_of(header, blob):
+    """{name: float32 array} of the weights that came with the bytes (checked by _parse)."""
+    import numpy as np
+
+    out = {}
+    for e in header["weights"]["entries"]:
+        shape, offset, size = tuple(int(d) for d in e["shape"]), int(e["offset"]), int(e["size"])
+        if offset < 0 or size < 0 or offset + size > len(blob) or size != 4 * int(np.prod(shape, dtype=np.int64)):
+            raise ValueError("a damaged compiled policy: weight %r lies outside its weights" % (e.get("name"),))
+        out[str(e["name"])] = np.frombuffer(blob, "<f4", size // 4, offset).reshape(shape).astype(np.float32)
+    return out
 
 
 def _cached_so(header, so):
@@ -113,14 +146,17 @@ def load_bytes(data, threads=None):
     """A Policy from Policy.to_bytes() output (or a pickle's): checked (format, ABI version, size,
     SHA-256, and that this CPU has every instruction-set extension the code may use), written into
     the compile cache under its hash and loaded. threads: the sender's unless given."""
-    header, so = _parse(data)
+    header, so, blob = _parse(data)
     have = set(_policyc._host_cpu_features())
     missing = [f for f in header.get("cpu_features", []) if f not in have]
     if missing:
         raise RuntimeError("policy %r was compiled for target %r and may use %s, which this CPU lacks; compile it with "
                            "target='x86-64-v3' (or 'generic') to run it on a mixed fleet" %
                            (header.get("name"), header.get("target"), ", ".join(missing)))
-    return load(_cached_so(header, so), threads if threads is not None else int(header.get("threads", 1)))
+    policy = load(_cached_so(header, so), threads if threads is not None else int(header.get("threads", 1)))
+    if "weights" in header:
+        policy.set_weights(_weights_of(header, blob))  # the sender's weights now, not those compiled in
+    return policy
 
 
 def _reduce(self):

@@ -321,5 +321,81 @@ class FromTorchTest(unittest.TestCase):
         self.assertEqual(policy.inputs[0]["shape"], (None, 6))
 
 
+class SetWeightsTest(unittest.TestCase):
+    """Policy.set_weights / get_weights on a policy compiled with updatable_weights=True."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.policy = policyc.compile(PPO, updatable_weights=True)
+        cls.original = cls.policy.get_weights()
+        rng = np.random.default_rng(4)
+        cls.new = {k: (v * rng.uniform(0.5, 1.5, v.shape) + 0.01).astype(np.float32) for k, v in cls.original.items()}
+        cls.obs = rng.standard_normal((5, 17)).astype(np.float32)
+
+    def tearDown(self):
+        self.policy.set_weights(self.original)
+
+    def test_weights_describe_the_model_files_initializers(self):
+        names = [w["name"] for w in self.policy.weights]
+        self.assertEqual(sorted(names), sorted(self.original))
+        for w in self.policy.weights:
+            self.assertEqual(np.dtype(w["dtype"]), np.float32)
+            self.assertEqual(tuple(w["shape"]), self.original[w["name"]].shape)
+
+    def test_new_weights_give_what_a_fresh_compile_gives_bit_for_bit(self):
+        import onnx
+        from onnx import numpy_helper
+
+        before = self.policy(self.obs)
+        self.policy.set_weights(self.new)
+        after = self.policy(self.obs)
+        self.assertFalse(np.array_equal(before[0], after[0]))
+        for k, v in self.policy.get_weights().items():
+            np.testing.assert_array_equal(v, self.new[k])
+        model = onnx.load(PPO)
+        for init in model.graph.initializer:
+            if init.name in self.new:
+                init.CopyFrom(numpy_helper.from_array(self.new[init.name], init.name))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "ppo_new.onnx")
+            onnx.save(model, path)
+            fresh = policyc.compile(path, updatable_weights=True)
+            for a, b in zip(after, fresh(self.obs)):
+                np.testing.assert_array_equal(a, b)
+        self.policy.set_weights(self.original)
+        for a, b in zip(before, self.policy(self.obs)):
+            np.testing.assert_array_equal(a, b)
+
+    def test_pickle_carries_the_current_weights(self):
+        import pickle
+
+        self.policy.set_weights(self.new)
+        back = pickle.loads(pickle.dumps(self.policy))
+        for a, b in zip(self.policy(self.obs), back(self.obs)):
+            np.testing.assert_array_equal(a, b)
+        data = bytearray(self.policy.to_bytes())
+        data[-3] ^= 0x40  # inside the weights
+        with self.assertRaisesRegex(ValueError, "its weights do not match"):
+            policyc.load_bytes(bytes(data))
+
+    def test_bad_weights_are_value_errors_that_change_nothing(self):
+        before = self.policy(self.obs)
+        name = next(iter(self.original))
+        other = [k for k in self.original if self.original[k].shape != self.original[name].shape][0]
+        cases = [({"no.such": self.new[name]}, "has no weight 'no.such'"),
+                 ({name: self.new[name].astype(np.float64)}, "expected dtype float32, got float64"),
+                 ({name: self.new[other]}, "weight '%s': expected f32\\[" % re.escape(name)),
+                 ({name: "not numbers"}, "expected dtype float32")]
+        for given, message in cases:
+            with self.assertRaisesRegex(ValueError, message):
+                self.policy.set_weights(dict(given, **{other: self.new[other]}))
+        for a, b in zip(before, self.policy(self.obs)):
+            np.testing.assert_array_equal(a, b)
+        fixed = policyc.compile(PPO)
+        self.assertEqual(fixed.weights, [])
+        with self.assertRaisesRegex(ValueError, "updatable_weights=True"):
+            fixed.set_weights(self.new)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -223,6 +223,11 @@ TEST_CASE("runtime: the source hash, and descriptors of the first ABI 1 layout w
   CHECK(v1.descriptor().struct_size == POLICYC_MODEL_STRUCT_SIZE_V1);
   CHECK(v1.sourceHash().empty());
   CHECK(v1.workspaceBytes(3) == 64 + 3 * 16);
+  // The layout that ends at source_hash: its hash is read, the weights past it are not.
+  Model hashed = Model::load(testModel("hash_struct", "-DPOLICYC_TEST_HASH_STRUCT"));
+  CHECK(hashed.sourceHash() == "0123456789abcdef");
+  CHECK(hashed.weights().empty());
+  CHECK(Model::load(testModel()).weights().empty());
 }
 
 TEST_CASE("runtime: run computes the model, for any thread count", "[runtime]") {

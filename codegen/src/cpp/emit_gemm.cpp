@@ -27,19 +27,22 @@ std::string Emitter::emitOnednnObject(const Kernel& k, size_t index, Impl im) co
   }
   const std::string weight = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", s_.paramOffset.at(p_.buffer(k.anchorInputs[1]).root));
   const std::string bias = fmt::format("reinterpret_cast<const float*>(pc_weights + {})", s_.kernels[index].packedBias);
+  // An updatable weight: oneDNN's reordered copy follows set_weights (pc::dnnl_ext::Primitives).
+  const bool updatable = p_.buffer(p_.buffer(k.anchorInputs[1]).root).value->producer()->isUpdatable();
+  const std::string generation = updatable ? "&pc_weights_lock.generation" : "nullptr";
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   if (k.kind == KernelKind::Linear) {
-    return fmt::format("static pc::dnnl_ext::Linear {}({{{}, {}, {}, {{{}}}}}, {}, {});\n", objectName(index, im), packedK(k),
-                       packedN(k), X.strides[0], post, weight, bias);
+    return fmt::format("static pc::dnnl_ext::Linear {}({{{}, {}, {}, {{{}}}}}, {}, {}, {});\n", objectName(index, im), packedK(k),
+                       packedN(k), X.strides[0], post, weight, bias, generation);
   }
   const ir::Node& n = *k.anchor;
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
   std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
-  return fmt::format("static pc::dnnl_ext::Conv {}({{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {{{}}}, {}}}, {}, {});\n",
+  return fmt::format("static pc::dnnl_ext::Conv {}({{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {{{}}}, {}}}, {}, {}, {});\n",
                      objectName(index, im), X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(),
                      k.domain[1].value(), W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(),
                      k.domain[3].value(), st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0], post,
-                     im == Impl::OnednnPostOps ? "true" : "false", weight, bias);
+                     im == Impl::OnednnPostOps ? "true" : "false", weight, bias, generation);
 }
 
 std::string Emitter::emitOnednnCall(const Kernel& k, size_t index, Impl im) const {

@@ -110,6 +110,7 @@ std::string Emitter::emitWeightsBlock() const {
   const char* constness = writable ? "" : "const ";
   s += fmt::format("extern \"C\" {}unsigned char pc_weights_blob[] __attribute__((visibility(\"hidden\")));\n", constness);
   s += fmt::format("static {}unsigned char* const pc_weights = pc_weights_blob;\n", constness);
+  if (writable) s += "static pc::WeightsLock pc_weights_lock;  // runs against set_weights; zero bytes: unlocked\n";
   return s;
 }
 
@@ -143,7 +144,6 @@ std::string Emitter::emitWeightUpdates() const {
   for (const auto& w : p_.weights) weights.push_back({w.name, w.value.type()});
   std::string s = "// ---- weights replaced at run time (set_weights; pc::setWeights has the blob's layout)\n\n";
   s += descArray("weight_descs", weights);
-  s += "static pc::WeightsLock pc_weights_lock;  // zero bytes: unlocked\n";
   s += fmt::format("static constexpr int64_t pc_weight_table = {};\n", s_.weightTable);
   s += fmt::format("static int pc_set_weights(int32_t count, const policyc_tensor_desc* given, const void* const* data) {{\n"
                    "  return pc::setWeights(pc_weights, pc_weight_table, &pc_weights_lock, pc_weight_descs, count, given, data);\n}}\n");

@@ -42,12 +42,17 @@ llvm::Function* Emitter::emitExtern(const Kernel& k, const ExternKernel& e, cons
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
   Value* weight = weightsAt(s_.paramOffset.at(W.root), "weight");
   Value* bias = weightsAt(s_.kernels[ki].packedBias, "bias");
+  // An updatable weight: oneDNN's reordered copy follows set_weights (pc::dnnl_ext::Primitives).
+  Value* generation = llvm::ConstantPointerNull::get(ptr_);
+  if (p_.buffer(W.root).value->producer()->isUpdatable()) {
+    generation = b_.CreateConstInBoundsGEP1_64(i8_, weightsLock(), llvmbe::kWeightsGenerationOffset, "generation");
+  }
   Value* scratch = b_.CreateInBoundsGEP(i8_, ws_, externOffset(batch_), "scratch");
   Value* src = elemPtr(k.anchorInputs[0], {});
   llvm::Constant* null = llvm::ConstantPointerNull::get(ptr_);
   Value* rc = nullptr;
   if (e.linear) {
-    Value* obj = b_.CreateCall(onednnLinear_, {slot, name, shape, cstr(e.postOps), weight, bias}, "linear");
+    Value* obj = b_.CreateCall(onednnLinear_, {slot, name, shape, cstr(e.postOps), weight, bias, generation}, "linear");
     Value* dst = e.store >= 0 ? elemPtr(e.store, {}) : scratch;  // onednn: the result rows the epilogue reads
     if (e.residual >= 0 && p_.buffer(e.residual).root != p_.buffer(e.store).root) {
       // The residual first: oneDNN's sum post-op adds what the destination holds.
@@ -55,7 +60,8 @@ llvm::Function* Emitter::emitExtern(const Kernel& k, const ExternKernel& e, cons
     }
     rc = b_.CreateCall(onednnLinearRun_, {obj, name, src, dst, batch_, threads}, "rc");
   } else {
-    Value* conv = b_.CreateCall(onednnConv_, {slot, name, shape, b_.getInt32(e.anyLayout ? 1 : 0), cstr(e.postOps), weight, bias}, "conv");
+    Value* conv = b_.CreateCall(onednnConv_, {slot, name, shape, b_.getInt32(e.anyLayout ? 1 : 0), cstr(e.postOps), weight, bias, generation},
+                                "conv");
     Value* sum = e.residual >= 0 ? elemPtr(e.residual, {}) : null;
     Value* dst = e.store >= 0 ? elemPtr(e.store, {}) : null;
     llvm::AllocaInst* result = local(ptr_, "result");

@@ -137,6 +137,17 @@ void Emitter::layoutWeights() {
   if (!writable) weightsGv_->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
 }
 
+// The model's pc::WeightsLock (a model with updatable weights): a zeroed global, unlocked.
+llvm::GlobalVariable* Emitter::weightsLock() {
+  if (!weightsLock_) {
+    auto* lockTy = llvm::ArrayType::get(i8_, llvmbe::kWeightsLockBytes);
+    weightsLock_ = new llvm::GlobalVariable(m_, lockTy, false, llvm::GlobalValue::InternalLinkage, llvm::Constant::getNullValue(lockTy),
+                                            "pc_weights_lock");
+    weightsLock_->setAlignment(llvm::Align(16));
+  }
+  return weightsLock_;
+}
+
 Value* Emitter::weightsAt(int64_t offset, const std::string& name) {
   // No weights at all when every param is empty (a [0, 5] mask, say): nothing reads through the
   // pointer then, as the loops over its elements run zero times.
@@ -154,11 +165,11 @@ void Emitter::declareSupport() {
   threadWorkspace_ = llvm::Function::Create(wsTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kThreadWorkspace, m_);
   externFnTy_ = llvm::FunctionType::get(i32_, {ptr_, i32_}, false);
   if (usesExtern()) {
-    auto* createTy = llvm::FunctionType::get(ptr_, {ptr_, ptr_, ptr_, i32_, ptr_, ptr_, ptr_}, false);
+    auto* createTy = llvm::FunctionType::get(ptr_, {ptr_, ptr_, ptr_, i32_, ptr_, ptr_, ptr_, ptr_}, false);
     onednnConv_ = llvm::Function::Create(createTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnConv, m_);
     auto* runTy = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_, i64_, i32_, ptr_, ptr_}, false);
     onednnConvRun_ = llvm::Function::Create(runTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnConvRun, m_);
-    auto* linearTy = llvm::FunctionType::get(ptr_, {ptr_, ptr_, ptr_, ptr_, ptr_, ptr_}, false);
+    auto* linearTy = llvm::FunctionType::get(ptr_, {ptr_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_}, false);
     onednnLinear_ = llvm::Function::Create(linearTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnLinear, m_);
     auto* linearRunTy = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, i64_, i32_}, false);
     onednnLinearRun_ = llvm::Function::Create(linearRunTy, llvm::GlobalValue::ExternalLinkage, llvmbe::kOnednnLinearRun, m_);
@@ -386,10 +397,7 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
     std::vector<std::pair<std::string, ir::TensorType>> weights;
     for (const auto& w : p_.weights) weights.push_back({w.name, w.value.type()});
     llvm::GlobalVariable* descsGv = descArray(weights, "weight_descs");
-    auto* lockTy = llvm::ArrayType::get(i8_, llvmbe::kWeightsLockBytes);
-    auto* lock = new llvm::GlobalVariable(m_, lockTy, false, llvm::GlobalValue::InternalLinkage, llvm::Constant::getNullValue(lockTy),
-                                          "pc_weights_lock");
-    lock->setAlignment(llvm::Align(16));
+    llvm::GlobalVariable* lock = weightsLock();
     Value* table = c64(s_.weightTable);
     auto setFn = m_.getOrInsertFunction(llvmbe::kSetWeights, llvm::FunctionType::get(i32_, {ptr_, i64_, ptr_, ptr_, i32_, ptr_, ptr_}, false));
     auto getFn = m_.getOrInsertFunction(llvmbe::kGetWeights, llvm::FunctionType::get(i32_, {ptr_, i64_, ptr_, ptr_, i32_, ptr_}, false));

@@ -62,6 +62,8 @@ class Emitter : llvmbe::Builder {
 
   // The schedule's weights blob as one aligned constant.
   void layoutWeights();
+  // The model's pc::WeightsLock (updatable weights), created on first use.
+  llvm::GlobalVariable* weightsLock();
   // A policyc_tensor_desc array named pc_WHAT of (name, type) pairs (inputs, outputs, weights).
   llvm::GlobalVariable* descArray(const std::vector<std::pair<std::string, ir::TensorType>>& tensors, const std::string& what);
   Value* weightsAt(int64_t offset, const std::string& name);
@@ -262,6 +264,7 @@ class Emitter : llvmbe::Builder {
   std::map<int, llvm::MDNode*> aliasScopes_;    // by root buffer
   llvm::GlobalVariable* weightsGv_ = nullptr;
   llvm::StructType* descTy_ = nullptr;  // policyc_tensor_desc
+  llvm::GlobalVariable* weightsLock_ = nullptr;  // weightsLock()
   llvm::FunctionType* kernelFnTy_ = nullptr;
   llvm::Function* parallelFor_ = nullptr;
   // --profile's counters (null without it)

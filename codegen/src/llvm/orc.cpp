@@ -45,9 +45,9 @@ int32_t policyc_rt_set_weights(unsigned char*, int64_t, void*, const policyc_ten
 int32_t policyc_rt_get_weights(unsigned char*, int64_t, void*, const policyc_tensor_desc*, int32_t, void*);
 void policyc_rt_weights_read_lock(void*);
 void policyc_rt_weights_read_unlock(void*);
-void* policyc_rt_onednn_conv(void**, const char*, const int64_t*, int32_t, const char*, const float*, const float*);
+void* policyc_rt_onednn_conv(void**, const char*, const int64_t*, int32_t, const char*, const float*, const float*, const uint64_t*);
 int32_t policyc_rt_onednn_conv_run(void*, const char*, const float*, const float*, float*, int64_t, int32_t, float*, const float**);
-void* policyc_rt_onednn_linear(void**, const char*, const int64_t*, const char*, const float*, const float*);
+void* policyc_rt_onednn_linear(void**, const char*, const int64_t*, const char*, const float*, const float*, const uint64_t*);
 int32_t policyc_rt_onednn_linear_run(void*, const char*, const float*, float*, int64_t, int32_t);
 extern const unsigned char policyc_llvm_support_archive[];
 extern const unsigned char policyc_llvm_support_archive_end[];

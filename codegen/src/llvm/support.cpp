@@ -2,6 +2,8 @@
 // the typed wrappers' per-thread workspace and the profiler's bookkeeping, behind a C interface
 // the emitted IR calls. Linked into the compiler (the JIT resolves these symbols to it) and, as a
 // static archive embedded in the compiler, into every shared object the backend builds.
+#include <cstddef>
+
 #include "policyc/runtime/policyc_model.h"  // the prelude's error codes
 #include "../../model_runtime/policyc_prelude.h"
 
@@ -43,6 +45,8 @@ __attribute__((visibility("hidden"))) void policyc_rt_profile_record(uint64_t* n
                                                                       uint64_t t0) {
   pc::profileRecord(ns, calls, trace, capacity, count, kernel, batch, t0);
 }
+
+static_assert(offsetof(pc::WeightsLock, generation) == 48, "llvm_internal.h: kWeightsGenerationOffset");
 
 // Weights replaced at run time (models with updatable weights): pc::setWeights / pc::getWeights
 // and the run's read lock, on the model's own blob, table and lock (a zeroed global of

@@ -101,11 +101,11 @@ extern "C" {
 // The conv object in *slot, created on the first call (any thread); null after a failure.
 __attribute__((visibility("hidden"))) void* policyc_rt_onednn_conv(void** slot, const char* kernel, const int64_t* s,
                                                                     int32_t anyLayout, const char* postOps, const float* weight,
-                                                                    const float* bias) {
+                                                                    const float* bias, const uint64_t* generation) {
   return createOnce(slot, kernel, [&] {
     pc::dnnl_ext::ConvShape shape{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
                                   s[12], s[13], s[14], s[15], s[16], parsePostOps(postOps), anyLayout != 0};
-    return static_cast<void*>(new pc::dnnl_ext::Conv(std::move(shape), weight, bias));
+    return static_cast<void*>(new pc::dnnl_ext::Conv(std::move(shape), weight, bias, generation));
   });
 }
 
@@ -120,10 +120,11 @@ __attribute__((visibility("hidden"))) int32_t policyc_rt_onednn_conv_run(void* c
 // The inner product object in *slot (shape: K, N, the source's row stride), created on the first
 // call; null after a failure.
 __attribute__((visibility("hidden"))) void* policyc_rt_onednn_linear(void** slot, const char* kernel, const int64_t* s,
-                                                                      const char* postOps, const float* weight, const float* bias) {
+                                                                      const char* postOps, const float* weight, const float* bias,
+                                                                      const uint64_t* generation) {
   return createOnce(slot, kernel, [&] {
     pc::dnnl_ext::LinearShape shape{s[0], s[1], s[2], parsePostOps(postOps)};
-    return static_cast<void*>(new pc::dnnl_ext::Linear(std::move(shape), weight, bias));
+    return static_cast<void*>(new pc::dnnl_ext::Linear(std::move(shape), weight, bias, generation));
   });
 }
 

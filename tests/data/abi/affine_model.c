@@ -7,9 +7,12 @@
  *   -DPOLICYC_TEST_BAD_DTYPE         a descriptor whose first input has dtype 42
  *   -DPOLICYC_TEST_DUPLICATE_NAME    a descriptor whose two inputs are both named 'obs'
  *   -DPOLICYC_TEST_V1_STRUCT         a descriptor of the first ABI 1 layout (no source_hash)
+ *   -DPOLICYC_TEST_HASH_STRUCT       a descriptor of the layout that ends at source_hash (no weights;
+ *                                    the fields past it hold garbage a loader must not read)
  * The run goes through the workspace (rows are computed there, then copied out, and a marker at
  * its start is checked at the end), so two runs sharing one workspace give wrong results.
  */
+#include <stddef.h>
 #include <stdint.h>
 
 #include "policyc/runtime/policyc_model.h"
@@ -84,15 +87,23 @@ static int run(const void* const* inputs, void* const* outputs, int64_t batch, v
 }
 
 /* POLICYC_TEST_V1_STRUCT: a model of the first ABI 1 layout, without source_hash (loaders read it). */
-#ifdef POLICYC_TEST_V1_STRUCT
+#if defined(POLICYC_TEST_V1_STRUCT)
 #define POLICYC_TEST_STRUCT_SIZE POLICYC_MODEL_STRUCT_SIZE_V1
+#elif defined(POLICYC_TEST_HASH_STRUCT)
+#define POLICYC_TEST_STRUCT_SIZE POLICYC_MODEL_STRUCT_SIZE_V1_HASH
 #else
 #define POLICYC_TEST_STRUCT_SIZE sizeof(policyc_model)
 #endif
 
+#ifdef POLICYC_TEST_HASH_STRUCT
+#define POLICYC_TEST_WEIGHTS 7, (const policyc_tensor_desc*)1, NULL, NULL
+#else
+#define POLICYC_TEST_WEIGHTS 0, NULL, NULL, NULL /* no weights to replace */
+#endif
+
 static const policyc_model kModel = {
     POLICYC_TEST_ABI_VERSION, POLICYC_TEST_STRUCT_SIZE, "affine", "generic",
-    2, kInputs, 2, kOutputs, workspace_bytes, run, "0123456789abcdef",
+    2, kInputs, 2, kOutputs, workspace_bytes, run, "0123456789abcdef", POLICYC_TEST_WEIGHTS,
 };
 
 #ifdef POLICYC_TEST_NO_DESCRIPTOR

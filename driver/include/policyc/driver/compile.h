@@ -47,8 +47,8 @@ struct CompileRequest {
   bool progress = true;              // the autotuner's progress on stderr
   // --updatable-weights: every f32 weight of the model file (ONNX initializers, .pir params) can
   // be replaced at run time (policyc_model::set_weights); the passes move such weights (transpose,
-  // concat, pack) but fold nothing into them (no batch-norm folding), and oneDNN does not run
-  // their layers. markUpdatableWeights does the marking.
+  // concat, pack) but fold nothing into them (no batch-norm folding); oneDNN kernels reorder
+  // their copy again after an update. markUpdatableWeights does the marking.
   bool updatableWeights = false;
 };
 
