@@ -985,7 +985,9 @@ PC_INLINE void weightsReadLock(WeightsLock* l) {
 PC_INLINE void weightsReadUnlock(WeightsLock* l) { __atomic_fetch_sub(&l->readers, 1, __ATOMIC_RELEASE); }
 
 // Checks every given weight against the model's (name, f32, shape) before anything is written.
-// POLICYC_ERROR_ARGUMENT for an unknown or repeated name, another dtype or shape, a null array.
+// POLICYC_ERROR_ARGUMENT for an unknown or repeated name, another dtype or shape, a null array, or
+// a value that is not finite: a learner that diverged gets an error, not a policy of NaNs, and the
+// kernels may rely on finite weights (a conv's masked taps multiply zeros by them).
 static inline int checkWeights(const policyc_tensor_desc* weights, int32_t numWeights, int32_t count,
                                const policyc_tensor_desc* given, const void* const* data, int32_t* which) {
   if (count < 0 || (count > 0 && (given == nullptr || data == nullptr))) return POLICYC_ERROR_ARGUMENT;
@@ -1000,6 +1002,11 @@ static inline int checkWeights(const policyc_tensor_desc* weights, int32_t numWe
       numel *= g.shape[d];
     }
     if (numel > 0 && data[i] == nullptr) return POLICYC_ERROR_ARGUMENT;
+    // Without a branch per value (vectorised): |v| <= FLT_MAX is false for infinities and NaN.
+    const float* v = static_cast<const float*>(data[i]);
+    bool finite = true;
+    for (int64_t e = 0; e < numel; ++e) finite &= std::fabs(v[e]) <= std::numeric_limits<float>::max();
+    if (!finite) return POLICYC_ERROR_ARGUMENT;
     for (int32_t j = 0; j < i; ++j) {
       if (which[j] == w) return POLICYC_ERROR_ARGUMENT;
     }

@@ -326,8 +326,8 @@ std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, cons
   const bool f32 = X.type.dtype == DType::F32 && weight.type.dtype == DType::F32;
   if (stride == 1 && f32 && OW <= 256) t.chunks = (OW + 15) / 16;
   const Buffer& root = p.buffer(weight.root);
-  // Updatable weights may become anything: no tap may rely on their values being finite.
-  if (f32 && root.kind == BufferKind::Param && root.type.dtype == DType::F32 && !root.value->producer()->isUpdatable()) {
+  // An updatable weight stays finite: set_weights refuses values that are not (pc::checkWeights).
+  if (f32 && root.kind == BufferKind::Param && root.type.dtype == DType::F32) {
     const ir::Tensor& data = root.value->producer()->paramData();
     const float* w = data.data<float>();
     t.finiteWeights = std::all_of(w, w + data.numel(), [](float v) { return std::isfinite(v); });

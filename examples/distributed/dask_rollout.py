@@ -163,7 +163,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--envs", type=int, default=16, help="environments per worker")
-    parser.add_argument("--steps", type=int, default=2000, help="steps per rollout")
+    parser.add_argument("--steps", type=int, default=5000, help="steps per rollout")
     parser.add_argument("--workers", default="1,2", help="worker counts to measure (a LocalCluster of process workers)")
     parser.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a LocalCluster)")
     parser.add_argument("--kill-worker", action="store_true", help="kill one worker mid-rollout in iteration 1")

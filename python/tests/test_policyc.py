@@ -385,7 +385,8 @@ class SetWeightsTest(unittest.TestCase):
         cases = [({"no.such": self.new[name]}, "has no weight 'no.such'"),
                  ({name: self.new[name].astype(np.float64)}, "expected dtype float32, got float64"),
                  ({name: self.new[other]}, "weight '%s': expected f32\\[" % re.escape(name)),
-                 ({name: "not numbers"}, "expected dtype float32")]
+                 ({name: "not numbers"}, "expected dtype float32"),
+                 ({name: np.full_like(self.new[name], np.nan)}, "weights must be finite")]
         for given, message in cases:
             with self.assertRaisesRegex(ValueError, message):
                 self.policy.set_weights(dict(given, **{other: self.new[other]}))

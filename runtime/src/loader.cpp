@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
@@ -496,6 +497,18 @@ void Model::setWeights(std::span<const std::pair<std::string, TensorView>> weigh
     data.push_back(view.data);
   }
   const int code = s.desc->set_weights(static_cast<int32_t>(given.size()), given.data(), data.data());
+  // What else the model refuses (it scans the values once, on the way in): a value not finite.
+  for (size_t i = 0; code == POLICYC_ERROR_ARGUMENT && i < given.size(); ++i) {
+    const float* values = static_cast<const float*>(data[i]);
+    int64_t numel = 1;
+    for (int64_t d : weights[i].second.shape) numel *= d;  // the shape matched the weight's
+    for (int64_t e = 0; e < numel; ++e) {
+      if (!std::isfinite(values[e])) {
+        throw ModelError("weight " + quote(given[i].name) + " holds " + std::to_string(values[e]) + " at element " +
+                         std::to_string(e) + ": weights must be finite");
+      }
+    }
+  }
   if (code != POLICYC_OK) {
     throw ModelError("model '" + escape::message(s.name) + "' refused the weights: set_weights returned " + std::to_string(code) +
                      " (" + codeName(code) + ")");

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
@@ -185,6 +186,14 @@ TEST_CASE("get_weights, partial updates and refused calls", "[weights]") {
           {specs[0].name, runtime::TensorView(POLICYC_F32, std::span<const int64_t>(wrongShape.shape()), static_cast<const void*>(wrongShape.bytes()))}},
          "weight '" + specs[0].name + "': expected f32[");
   refuse({{specs[1].name, goodView}, {specs[1].name, goodView}}, "is given twice");
+  // A learner that diverged: NaN and infinity are refused (the kernels may rely on finite weights).
+  ir::Tensor nan = good;
+  nan.data<float>()[nan.numel() - 1] = std::numeric_limits<float>::quiet_NaN();
+  const runtime::TensorView nanView(POLICYC_F32, std::span<const int64_t>(nan.shape()), static_cast<const void*>(nan.bytes()));
+  refuse({{specs[0].name, runtime::TensorView(POLICYC_F32, std::span<const int64_t>(one.begin()->second.shape()),
+                                              static_cast<const void*>(one.begin()->second.bytes()))},
+          {specs[1].name, nanView}},
+         "weights must be finite");
   refuse({{specs[1].name, runtime::TensorView(POLICYC_F64, std::span<const int64_t>(good.shape()), static_cast<const void*>(good.bytes()))}},
          "expected f32[");
   // The C ABI checks the same itself (a caller that skips the loader).
@@ -193,6 +202,9 @@ TEST_CASE("get_weights, partial updates and refused calls", "[weights]") {
   const policyc_tensor_desc bad{specs[0].name.c_str(), POLICYC_F32, 1, shape3};
   const void* data[] = {wrongShape.bytes()};
   CHECK(d.set_weights(1, &bad, data) == POLICYC_ERROR_ARGUMENT);
+  const policyc_tensor_desc nanDesc{specs[1].name.c_str(), POLICYC_F32, static_cast<int32_t>(nan.shape().size()), nan.shape().data()};
+  const void* nanData[] = {nan.bytes()};
+  CHECK(d.set_weights(1, &nanDesc, nanData) == POLICYC_ERROR_ARGUMENT);
   CHECK(d.get_weights(static_cast<int32_t>(specs.size()), wrongShape.bytes()) == POLICYC_ERROR_ARGUMENT);
   CHECK(bitEqual(driver::runModel(m, inputs), afterOne));
 }

@@ -77,7 +77,7 @@ typedef struct policyc_model {
   /* Replaces `count` weights: given[i] names one of `weights` with its dtype and shape, data[i]
    * holds its new values (C order); the others keep theirs. Everything is checked before anything
    * is written (POLICYC_ERROR_ARGUMENT: an unknown or repeated name, another dtype or shape, a
-   * null array); the values are copied into the compiled layout once, here, not per run. Safe
+   * null array, a value that is not finite); the values are copied into the compiled layout once, here, not per run. Safe
    * against concurrent runs: it waits for the runs in flight, holds new ones back while it writes,
    * and every run sees either the old weights or the new ones, never a mix. */
   int (*set_weights)(int32_t count, const policyc_tensor_desc* given, const void* const* data);
