@@ -91,7 +91,10 @@ PrintedGraph printGraph(const Graph& graph, const PrintOptions& options) {
           std::memcpy(out.sidecar.data() + offset, t.bytes(), t.nbytes());
           s += fmt::format(" @{}", offset);
         }
-        s += locSuffix(n, options) + "\n";
+        s += locSuffix(n, options);
+        // A weight set_weights may replace (compile --updatable-weights); the parser skips comments.
+        if (n.isUpdatable()) s += "  # updatable";
+        s += "\n";
         break;
       }
       case NodeKind::Op: {

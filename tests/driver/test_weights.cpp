@@ -252,7 +252,7 @@ TEST_CASE("a model compiled without updatable weights has none to replace", "[we
   }
 }
 
-TEST_CASE("--updatable-weights on a model without f32 weights is an error", "[weights]") {
+TEST_CASE("updatable weights asked of a model without f32 weights is an error", "[weights]") {
   ir::Graph g("no_weights");
   ir::Value* x = g.addInput("x", ir::TensorType{ir::DType::F32, {ir::Dim::batch(), ir::Dim(4)}});
   g.setOutputs({{"y", g.addOp(ir::Op::Relu, {x}, {}, "y")->output()}});

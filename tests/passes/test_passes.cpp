@@ -855,6 +855,10 @@ TEST_CASE("updatable weights: passes move them with their sources and never comp
     // wt[n][k] = w[k][n]
     CHECK(sourceOf(b.g, folded, 0 * 3 + 2) == std::pair<std::string, int64_t>{"w", 2 * 4 + 0});
     CHECK(sourceOf(b.g, folded, 3 * 3 + 1) == std::pair<std::string, int64_t>{"w", 1 * 4 + 3});
+    // Dumps say which params are updatable (a comment: the text still parses).
+    const std::string text = printGraph(b.g).text;
+    CHECK(text.find("# updatable") != std::string::npos);
+    CHECK_NOTHROW(parseGraph(text));
   }
   SECTION("must not fire: fold-constants on arithmetic over an updatable weight") {
     Value* x = b.input("x", {B, 4});
