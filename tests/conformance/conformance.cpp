@@ -24,6 +24,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <set>
 #include <span>
 #include <sstream>
@@ -81,6 +82,42 @@ std::string skipReason(const onnx::ModelProto& model) {
     if (std::string r = checkType(v); !r.empty()) return r;
   }
   return "";
+}
+
+// Why a skipped test is skipped, by category (the summary counts them; docs/conformance.md
+// lists the tests): an operator policyc does not import or a form of one it declares unsupported,
+// an opset it does not read, a dtype, training only, or strings, sequences and control flow.
+constexpr const char* kSkipCategories[] = {"operator", "opset", "dtype", "training-only", "strings/sequences/control flow", "other"};
+
+std::string skipCategory(const std::string& reason) {
+  static const std::set<std::string> training = {"Adagrad", "Adam", "Momentum", "Gradient", "NegativeLogLikelihoodLoss",
+                                                 "SoftmaxCrossEntropyLoss"};
+  static const std::set<std::string> flow = {"If", "Loop", "Scan", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+                                             "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
+                                             "SplitToSequence", "ConcatFromSequence", "Optional", "OptionalGetElement",
+                                             "OptionalHasElement", "StringNormalizer", "TfIdfVectorizer", "RegexFullMatch",
+                                             "StringConcat", "StringSplit"};
+  const std::string ops = "unsupported operator ";
+  if (reason.rfind(ops, 0) == 0) {
+    std::set<std::string> names;
+    std::stringstream list(reason.substr(ops.size()));
+    for (std::string name; std::getline(list, name, ',');) names.insert(name.substr(name.find_first_not_of(' ')));
+    auto any = [&](const std::set<std::string>& of) {
+      return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return of.count(n) > 0; });
+    };
+    return any(training) ? "training-only" : any(flow) ? "strings/sequences/control flow" : "operator";
+  }
+  if (reason.find("is not a tensor") != std::string::npos) return "strings/sequences/control flow";
+  if (reason.find("unsupported element type 8") != std::string::npos) return "strings/sequences/control flow";  // STRING
+  if (reason.find("unsupported element type") != std::string::npos || reason.rfind("test data:", 0) == 0) return "dtype";
+  if (reason.rfind("import:", 0) == 0) {
+    // Every node's error names its opset ("node 'y' (Dropout, opset 13): ..."): the model's own opset is meant.
+    if (reason.find("training") != std::string::npos || reason.find("inference") != std::string::npos) return "training-only";
+    static const std::regex modelOpset(R"(opset \d+ is not supported)");
+    if (std::regex_search(reason, modelOpset)) return "opset";
+    return "operator";  // a form of a supported operator declared unsupported
+  }
+  return "other";
 }
 
 // Empty when `got` matches `want`; otherwise what differs.
@@ -410,12 +447,19 @@ int main(int argc, char** argv) {
       const char* what = r.outcome == Outcome::Passed ? "pass"
                          : r.outcome == Outcome::Failed ? "FAIL"
                          : r.outcome == Outcome::Unsupported ? "unsupported" : "skip";
-      out << what << "\t" << r.name << "\t" << r.reason << "\n";
+      out << what << "\t" << r.name << "\t" << r.reason << "\t" << (r.outcome == Outcome::Skipped ? skipCategory(r.reason) : "") << "\n";
     }
   }
   double rate = passed + failed ? 100.0 * static_cast<double>(passed) / static_cast<double>(passed + failed) : 0.0;
   std::cout << fmt::format("backend {}: selected {} of {} tests; pass rate {:.1f}%\n", backend, passed + failed,
                            results.size(), rate);
+  std::map<std::string, long> byCategory;
+  for (const Result& r : results) {
+    if (r.outcome == Outcome::Skipped) ++byCategory[skipCategory(r.reason)];
+  }
+  std::vector<std::string> categories;
+  for (const char* c : kSkipCategories) categories.push_back(fmt::format("{} {}", c, byCategory[c]));
+  std::cout << fmt::format("skipped by category: {}\n", fmt::join(categories, ", "));
   if (cpp) {
     std::cout << fmt::format("{} passed, {} failed, {} unsupported in backend {}, {} skipped\n", passed, failed,
                              unsupportedCount, backend, skipped);
