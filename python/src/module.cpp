@@ -45,6 +45,18 @@ const char* numpyDType(policyc_dtype d) {
   return "?";
 }
 
+// A model's name of a tensor as Python text: bytes that are not UTF-8 (a model file may hold any)
+// become surrogates, and nameBytes gives them back, so every name round-trips (PEP 383).
+py::str pyName(const std::string& name) {
+  PyObject* s = PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), "surrogateescape");
+  if (!s) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+std::string nameBytes(const py::handle& key) {
+  if (!py::isinstance<py::str>(key)) throw py::value_error("a name must be a str, got " + std::string(py::str(key.get_type())));
+  return py::reinterpret_borrow<py::str>(key).attr("encode")("utf-8", "surrogateescape").cast<std::string>();
+}
+
 // This module's own file, for the cache key: a rebuilt binding never reuses an old compile.
 std::string moduleId() {
   Dl_info info{};
@@ -71,7 +83,7 @@ class Policy {
   py::dict callDict(const py::args& args, const py::kwargs& kwargs) {
     std::vector<py::array> outs = run(args, kwargs);
     py::dict d;
-    for (size_t i = 0; i < outs.size(); ++i) d[py::str(model_.outputs()[i].name)] = outs[i];
+    for (size_t i = 0; i < outs.size(); ++i) d[pyName(model_.outputs()[i].name)] = outs[i];
     return d;
   }
 
@@ -81,7 +93,7 @@ class Policy {
       py::list shape;
       for (int64_t d : s.shape) shape.append(d == -1 ? py::object(py::none()) : py::object(py::int_(d)));
       py::dict e;
-      e["name"] = s.name;
+      e["name"] = pyName(s.name);
       e["dtype"] = numpyDType(s.dtype);
       e["shape"] = py::tuple(shape);
       l.append(e);
@@ -100,7 +112,7 @@ class Policy {
     shapes.reserve(given.size());
     std::vector<std::pair<std::string, runtime::TensorView>> views;
     for (const auto& [k, v] : given) {
-      const std::string name = py::str(k);
+      const std::string name = nameBytes(k);
       py::array a = py::isinstance<py::array>(v) ? py::reinterpret_borrow<py::array>(v) : py::array::ensure(v);
       if (!a) throw py::value_error("weight '" + escape::message(name) + "' is not an array");
       if (!a.dtype().equal(py::dtype::of<float>())) {
@@ -123,7 +135,7 @@ class Policy {
     for (size_t i = 0; i < specs.size(); ++i) {
       py::array_t<float> a(std::vector<py::ssize_t>(specs[i].shape.begin(), specs[i].shape.end()));
       model_.getWeight(i, a.mutable_data());
-      d[py::str(specs[i].name)] = a;
+      d[pyName(specs[i].name)] = a;
     }
     return d;
   }
@@ -188,15 +200,15 @@ class Policy {
     std::vector<py::object> given(specs.size());
     for (size_t i = 0; i < args.size(); ++i) given[i] = args[i];
     for (const auto& [k, v] : kwargs) {
-      std::string key = py::str(k);
+      std::string key = nameBytes(k);
       auto it = std::find_if(specs.begin(), specs.end(), [&](const runtime::TensorSpec& s) { return s.name == key; });
       if (it == specs.end()) {
         std::string names;
         for (const auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
-        throw py::value_error("unknown input '" + key + "' (the model's inputs: " + names + ")");
+        throw py::value_error("unknown input '" + escape::message(key) + "' (the model's inputs: " + escape::message(names) + ")");
       }
       size_t i = static_cast<size_t>(it - specs.begin());
-      if (given[i]) throw py::value_error("input '" + key + "' is given twice");
+      if (given[i]) throw py::value_error("input '" + escape::message(key) + "' is given twice");
       given[i] = py::reinterpret_borrow<py::object>(v);
     }
     Call c;

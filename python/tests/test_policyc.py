@@ -73,6 +73,24 @@ class HostileInputTest(unittest.TestCase):
             self.assertEqual(p.outputs[0]["name"], "../out\n")
             self.assertFalse(os.path.exists(marker))
 
+    def test_weight_names_that_are_code_or_not_utf8_round_trip(self):
+        with tempfile.TemporaryDirectory() as d:
+            marker = os.path.join(d, "PWNED")
+            pir = os.path.join(d, "weights.pir")
+            name = 'w\\x22);std::system(\\x22touch ' + marker + '\\x22);//\\xff'
+            with open(pir, "w") as f:
+                f.write('graph g(%obs: f32[batch,4]) {\n  %"' + name + '" = param f32[4] [1, 2, 3, 4]\n'
+                        '  %y = mul(%obs, %"' + name + '") : f32[batch,4]\n  return ("y\\xfe"=%y)\n}\n')
+            for backend in ("cpp", "llvm"):
+                p = policyc.compile(pir, backend=backend, updatable_weights=True)
+                (key,) = p.get_weights()
+                self.assertTrue(key.endswith("//\udcff"))  # the byte 0xff as a surrogate (PEP 383)
+                self.assertEqual(p.weights[0]["name"], key)
+                self.assertEqual(list(p.run_dict(obs=np.ones((1, 4), np.float32))), ["y\udcfe"])
+                p.set_weights({key: np.full(4, 2.0, np.float32)})
+                np.testing.assert_array_equal(p(np.ones((1, 4), np.float32))[0], np.full((1, 4), 2.0, np.float32))
+            self.assertFalse(os.path.exists(marker))
+
 
 class PolicyTest(unittest.TestCase):
     @classmethod
