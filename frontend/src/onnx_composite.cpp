@@ -162,6 +162,28 @@ void convertCelu(NodeContext& ctx) {
   c.result(Op::Add, {c.op(Op::Max, {x, zero}, "positive_part"), c.op(Op::Min, {negative, zero}, "negative_part")});
 }
 
+// Mish (opset 18): x * tanh(softplus(x)).
+void convertMish(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& x = floatInput(ctx, 0);
+  c.result(Op::Mul, {x, c.op(Op::Tanh, {c.op(Op::Softplus, {x}, "softplus")}, "tanh")});
+}
+
+// Gelu (opset 20): approximate "none" is the IR's gelu (with erf); "tanh" is
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), ONNX's function body.
+void convertGelu(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& x = floatInput(ctx, 0);
+  const std::string approximate = ctx.attrString("approximate").value_or("none");
+  if (approximate == "none") return c.result(Op::Gelu, {x});
+  if (approximate != "tanh") ctx.fail("approximate='{}' is not supported (none or tanh)", approximate);
+  ImportedValue cube = c.op(Op::Mul, {c.op(Op::Mul, {x, x}, "square"), x}, "cube");
+  ImportedValue inner = c.op(Op::Add, {x, c.op(Op::Mul, {c.scalarLike(x, 0.044715), cube}, "cubic")}, "inner");
+  ImportedValue t = c.op(Op::Tanh, {c.op(Op::Mul, {c.scalarLike(x, std::sqrt(2.0 / M_PI)), inner}, "scaled")}, "tanh");
+  ImportedValue half = c.op(Op::Mul, {c.scalarLike(x, 0.5), x}, "half");
+  c.result(Op::Mul, {half, c.op(Op::Add, {c.scalarLike(x, 1), t}, "one_plus")});
+}
+
 // 1, -1 or 0 in x's dtype (NaN stays NaN).
 void convertSign(NodeContext& ctx) {
   Composer c(ctx);

@@ -1,4 +1,4 @@
-// Per-operator conversion from ONNX (opsets 11-17) to the IR ops of ops.def: one small function
+// Per-operator conversion from ONNX (opsets 11-21) to the IR ops of ops.def: one small function
 // per ONNX op, found through one table. Constant inputs become attributes here.
 #include <algorithm>
 #include <cstring>
@@ -191,6 +191,11 @@ void convertMaxPool(NodeContext& ctx) {
 void convertAveragePool(NodeContext& ctx) {
   std::vector<int64_t> kernel = requiredKernel(ctx);
   std::vector<int64_t> strides = spatialAttr(ctx, "strides", kernel.size());
+  // dilations (opset 19): policyc's avg_pool has none; all 1 is the same pool.
+  std::vector<int64_t> dilations = spatialAttr(ctx, "dilations", kernel.size());
+  if (std::any_of(dilations.begin(), dilations.end(), [](int64_t d) { return d != 1; })) {
+    ctx.fail("dilations={} are not supported (only 1)", ir::attrValueStr(dilations));
+  }
   AttrMap attrs;
   attrs["kernel_shape"] = kernel;
   attrs["strides"] = strides;
@@ -419,6 +424,22 @@ void convertSplit(NodeContext& ctx) {
   std::optional<std::vector<int64_t>> split = ctx.attrInts("split");
   if (split && ctx.hasInput(1)) ctx.fail("split is given both as an attribute and as an input");
   if (ctx.hasInput(1)) split = ctx.constantInts(1, "split");
+  // num_outputs (opset 18): parts of ceil(d / n), the last one smaller when d is not a multiple.
+  if (std::optional<int64_t> n = ctx.attrInt("num_outputs")) {
+    if (split) ctx.fail("num_outputs and split are both given");
+    if (*n < 1 || *n != static_cast<int64_t>(ctx.numOutputs())) {
+      ctx.fail("num_outputs={} but the node has {} outputs", *n, ctx.numOutputs());
+    }
+    const ir::TensorType t = ctx.inputType(0);
+    const int64_t rank = static_cast<int64_t>(t.rank()), axis = std::get<int64_t>(attrs["axis"]);
+    if (axis < -rank || axis >= rank) ctx.fail("axis {} is out of range for {}", axis, t.str());
+    const ir::Dim d = t.shape[static_cast<size_t>(axis < 0 ? axis + rank : axis)];
+    if (d.isBatch()) ctx.fail("num_outputs splits the batch dimension of {}, which is not known at compile time", t.str());
+    const int64_t chunk = (d.value() + *n - 1) / *n;
+    if (chunk * (*n - 1) > d.value()) ctx.fail("{} cannot be split into {} parts of {}", t.str(), *n, chunk);
+    split = std::vector<int64_t>(static_cast<size_t>(*n - 1), chunk);
+    split->push_back(d.value() - chunk * (*n - 1));
+  }
   if (split) attrs["split"] = *split;
   std::vector<std::string> names;
   for (size_t i = 0; i < ctx.numOutputs(); ++i) names.push_back(ctx.outputName(i));
@@ -467,7 +488,25 @@ void convertPad(NodeContext& ctx) {
   }
   AttrMap attrs;
   attrs["mode"] = mode;
-  attrs["pads"] = ctx.constantInts(1, "pads");
+  std::vector<int64_t> pads = ctx.constantInts(1, "pads");
+  // axes (opset 18): pads holds begins then ends for these axes only; the others are not padded.
+  if (ctx.hasInput(3)) {
+    const std::vector<int64_t> axes = ctx.constantInts(3, "axes");
+    const int64_t rank = static_cast<int64_t>(ctx.inputType(0).rank());
+    if (pads.size() != 2 * axes.size()) ctx.fail("pads has {} values for {} axes (begins and ends)", pads.size(), axes.size());
+    std::vector<int64_t> all(static_cast<size_t>(2 * rank), 0);
+    std::vector<bool> seen(static_cast<size_t>(rank), false);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      if (axes[i] < -rank || axes[i] >= rank) ctx.fail("axis {} is out of range for rank {}", axes[i], rank);
+      const auto a = static_cast<size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
+      if (seen[a]) ctx.fail("axis {} is given twice", axes[i]);
+      seen[a] = true;
+      all[a] = pads[i];
+      all[a + static_cast<size_t>(rank)] = pads[i + axes.size()];
+    }
+    pads = std::move(all);
+  }
+  attrs["pads"] = pads;
   if (ctx.hasInput(2)) {
     const ir::Tensor& value = ctx.constantInput(2, "constant_value");
     if (value.numel() > 1)
@@ -630,7 +669,7 @@ struct OpConverter {
   int minInputs;
   int maxInputs;   // -1: variadic
   int maxOutputs;  // -1: variadic
-  int sinceOpset;  // first default-domain opset that defines the op (within 11-17)
+  int sinceOpset;  // first default-domain opset that defines the op (within 11-21)
   void (*convert)(NodeContext&);
 };
 
@@ -702,6 +741,8 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"Softsign", {1, 1, 1, 11, convertSoftsign}},
       {"Shrink", {1, 1, 1, 11, convertShrink}},
       {"Celu", {1, 1, 1, 12, convertCelu}},
+      {"Mish", {1, 1, 1, 18, convertMish}},
+      {"Gelu", {1, 1, 1, 20, convertGelu}},
       {"HardSwish", {1, 1, 1, 14, convertDirect<Op::HardSwish>}},
       {"LeakyRelu", {1, 1, 1, 11, convertAlpha<Op::LeakyRelu>}},
       {"Elu", {1, 1, 1, 11, convertAlpha<Op::Elu>}},
@@ -736,7 +777,7 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"Unsqueeze", {1, 2, 1, 11, convertUnsqueeze}},
       {"Gather", {2, 2, 1, 11, convertGather}},
       {"GatherElements", {2, 2, 1, 11, convertGatherElements}},
-      {"Pad", {2, 3, 1, 11, convertPad}},
+      {"Pad", {2, 4, 1, 11, convertPad}},
       {"Identity", {1, 1, 1, 11, convertDirect<Op::Identity>}},
       {"Dropout", {1, 3, 2, 11, convertDropout}},
       // shapes and constants

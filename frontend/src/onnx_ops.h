@@ -32,6 +32,8 @@ void convertThresholdedRelu(NodeContext& ctx);
 void convertSoftsign(NodeContext& ctx);
 void convertShrink(NodeContext& ctx);
 void convertCelu(NodeContext& ctx);
+void convertMish(NodeContext& ctx);
+void convertGelu(NodeContext& ctx);
 void convertSign(NodeContext& ctx);
 void convertIsNaN(NodeContext& ctx);
 void convertIsInf(NodeContext& ctx);

@@ -139,7 +139,7 @@ std::string compare(const ir::Tensor& got, const ir::Tensor& want) {
   return "";
 }
 
-// Import errors that mean "policyc declares this unsupported" (an opset outside 11-17, a training
+// Import errors that mean "policyc declares this unsupported" (an opset it cannot read, a training
 // form, an attribute value it does not handle) make a test skipped, not failed.
 bool declaredUnsupported(const std::string& message) {
   for (const char* marker : {"is not supported", "unsupported operator", "does not support", "compiles inference",

@@ -992,13 +992,13 @@ TEST_CASE("onnx import: opsets below 11 go through ONNX's version converter", "[
   CHECK_THAT(importError(bad), Contains("opset 9 is not supported as it is") && Contains("checker"));
 }
 
-TEST_CASE("onnx import: opsets outside 1-17 and foreign domains are rejected", "[onnx][errors]") {
-  for (int64_t opset : {0, 18}) {
+TEST_CASE("onnx import: opsets outside 1-21 and foreign domains are rejected", "[onnx][errors]") {
+  for (int64_t opset : {0, 22}) {
     ModelBuilder b(opset);
     b.input("x", {kBatch, 4});
     b.node("Relu", {"x"}, {"y"});
     b.output("y");
-    CHECK_THAT(importError(b), Contains(fmt::format("opset {}", opset)) && Contains("1 to 17"));
+    CHECK_THAT(importError(b), Contains(fmt::format("opset {}", opset)) && Contains("1 to 21"));
   }
   ModelBuilder b;
   b.input("x", {kBatch, 4});
@@ -1214,3 +1214,100 @@ TEST_CASE("onnx import: example models match the PyTorch reference outputs", "[o
 #endif  // POLICYC_SOURCE_DIR
 
 }  // namespace
+
+// ---- opsets 18-21: the forms Debian's ONNX 1.12 cannot write, built by hand
+
+namespace {
+
+// The graph's outputs on `inputs` through the interpreter.
+std::vector<ir::Tensor> run(const ModelBuilder& b, const std::vector<ir::Tensor>& inputs) {
+  return ir::interpret(*b.import(), inputs);
+}
+
+}  // namespace
+
+TEST_CASE("onnx import: opset 18 ReduceMean axes as an input, Split num_outputs, Pad axes, Mish", "[onnx][opset18]") {
+  ModelBuilder b(18);
+  b.input("x", {kBatch, 5});
+  b.constI64("axes", {1});
+  onnx::NodeProto& mean = b.node("ReduceMean", {"x", "axes"}, {"m"});
+  setInt(mean, "keepdims", 0);
+  onnx::NodeProto& split = b.node("Split", {"x"}, {"s0", "s1"});
+  setInt(split, "axis", 1);
+  setInt(split, "num_outputs", 2);  // 5 = 3 + 2: the last part smaller
+  b.constI64("pads", {1, 2});
+  b.constI64("pad_axes", {-1});
+  b.node("Pad", {"x", "pads", "", "pad_axes"}, {"p"});
+  b.node("Mish", {"x"}, {"mish"});
+  for (const char* o : {"m", "s0", "s1", "p", "mish"}) b.output(o);
+  const ir::Tensor x = f32({2, 5}, {1, 2, 3, 4, 5, -1, 0, 1, 2, 8});
+  std::vector<ir::Tensor> out = run(b, {x});
+  REQUIRE(out.size() == 5);
+  CHECK(out[0].bitEqual(f32({2}, {3, 2})));
+  CHECK(out[1].bitEqual(f32({2, 3}, {1, 2, 3, -1, 0, 1})));
+  CHECK(out[2].bitEqual(f32({2, 2}, {4, 5, 2, 8})));
+  CHECK(out[3].bitEqual(f32({2, 8}, {0, 1, 2, 3, 4, 5, 0, 0, 0, -1, 0, 1, 2, 8, 0, 0})));
+  for (int64_t i = 0; i < 10; ++i) {
+    const double v = x.data<float>()[i], want = v * std::tanh(std::log1p(std::exp(v)));
+    CHECK(out[4].data<float>()[i] == Catch::Detail::Approx(want).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("onnx import: opset 18-19 forms policyc refuses name what and where", "[onnx][opset18][errors]") {
+  ModelBuilder split(18);
+  split.input("x", {kBatch, 4});
+  onnx::NodeProto& n = split.node("Split", {"x"}, {"a", "b"}, "halves");
+  setInt(n, "num_outputs", 3);
+  split.output("a");
+  split.output("b");
+  CHECK_THAT(importError(split), Contains("'halves'") && Contains("num_outputs=3 but the node has 2 outputs"));
+
+  ModelBuilder wrap(19);
+  wrap.input("x", {kBatch, 4});
+  wrap.constI64("pads", {0, 1, 0, 1});
+  onnx::NodeProto& p = wrap.node("Pad", {"x", "pads"}, {"y"}, "wrapped");
+  setString(p, "mode", "wrap");
+  wrap.output("y");
+  CHECK_THAT(importError(wrap), Contains("'wrapped'") && Contains("mode 'wrap' is not supported"));
+
+  ModelBuilder dilated(19);
+  dilated.input("x", {kBatch, 1, 6, 6});
+  onnx::NodeProto& a = dilated.node("AveragePool", {"x"}, {"y"}, "pool");
+  setInts(a, "kernel_shape", {2, 2});
+  setInts(a, "dilations", {2, 2});
+  dilated.output("y");
+  CHECK_THAT(importError(dilated), Contains("'pool'") && Contains("dilations=[2,2] are not supported"));
+}
+
+TEST_CASE("onnx import: opset 19 AveragePool with dilations 1, opset 20-21 Gelu (none and tanh)", "[onnx][opset20]") {
+  ModelBuilder pool(19);
+  pool.input("x", {kBatch, 1, 2, 2});
+  onnx::NodeProto& a = pool.node("AveragePool", {"x"}, {"y"});
+  setInts(a, "kernel_shape", {2, 2});
+  setInts(a, "dilations", {1, 1});
+  pool.output("y");
+  CHECK(run(pool, {f32({1, 1, 2, 2}, {1, 2, 3, 6})})[0].bitEqual(f32({1, 1, 1, 1}, {3})));
+
+  for (int64_t opset : {20, 21}) {
+    ModelBuilder b(opset);
+    b.input("x", {kBatch, 4});
+    b.node("Gelu", {"x"}, {"erf"});
+    onnx::NodeProto& t = b.node("Gelu", {"x"}, {"tanh"});
+    setString(t, "approximate", "tanh");
+    b.output("erf");
+    b.output("tanh");
+    const ir::Tensor x = f32({1, 4}, {-2, -0.5f, 0.5f, 3});
+    std::vector<ir::Tensor> out = run(b, {x});
+    for (int64_t i = 0; i < 4; ++i) {
+      const double v = x.data<float>()[i];
+      CHECK(out[0].data<float>()[i] == Catch::Detail::Approx(0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))).epsilon(1e-6));
+      const double tanhForm = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      CHECK(out[1].data<float>()[i] == Catch::Detail::Approx(tanhForm).epsilon(1e-6));
+    }
+  }
+  ModelBuilder bad(20);
+  bad.input("x", {kBatch, 4});
+  setString(bad.node("Gelu", {"x"}, {"y"}, "g"), "approximate", "sigmoid");
+  bad.output("y");
+  CHECK_THAT(importError(bad), Contains("'g'") && Contains("approximate='sigmoid' is not supported"));
+}

@@ -1,4 +1,4 @@
-// The ONNX importer: reads a model (opsets 11-17 of the default domain) into a graph IR.
+// The ONNX importer: reads a model (opsets 1-21 of the default domain; 1-10 through ONNX's version converter) into a graph IR.
 #pragma once
 
 #include <cstddef>
