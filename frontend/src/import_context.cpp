@@ -286,6 +286,12 @@ std::optional<std::string> NodeContext::attrString(std::string_view name) {
   return a->s();
 }
 
+std::optional<std::vector<std::string>> NodeContext::attrStrings(std::string_view name) {
+  const onnx::AttributeProto* a = useTyped(name, onnx::AttributeProto::STRINGS);
+  if (!a) return std::nullopt;
+  return std::vector<std::string>(a->strings().begin(), a->strings().end());
+}
+
 std::optional<ir::Tensor> NodeContext::attrTensor(std::string_view name) {
   const onnx::AttributeProto* a = useTyped(name, onnx::AttributeProto::TENSOR);
   if (!a) return std::nullopt;

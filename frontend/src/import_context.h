@@ -167,6 +167,7 @@ class NodeContext {
   std::optional<std::vector<int64_t>> attrInts(std::string_view name);
   std::optional<std::vector<double>> attrFloats(std::string_view name);
   std::optional<std::string> attrString(std::string_view name);
+  std::optional<std::vector<std::string>> attrStrings(std::string_view name);
   std::optional<ir::Tensor> attrTensor(std::string_view name);
   void ignoreAttr(std::string_view name) { (void)use(name); }  // read and deliberately unused
   void checkAllAttributesUnderstood() const;

@@ -465,4 +465,279 @@ void convertEyeLike(NodeContext& ctx) {
   c.constantResult(std::move(eye));
 }
 
+
+// ---- recurrent layers: LSTM, GRU, RNN (ONNX's equations, unrolled over a sequence whose length
+// is known at compile time; each step is linear layers and elementwise ops, which fusion joins)
+
+namespace {
+
+enum class Cell { Lstm, Gru, Rnn };
+
+// One activation of the `activations` attribute, with its alpha/beta when it takes them.
+struct Activation {
+  std::string name;
+  double alpha = 0, beta = 0;
+};
+
+class Recurrent {
+ public:
+  Recurrent(NodeContext& ctx, Cell cell) : ctx_(ctx), c_(ctx), cell_(cell) {}
+
+  void convert() {
+    const ImportedValue& x = floatInput(ctx_, 0);
+    const ir::TensorType xt = x.type();
+    if (xt.rank() != 3) ctx_.fail("X must be rank 3, got {}", xt.str());
+    layout_ = ctx_.attrInt("layout", 0);
+    if (layout_ != 0 && layout_ != 1) ctx_.fail("layout={} is not 0 or 1", layout_);
+    const size_t seqAxis = layout_ == 0 ? 0 : 1;
+    seq_ = staticDim(ctx_, xt, seqAxis, "the sequence is unrolled at compile time");
+    hidden_ = ctx_.attrInt("hidden_size", 0);
+    if (hidden_ < 1) ctx_.fail("attribute hidden_size is required (and positive)");
+    const std::string direction = ctx_.attrString("direction").value_or("forward");
+    if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
+      ctx_.fail("direction='{}' is not forward, reverse or bidirectional", direction);
+    }
+    dirs_ = direction == "bidirectional" ? 2 : 1;
+    clip_ = ctx_.attrFloat("clip");
+    if (cell_ == Cell::Lstm) inputForget_ = ctx_.attrInt("input_forget", 0) != 0;
+    if (cell_ == Cell::Gru) linearBeforeReset_ = ctx_.attrInt("linear_before_reset", 0) != 0;
+    readActivations();
+    checkSequenceLengths();
+
+    std::vector<std::vector<ImportedValue>> ys(static_cast<size_t>(dirs_));  // per direction, per step (in time order)
+    std::vector<ImportedValue> lastH, lastC;
+    for (int64_t d = 0; d < dirs_; ++d) {
+      const bool reverse = direction == "reverse" || d == 1;
+      ImportedValue w = weightOf(1, d, "W"), r = weightOf(2, d, "R");
+      ImportedValue h = stateOf(5, d, "initial_h", x), cstate;
+      if (cell_ == Cell::Lstm) cstate = stateOf(6, d, "initial_c", x);
+      std::vector<ImportedValue> steps(static_cast<size_t>(seq_));
+      for (int64_t i = 0; i < seq_; ++i) {
+        const int64_t t = reverse ? seq_ - 1 - i : i;
+        ImportedValue xs = step(x, seqAxis, t, fmt::format("x{}_{}", d, t));
+        step(d, xs, w, r, h, cstate, fmt::format("{}_{}", d, t));
+        steps[static_cast<size_t>(t)] = h;
+      }
+      ys[static_cast<size_t>(d)] = std::move(steps);
+      lastH.push_back(h);
+      lastC.push_back(cstate);
+    }
+    // Y [S, D, B, H] (layout 1: [B, S, D, H]); Y_h, Y_c [D, B, H] (layout 1: [B, D, H]).
+    const int64_t dirAxis = layout_ == 0 ? 0 : 1;
+    if (ctx_.outputUsed(0)) {
+      std::vector<ImportedValue> perStep;
+      for (int64_t t = 0; t < seq_; ++t) {
+        std::vector<ImportedValue> perDir;
+        for (int64_t d = 0; d < dirs_; ++d) perDir.push_back(ys[static_cast<size_t>(d)][static_cast<size_t>(t)]);
+        perStep.push_back(unsqueeze(stack(perDir, dirAxis, fmt::format("y{}", t)), layout_ == 0 ? 0 : 1, fmt::format("y{}_seq", t)));
+      }
+      output(0, perStep, layout_ == 0 ? 0 : 1);
+    }
+    if (ctx_.numOutputs() > 1 && ctx_.outputUsed(1)) output(1, {stack(lastH, dirAxis, "h_dirs")}, -1);
+    if (cell_ == Cell::Lstm && ctx_.numOutputs() > 2 && ctx_.outputUsed(2)) output(2, {stack(lastC, dirAxis, "c_dirs")}, -1);
+  }
+
+ private:
+  int gates() const { return cell_ == Cell::Lstm ? 4 : cell_ == Cell::Gru ? 3 : 1; }
+
+  void readActivations() {
+    const std::vector<std::string> defaults = cell_ == Cell::Lstm  ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                              : cell_ == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                                   : std::vector<std::string>{"Tanh"};
+    std::vector<std::string> names = ctx_.attrStrings("activations").value_or(std::vector<std::string>{});
+    if (names.empty()) {
+      for (int64_t d = 0; d < dirs_; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
+    }
+    if (names.size() != defaults.size() * static_cast<size_t>(dirs_)) {
+      ctx_.fail("activations lists {} functions; {} direction(s) take {}", names.size(), dirs_, defaults.size() * static_cast<size_t>(dirs_));
+    }
+    const std::vector<double> alphas = ctx_.attrFloats("activation_alpha").value_or(std::vector<double>{});
+    const std::vector<double> betas = ctx_.attrFloats("activation_beta").value_or(std::vector<double>{});
+    size_t a = 0, b = 0;
+    for (const std::string& n : names) {
+      Activation act{n, 0, 0};
+      // ONNX's operator defaults where the lists run out.
+      auto next = [](const std::vector<double>& list, size_t& i, double fallback) { return i < list.size() ? list[i++] : fallback; };
+      if (n == "LeakyRelu") act.alpha = next(alphas, a, 0.01);
+      else if (n == "ThresholdedRelu" || n == "Elu") act.alpha = next(alphas, a, 1.0);
+      else if (n == "HardSigmoid") act.alpha = next(alphas, a, 0.2), act.beta = next(betas, b, 0.5);
+      else if (n == "ScaledTanh" || n == "Affine") act.alpha = next(alphas, a, 1.0), act.beta = next(betas, b, n == "Affine" ? 0.0 : 1.0);
+      else if (n != "Sigmoid" && n != "Tanh" && n != "Relu" && n != "Softsign" && n != "Softplus") {
+        ctx_.fail("activation '{}' is not supported", n);
+      }
+      acts_.push_back(act);
+    }
+  }
+
+  // sequence_lens: every sequence the whole length (shorter ones would need masking per row).
+  void checkSequenceLengths() {
+    if (!ctx_.hasInput(4)) return;
+    const ir::Tensor& lens = ctx_.constantInput(4, "sequence_lens");
+    for (int64_t i = 0; i < lens.numel(); ++i) {
+      if (lens.getAsInt(i) != seq_) ctx_.fail("sequence_lens holds {}: only sequences of the whole length {} are supported", lens.getAsInt(i), seq_);
+    }
+  }
+
+  ImportedValue apply(const Activation& a, const ImportedValue& v, const std::string& what) {
+    ImportedValue in = clip_ ? c_.op(Op::Clip, {v}, what + "_clip", {{"min", -*clip_}, {"max", *clip_}}) : v;
+    if (a.name == "Sigmoid") return c_.op(Op::Sigmoid, {in}, what);
+    if (a.name == "Tanh") return c_.op(Op::Tanh, {in}, what);
+    if (a.name == "Relu") return c_.op(Op::Relu, {in}, what);
+    if (a.name == "Softplus") return c_.op(Op::Softplus, {in}, what);
+    if (a.name == "LeakyRelu") return c_.op(Op::LeakyRelu, {in}, what, {{"alpha", a.alpha}});
+    if (a.name == "Elu") return c_.op(Op::Elu, {in}, what, {{"alpha", a.alpha}});
+    if (a.name == "HardSigmoid") return c_.op(Op::HardSigmoid, {in}, what, {{"alpha", a.alpha}, {"beta", a.beta}});
+    if (a.name == "Softsign") {
+      return c_.op(Op::Div, {in, c_.op(Op::Add, {c_.scalarLike(in, 1), c_.op(Op::Abs, {in}, what + "_abs")}, what + "_den")}, what);
+    }
+    if (a.name == "ThresholdedRelu") {
+      return c_.op(Op::Where, {c_.op(Op::Greater, {in, c_.scalarLike(in, a.alpha)}, what + "_above"), in, c_.scalarLike(in, 0)}, what);
+    }
+    if (a.name == "ScaledTanh") {
+      ImportedValue t = c_.op(Op::Tanh, {c_.op(Op::Mul, {in, c_.scalarLike(in, a.beta)}, what + "_in")}, what + "_tanh");
+      return c_.op(Op::Mul, {t, c_.scalarLike(in, a.alpha)}, what);
+    }
+    return c_.op(Op::Add, {c_.op(Op::Mul, {in, c_.scalarLike(in, a.alpha)}, what + "_scaled"), c_.scalarLike(in, a.beta)}, what);  // Affine
+  }
+  const Activation& act(int64_t d, int k) const { return acts_[static_cast<size_t>(d) * acts_.size() / static_cast<size_t>(dirs_) + static_cast<size_t>(k)]; }
+
+  // Rows [from, to) of a [rows, cols] value.
+  ImportedValue rows(const ImportedValue& v, int64_t from, int64_t to, const std::string& what) {
+    return c_.op(Op::Slice, {v}, what, {{"starts", std::vector<int64_t>{from}}, {"ends", std::vector<int64_t>{to}}, {"axes", std::vector<int64_t>{0}}});
+  }
+  // Element t of `axis`, that axis dropped.
+  ImportedValue step(const ImportedValue& v, size_t axis, int64_t t, const std::string& what) {
+    const auto a = static_cast<int64_t>(axis);
+    ImportedValue s = c_.op(Op::Slice, {v}, what + "_slice",
+                            {{"starts", std::vector<int64_t>{t}}, {"ends", std::vector<int64_t>{t + 1}}, {"axes", std::vector<int64_t>{a}}});
+    return c_.op(Op::Squeeze, {s}, what, {{"axes", std::vector<int64_t>{a}}});
+  }
+  ImportedValue unsqueeze(const ImportedValue& v, int64_t axis, const std::string& what) {
+    return c_.op(Op::Unsqueeze, {v}, what, {{"axes", std::vector<int64_t>{axis}}});
+  }
+  // [B, H] values stacked along a new `axis`.
+  ImportedValue stack(const std::vector<ImportedValue>& vs, int64_t axis, const std::string& what) {
+    std::vector<ImportedValue> parts;
+    for (size_t i = 0; i < vs.size(); ++i) parts.push_back(unsqueeze(vs[i], axis, fmt::format("{}_{}", what, i)));
+    return parts.size() == 1 ? parts[0] : c_.op(Op::Concat, parts, what, {{"axis", axis}});
+  }
+  // Output i: the parts concatenated along `axis` (one part: itself), under the output's name.
+  void output(size_t i, const std::vector<ImportedValue>& parts, int64_t axis) {
+    const std::string name = ctx_.outputName(i);
+    if (parts.size() == 1) {
+      ctx_.setOutput(i, ctx_.emit(Op::Identity, {parts[0]}, {}, name));
+    } else {
+      ctx_.setOutput(i, ctx_.emit(Op::Concat, parts, {{"axis", axis}}, name));
+    }
+  }
+
+  // W or R of direction d: [gates * H, cols].
+  ImportedValue weightOf(size_t input, int64_t d, const char* role) {
+    const ImportedValue& w = ctx_.input(input);
+    const ir::TensorType t = w.type();
+    if (t.rank() != 3 || t.shape[0] != ir::Dim(dirs_) || t.shape[1] != ir::Dim(gates() * hidden_)) {
+      ctx_.fail("{} must be [{}, {}, *], got {}", role, dirs_, gates() * hidden_, t.str());
+    }
+    return step(w, 0, d, fmt::format("{}{}", role, d));
+  }
+  // The bias halves of direction d ([gates * H] each; zeros when B is omitted).
+  std::pair<std::optional<ImportedValue>, std::optional<ImportedValue>> biasOf(int64_t d) {
+    if (!ctx_.hasInput(3)) return {std::nullopt, std::nullopt};
+    const ImportedValue& b = ctx_.input(3);
+    const int64_t gh = gates() * hidden_;
+    if (b.type().rank() != 2 || b.type().shape[0] != ir::Dim(dirs_) || b.type().shape[1] != ir::Dim(2 * gh)) {
+      ctx_.fail("B must be [{}, {}], got {}", dirs_, 2 * gh, b.type().str());
+    }
+    ImportedValue bd = step(b, 0, d, fmt::format("B{}", d));
+    return {rows(bd, 0, gh, fmt::format("Wb{}", d)), rows(bd, gh, 2 * gh, fmt::format("Rb{}", d))};
+  }
+  // initial_h / initial_c of direction d as [B, H] (zeros when omitted).
+  ImportedValue stateOf(size_t input, int64_t d, const char* role, const ImportedValue& x) {
+    if (ctx_.hasInput(input)) {
+      const ImportedValue& s = ctx_.input(input);
+      const size_t dirAxis = layout_ == 0 ? 0 : 1;
+      if (s.type().rank() != 3) ctx_.fail("{} must be rank 3, got {}", role, s.type().str());
+      return step(s, dirAxis, d, fmt::format("{}{}", role, d));
+    }
+    // Zeros of [B, H], B taken from x's shape; with a dynamic batch a batch fill (as
+    // ConstantOfShape makes), which the importer expands where it must exist as a value.
+    const ir::TensorType xt = x.type();
+    const ir::Dim batch = xt.shape[layout_ == 0 ? 1 : 0];
+    ImportedValue z = c_.constant(ir::Tensor(xt.dtype, {batch.isStatic() ? batch.value() : 1, hidden_}), fmt::format("{}{}_zeros", role, d));
+    if (batch.isBatch()) {
+      z.kind = ImportedValue::Kind::BatchFill;
+      z.fillShape = {batch, ir::Dim(hidden_)};
+    }
+    return z;
+  }
+  ImportedValue linear(const ImportedValue& v, const ImportedValue& w, const std::optional<ImportedValue>& b, const std::string& what) {
+    std::vector<ImportedValue> ins{v, w};
+    if (b) ins.push_back(*b);
+    return c_.op(Op::Linear, ins, what);
+  }
+  // Gate k ([B, H]) of a [B, gates * H] value.
+  ImportedValue gate(const ImportedValue& v, int k, const std::string& what) {
+    return c_.op(Op::Slice, {v}, what,
+                 {{"starts", std::vector<int64_t>{k * hidden_}}, {"ends", std::vector<int64_t>{(k + 1) * hidden_}}, {"axes", std::vector<int64_t>{1}}});
+  }
+
+  // One time step of direction d: h (and c) updated in place.
+  void step(int64_t d, const ImportedValue& xs, const ImportedValue& w, const ImportedValue& r, ImportedValue& h, ImportedValue& c,
+            const std::string& tag) {
+    auto [wb, rb] = biasOf(d);
+    ImportedValue xw = linear(xs, w, wb, "xw" + tag);
+    if (cell_ == Cell::Rnn) {
+      h = apply(act(d, 0), c_.op(Op::Add, {xw, linear(h, r, rb, "hr" + tag)}, "pre" + tag), "h" + tag);
+      return;
+    }
+    if (cell_ == Cell::Lstm) {
+      ImportedValue pre = c_.op(Op::Add, {xw, linear(h, r, rb, "hr" + tag)}, "pre" + tag);
+      std::optional<ImportedValue> p;
+      if (ctx_.hasInput(7)) p = step(ctx_.input(7), 0, d, fmt::format("P{}", d));
+      auto peep = [&](const ImportedValue& v, int k, const ImportedValue& state, const std::string& what) {
+        if (!p) return v;
+        ImportedValue pk = c_.op(Op::Slice, {*p}, what + "_p",
+                                 {{"starts", std::vector<int64_t>{k * hidden_}}, {"ends", std::vector<int64_t>{(k + 1) * hidden_}}, {"axes", std::vector<int64_t>{0}}});
+        return c_.op(Op::Add, {v, c_.op(Op::Mul, {pk, state}, what + "_peep")}, what + "_with_peep");
+      };
+      // Gate order i, o, f, c; peepholes i, o, f.
+      ImportedValue i = apply(act(d, 0), peep(gate(pre, 0, "i_pre" + tag), 0, c, "i" + tag), "i" + tag);
+      ImportedValue f = inputForget_ ? c_.op(Op::Sub, {c_.scalarLike(i, 1), i}, "f" + tag)
+                                     : apply(act(d, 0), peep(gate(pre, 2, "f_pre" + tag), 2, c, "f" + tag), "f" + tag);
+      ImportedValue g = apply(act(d, 1), gate(pre, 3, "c_pre" + tag), "g" + tag);
+      c = c_.op(Op::Add, {c_.op(Op::Mul, {f, c}, "fc" + tag), c_.op(Op::Mul, {i, g}, "ig" + tag)}, "c" + tag);
+      ImportedValue o = apply(act(d, 0), peep(gate(pre, 1, "o_pre" + tag), 1, c, "o" + tag), "o" + tag);
+      h = c_.op(Op::Mul, {o, apply(act(d, 2), c, "hc" + tag)}, "h" + tag);
+      return;
+    }
+    // GRU: gates z, r, h.
+    const int64_t H = hidden_;
+    ImportedValue rZr = rows(r, 0, 2 * H, "R_zr" + tag), rH = rows(r, 2 * H, 3 * H, "R_h" + tag);
+    std::optional<ImportedValue> rbZr, rbH;
+    if (rb) rbZr = rows(*rb, 0, 2 * H, "Rb_zr" + tag), rbH = rows(*rb, 2 * H, 3 * H, "Rb_h" + tag);
+    ImportedValue hr = linear(h, rZr, rbZr, "hr" + tag);
+    ImportedValue z = apply(act(d, 0), c_.op(Op::Add, {gate(xw, 0, "xz" + tag), gate(hr, 0, "hz" + tag)}, "z_pre" + tag), "z" + tag);
+    ImportedValue rg = apply(act(d, 0), c_.op(Op::Add, {gate(xw, 1, "xr" + tag), gate(hr, 1, "hrr" + tag)}, "r_pre" + tag), "r" + tag);
+    ImportedValue hh = linearBeforeReset_ ? c_.op(Op::Mul, {rg, linear(h, rH, rbH, "hh_lin" + tag)}, "hh" + tag)
+                                          : linear(c_.op(Op::Mul, {rg, h}, "rh" + tag), rH, rbH, "hh" + tag);
+    ImportedValue n = apply(act(d, 1), c_.op(Op::Add, {gate(xw, 2, "xh" + tag), hh}, "n_pre" + tag), "n" + tag);
+    // (1 - z) n + z h = n + z (h - n)
+    h = c_.op(Op::Add, {n, c_.op(Op::Mul, {z, c_.op(Op::Sub, {h, n}, "h_minus_n" + tag)}, "zd" + tag)}, "h" + tag);
+  }
+
+  NodeContext& ctx_;
+  Composer c_;
+  Cell cell_;
+  int64_t layout_ = 0, seq_ = 0, hidden_ = 0, dirs_ = 1;
+  std::optional<double> clip_;
+  bool inputForget_ = false, linearBeforeReset_ = false;
+  std::vector<Activation> acts_;
+};
+
+}  // namespace
+
+void convertLstm(NodeContext& ctx) { Recurrent(ctx, Cell::Lstm).convert(); }
+void convertGru(NodeContext& ctx) { Recurrent(ctx, Cell::Gru).convert(); }
+void convertRnn(NodeContext& ctx) { Recurrent(ctx, Cell::Rnn).convert(); }
+
 }  // namespace policyc::frontend

@@ -743,6 +743,10 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"Celu", {1, 1, 1, 12, convertCelu}},
       {"Mish", {1, 1, 1, 18, convertMish}},
       {"Gelu", {1, 1, 1, 20, convertGelu}},
+      // recurrent layers, unrolled over a static sequence (onnx_composite.cpp)
+      {"LSTM", {3, 8, 3, 11, convertLstm}},
+      {"GRU", {3, 6, 2, 11, convertGru}},
+      {"RNN", {3, 6, 2, 11, convertRnn}},
       {"HardSwish", {1, 1, 1, 14, convertDirect<Op::HardSwish>}},
       {"LeakyRelu", {1, 1, 1, 11, convertAlpha<Op::LeakyRelu>}},
       {"Elu", {1, 1, 1, 11, convertAlpha<Op::Elu>}},

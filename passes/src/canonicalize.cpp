@@ -23,6 +23,10 @@
 //   layer_norm        (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) over the last axis,
 //                     optionally * gamma and + beta (params along the last axis)
 //   clip->relu        clip {min=0, max=inf}
+//   whole slices removed  slice with unit steps whose result has its operand's type (it takes
+//                     every element, as an unrolled recurrent layer's step 0 of 1 does)
+//   unit gathers->squeeze  gather(x, scalar param 0 or -1, axis a) where x's dim a is 1 ->
+//                     squeeze(x, a), which the reshape rules then meet (an exporter's h[0])
 // Adds params (restoring topological order at the end); leaves replaced params for dce.
 #include <cmath>
 #include <limits>
@@ -76,6 +80,8 @@ class Canonicalizer {
       case Op::Squeeze:
       case Op::Unsqueeze: return collapseReshapes(n);
       case Op::Clip: return clipToRelu(n);
+      case Op::Slice: return removeWholeSlice(n);
+      case Op::Gather: return unitGatherToSqueeze(n);
       default: return false;
     }
   }
@@ -226,6 +232,29 @@ class Canonicalizer {
       }
     }
     return target;
+  }
+
+  bool removeWholeSlice(Node* n) {
+    const std::vector<int64_t>& steps = n->attrInts("steps");
+    if (n->output()->type() != n->input(0)->type()) return false;
+    if (std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s != 1; })) return false;  // a reversal keeps the type
+    graph_.replaceAllUsesWith(n->output(), n->input(0));
+    erase({n});
+    stats_.add("whole slices removed");
+    return true;
+  }
+
+  bool unitGatherToSqueeze(Node* n) {
+    const Value* indices = n->input(1);
+    std::optional<double> index = scalarParam(indices);
+    if (!index || indices->type().rank() != 0 || (*index != 0 && *index != -1)) return false;
+    const ir::Shape& shape = n->input(0)->type().shape;
+    const auto rank = static_cast<int64_t>(shape.size());
+    int64_t axis = n->attrInt("axis");
+    if (axis < -rank || axis >= rank) return false;
+    if (axis < 0) axis += rank;
+    if (shape[static_cast<size_t>(axis)] != Dim(1)) return false;
+    return replace(n, {n}, Op::Squeeze, {n->input(0)}, {{"axes", std::vector<int64_t>{axis}}}, "unit gathers->squeeze");
   }
 
   bool collapseReshapes(Node* n) {

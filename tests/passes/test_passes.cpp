@@ -354,6 +354,36 @@ TEST_CASE("canonicalize: chains of reshapes collapse into one", "[passes][canoni
   }
 }
 
+TEST_CASE("canonicalize: whole slices go, unit gathers become squeezes", "[passes][canonicalize]") {
+  Builder b;
+  SECTION("a one-step sequence sliced and gathered back to [batch, 4]") {
+    Value* x = b.input("x", {B, 4});
+    Value* seq = b.op(Op::Unsqueeze, {x}, {{"axes", Ints{0}}}, "seq");                      // [1, B, 4]
+    Value* s = b.op(Op::Slice, {seq}, {{"starts", Ints{0}}, {"ends", Ints{1}}, {"axes", Ints{0}}}, "step0");
+    Value* g = b.op(Op::Gather, {s, b.param("zero", scalar(0, DType::I64))}, {{"axis", int64_t{0}}}, "first");
+    b.outputs({{"y", b.op(Op::Tanh, {g}, "t")}});
+    PassStats st = runPass(b.g, passes::canonicalize);
+    CHECK(st.get("whole slices removed") == 1);
+    CHECK(st.get("unit gathers->squeeze") == 1);
+    CHECK(count(b.g, Op::Slice) == 0);
+    CHECK(count(b.g, Op::Gather) == 0);
+    CHECK(only(b.g, Op::Tanh)->input(0) == b.g.findValue("x"));  // unsqueeze + squeeze collapsed away
+  }
+  SECTION("must not fire: a slice that drops elements or reverses, a gather of index 1 or along a wider axis") {
+    Value* x = b.input("x", {B, 4});
+    Value* part = b.op(Op::Slice, {x}, {{"starts", Ints{1}}, {"ends", Ints{4}}, {"axes", Ints{1}}}, "part");
+    Value* rev = b.op(Op::Slice, {x}, {{"starts", Ints{3}}, {"ends", Ints{-5}}, {"axes", Ints{1}}, {"steps", Ints{-1}}}, "rev");
+    Value* pair = b.input("pair", {B, 2, 3});
+    Value* second = b.op(Op::Gather, {pair, b.param("one", scalar(1, DType::I64))}, {{"axis", int64_t{1}}}, "second");
+    Value* unit = b.op(Op::Unsqueeze, {x}, {{"axes", Ints{1}}}, "unit");  // [B, 1, 4]
+    Value* idx = b.op(Op::Gather, {unit, b.param("two", scalar(0, DType::I64))}, {{"axis", int64_t{2}}}, "col0");
+    b.outputs({{"part", part}, {"rev", rev}, {"second", second}, {"col0", idx}});
+    PassStats st = runPass(b.g, passes::canonicalize);
+    CHECK(st.get("whole slices removed") == 0);
+    CHECK(st.get("unit gathers->squeeze") == 0);
+  }
+}
+
 TEST_CASE("canonicalize: clip(0, inf) is relu, other clips stay", "[passes][canonicalize]") {
   Builder b;
   Value* x = b.input("x", {B, 4});
