@@ -530,39 +530,41 @@ class RMAAdaptation(nn.Module):
 # Recurrent policies, one step with the state passed in and out
 # --------------------------------------------------------------------------------------------
 class SampleFactoryGRU(nn.Module):
-    """Sample Factory default actor-critic (rnn_type=gru), one step: ELU MLP encoder, GRU cell of 128,
+    """Sample Factory default actor-critic (rnn_type=gru), one step: ELU MLP encoder, a GRU of 128,
     action logits, value and the new RNN state."""
 
     def __init__(self, obs_dim=16, hidden=128, n_actions=6):
         super().__init__()
         self.encoder = mlp([obs_dim, 128], nn.ELU)
-        # Sample Factory uses nn.GRU, which exports as the ONNX GRU operator that policyc does not
-        # import; for a single step GRUCell computes the same and exports as Gemm/Split/Sigmoid/Tanh.
-        self.core = nn.GRUCell(128, hidden)
+        # nn.GRU over a sequence of one step, as Sample Factory runs it: exports as the ONNX GRU
+        # operator with Unsqueeze before and Gather after it.
+        self.core = nn.GRU(128, hidden)
         self.action_parameterization = head(hidden, n_actions, 2.0)
         self.critic_linear = head(hidden, 1)
 
     def forward(self, obs, rnn_state):
-        h = self.core(self.encoder(obs), rnn_state)
+        _, h = self.core(self.encoder(obs).unsqueeze(0), rnn_state.unsqueeze(0))
+        h = h[0]
         return self.action_parameterization(h), self.critic_linear(h), h
 
 
 class SB3RecurrentPPO(nn.Module):
-    """sb3-contrib RecurrentPPO MlpLstmPolicy (shared_lstm=True), one step: LSTM cell of 128 on the raw
+    """sb3-contrib RecurrentPPO MlpLstmPolicy (shared_lstm=True), one step: an LSTM of 128 on the raw
     observation, 64x64 tanh policy and value networks on its output, the new (h, c) state."""
 
     def __init__(self, obs_dim=8, hidden=128, n_actions=4):
         super().__init__()
-        # nn.LSTM exports as the ONNX LSTM operator, which policyc does not import; LSTMCell computes
-        # the same step and exports as Gemm/Split/Sigmoid/Tanh.
-        self.lstm_actor = nn.LSTMCell(obs_dim, hidden)
+        # nn.LSTM over a sequence of one step, as sb3-contrib runs it: exports as the ONNX LSTM
+        # operator with Unsqueeze before and Gather after it.
+        self.lstm_actor = nn.LSTM(obs_dim, hidden)
         self.policy_net = mlp([hidden, 64, 64], nn.Tanh)
         self.value_net_body = mlp([hidden, 64, 64], nn.Tanh)
         self.action_net = head(64, n_actions, 2.0)
         self.value_net = head(64, 1)
 
     def forward(self, obs, h, c):
-        h_out, c_out = self.lstm_actor(obs, (h, c))
+        _, (h_out, c_out) = self.lstm_actor(obs.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0)))
+        h_out, c_out = h_out[0], c_out[0]
         return (self.action_net(self.policy_net(h_out)), self.value_net(self.value_net_body(h_out)),
                 h_out, c_out)
 
