@@ -25,6 +25,8 @@
 //   clip->relu        clip {min=0, max=inf}
 //   whole slices removed  slice with unit steps whose result has its operand's type (it takes
 //                     every element, as an unrolled recurrent layer's step 0 of 1 does)
+//   unit transposes->reshape  transpose that keeps the order of every dim but those of size 1
+//                     (moving a unit axis moves no data) -> reshape, which the rules above meet
 //   unit gathers->squeeze  gather(x, scalar param 0 or -1, axis a) where x's dim a is 1 ->
 //                     squeeze(x, a), which the reshape rules then meet (an exporter's h[0])
 // Adds params (restoring topological order at the end); leaves replaced params for dce.
@@ -82,6 +84,7 @@ class Canonicalizer {
       case Op::Clip: return clipToRelu(n);
       case Op::Slice: return removeWholeSlice(n);
       case Op::Gather: return unitGatherToSqueeze(n);
+      case Op::Transpose: return unitTransposeToReshape(n);
       default: return false;
     }
   }
@@ -242,6 +245,24 @@ class Canonicalizer {
     erase({n});
     stats_.add("whole slices removed");
     return true;
+  }
+
+  bool unitTransposeToReshape(Node* n) {
+    const ir::Shape& in = n->input(0)->type().shape;
+    std::vector<int64_t> perm = n->attrInts("perm");
+    if (perm.empty()) {
+      for (size_t i = in.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+    }
+    int64_t last = -1;
+    for (int64_t axis : perm) {
+      if (axis < 0 || axis >= static_cast<int64_t>(in.size())) return false;
+      if (in[static_cast<size_t>(axis)] == Dim(1)) continue;
+      if (axis < last) return false;  // two dims of other sizes swap: data moves
+      last = axis;
+    }
+    auto target = reshapeTarget(in, n->output()->type().shape);
+    if (!target) return false;
+    return replace(n, {n}, Op::Reshape, {n->input(0)}, {{"shape", *target}}, "unit transposes->reshape");
   }
 
   bool unitGatherToSqueeze(Node* n) {

@@ -369,6 +369,21 @@ TEST_CASE("canonicalize: whole slices go, unit gathers become squeezes", "[passe
     CHECK(count(b.g, Op::Gather) == 0);
     CHECK(only(b.g, Op::Tanh)->input(0) == b.g.findValue("x"));  // unsqueeze + squeeze collapsed away
   }
+  SECTION("a batch-first one-step sequence: the transpose moving the unit axis is a reshape") {
+    Value* x = b.input("x", {B, 4});
+    Value* seq = b.op(Op::Unsqueeze, {x}, {{"axes", Ints{1}}}, "seq");                        // [B, 1, 4]
+    Value* t = b.op(Op::Transpose, {seq}, {{"perm", Ints{1, 0, 2}}}, "time_major");           // [1, B, 4]
+    Value* s = b.op(Op::Squeeze, {t}, {{"axes", Ints{0}}}, "step");
+    b.outputs({{"y", b.op(Op::Relu, {s}, "r")}});
+    PassStats st = runPass(b.g, passes::canonicalize);
+    CHECK(st.get("unit transposes->reshape") == 1);
+    CHECK(only(b.g, Op::Relu)->input(0) == b.g.findValue("x"));
+  }
+  SECTION("must not fire: a transpose that swaps two dims of other sizes") {
+    Value* x = b.input("x", {B, 1, 3, 4});
+    b.outputs({{"y", b.op(Op::Transpose, {x}, {{"perm", Ints{0, 1, 3, 2}}}, "swap")}});
+    requireNoChange(b.g, passes::canonicalize);
+  }
   SECTION("must not fire: a slice that drops elements or reverses, a gather of index 1 or along a wider axis") {
     Value* x = b.input("x", {B, 4});
     Value* part = b.op(Op::Slice, {x}, {{"starts", Ints{1}}, {"ends", Ints{4}}, {"axes", Ints{1}}}, "part");
