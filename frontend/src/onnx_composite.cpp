@@ -740,4 +740,70 @@ void convertLstm(NodeContext& ctx) { Recurrent(ctx, Cell::Lstm).convert(); }
 void convertGru(NodeContext& ctx) { Recurrent(ctx, Cell::Gru).convert(); }
 void convertRnn(NodeContext& ctx) { Recurrent(ctx, Cell::Rnn).convert(); }
 
+
+// ---- quantization: QuantizeLinear and DequantizeLinear as float arithmetic. A quantized model's
+// int8 weights dequantize at import (a DequantizeLinear of constants folds into an f32 param), so
+// its layers run in f32; the QuantizeLinear/DequantizeLinear pairs on activations run as
+// round-and-clamp in f32, which gives the values an int8 kernel would.
+
+namespace {
+
+// A per-tensor (scalar) or per-axis (1-D) scale or zero point, shaped to broadcast over x.
+ImportedValue alongAxis(NodeContext& ctx, Composer& c, const ImportedValue& v, const ir::TensorType& x, std::string_view what) {
+  const ir::TensorType t = v.type();
+  if (t.rank() == 0 || (t.rank() == 1 && t.shape[0] == ir::Dim(1))) return v;
+  if (t.rank() != 1) ctx.fail("{} must be a scalar or 1-D, got {}", what, t.str());
+  const auto rank = static_cast<int64_t>(x.rank());
+  int64_t axis = ctx.attrInt("axis", 1);
+  if (axis < -rank || axis >= rank) ctx.fail("axis {} is out of range for {}", axis, x.str());
+  if (axis < 0) axis += rank;
+  if (x.shape[static_cast<size_t>(axis)] != t.shape[0]) ctx.fail("{} has {} values for axis {} of {}", what, t.shape[0].str(), axis, x.str());
+  std::vector<int64_t> shape(static_cast<size_t>(rank), 1);
+  shape[static_cast<size_t>(axis)] = t.shape[0].value();
+  return c.op(Op::Reshape, {v}, std::string(what) + "_along_axis", {{"shape", shape}});
+}
+
+}  // namespace
+
+// y = (x - zero_point) * scale in f32.
+void convertDequantizeLinear(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& x = ctx.input(0);
+  const ir::TensorType xt = x.type();
+  if (xt.dtype != DType::I8 && xt.dtype != DType::U8 && xt.dtype != DType::I32) {
+    ctx.fail("x must be int8, uint8 or int32, got {}", ir::dtypeName(xt.dtype));
+  }
+  const ImportedValue& scale = ctx.input(1);
+  if (scale.type().dtype != DType::F32) ctx.fail("x_scale must be f32, got {}", ir::dtypeName(scale.type().dtype));
+  const std::string f32(ir::dtypeName(DType::F32));
+  ImportedValue xf = c.op(Op::Cast, {x}, "float", {{"to", f32}});
+  if (const ImportedValue* zp = ctx.optionalInput(2)) {
+    if (zp->type().dtype != xt.dtype) ctx.fail("x_zero_point must be {} as x is, got {}", ir::dtypeName(xt.dtype), ir::dtypeName(zp->type().dtype));
+    ImportedValue zf = c.op(Op::Cast, {alongAxis(ctx, c, *zp, xt, "x_zero_point")}, "zero_point", {{"to", f32}});
+    xf = c.op(Op::Sub, {xf, zf}, "centred");
+  }
+  c.result(Op::Mul, {xf, alongAxis(ctx, c, scale, xt, "x_scale")});
+}
+
+// y = saturate(round(x / scale) + zero_point), halves to even, in the zero point's dtype (uint8
+// without one).
+void convertQuantizeLinear(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& x = floatInput(ctx, 0);
+  const ir::TensorType xt = x.type();
+  const ImportedValue& scale = ctx.input(1);
+  if (scale.type().dtype != xt.dtype) ctx.fail("y_scale must be {} as x is, got {}", ir::dtypeName(xt.dtype), ir::dtypeName(scale.type().dtype));
+  const ImportedValue* zp = ctx.optionalInput(2);
+  const DType to = zp ? zp->type().dtype : DType::U8;
+  if (to != DType::I8 && to != DType::U8) ctx.fail("y_zero_point must be int8 or uint8, got {}", ir::dtypeName(to));
+  ImportedValue q = c.op(Op::Round, {c.op(Op::Div, {x, alongAxis(ctx, c, scale, xt, "y_scale")}, "scaled")}, "rounded");
+  if (zp) {
+    const std::string ft(ir::dtypeName(xt.dtype));
+    q = c.op(Op::Add, {q, c.op(Op::Cast, {alongAxis(ctx, c, *zp, xt, "y_zero_point")}, "zero_point", {{"to", ft}})}, "shifted");
+  }
+  const double lo = to == DType::I8 ? -128 : 0, hi = to == DType::I8 ? 127 : 255;
+  ImportedValue clamped = c.op(Op::Clip, {q}, "saturated", {{"min", lo}, {"max", hi}});
+  c.result(Op::Cast, {clamped}, {{"to", std::string(ir::dtypeName(to))}});
+}
+
 }  // namespace policyc::frontend

@@ -747,6 +747,9 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"LSTM", {3, 8, 3, 11, convertLstm}},
       {"GRU", {3, 6, 2, 11, convertGru}},
       {"RNN", {3, 6, 2, 11, convertRnn}},
+      // quantization as f32 arithmetic (onnx_composite.cpp)
+      {"DequantizeLinear", {2, 3, 1, 11, convertDequantizeLinear}},
+      {"QuantizeLinear", {2, 3, 1, 11, convertQuantizeLinear}},
       {"HardSwish", {1, 1, 1, 14, convertDirect<Op::HardSwish>}},
       {"LeakyRelu", {1, 1, 1, 11, convertAlpha<Op::LeakyRelu>}},
       {"Elu", {1, 1, 1, 11, convertAlpha<Op::Elu>}},

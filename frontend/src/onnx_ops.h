@@ -37,6 +37,8 @@ void convertGelu(NodeContext& ctx);
 void convertLstm(NodeContext& ctx);
 void convertGru(NodeContext& ctx);
 void convertRnn(NodeContext& ctx);
+void convertDequantizeLinear(NodeContext& ctx);
+void convertQuantizeLinear(NodeContext& ctx);
 void convertSign(NodeContext& ctx);
 void convertIsNaN(NodeContext& ctx);
 void convertIsInf(NodeContext& ctx);
