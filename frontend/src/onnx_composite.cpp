@@ -473,6 +473,8 @@ namespace {
 
 enum class Cell { Lstm, Gru, Rnn };
 
+constexpr int64_t kMaxUnrolledSteps = 1024;
+
 // One activation of the `activations` attribute, with its alpha/beta when it takes them.
 struct Activation {
   std::string name;
@@ -491,8 +493,11 @@ class Recurrent {
     if (layout_ != 0 && layout_ != 1) ctx_.fail("layout={} is not 0 or 1", layout_);
     const size_t seqAxis = layout_ == 0 ? 0 : 1;
     seq_ = staticDim(ctx_, xt, seqAxis, "the sequence is unrolled at compile time");
+    // Each step is a few dozen nodes: a hostile length must not make the graph enormous.
+    if (seq_ > kMaxUnrolledSteps) ctx_.fail("a sequence of {} steps is longer than policyc unrolls (at most {})", seq_, kMaxUnrolledSteps);
     hidden_ = ctx_.attrInt("hidden_size", 0);
-    if (hidden_ < 1) ctx_.fail("attribute hidden_size is required (and positive)");
+    // W's shape must match gates * hidden_size: a larger value cannot be right (and must not overflow).
+    if (hidden_ < 1 || hidden_ > kMaxImportElements) ctx_.fail("attribute hidden_size must be between 1 and {}, got {}", kMaxImportElements, hidden_);
     const std::string direction = ctx_.attrString("direction").value_or("forward");
     if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
       ctx_.fail("direction='{}' is not forward, reverse or bidirectional", direction);

@@ -1312,3 +1312,18 @@ TEST_CASE("onnx import: opset 19 AveragePool with dilations 1, opset 20-21 Gelu 
   bad.output("y");
   CHECK_THAT(importError(bad), Contains("'g'") && Contains("approximate='sigmoid' is not supported"));
 }
+
+TEST_CASE("onnx import: recurrent layers refuse hostile lengths and sizes by name", "[onnx][errors]") {
+  auto lstm = [](int64_t seq, int64_t hidden) {
+    ModelBuilder b;
+    b.input("x", {seq, 2, 3});
+    b.input("w", {1, 16, 3});
+    b.input("r", {1, 16, 4});
+    setInt(b.node("LSTM", {"x", "w", "r"}, {"y"}, "rnn"), "hidden_size", hidden);
+    b.output("y");
+    return importError(b);
+  };
+  CHECK_THAT(lstm(5000, 4), Contains("'rnn'") && Contains("a sequence of 5000 steps is longer than policyc unrolls"));
+  CHECK_THAT(lstm(2, int64_t{1} << 62), Contains("'rnn'") && Contains("hidden_size must be between 1 and"));
+  CHECK_THAT(lstm(2, 5), Contains("'rnn'") && Contains("W must be [1, 20, *]"));
+}
