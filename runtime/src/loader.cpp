@@ -481,7 +481,10 @@ void Model::setWeights(std::span<const std::pair<std::string, TensorView>> weigh
   }
   std::vector<policyc_tensor_desc> given;
   std::vector<const void*> data;
-  for (const auto& [name, view] : weights) {
+  for (const auto& entry : weights) {
+    // Not a structured binding: clang 14 (the fuzzing build) cannot capture one in the lambda below.
+    const std::string& name = entry.first;
+    const TensorView& view = entry.second;
     auto spec = std::find_if(s.weights.begin(), s.weights.end(), [&](const TensorSpec& w) { return w.name == name; });
     if (spec == s.weights.end()) {
       std::string names;
