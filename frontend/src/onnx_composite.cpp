@@ -680,10 +680,12 @@ class Recurrent {
     if (b) ins.push_back(*b);
     return c_.op(Op::Linear, ins, what);
   }
-  // Gate k ([B, H]) of a [B, gates * H] value.
-  ImportedValue gate(const ImportedValue& v, int k, const std::string& what) {
-    return c_.op(Op::Slice, {v}, what,
-                 {{"starts", std::vector<int64_t>{k * hidden_}}, {"ends", std::vector<int64_t>{(k + 1) * hidden_}}, {"axes", std::vector<int64_t>{1}}});
+  // The n gates ([B, H] each) of a [B, n * H] value: one split, whose parts are views of it (no
+  // copy), as the cell form an exporter writes for LSTMCell/GRUCell has.
+  std::vector<ImportedValue> gates(const ImportedValue& v, int n, const std::string& what) {
+    std::vector<std::string> names;
+    for (int k = 0; k < n; ++k) names.push_back(ctx_.freshName(fmt::format("{}_{}_{}", c_.name(), what, k)));
+    return ctx_.emit(Op::Split, {v}, {{"axis", int64_t{1}}, {"split", std::vector<int64_t>(static_cast<size_t>(n), hidden_)}}, names);
   }
 
   // One time step of direction d: h (and c) updated in place.
@@ -696,36 +698,53 @@ class Recurrent {
       return;
     }
     if (cell_ == Cell::Lstm) {
-      ImportedValue pre = c_.op(Op::Add, {xw, linear(h, r, rb, "hr" + tag)}, "pre" + tag);
+      std::vector<ImportedValue> pre = gates(c_.op(Op::Add, {xw, linear(h, r, rb, "hr" + tag)}, "pre" + tag), 4, "gates" + tag);
       std::optional<ImportedValue> p;
-      if (ctx_.hasInput(7)) p = step(ctx_.input(7), 0, d, fmt::format("P{}", d));
+      std::vector<ImportedValue> peeps;
+      if (ctx_.hasInput(7)) {
+        p = step(ctx_.input(7), 0, d, fmt::format("P{}", d));
+        // [3H] as [1, 3H] split into i, o, f ([1, H] each, broadcast over the batch)
+        ImportedValue row = c_.op(Op::Unsqueeze, {*p}, fmt::format("P{}_row", d), {{"axes", std::vector<int64_t>{0}}});
+        peeps = gates(row, 3, fmt::format("peep{}", d) + tag);
+      }
       auto peep = [&](const ImportedValue& v, int k, const ImportedValue& state, const std::string& what) {
         if (!p) return v;
-        ImportedValue pk = c_.op(Op::Slice, {*p}, what + "_p",
-                                 {{"starts", std::vector<int64_t>{k * hidden_}}, {"ends", std::vector<int64_t>{(k + 1) * hidden_}}, {"axes", std::vector<int64_t>{0}}});
-        return c_.op(Op::Add, {v, c_.op(Op::Mul, {pk, state}, what + "_peep")}, what + "_with_peep");
+        return c_.op(Op::Add, {v, c_.op(Op::Mul, {peeps[static_cast<size_t>(k)], state}, what + "_peep")}, what + "_with_peep");
       };
       // Gate order i, o, f, c; peepholes i, o, f.
-      ImportedValue i = apply(act(d, 0), peep(gate(pre, 0, "i_pre" + tag), 0, c, "i" + tag), "i" + tag);
+      ImportedValue i = apply(act(d, 0), peep(pre[0], 0, c, "i" + tag), "i" + tag);
       ImportedValue f = inputForget_ ? c_.op(Op::Sub, {c_.scalarLike(i, 1), i}, "f" + tag)
-                                     : apply(act(d, 0), peep(gate(pre, 2, "f_pre" + tag), 2, c, "f" + tag), "f" + tag);
-      ImportedValue g = apply(act(d, 1), gate(pre, 3, "c_pre" + tag), "g" + tag);
+                                     : apply(act(d, 0), peep(pre[2], 2, c, "f" + tag), "f" + tag);
+      ImportedValue g = apply(act(d, 1), pre[3], "g" + tag);
       c = c_.op(Op::Add, {c_.op(Op::Mul, {f, c}, "fc" + tag), c_.op(Op::Mul, {i, g}, "ig" + tag)}, "c" + tag);
-      ImportedValue o = apply(act(d, 0), peep(gate(pre, 1, "o_pre" + tag), 1, c, "o" + tag), "o" + tag);
+      ImportedValue o = apply(act(d, 0), peep(pre[1], 1, c, "o" + tag), "o" + tag);
       h = c_.op(Op::Mul, {o, apply(act(d, 2), c, "hc" + tag)}, "h" + tag);
       return;
     }
-    // GRU: gates z, r, h.
+    // GRU: gates z, r, h. With linear_before_reset (PyTorch's GRU) one linear of h gives all three.
     const int64_t H = hidden_;
-    ImportedValue rZr = rows(r, 0, 2 * H, "R_zr" + tag), rH = rows(r, 2 * H, 3 * H, "R_h" + tag);
-    std::optional<ImportedValue> rbZr, rbH;
-    if (rb) rbZr = rows(*rb, 0, 2 * H, "Rb_zr" + tag), rbH = rows(*rb, 2 * H, 3 * H, "Rb_h" + tag);
-    ImportedValue hr = linear(h, rZr, rbZr, "hr" + tag);
-    ImportedValue z = apply(act(d, 0), c_.op(Op::Add, {gate(xw, 0, "xz" + tag), gate(hr, 0, "hz" + tag)}, "z_pre" + tag), "z" + tag);
-    ImportedValue rg = apply(act(d, 0), c_.op(Op::Add, {gate(xw, 1, "xr" + tag), gate(hr, 1, "hrr" + tag)}, "r_pre" + tag), "r" + tag);
-    ImportedValue hh = linearBeforeReset_ ? c_.op(Op::Mul, {rg, linear(h, rH, rbH, "hh_lin" + tag)}, "hh" + tag)
-                                          : linear(c_.op(Op::Mul, {rg, h}, "rh" + tag), rH, rbH, "hh" + tag);
-    ImportedValue n = apply(act(d, 1), c_.op(Op::Add, {gate(xw, 2, "xh" + tag), hh}, "n_pre" + tag), "n" + tag);
+    std::vector<ImportedValue> x3 = gates(xw, 3, "xg" + tag);
+    ImportedValue hz, hrr, hh;
+    if (linearBeforeReset_) {
+      std::vector<ImportedValue> h3 = gates(linear(h, r, rb, "hr" + tag), 3, "hg" + tag);
+      hz = h3[0], hrr = h3[1], hh = h3[2];
+    } else {
+      ImportedValue rZr = rows(r, 0, 2 * H, "R_zr" + tag);
+      std::optional<ImportedValue> rbZr;
+      if (rb) rbZr = rows(*rb, 0, 2 * H, "Rb_zr" + tag);
+      std::vector<ImportedValue> h2 = gates(linear(h, rZr, rbZr, "hr" + tag), 2, "hg" + tag);
+      hz = h2[0], hrr = h2[1];
+    }
+    ImportedValue z = apply(act(d, 0), c_.op(Op::Add, {x3[0], hz}, "z_pre" + tag), "z" + tag);
+    ImportedValue rg = apply(act(d, 0), c_.op(Op::Add, {x3[1], hrr}, "r_pre" + tag), "r" + tag);
+    if (linearBeforeReset_) {
+      hh = c_.op(Op::Mul, {rg, hh}, "hh" + tag);
+    } else {
+      std::optional<ImportedValue> rbH;
+      if (rb) rbH = rows(*rb, 2 * H, 3 * H, "Rb_h" + tag);
+      hh = linear(c_.op(Op::Mul, {rg, h}, "rh" + tag), rows(r, 2 * H, 3 * H, "R_h" + tag), rbH, "hh" + tag);
+    }
+    ImportedValue n = apply(act(d, 1), c_.op(Op::Add, {x3[2], hh}, "n_pre" + tag), "n" + tag);
     // (1 - z) n + z h = n + z (h - n)
     h = c_.op(Op::Add, {n, c_.op(Op::Mul, {z, c_.op(Op::Sub, {h, n}, "h_minus_n" + tag)}, "zd" + tag)}, "h" + tag);
   }
