@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "onnx_ops.h"
 #include "onnx_tensor.h"
@@ -513,14 +514,14 @@ class Recurrent {
     std::vector<ImportedValue> lastH, lastC;
     for (int64_t d = 0; d < dirs_; ++d) {
       const bool reverse = direction == "reverse" || d == 1;
-      ImportedValue w = weightOf(1, d, "W"), r = weightOf(2, d, "R");
+      const Direction dir = directionOf(d);
       ImportedValue h = stateOf(5, d, "initial_h", x), cstate;
       if (cell_ == Cell::Lstm) cstate = stateOf(6, d, "initial_c", x);
       std::vector<ImportedValue> steps(static_cast<size_t>(seq_));
       for (int64_t i = 0; i < seq_; ++i) {
         const int64_t t = reverse ? seq_ - 1 - i : i;
         ImportedValue xs = step(x, seqAxis, t, fmt::format("x{}_{}", d, t));
-        step(d, xs, w, r, h, cstate, fmt::format("{}_{}", d, t));
+        advance(d, dir, xs, h, cstate, fmt::format("{}_{}", d, t));
         steps[static_cast<size_t>(t)] = h;
       }
       ys[static_cast<size_t>(d)] = std::move(steps);
@@ -688,28 +689,37 @@ class Recurrent {
     return ctx_.emit(Op::Split, {v}, {{"axis", int64_t{1}}, {"split", std::vector<int64_t>(static_cast<size_t>(n), hidden_)}}, names);
   }
 
+  // What one direction reads at every step, built once: W, R, the bias halves, the peepholes.
+  struct Direction {
+    ImportedValue w, r;
+    std::optional<ImportedValue> wb, rb;
+    std::vector<ImportedValue> peeps;  // LSTM with P: i, o, f as [1, H]
+  };
+  Direction directionOf(int64_t d) {
+    Direction dir{weightOf(1, d, "W"), weightOf(2, d, "R"), std::nullopt, std::nullopt, {}};
+    std::tie(dir.wb, dir.rb) = biasOf(d);
+    if (cell_ == Cell::Lstm && ctx_.hasInput(7)) {
+      // [3H] as [1, 3H] split into i, o, f, each broadcast over the batch
+      ImportedValue p = step(ctx_.input(7), 0, d, fmt::format("P{}", d));
+      dir.peeps = gates(c_.op(Op::Unsqueeze, {p}, fmt::format("P{}_row", d), {{"axes", std::vector<int64_t>{0}}}), 3, fmt::format("peep{}", d));
+    }
+    return dir;
+  }
+
   // One time step of direction d: h (and c) updated in place.
-  void step(int64_t d, const ImportedValue& xs, const ImportedValue& w, const ImportedValue& r, ImportedValue& h, ImportedValue& c,
-            const std::string& tag) {
-    auto [wb, rb] = biasOf(d);
-    ImportedValue xw = linear(xs, w, wb, "xw" + tag);
+  void advance(int64_t d, const Direction& dir, const ImportedValue& xs, ImportedValue& h, ImportedValue& c, const std::string& tag) {
+    const ImportedValue& r = dir.r;
+    const std::optional<ImportedValue>& rb = dir.rb;
+    ImportedValue xw = linear(xs, dir.w, dir.wb, "xw" + tag);
     if (cell_ == Cell::Rnn) {
       h = apply(act(d, 0), c_.op(Op::Add, {xw, linear(h, r, rb, "hr" + tag)}, "pre" + tag), "h" + tag);
       return;
     }
     if (cell_ == Cell::Lstm) {
       std::vector<ImportedValue> pre = gates(c_.op(Op::Add, {xw, linear(h, r, rb, "hr" + tag)}, "pre" + tag), 4, "gates" + tag);
-      std::optional<ImportedValue> p;
-      std::vector<ImportedValue> peeps;
-      if (ctx_.hasInput(7)) {
-        p = step(ctx_.input(7), 0, d, fmt::format("P{}", d));
-        // [3H] as [1, 3H] split into i, o, f ([1, H] each, broadcast over the batch)
-        ImportedValue row = c_.op(Op::Unsqueeze, {*p}, fmt::format("P{}_row", d), {{"axes", std::vector<int64_t>{0}}});
-        peeps = gates(row, 3, fmt::format("peep{}", d) + tag);
-      }
       auto peep = [&](const ImportedValue& v, int k, const ImportedValue& state, const std::string& what) {
-        if (!p) return v;
-        return c_.op(Op::Add, {v, c_.op(Op::Mul, {peeps[static_cast<size_t>(k)], state}, what + "_peep")}, what + "_with_peep");
+        if (dir.peeps.empty()) return v;
+        return c_.op(Op::Add, {v, c_.op(Op::Mul, {dir.peeps[static_cast<size_t>(k)], state}, what + "_peep")}, what + "_with_peep");
       };
       // Gate order i, o, f, c; peepholes i, o, f.
       ImportedValue i = apply(act(d, 0), peep(pre[0], 0, c, "i" + tag), "i" + tag);

@@ -335,30 +335,24 @@ std::unique_ptr<JitModel> jitCompile(LlvmModule module) {
   llvm::orc::LLJIT& j = *impl->jit;
   llvm::orc::JITDylib& lib = j.getMainJITDylib();
   // The run-time support from this process; libm's functions (cold paths) from the process too.
+  const std::pair<const char*, void*> symbols[] = {
+      {llvmbe::kParallelFor, reinterpret_cast<void*>(&policyc_rt_parallel_for)},
+      {llvmbe::kThreadWorkspace, reinterpret_cast<void*>(&policyc_rt_thread_workspace)},
+      {llvmbe::kNowNs, reinterpret_cast<void*>(&policyc_rt_now_ns)},
+      {llvmbe::kProfileRecord, reinterpret_cast<void*>(&policyc_rt_profile_record)},
+      {llvmbe::kOnednnConv, reinterpret_cast<void*>(&policyc_rt_onednn_conv)},
+      {llvmbe::kOnednnConvRun, reinterpret_cast<void*>(&policyc_rt_onednn_conv_run)},
+      {llvmbe::kOnednnLinear, reinterpret_cast<void*>(&policyc_rt_onednn_linear)},
+      {llvmbe::kOnednnLinearRun, reinterpret_cast<void*>(&policyc_rt_onednn_linear_run)},
+      {llvmbe::kSetWeights, reinterpret_cast<void*>(&policyc_rt_set_weights)},
+      {llvmbe::kGetWeights, reinterpret_cast<void*>(&policyc_rt_get_weights)},
+      {llvmbe::kWeightsReadLock, reinterpret_cast<void*>(&policyc_rt_weights_read_lock)},
+      {llvmbe::kWeightsReadUnlock, reinterpret_cast<void*>(&policyc_rt_weights_read_unlock)},
+  };
   llvm::orc::SymbolMap support;
-  support[j.mangleAndIntern(llvmbe::kParallelFor)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_parallel_for),
-                                                      llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kThreadWorkspace)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_thread_workspace),
-                                                          llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kNowNs)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_now_ns), llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kProfileRecord)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_profile_record),
-                                                        llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kOnednnConv)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_conv),
-                                                     llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kOnednnConvRun)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_conv_run),
-                                                        llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kOnednnLinear)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_linear),
-                                                       llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kOnednnLinearRun)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_onednn_linear_run),
-                                                          llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kSetWeights)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_set_weights),
-                                                     llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kGetWeights)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_get_weights),
-                                                     llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kWeightsReadLock)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_weights_read_lock),
-                                                          llvm::JITSymbolFlags::Exported};
-  support[j.mangleAndIntern(llvmbe::kWeightsReadUnlock)] = {llvm::orc::ExecutorAddr::fromPtr(&policyc_rt_weights_read_unlock),
-                                                            llvm::JITSymbolFlags::Exported};
+  for (const auto& [name, address] : symbols) {
+    support[j.mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(address), llvm::JITSymbolFlags::Exported};
+  }
   if (llvm::Error e = lib.define(llvm::orc::absoluteSymbols(std::move(support)))) fail("JIT: {}", errorText(std::move(e)));
   auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.getDataLayout().getGlobalPrefix());
   if (!generator) fail("JIT: {}", errorText(generator.takeError()));
