@@ -44,13 +44,22 @@ bool movesShapeVectors(ir::Op op) {
   }
 }
 
+}  // namespace
+
 std::string describeKindProblem(const ImportedValue& v) {
   if (v.kind == ImportedValue::Kind::ShapeVector) {
     return fmt::format(
         "value '{}' holds dims that include the batch size (from Shape of a batch-sized value); policyc can pass "
-        "it through Gather, Slice, Concat, Unsqueeze, Squeeze, Cast and Identity into the shape input of Reshape, "
-        "and nowhere else",
+        "it through Gather, Slice, Concat, Unsqueeze, Squeeze, Cast, Identity and multiplication by constants "
+        "into the shape input of Reshape, and nowhere else",
         v.name);
+  }
+  if (v.isFolded()) {
+    return fmt::format(
+        "value '{}' has shape {}, a dim that is a multiple of the batch size; policyc follows such values "
+        "through Reshape, Transpose, MatMul, Gemm, Softmax and elementwise ops only, and a graph output must not "
+        "have one",
+        v.name, onnxDimsStr(v.dims()));
   }
   return fmt::format(
       "value '{}' is a constant whose shape includes the batch size (ConstantOfShape of a batch-dependent shape); "
@@ -58,19 +67,55 @@ std::string describeKindProblem(const ImportedValue& v) {
       v.name);
 }
 
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
 // ImportedValue / ImportState
 
+std::string onnxDimsStr(const std::vector<OnnxDim>& dims) {
+  std::vector<std::string> parts;
+  for (const OnnxDim& d : dims) {
+    parts.push_back(!d.batch ? std::to_string(d.coef) : d.coef == 1 ? "batch" : fmt::format("{}*batch", d.coef));
+  }
+  return fmt::format("[{}]", fmt::join(parts, ","));
+}
+
 ir::TensorType ImportedValue::type() const {
   switch (kind) {
-    case Kind::Runtime: return value->type();
+    case Kind::Runtime:
+      if (isFolded()) throw Error(describeKindProblem(*this));
+      return value->type();
     case Kind::Constant:
     case Kind::ShapeVector: return tensor->type();
     case Kind::BatchFill: return ir::TensorType{tensor->dtype(), fillShape};
   }
   return {};
+}
+
+std::vector<OnnxDim> ImportedValue::dims() const {
+  if (kind == Kind::Runtime && isFolded()) {
+    const ir::Shape& shape = value->type().shape;
+    std::vector<OnnxDim> out;
+    size_t at = 0;
+    for (int n : folds) {
+      OnnxDim d;
+      for (int k = 0; k < n; ++k, ++at) {
+        if (shape.at(at).isBatch()) d.batch = true;
+        else d.coef *= shape.at(at).value();
+      }
+      out.push_back(d);
+    }
+    return out;
+  }
+  std::vector<OnnxDim> out;
+  for (const ir::Dim& d : type().shape) out.push_back(d.isBatch() ? OnnxDim{1, true} : OnnxDim{d.value(), false});
+  return out;
+}
+
+std::vector<OnnxDim> ImportedValue::elementsAsDims() const {
+  std::vector<OnnxDim> out;
+  for (int64_t i = 0; i < tensor->numel(); ++i) {
+    out.push_back({tensor->getAsInt(i), kind == Kind::ShapeVector && batchMask->getAsInt(i) != 0});
+  }
+  return out;
 }
 
 const ImportedValue* ImportState::find(const std::string& name) const {
@@ -94,7 +139,9 @@ std::string ImportState::freshName(std::string_view base) {
 
 ir::Value* ImportState::materialise(const ImportedValue& v, bool allowBatchFill) {
   switch (v.kind) {
-    case ImportedValue::Kind::Runtime: return v.value;
+    case ImportedValue::Kind::Runtime:
+      if (v.isFolded()) throw Error(describeKindProblem(v));
+      return v.value;
     case ImportedValue::Kind::ShapeVector: throw Error(describeKindProblem(v));
     case ImportedValue::Kind::BatchFill:
       if (!allowBatchFill) return expandBatchFill(v);
@@ -311,6 +358,9 @@ std::vector<ImportedValue> NodeContext::emit(ir::Op op, const std::vector<Import
                                              std::vector<std::string> names) {
   const ir::OpInfo& info = ir::opInfo(op);
   attrs = ir::completeAttrs(info, std::move(attrs));
+  for (const ImportedValue& in : inputs) {
+    if (in.isFolded()) return emitFolded(op, inputs, std::move(attrs), std::move(names));
+  }
   const ImportedValue* shapeVector = nullptr;
   const ImportedValue* batchFill = nullptr;
   bool anyRuntime = false;
@@ -318,6 +368,9 @@ std::vector<ImportedValue> NodeContext::emit(ir::Op op, const std::vector<Import
     if (in.kind == ImportedValue::Kind::ShapeVector && !shapeVector) shapeVector = &in;
     if (in.kind == ImportedValue::Kind::BatchFill && !batchFill) batchFill = &in;
     anyRuntime = anyRuntime || in.isRuntime();
+  }
+  if (shapeVector && (op == ir::Op::Mul || op == ir::Op::Div) && !anyRuntime && !batchFill && names.size() == 1) {
+    return {emitShapeArithmetic(op, inputs, names.front())};
   }
   if (shapeVector) {
     if (anyRuntime || batchFill || !movesShapeVectors(op)) fail("{}", describeKindProblem(*shapeVector));
@@ -422,6 +475,45 @@ std::vector<ImportedValue> NodeContext::emitShapeVector(ir::Op op, const std::ve
     results.push_back(std::move(r));
   }
   return results;
+}
+
+// A shape vector times a constant or another shape vector (one side's batch elements meeting the
+// other's static ones: batch*batch is not a size), or divided by a constant that divides its batch
+// elements' coefficients: nn.MultiheadAttention's export computes batch*heads and head_dim so.
+ImportedValue NodeContext::emitShapeArithmetic(ir::Op op, const std::vector<ImportedValue>& inputs,
+                                               const std::string& name) {
+  std::vector<ir::Tensor> values;
+  std::vector<ir::Tensor> masks;
+  for (const ImportedValue& in : inputs) {
+    values.push_back(*in.tensor);
+    masks.push_back(in.kind == ImportedValue::Kind::ShapeVector ? *in.batchMask
+                                                                 : ir::Tensor(ir::DType::I64, in.tensor->shape()));
+  }
+  if (op == ir::Op::Div) {
+    const ImportedValue& divisor = inputs[1];
+    if (divisor.kind == ImportedValue::Kind::ShapeVector || divisor.tensor->numel() != 1 || divisor.tensor->getAsInt(0) == 0) {
+      fail("{} is divided by '{}', which is not a nonzero constant scalar", inputs[0].name, divisor.name);
+    }
+    const int64_t d = divisor.tensor->getAsInt(0);
+    for (int64_t i = 0; i < values[0].numel(); ++i) {
+      if (masks[0].getAsInt(i) != 0 && values[0].getAsInt(i) % d != 0) {
+        fail("value '{}' holds {}*batch, which {} does not divide for every batch size", inputs[0].name,
+             values[0].getAsInt(i), d);
+      }
+    }
+  }
+  for (ir::Tensor& m : masks) m = ir::evaluateOp(ir::Op::Cast, {m}, ir::completeAttrs(ir::opInfo(ir::Op::Cast), {{"to", std::string("i64")}}), 1).front();
+  ir::Tensor value = ir::evaluateOp(op, values, {}, 1).front();
+  ir::Tensor mask = ir::evaluateOp(ir::Op::Add, masks, {}, 1).front();  // 1 where a batch element lands
+  for (int64_t i = 0; i < mask.numel(); ++i) {
+    if (mask.getAsInt(i) > 1) fail("value '{}' would hold the batch size squared, which is not a size policyc supports", name);
+  }
+  ImportedValue r = ImportedValue::constant(std::move(value), name, provenance_);
+  if (!allZero(mask)) {
+    r.kind = ImportedValue::Kind::ShapeVector;
+    r.batchMask = std::make_shared<const ir::Tensor>(std::move(mask));
+  }
+  return r;
 }
 
 }  // namespace policyc::frontend

@@ -26,6 +26,14 @@ class ImportError : public Error {
   using Error::Error;
 };
 
+// A dim as an ONNX value has it: `coef` times the batch size where `batch`, else `coef`.
+struct OnnxDim {
+  int64_t coef = 1;
+  bool batch = false;
+  bool operator==(const OnnxDim&) const = default;
+};
+std::string onnxDimsStr(const std::vector<OnnxDim>& dims);  // "[8,4*batch,16]"
+
 // What an ONNX value name stands for during import. Constants are kept out of the graph until
 // an op that stays in the graph reads them, so ONNX shape arithmetic folds away completely.
 struct ImportedValue {
@@ -37,14 +45,21 @@ struct ImportedValue {
   };
   Kind kind = Kind::Runtime;
   ir::Value* value = nullptr;                   // Runtime
-  std::shared_ptr<const ir::Tensor> tensor;     // Constant: the data. ShapeVector: the static elements
-                                                // (batch entries hold 1). BatchFill: the data with every
+  std::shared_ptr<const ir::Tensor> tensor;     // Constant: the data. ShapeVector: the static elements;
+                                                // a batch entry holds what multiplies the batch size
+                                                // (1 for Shape's own). BatchFill: the data with every
                                                 // batch dim of size 1, which broadcasts the same way.
   std::shared_ptr<const ir::Tensor> batchMask;  // ShapeVector: 1 where the element is the batch size
   ir::Shape fillShape;                          // BatchFill: the real shape
   std::string name;                             // ONNX name; a materialised constant's param name
   std::vector<std::string> provenance;          // for params made from it
   bool weight = false;                          // Constant: an initializer as the file has it
+  // Runtime: how many IR dims each ONNX dim folds together, where some ONNX dim is the batch size
+  // times a constant (nn.MultiheadAttention's export reshapes [T, batch, E] to [T, batch*heads, D]).
+  // The IR keeps the batch as a dim of its own, so such a value is held unfolded ([T, batch, heads,
+  // D], folds {1, 2, 1}) and the ops that meet it (folded_dims.cpp) work on the IR dims. Empty: one
+  // IR dim per ONNX dim, the usual case.
+  std::vector<int> folds;
 
   static ImportedValue runtime(ir::Value* v) {
     ImportedValue r;
@@ -64,8 +79,18 @@ struct ImportedValue {
 
   bool isRuntime() const { return kind == Kind::Runtime; }
   bool isConstant() const { return kind == Kind::Constant; }
-  ir::TensorType type() const;  // the real type (with batch dims for ShapeVector/BatchFill)
+  bool isFolded() const { return !folds.empty(); }
+  // The real type (with batch dims for ShapeVector/BatchFill). Error for a folded value, whose ONNX
+  // shape the IR cannot write: converters that accept one read dims() or its IR value.
+  ir::TensorType type() const;
+  // The ONNX dims of a Runtime value (folded or not), a Constant or a BatchFill.
+  std::vector<OnnxDim> dims() const;
+  // ShapeVector and Constant: the elements as dims (a batch element holds its coefficient).
+  std::vector<OnnxDim> elementsAsDims() const;
 };
+
+// Why `v` (a shape vector, a folded value or a batch fill) cannot be used where it is.
+std::string describeKindProblem(const ImportedValue& v);
 
 // State of one import: the graph being built and every ONNX value seen so far.
 class ImportState {
@@ -188,6 +213,10 @@ class NodeContext {
   const onnx::AttributeProto* useTyped(std::string_view name, onnx::AttributeProto::AttributeType type);
   std::vector<ImportedValue> emitShapeVector(ir::Op op, const std::vector<ImportedValue>& inputs,
                                              const ir::AttrMap& attrs, const std::vector<std::string>& names);
+  ImportedValue emitShapeArithmetic(ir::Op op, const std::vector<ImportedValue>& inputs, const std::string& name);
+  // folded_dims.cpp: `op` where some input is folded.
+  std::vector<ImportedValue> emitFolded(ir::Op op, const std::vector<ImportedValue>& inputs, ir::AttrMap attrs,
+                                        std::vector<std::string> names);
 
   ImportState& state_;
   const onnx::NodeProto& node_;
@@ -195,6 +224,16 @@ class NodeContext {
   std::vector<std::string> provenance_;
   std::unordered_set<std::string> usedAttrs_;
 };
+
+// The IR reshape attribute taking `from` to `to` (equal element counts, the same number of batch
+// dims): -1 for a lone batch dim, 0 where several stay at their positions; nullopt otherwise.
+std::optional<std::vector<int64_t>> reshapeTarget(const ir::Shape& from, const ir::Shape& to);
+
+// Reshape of `x` to `target` (ONNX dims; a 0 copies x's dim, one -1 is inferred) where x is folded
+// or the target has a multiple of the batch size: the IR dims of x split and merged to a common
+// refinement, folded again as the target says (folded_dims.cpp).
+ImportedValue reshapeFolded(NodeContext& ctx, const ImportedValue& x, std::vector<OnnxDim> target,
+                            const std::string& name);
 
 // Converts one ONNX node (opset and domain already checked). Defined in onnx_ops.cpp.
 void convertNode(NodeContext& ctx);

@@ -90,6 +90,27 @@ void convertGemm(NodeContext& ctx) {
   attrs["trans_b"] = ctx.attrInt("transB", 0);
   std::vector<ImportedValue> ins = {ctx.input(0), ctx.input(1)};
   if (const ImportedValue* c = ctx.optionalInput(2)) ins.push_back(*c);
+  if (ins[0].isFolded()) {
+    // A's rows fold the batch (nn.MultiheadAttention's output projection over [T*batch, E]): a
+    // matmul over its IR dims, then alpha and beta*C as elementwise ops.
+    if (std::get<int64_t>(attrs["trans_a"]) != 0) ctx.fail("transA=1 with A of shape {} is not supported", onnxDimsStr(ins[0].dims()));
+    const std::string out = ctx.outputName(0);
+    ImportedValue b = ins[1];
+    if (std::get<int64_t>(attrs["trans_b"]) != 0) b = ctx.emit(Op::Transpose, {b}, {}, ctx.freshName(out + "_bt"));
+    ImportedValue y = ctx.emit(Op::MatMul, {ins[0], b}, {}, ctx.freshName(out + "_ab"));
+    auto scaled = [&](ImportedValue v, const char* attr) {
+      auto it = attrs.find(attr);
+      if (it == attrs.end() || std::get<double>(it->second) == 1.0) return v;
+      ir::Tensor s(ir::DType::F32, {});
+      s.setAsDouble(0, std::get<double>(it->second));
+      ImportedValue c = ImportedValue::constant(std::move(s), ctx.freshName(out + "_" + attr), ctx.provenance());
+      return ctx.emit(Op::Mul, {v, c}, {}, ctx.freshName(out + "_" + attr + "_scaled"));
+    };
+    y = scaled(y, "alpha");
+    if (ins.size() == 3) y = ctx.emit(Op::Add, {y, scaled(ins[2], "beta")}, {}, ctx.freshName(out + "_c"));
+    ctx.setOutput(0, ctx.emit(Op::Identity, {y}, {}, out));
+    return;
+  }
   ctx.setOutput(0, ctx.emit(Op::Gemm, ins, std::move(attrs), ctx.outputName(0)));
 }
 
@@ -275,12 +296,12 @@ void convertSoftmax(NodeContext& ctx) {
   int64_t axis = ctx.attrInt("axis", coerce2d ? 1 : -1);
   const ImportedValue& x = ctx.input(0);
   const std::string out = ctx.outputName(0);
-  ir::TensorType t = x.type();
-  const auto rank = static_cast<int64_t>(t.rank());
   if (!coerce2d) {
     ctx.setOutput(0, ctx.emit(kOp, {x}, {{"axis", axis}}, out));
     return;
   }
+  ir::TensorType t = x.type();
+  const auto rank = static_cast<int64_t>(t.rank());
   if (axis < -rank || axis >= std::max<int64_t>(rank, 1)) ctx.fail("axis {} is out of range for {}", axis, t.str());
   if (axis < 0) axis += rank;
   if (axis >= rank - 1) {
@@ -389,12 +410,13 @@ void convertReshape(NodeContext& ctx) {
   const ImportedValue& shapeIn = ctx.input(1);
   std::vector<int64_t> shape;
   bool literalZero = false;  // a 0 written in the model (not one standing for the batch size)
+  // A multiple of the batch size in the target, or a folded input: reshaped on the IR dims.
+  bool folded = x.isFolded();
   if (shapeIn.kind == ImportedValue::Kind::ShapeVector) {
-    std::vector<int64_t> written = tensorInts(*shapeIn.tensor);
-    for (size_t i = 0; i < written.size(); ++i) {
-      literalZero = literalZero || (written[i] == 0 && shapeIn.batchMask->getAsInt(static_cast<int64_t>(i)) == 0);
+    for (const OnnxDim& d : shapeIn.elementsAsDims()) {
+      literalZero = literalZero || (d.coef == 0 && !d.batch);
+      folded = folded || (d.batch && d.coef != 1);
     }
-    shape = reshapeFromShapeVector(ctx, x.type(), shapeIn);
   } else {
     shape = ctx.constantInts(1, "shape");
     literalZero = std::find(shape.begin(), shape.end(), 0) != shape.end();
@@ -403,6 +425,17 @@ void convertReshape(NodeContext& ctx) {
   if (ctx.attrInt("allowzero", 0) != 0 && literalZero) {
     ctx.fail("allowzero=1 with a 0 in the shape is not supported");
   }
+  if (folded) {
+    std::vector<OnnxDim> target;
+    if (shapeIn.kind == ImportedValue::Kind::ShapeVector) {
+      target = shapeIn.elementsAsDims();
+    } else {
+      for (int64_t d : shape) target.push_back({d, false});
+    }
+    ctx.setOutput(0, reshapeFolded(ctx, x, std::move(target), ctx.outputName(0)));
+    return;
+  }
+  if (shapeIn.kind == ImportedValue::Kind::ShapeVector) shape = reshapeFromShapeVector(ctx, x.type(), shapeIn);
   ctx.setOutput(0, ctx.emit(Op::Reshape, {x}, {{"shape", shape}}, ctx.outputName(0)));
 }
 
@@ -533,8 +566,8 @@ void convertDropout(NodeContext& ctx) {
 
 // Shape is a constant for static shapes and a shape vector (resolved by Reshape) with batch.
 void convertShape(NodeContext& ctx) {
-  ir::TensorType t = ctx.inputType(0);
-  const auto rank = static_cast<int64_t>(t.rank());
+  const std::vector<OnnxDim> dims = ctx.input(0).dims();  // a folded value's dims are multiples of the batch
+  const auto rank = static_cast<int64_t>(dims.size());
   auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
   int64_t start = clampIndex(ctx.attrInt("start", 0));
   int64_t end = clampIndex(ctx.attrInt("end", rank));
@@ -543,10 +576,10 @@ void convertShape(NodeContext& ctx) {
   ir::Tensor mask(ir::DType::I64, {n});
   bool anyBatch = false;
   for (int64_t i = 0; i < n; ++i) {
-    ir::Dim d = t.shape[static_cast<size_t>(start + i)];
-    values.data<int64_t>()[i] = d.isBatch() ? 1 : d.value();
-    mask.data<int64_t>()[i] = d.isBatch() ? 1 : 0;
-    anyBatch = anyBatch || d.isBatch();
+    const OnnxDim& d = dims[static_cast<size_t>(start + i)];
+    values.data<int64_t>()[i] = d.coef;
+    mask.data<int64_t>()[i] = d.batch ? 1 : 0;
+    anyBatch = anyBatch || d.batch;
   }
   ImportedValue r = ImportedValue::constant(std::move(values), ctx.outputName(0), ctx.provenance());
   if (anyBatch) {
@@ -590,6 +623,7 @@ void convertConstantOfShape(NodeContext& ctx) {
     dims = tensorInts(*shapeIn.tensor);
     for (size_t i = 0; i < dims.size(); ++i) {
       bool batch = shapeIn.batchMask->getAsInt(static_cast<int64_t>(i)) != 0;
+      if (batch && dims[i] != 1) ctx.fail("shape element {} is {}*batch; only the batch size itself is supported here", i, dims[i]);
       realShape.push_back(batch ? ir::Dim::batch() : ir::Dim(dims[i]));
       if (batch) dims[i] = 1;
     }
@@ -623,6 +657,9 @@ void convertExpand(NodeContext& ctx) {
   if (shapeIn.kind == ImportedValue::Kind::ShapeVector) {
     std::vector<int64_t> dims = tensorInts(*shapeIn.tensor);
     for (size_t i = 0; i < dims.size(); ++i) {
+      if (shapeIn.batchMask->getAsInt(static_cast<int64_t>(i)) != 0 && dims[i] != 1) {
+        ctx.fail("shape element {} is {}*batch; only the batch size itself is supported here", i, dims[i]);
+      }
       given.push_back(shapeIn.batchMask->getAsInt(static_cast<int64_t>(i)) != 0 ? ir::Dim::batch() : ir::Dim(dims[i]));
     }
   } else {
@@ -678,6 +715,7 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       // linear algebra, convolution, pooling
       {"Gemm", {2, 3, 1, 11, convertGemm}},
       {"MatMul", {2, 2, 1, 11, convertDirect<Op::MatMul>}},
+      {"Einsum", {1, -1, 1, 12, convertEinsum}},
       {"Conv", {2, 3, 1, 11, convertConv}},
       {"MaxPool", {1, 1, 2, 11, convertMaxPool}},
       {"AveragePool", {1, 1, 1, 11, convertAveragePool}},

@@ -57,5 +57,6 @@ void convertRange(NodeContext& ctx);
 void convertSize(NodeContext& ctx);
 void convertCastLike(NodeContext& ctx);
 void convertEyeLike(NodeContext& ctx);
+void convertEinsum(NodeContext& ctx);  // onnx_einsum.cpp
 
 }  // namespace policyc::frontend

@@ -396,16 +396,27 @@ TEST_CASE("onnx import: Shape-Slice shape vectors and a batch element at another
     CHECK(opNames(*g) == std::vector<std::string>{"reshape"});
     CHECK(opNodes(*g).at(0)->attrInts("shape") == std::vector<int64_t>{-1, 6});
   }
-  SECTION("arithmetic on the batch size is a clear error") {
+  SECTION("adding to the batch size is a clear error") {
     ModelBuilder b;
     b.input("x", {kBatch, 2, 3});
     b.node("Shape", {"x"}, {"s"});
     b.constI64("two", {2});
-    b.node("Mul", {"s", "two"}, {"s2"}, "double_it");
+    b.node("Add", {"s", "two"}, {"s2"}, "add_two");
     b.node("Reshape", {"x", "s2"}, {"y"});
     b.output("y");
     std::string msg = importError(b);
-    CHECK_THAT(msg, Contains("double_it") && Contains("(Mul, opset 13") && Contains("batch size"));
+    CHECK_THAT(msg, Contains("add_two") && Contains("(Add, opset 13") && Contains("batch size"));
+  }
+  SECTION("a multiple of the batch size that no reshape can make is a clear error") {
+    ModelBuilder b;
+    b.input("x", {kBatch, 2, 3});
+    b.node("Shape", {"x"}, {"s"});
+    b.constI64("two", {2});
+    b.node("Mul", {"s", "two"}, {"s2"}, "double_it");  // [2*batch, 4, 6]: twice as many elements
+    b.node("Reshape", {"x", "s2"}, {"y"}, "reshape_it");
+    b.output("y");
+    std::string msg = importError(b);
+    CHECK_THAT(msg, Contains("reshape_it") && Contains("cannot reshape [batch,2,3] to [2*batch,4,6]"));
   }
 }
 
@@ -1326,4 +1337,191 @@ TEST_CASE("onnx import: recurrent layers refuse hostile lengths and sizes by nam
   CHECK_THAT(lstm(5000, 4), Contains("'rnn'") && Contains("a sequence of 5000 steps is longer than policyc unrolls"));
   CHECK_THAT(lstm(2, int64_t{1} << 62), Contains("'rnn'") && Contains("hidden_size must be between 1 and"));
   CHECK_THAT(lstm(2, 5), Contains("'rnn'") && Contains("W must be [1, 20, *]"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Einsum, checked against a direct sum over every assignment of the labels.
+
+// einsum with an explicit output over letter labels, as a loop over every label assignment.
+ir::Tensor naiveEinsum(const std::string& eq, const std::vector<ir::Tensor>& ins) {
+  const size_t arrow = eq.find("->");
+  std::vector<std::string> terms;
+  std::stringstream lhs(eq.substr(0, arrow));
+  for (std::string t; std::getline(lhs, t, ',');) terms.push_back(t);
+  const std::string out = eq.substr(arrow + 2);
+  std::map<char, int64_t> size;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    for (size_t k = 0; k < terms[i].size(); ++k) size[terms[i][k]] = ins[i].shape()[k];
+  }
+  std::vector<int64_t> outShape;
+  for (char l : out) outShape.push_back(size[l]);
+  ir::Tensor result(ir::DType::F32, outShape);
+  std::vector<char> labels;
+  for (auto [l, n] : size) labels.push_back(l);
+  std::map<char, int64_t> at;
+  std::function<void(size_t)> walk = [&](size_t li) {
+    if (li < labels.size()) {
+      for (at[labels[li]] = 0; at[labels[li]] < size[labels[li]]; ++at[labels[li]]) walk(li + 1);
+      return;
+    }
+    double prod = 1;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      int64_t flat = 0;
+      for (char l : terms[i]) flat = flat * size[l] + at[l];
+      prod *= ins[i].getAsDouble(flat);
+    }
+    int64_t flat = 0;
+    for (char l : out) flat = flat * size[l] + at[l];
+    result.setAsDouble(flat, result.getAsDouble(flat) + prod);
+  };
+  walk(0);
+  return result;
+}
+
+TEST_CASE("onnx import: Einsum as transposes, reductions and batched matmuls", "[onnx]") {
+  struct Case {
+    std::string eq;                          // as the model writes it
+    std::string explicitEq;                  // with the output spelled out, for the reference
+    std::vector<std::vector<int64_t>> dims;  // operands; 2 stands for the batch where a term starts with 'b'
+  };
+  const std::vector<Case> cases = {
+      {"bihd,bjhd->bhij", "bihd,bjhd->bhij", {{2, 3, 2, 4}, {2, 5, 2, 4}}},  // attention scores
+      {"bhij,bjhd->bihd", "bhij,bjhd->bihd", {{2, 2, 3, 5}, {2, 5, 2, 4}}},  // attention-weighted values
+      {"bi,ij", "bi,ij->bj", {{2, 3}, {3, 4}}},                               // implicit output
+      {"bij->bji", "bij->bji", {{2, 3, 4}}},
+      {"bij->b", "bij->b", {{2, 3, 4}}},
+      {"bi,bi->b", "bi,bi->b", {{2, 5}, {2, 5}}},
+      {"bi,j->bij", "bi,j->bij", {{2, 3}, {4}}},                              // outer product
+      {"bi,ij,jk->bk", "bi,ij,jk->bk", {{2, 3}, {3, 4}, {4, 2}}},
+      {"bkij,bkj->bki", "bkij,bkj->bki", {{2, 3, 2, 4}, {2, 3, 4}}},
+      {"bij,jk,il->blk", "bij,jk,il->blk", {{2, 3, 4}, {4, 2}, {3, 5}}},      // rows and columns of two labels
+      {"bii->bi", "bii->bi", {{2, 3, 3}}},                                    // a diagonal
+      {"...ij,...jk->...ik", "bij,bjk->bik", {{2, 3, 4}, {2, 4, 5}}},         // ellipsis
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.eq) {
+      ModelBuilder b(13);
+      std::vector<std::string> names;
+      std::vector<ir::Tensor> values, inputs;
+      for (size_t i = 0; i < c.dims.size(); ++i) {
+        names.push_back("x" + std::to_string(i));
+        std::vector<int64_t> dims = c.dims[i];
+        int64_t n = 1;
+        for (int64_t d : dims) n *= d;
+        std::vector<float> data;
+        for (int64_t k = 0; k < n; ++k) data.push_back(static_cast<float>((k * 7 + static_cast<int64_t>(i) * 3) % 11) / 4.0f - 1.0f);
+        values.push_back(f32(dims, data));
+        // Operands with the batch label 'b' first are graph inputs; the others weights.
+        std::stringstream terms(c.explicitEq.substr(0, c.explicitEq.find("->")));
+        std::string term;
+        for (size_t k = 0; k <= i; ++k) std::getline(terms, term, ',');
+        if (term.front() == 'b') {
+          dims[0] = kBatch;
+          b.input(names.back(), dims);
+          inputs.push_back(values.back());
+        } else {
+          b.initializer(names.back(), dims, data);
+        }
+      }
+      setString(b.node("Einsum", names, {"y"}, "es"), "equation", c.eq);
+      b.output("y");
+      auto g = b.import();
+      ir::Tensor want = naiveEinsum(c.explicitEq, values);
+      auto got = ir::interpret(*g, inputs);
+      REQUIRE(got[0].shape() == want.shape());
+      for (int64_t k = 0; k < want.numel(); ++k) CHECK(got[0].getAsDouble(k) == Approx(want.getAsDouble(k)).margin(1e-5));
+    }
+  }
+  SECTION("errors name the node and the equation") {
+    ModelBuilder b(13);
+    b.input("x", {kBatch, 3});
+    setString(b.node("Einsum", {"x"}, {"y"}, "bad"), "equation", "bij->b");
+    b.output("y");
+    CHECK_THAT(importError(b), Contains("'bad'") && Contains("'bij'") && Contains("names 3 dims, its input has 2"));
+  }
+}
+
+// nn.MultiheadAttention's export: [T, batch, E] reshaped to [T, batch*H, D] from Shape arithmetic,
+// transposed, a batched matmul, softmax, and back through [T*batch, E] into a Gemm.
+TEST_CASE("onnx import: dims that are multiples of the batch size (attention heads)", "[onnx]") {
+  const int64_t T = 3, H = 2, D = 2, E = H * D;
+  ModelBuilder b(13);
+  b.input("x_in", {kBatch, T, E});
+  setInts(b.node("Transpose", {"x_in"}, {"x"}), "perm", {1, 0, 2});  // [T, batch, E]
+  b.node("Shape", {"x"}, {"s"});
+  b.constI64("i0", {0}, true);
+  b.constI64("i1", {1}, true);
+  b.node("Gather", {"s", "i0"}, {"t"});
+  b.node("Gather", {"s", "i1"}, {"bsz"});
+  b.constI64("heads", {H}, true);
+  b.node("Mul", {"bsz", "heads"}, {"bh"}, "batch_times_heads");
+  b.constI64("ax0", {0});
+  b.node("Unsqueeze", {"t", "ax0"}, {"t1"});
+  b.node("Unsqueeze", {"bh", "ax0"}, {"bh1"});
+  b.constI64("d1", {D});
+  setInt(b.node("Concat", {"t1", "bh1", "d1"}, {"heads_shape"}), "axis", 0);
+  b.node("Reshape", {"x", "heads_shape"}, {"q"}, "split_heads");  // [T, batch*H, D]
+  setInts(b.node("Transpose", {"q"}, {"qt"}), "perm", {1, 0, 2});  // [batch*H, T, D]
+  setInts(b.node("Transpose", {"q"}, {"kt"}), "perm", {1, 2, 0});  // [batch*H, D, T]
+  b.node("MatMul", {"qt", "kt"}, {"scores"});                     // [batch*H, T, T]
+  setInt(b.node("Softmax", {"scores"}, {"p"}), "axis", -1);
+  b.node("MatMul", {"p", "qt"}, {"o"});                           // [batch*H, T, D]
+  setInts(b.node("Transpose", {"o"}, {"ot"}), "perm", {1, 0, 2});  // [T, batch*H, D]
+  b.node("Mul", {"t", "bsz"}, {"tb"});
+  b.node("Unsqueeze", {"tb", "ax0"}, {"tb1"});
+  b.constI64("e1", {E});
+  setInt(b.node("Concat", {"tb1", "e1"}, {"rows_shape"}), "axis", 0);
+  b.node("Reshape", {"ot", "rows_shape"}, {"rows"});  // [T*batch, E]
+  std::vector<float> w(static_cast<size_t>(E * E));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) / 5.0f - 0.3f;
+  b.initializer("w", {E, E}, w);
+  setInt(b.node("Gemm", {"rows", "w"}, {"proj"}, "out_proj"), "transB", 1);
+  b.node("Unsqueeze", {"bsz", "ax0"}, {"b1"});
+  setInt(b.node("Concat", {"t1", "b1", "e1"}, {"back_shape"}), "axis", 0);
+  b.node("Reshape", {"proj", "back_shape"}, {"y_tbe"});  // [T, batch, E]
+  setInts(b.node("Transpose", {"y_tbe"}, {"y"}), "perm", {1, 0, 2});
+  b.output("y");
+
+  SECTION("the graph keeps the batch a dim of its own and matches the arithmetic") {
+    auto g = b.import();
+    CHECK(g->outputs()[0].second->type().str() == "f32[batch,3,4]");
+    const int64_t batch = 2;
+    std::vector<float> xv(static_cast<size_t>(T * batch * E));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 5) % 9) / 3.0f - 1.0f;
+    auto got = ir::interpret(*g, {f32({batch, T, E}, xv)});
+    // The reference, written out: per batch row and head, softmax(q q^T) q, then x W^T.
+    auto X = [&](int64_t t, int64_t bb, int64_t e) { return static_cast<double>(xv[static_cast<size_t>((bb * T + t) * E + e)]); };
+    for (int64_t bb = 0; bb < batch; ++bb) {
+      std::vector<double> att(static_cast<size_t>(T * E));
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t i = 0; i < T; ++i) {
+          std::vector<double> s(static_cast<size_t>(T));
+          double mx = -1e300, sum = 0;
+          for (int64_t j = 0; j < T; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += X(i, bb, h * D + d) * X(j, bb, h * D + d);
+            s[static_cast<size_t>(j)] = dot;
+            mx = std::max(mx, dot);
+          }
+          for (double& v : s) sum += (v = std::exp(v - mx));
+          for (int64_t d = 0; d < D; ++d) {
+            double acc = 0;
+            for (int64_t j = 0; j < T; ++j) acc += s[static_cast<size_t>(j)] / sum * X(j, bb, h * D + d);
+            att[static_cast<size_t>(i * E + h * D + d)] = acc;
+          }
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t n = 0; n < E; ++n) {
+          double acc = 0;
+          for (int64_t k = 0; k < E; ++k) acc += att[static_cast<size_t>(i * E + k)] * w[static_cast<size_t>(n * E + k)];
+          CHECK(got[0].getAsDouble((bb * T + i) * E + n) == Approx(acc).margin(1e-5));
+        }
+      }
+    }
+  }
+  SECTION("a value with such a dim is not a graph output") {
+    b.graph()->mutable_output(0)->set_name("q");
+    CHECK_THAT(importError(b), Contains("'q'") && Contains("[3,2*batch,2]") && Contains("multiple of the batch size"));
+  }
 }
