@@ -11,6 +11,8 @@ std::vector<std::string> defaultPipeline() {
       // One form per idea: linear instead of Gemm/MatMul+Add, silu/gelu/layer_norm recognised,
       // no-ops gone; then fold what canonical forms exposed.
       "canonicalize",
+      // Code generation loops over the batch outermost: values that carry it inside get it in front.
+      "batch-outermost",
       "fold-constants",
       // Inference-time algebra: normalisation and per-channel affine into the producing layer.
       "fold-batch-norm",

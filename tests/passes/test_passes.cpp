@@ -836,6 +836,70 @@ TEST_CASE("dce: removes what no output needs, keeps inputs", "[passes][dce]") {
   CHECK_FALSE(passes::eliminateDeadCode(b.g).changed());
 }
 
+TEST_CASE("batch-outermost: values with the batch inside are rebuilt batch-first", "[passes][batch-outermost]") {
+  auto noBatchInside = [](const Graph& g) {
+    for (const auto& n : g.nodes()) {
+      for (size_t i = 0; i < n->numOutputs(); ++i) {
+        const Shape& s = n->output(i)->type().shape;
+        for (size_t d = 1; d < s.size(); ++d) {
+          if (s[d].isBatch()) return false;
+        }
+      }
+    }
+    return true;
+  };
+  SECTION("matmuls over heads, a matmul with the batch as rows, concat, reductions, layer norm") {
+    Builder b;
+    Value* x = b.input("x", {B, 3, 4});
+    Value* t = b.op(Op::Transpose, {x}, {{"perm", Ints{1, 0, 2}}}, "t");                   // [3, batch, 4]
+    Value* rows = b.op(Op::MatMul, {t, b.randomParam("w", {4, 4})}, "rows");              // batch as A's rows
+    Value* bias = b.op(Op::Add, {rows, b.randomParam("bias_w", {4})}, "bias");
+    Value* heads = b.op(Op::Reshape, {bias}, {{"shape", Ints{3, -1, 2, 2}}}, "heads");    // [3, batch, 2, 2]
+    Value* q = b.op(Op::Transpose, {heads}, {{"perm", Ints{1, 2, 0, 3}}}, "q");           // [batch, 2, 3, 2]: in front
+    Value* k = b.op(Op::Transpose, {heads}, {{"perm", Ints{1, 2, 3, 0}}}, "k");           // [batch, 2, 2, 3]
+    Value* scores = b.op(Op::MatMul, {q, k}, "scores");
+    Value* probs = b.op(Op::Softmax, {scores}, {{"axis", int64_t{-1}}}, "probs");
+    Value* ctxv = b.op(Op::MatMul, {probs, q}, "ctx");                                     // [batch, 2, 3, 2]
+    Value* back = b.op(Op::Transpose, {ctxv}, {{"perm", Ints{2, 0, 1, 3}}}, "back");       // [3, batch, 2, 2]
+    Value* merged = b.op(Op::Reshape, {back}, {{"shape", Ints{3, -1, 4}}}, "merged");      // [3, batch, 4]
+    Value* cat = b.op(Op::Concat, {merged, t}, {{"axis", int64_t{2}}}, "cat");             // [3, batch, 8]
+    Value* ln = b.op(Op::LayerNorm, {cat, b.randomParam("gamma", {8})}, {{"axis", int64_t{-1}}}, "ln");
+    Value* lin = b.op(Op::Linear, {ln, b.randomParam("w2", {4, 8}), b.randomParam("b2", {4})}, "lin");
+    Value* mean = b.op(Op::ReduceMean, {lin}, {{"axes", Ints{0}}, {"keepdims", int64_t{0}}}, "mean");  // [batch, 4]
+    Value* y = b.op(Op::Transpose, {lin}, {{"perm", Ints{1, 0, 2}}}, "y");
+    b.outputs({{"y", y}, {"mean", mean}});
+    PassStats s = runPass(b.g, passes::batchOutermost);
+    CHECK(s.get("uses replaced") == 4);  // q, k, mean, y
+    passes::eliminateDeadCode(b.g);
+    CHECK(noBatchInside(b.g));
+    CHECK(b.g.outputs()[0].second->name() == "y");
+  }
+  SECTION("no value has the batch inside: no change") {
+    Builder b;
+    Value* x = b.input("x", {B, 3, 4});
+    Value* t = b.op(Op::Transpose, {x}, {{"perm", Ints{0, 2, 1}}}, "t");
+    b.outputs({{"y", b.op(Op::Softmax, {t}, {{"axis", int64_t{1}}}, "y")}});
+    requireNoChange(b.g, passes::batchOutermost);
+  }
+  SECTION("a chain through an op without a rule stays as it is") {
+    Builder b;
+    Value* x = b.input("x", {B, 3, 4});
+    Value* t = b.op(Op::Transpose, {x}, {{"perm", Ints{1, 0, 2}}}, "t");
+    Value* p = b.op(Op::Pad, {t}, {{"pads", Ints{0, 0, 1, 0, 0, 1}}}, "p");
+    Value* r = b.op(Op::Relu, {p}, "r");
+    b.outputs({{"y", b.op(Op::Transpose, {r}, {{"perm", Ints{1, 0, 2}}}, "y")}});
+    requireNoChange(b.g, passes::batchOutermost);
+  }
+  SECTION("a reshape that would move elements across the batch is not rebuilt") {
+    Builder b;
+    Value* x = b.input("x", {B, 3, 4});
+    Value* t = b.op(Op::Transpose, {x}, {{"perm", Ints{1, 0, 2}}}, "t");         // [3, batch, 4]
+    Value* r = b.op(Op::Reshape, {t}, {{"shape", Ints{-1, 3, 4}}}, "r");          // [batch, 3, 4], not a transpose
+    b.outputs({{"y", b.op(Op::Relu, {r}, "y")}});
+    requireNoChange(b.g, passes::batchOutermost);
+  }
+}
+
 // ---------------------------------------------------------------- together
 
 TEST_CASE("default pipeline: an MLP with a value head becomes fused linears", "[passes][pipeline]") {
