@@ -570,6 +570,64 @@ class SB3RecurrentPPO(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
+# Attention policies over a window of the last observations
+# --------------------------------------------------------------------------------------------
+class TransformerWindow(nn.Module):
+    """A transformer over the last 8 observations (decision-transformer / TrXL-style actors):
+    linear token embedding plus a learned position embedding, nn.TransformerEncoder of 2 pre-norm
+    layers (d=64, 4 heads, GELU feed-forward of 128) with a causal mask, a final LayerNorm, and the
+    last token's features to action logits and a value."""
+
+    def __init__(self, obs_dim=17, window=8, d=64, heads=4, n_actions=6):
+        super().__init__()
+        self.embed = nn.Linear(obs_dim, d)
+        self.pos = nn.Parameter(torch.randn(1, window, d) * 0.02)
+        layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2)
+        self.register_buffer("causal", torch.triu(torch.full((window, window), float("-inf")), 1))
+        self.norm = nn.LayerNorm(d)
+        self.pi = head(d, n_actions, 2.0)
+        self.vf = head(d, 1)
+
+    def forward(self, obs_window):
+        x = self.encoder(self.embed(obs_window) + self.pos, mask=self.causal)
+        h = self.norm(x[:, -1])
+        return self.pi(h), self.vf(h)
+
+
+class EinsumAttention(nn.Module):
+    """RLlib's attention-net style (GTrXL): multi-head attention written with torch.einsum over
+    [batch, time, heads, dim], a lower-triangular mask from torch.tril, a GRU-style gate of the
+    residual, and a tanh MLP head on the last step."""
+
+    def __init__(self, obs_dim=12, window=8, d=32, heads=2, n_actions=4):
+        super().__init__()
+        self.heads, self.dh = heads, d // heads
+        self.inp = nn.Linear(obs_dim, d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.out = nn.Linear(d, d, bias=False)
+        self.gate = nn.Linear(2 * d, d)
+        self.norm = nn.LayerNorm(d)
+        self.register_buffer("allowed", torch.tril(torch.ones(window, window)).bool())
+        self.mlp = mlp([d, 64], nn.Tanh)
+        self.logits = head(64, n_actions, 2.0)
+        self.value = head(64, 1)
+
+    def forward(self, obs_window):
+        x = self.inp(obs_window)
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(b, t, 3, self.heads, self.dh).unbind(2)
+        scores = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(self.dh)
+        scores = scores.masked_fill(~self.allowed, float("-inf"))
+        att = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v).reshape(b, t, -1)
+        y = self.out(att)
+        g = torch.sigmoid(self.gate(torch.cat([x, y], -1)))
+        h = self.mlp((g * x + (1 - g) * y)[:, -1])
+        return self.logits(h), self.value(h)
+
+
+# --------------------------------------------------------------------------------------------
 # Input tweaks: reference inputs shaped like what the policy sees in deployment
 # --------------------------------------------------------------------------------------------
 def _onehot_stoch(arrs, batch, rng):
@@ -659,6 +717,10 @@ MODELS = [
     dict(name="sb3_recurrent_ppo", cls=SB3RecurrentPPO, kind="recurrent", opset=13,
          inputs=[("obs", F32, [8]), ("h", F32, [128]), ("c", F32, [128])],
          outputs=["logits", "value", "h_out", "c_out"], tweak_inputs=_bounded_state("h")),
+    dict(name="transformer_window", cls=TransformerWindow, kind="attention", opset=17,
+         inputs=[("obs_window", F32, [8, 17])], outputs=["logits", "value"]),
+    dict(name="rllib_attention_einsum", cls=EinsumAttention, kind="attention", opset=14,
+         inputs=[("obs_window", F32, [8, 12])], outputs=["logits", "value"]),
 ]
 
 
