@@ -185,6 +185,135 @@ void convertConv(NodeContext& ctx) {
   ctx.setOutput(0, ctx.emit(Op::Conv, ins, std::move(attrs), ctx.outputName(0)));
 }
 
+// ConvTranspose as the convolution it is the gradient of: the input with stride-1 zeros between
+// its elements (an unsqueeze, a zero pad and a reshape per strided axis), padded by what is left
+// of the kernel's reach, convolved at stride 1 with the weight flipped and its two channel dims
+// swapped within each group. The weight must be known at import.
+void convertConvTranspose(NodeContext& ctx) {
+  const ImportedValue& x = ctx.input(0);
+  const ir::TensorType xt = x.type();
+  const ir::Tensor& w = ctx.constantInput(1, "the weight W");
+  const std::vector<int64_t>& ws = w.shape();
+  if (ws.size() < 3 || xt.rank() != ws.size()) ctx.fail("weight {} does not fit input {}", w.type().str(), xt.str());
+  const size_t spatial = ws.size() - 2;
+  const int64_t group = ctx.attrInt("group", 1);
+  const int64_t cinTotal = ws[0], coutPerGroup = ws[1];
+  if (group < 1 || cinTotal % group != 0) ctx.fail("group {} does not divide the weight's {} input channels", group, cinTotal);
+  if (xt.shape[1] != ir::Dim(cinTotal)) ctx.fail("input {} has not the weight's {} input channels", xt.str(), cinTotal);
+  std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
+  if (auto given = ctx.attrInts("kernel_shape"); given && *given != kernel) {
+    ctx.fail("attribute kernel_shape={} does not match the weight {}", ir::attrValueStr(*given), w.type().str());
+  }
+  const std::vector<int64_t> strides = spatialAttr(ctx, "strides", spatial);
+  const std::vector<int64_t> dilations = spatialAttr(ctx, "dilations", spatial);
+  std::vector<int64_t> outPad = ctx.attrInts("output_padding").value_or(std::vector<int64_t>(spatial, 0));
+  if (outPad.size() != spatial) ctx.fail("attribute output_padding has {} values for {} spatial dims", outPad.size(), spatial);
+  std::vector<int64_t> in(spatial);
+  for (size_t i = 0; i < spatial; ++i) {
+    if (xt.shape[2 + i].isBatch()) ctx.fail("input {} must have static spatial dims", xt.str());
+    in[i] = xt.shape[2 + i].value();
+    if (outPad[i] < 0 || outPad[i] >= std::max(strides[i], dilations[i])) {
+      ctx.fail("output_padding[{}] = {} must be below the stride or the dilation", i, outPad[i]);
+    }
+  }
+  // Padding: given, or worked out from output_shape or auto_pad as ONNX says.
+  std::vector<int64_t> pads = ctx.attrInts("pads").value_or(std::vector<int64_t>(2 * spatial, 0));
+  if (pads.size() != 2 * spatial) ctx.fail("attribute pads has {} values, expected {}", pads.size(), 2 * spatial);
+  const std::string autoPad = ctx.attrString("auto_pad").value_or("NOTSET");
+  std::optional<std::vector<int64_t>> outputShape = ctx.attrInts("output_shape");
+  if (outputShape && outputShape->size() == spatial + 2) outputShape->erase(outputShape->begin(), outputShape->begin() + 2);
+  if (outputShape && outputShape->size() != spatial) ctx.fail("attribute output_shape has {} values for {} spatial dims", outputShape->size(), spatial);
+  if (autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER") {
+    ctx.fail("attribute auto_pad={} is not supported", autoPad);
+  }
+  if (outputShape || autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+    for (size_t i = 0; i < spatial; ++i) {
+      const int64_t want = outputShape ? (*outputShape)[i] : in[i] * strides[i];
+      const int64_t total = strides[i] * (in[i] - 1) + outPad[i] + (kernel[i] - 1) * dilations[i] + 1 - want;
+      // A negative total makes the output larger: the convolution pads more at the end.
+      const bool upper = autoPad != "SAME_LOWER";
+      pads[i] = upper ? total / 2 : total - total / 2;
+      pads[i + spatial] = total - pads[i];
+    }
+  } else if (autoPad == "VALID") {
+    std::fill(pads.begin(), pads.end(), 0);
+  }
+
+  const std::string out = ctx.outputName(0);
+  ImportedValue z = x;
+  std::vector<int64_t> cur = in;  // z's spatial sizes
+  for (size_t i = 0; i < spatial; ++i) {
+    if (strides[i] == 1) continue;
+    const auto axis = static_cast<int64_t>(2 + i);
+    // [.., n, ..] -> [.., n, 1, ..] -> [.., n, s, ..] (zeros after each element) -> [.., n*s, ..]
+    ImportedValue u = ctx.emit(Op::Unsqueeze, {z}, {{"axes", std::vector<int64_t>{axis + 1}}}, ctx.freshName(out + "_u"));
+    std::vector<int64_t> zp(2 * (xt.rank() + 1), 0);
+    zp[static_cast<size_t>(axis + 1) + xt.rank() + 1] = strides[i] - 1;
+    ImportedValue spread = ctx.emit(Op::Pad, {u}, {{"pads", zp}}, ctx.freshName(out + "_spread"));
+    cur[i] = in[i] * strides[i];
+    std::vector<int64_t> shape(2, 0);  // batch and channels as they are
+    shape.insert(shape.end(), cur.begin(), cur.end());
+    z = ctx.emit(Op::Reshape, {spread}, {{"shape", shape}}, ctx.freshName(out + "_dilated"));
+  }
+  // The convolution's own padding: the kernel's reach less the transposed one's pads; the
+  // stride's trailing zeros of the last element count against the end.
+  std::vector<int64_t> convPads(2 * spatial), starts, ends, axes;
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t reach = dilations[i] * (kernel[i] - 1);
+    const int64_t zlen = in[i] * strides[i];
+    int64_t begin = reach - pads[i];
+    int64_t end = reach - pads[i + spatial] + outPad[i] - (strides[i] - 1);
+    int64_t cropBegin = 0, cropEnd = zlen;
+    if (begin < 0) {
+      cropBegin = -begin;
+      begin = 0;
+    }
+    if (end < 0) {
+      cropEnd = zlen + end;
+      end = 0;
+    }
+    if (cropBegin != 0 || cropEnd != zlen) {
+      if (cropEnd <= cropBegin) ctx.fail("pads leave nothing of spatial axis {}", i);
+      starts.push_back(cropBegin);
+      ends.push_back(cropEnd);
+      axes.push_back(static_cast<int64_t>(2 + i));
+    }
+    convPads[i] = begin;
+    convPads[i + spatial] = end;
+  }
+  if (!axes.empty()) {
+    z = ctx.emit(Op::Slice, {z}, {{"starts", starts}, {"ends", ends}, {"axes", axes}}, ctx.freshName(out + "_cropped"));
+  }
+  // W' [group * cout, cin / group, k...]: channels swapped within each group, kernel flipped.
+  const int64_t cinPerGroup = cinTotal / group;
+  int64_t taps = 1;
+  for (int64_t k : kernel) taps *= k;
+  std::vector<int64_t> flippedShape = {group * coutPerGroup, cinPerGroup};
+  flippedShape.insert(flippedShape.end(), kernel.begin(), kernel.end());
+  ir::Tensor flipped(w.dtype(), flippedShape);
+  for (int64_t g = 0; g < group; ++g) {
+    for (int64_t ci = 0; ci < cinPerGroup; ++ci) {
+      for (int64_t co = 0; co < coutPerGroup; ++co) {
+        for (int64_t t = 0; t < taps; ++t) {
+          const int64_t src = ((g * cinPerGroup + ci) * coutPerGroup + co) * taps + t;
+          const int64_t dst = ((g * coutPerGroup + co) * cinPerGroup + ci) * taps + (taps - 1 - t);
+          flipped.setAsDouble(dst, w.getAsDouble(src));
+        }
+      }
+    }
+  }
+  ImportedValue wf = ImportedValue::constant(std::move(flipped), ctx.freshName(out + "_w"), ctx.provenance());
+  AttrMap attrs;
+  attrs["kernel_shape"] = kernel;
+  attrs["strides"] = std::vector<int64_t>(spatial, 1);
+  attrs["dilations"] = dilations;
+  attrs["pads"] = convPads;
+  attrs["group"] = group;
+  std::vector<ImportedValue> ins = {z, wf};
+  if (const ImportedValue* b = ctx.optionalInput(2)) ins.push_back(*b);
+  ctx.setOutput(0, ctx.emit(Op::Conv, ins, std::move(attrs), out));
+}
+
 std::vector<int64_t> requiredKernel(NodeContext& ctx) {
   std::optional<std::vector<int64_t>> kernel = ctx.attrInts("kernel_shape");
   if (!kernel || kernel->empty()) ctx.fail("attribute kernel_shape is required");
@@ -717,6 +846,7 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"MatMul", {2, 2, 1, 11, convertDirect<Op::MatMul>}},
       {"Einsum", {1, -1, 1, 12, convertEinsum}},
       {"Conv", {2, 3, 1, 11, convertConv}},
+      {"ConvTranspose", {2, 3, 1, 11, convertConvTranspose}},
       {"MaxPool", {1, 1, 2, 11, convertMaxPool}},
       {"AveragePool", {1, 1, 1, 11, convertAveragePool}},
       {"GlobalAveragePool", {1, 1, 1, 11, convertDirect<Op::GlobalAvgPool>}},
@@ -823,6 +953,8 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"Gather", {2, 2, 1, 11, convertGather}},
       {"GatherElements", {2, 2, 1, 11, convertGatherElements}},
       {"Pad", {2, 4, 1, 11, convertPad}},
+      {"Resize", {1, 4, 1, 11, convertResize}},
+      {"Upsample", {1, 2, 1, 7, convertUpsample}},  // removed at opset 10; read as the model's opset wrote it
       {"Identity", {1, 1, 1, 11, convertDirect<Op::Identity>}},
       {"Dropout", {1, 3, 2, 11, convertDropout}},
       // shapes and constants

@@ -24,6 +24,39 @@ struct ReduceSpec {
 };
 ReduceSpec reduceSpec(NodeContext& ctx);
 
+// Builds one node's composition: every intermediate value gets a fresh name derived from the
+// node's output, the last one the output's own name.
+class Composer {
+ public:
+  explicit Composer(NodeContext& ctx) : ctx_(ctx), out_(ctx.outputName(0)) {}
+
+  // An intermediate value named OUT_<what>.
+  ImportedValue op(ir::Op op, const std::vector<ImportedValue>& ins, std::string_view what, ir::AttrMap attrs = {}) {
+    return ctx_.emit(op, ins, std::move(attrs), ctx_.freshName(fmt::format("{}_{}", out_, what)));
+  }
+  // The node's output.
+  void result(ir::Op op, const std::vector<ImportedValue>& ins, ir::AttrMap attrs = {}) {
+    ctx_.setOutput(0, ctx_.emit(op, ins, std::move(attrs), out_));
+  }
+  // A scalar constant of x's dtype.
+  ImportedValue scalarLike(const ImportedValue& x, double v) {
+    ir::Tensor c(x.type().dtype, {});
+    c.setAsDouble(0, v);
+    return constant(std::move(c), "const");
+  }
+  const std::string& name() const { return out_; }
+  // An intermediate constant named OUT_<what>.
+  ImportedValue constant(ir::Tensor t, std::string_view what) {
+    return ImportedValue::constant(std::move(t), ctx_.freshName(fmt::format("{}_{}", out_, what)), ctx_.provenance());
+  }
+  // The node's output, known at import.
+  void constantResult(ir::Tensor t) { ctx_.setOutput(0, ImportedValue::constant(std::move(t), out_, ctx_.provenance())); }
+
+ private:
+  NodeContext& ctx_;
+  std::string out_;
+};
+
 // Composite operators (onnx_composite.cpp).
 void convertReciprocal(NodeContext& ctx);
 void convertMean(NodeContext& ctx);
@@ -58,5 +91,7 @@ void convertSize(NodeContext& ctx);
 void convertCastLike(NodeContext& ctx);
 void convertEyeLike(NodeContext& ctx);
 void convertEinsum(NodeContext& ctx);  // onnx_einsum.cpp
+void convertResize(NodeContext& ctx);  // onnx_resize.cpp
+void convertUpsample(NodeContext& ctx);
 
 }  // namespace policyc::frontend
