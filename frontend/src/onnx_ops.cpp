@@ -954,6 +954,10 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"GatherElements", {2, 2, 1, 11, convertGatherElements}},
       {"Pad", {2, 4, 1, 11, convertPad}},
       {"Resize", {1, 4, 1, 11, convertResize}},
+      {"DepthToSpace", {1, 1, 1, 11, convertDepthToSpace}},
+      {"SpaceToDepth", {1, 1, 1, 11, convertSpaceToDepth}},
+      {"OneHot", {3, 3, 1, 11, convertOneHot}},
+      {"CumSum", {2, 2, 1, 11, convertCumSum}},
       {"Upsample", {1, 2, 1, 7, convertUpsample}},  // removed at opset 10; read as the model's opset wrote it
       {"Identity", {1, 1, 1, 11, convertDirect<Op::Identity>}},
       {"Dropout", {1, 3, 2, 11, convertDropout}},

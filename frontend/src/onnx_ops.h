@@ -93,5 +93,9 @@ void convertEyeLike(NodeContext& ctx);
 void convertEinsum(NodeContext& ctx);  // onnx_einsum.cpp
 void convertResize(NodeContext& ctx);  // onnx_resize.cpp
 void convertUpsample(NodeContext& ctx);
+void convertDepthToSpace(NodeContext& ctx);  // onnx_rearrange.cpp
+void convertSpaceToDepth(NodeContext& ctx);
+void convertOneHot(NodeContext& ctx);
+void convertCumSum(NodeContext& ctx);
 
 }  // namespace policyc::frontend
