@@ -4,6 +4,7 @@
 // in the IR, the interpreter or the backends.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <tuple>
 
@@ -805,6 +806,156 @@ void convertQuantizeLinear(NodeContext& ctx) {
   const double lo = to == DType::I8 ? -128 : 0, hi = to == DType::I8 ? 127 : 255;
   ImportedValue clamped = c.op(Op::Clip, {q}, "saturated", {{"min", lo}, {"max", hi}});
   c.result(Op::Cast, {clamped}, {{"to", std::string(ir::dtypeName(to))}});
+}
+
+}  // namespace policyc::frontend
+
+namespace policyc::frontend {
+
+// DynamicQuantizeLinear: the scale and zero point from the tensor's range (widened to hold 0), as
+// ONNX's function body computes them; then QuantizeLinear's rounding into uint8. Three outputs.
+void convertDynamicQuantizeLinear(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& x = floatInput(ctx, 0);
+  const ir::TensorType xt = x.type();
+  std::vector<int64_t> all;
+  for (size_t d = 0; d < xt.rank(); ++d) all.push_back(static_cast<int64_t>(d));
+  const AttrMap whole{{"axes", all}, {"keepdims", int64_t{0}}};
+  ImportedValue zero = c.scalarLike(x, 0);
+  ImportedValue hi = c.op(Op::Max, {c.op(Op::ReduceMax, {x}, "max", whole), zero}, "hi");
+  ImportedValue lo = c.op(Op::Neg, {c.op(Op::ReduceMax, {c.op(Op::Neg, {x}, "neg")}, "negmax", whole)}, "min");
+  lo = c.op(Op::Min, {lo, zero}, "lo");
+  ImportedValue scale = c.op(Op::Div, {c.op(Op::Sub, {hi, lo}, "range"), c.scalarLike(x, 255)}, "scale");
+  const std::string u8(ir::dtypeName(DType::U8));
+  ImportedValue zp = c.op(Op::Clip, {c.op(Op::Round, {c.op(Op::Sub, {zero, c.op(Op::Div, {lo, scale}, "lo_scaled")}, "zp_exact")}, "zp_rounded")},
+                          "zp_saturated", {{"min", 0.0}, {"max", 255.0}});
+  ImportedValue q = c.op(Op::Add, {c.op(Op::Round, {c.op(Op::Div, {x, scale}, "scaled")}, "rounded"), zp}, "shifted");
+  q = c.op(Op::Clip, {q}, "saturated", {{"min", 0.0}, {"max", 255.0}});
+  ctx.setOutput(0, ctx.emit(Op::Cast, {q}, {{"to", u8}}, ctx.outputName(0)));
+  if (ctx.numOutputs() > 1) ctx.setOutput(1, ctx.emit(Op::Identity, {scale}, {}, ctx.outputName(1)));
+  if (ctx.numOutputs() > 2) ctx.setOutput(2, ctx.emit(Op::Cast, {zp}, {{"to", u8}}, ctx.outputName(2)));
+}
+
+namespace {
+
+// An int8/uint8 operand minus its zero point, in f32 (exact: both are small integers).
+ImportedValue centred(NodeContext& ctx, Composer& c, size_t i, size_t zpInput, std::string_view what,
+                      const std::function<ImportedValue(const ImportedValue&)>& shapeZeroPoint) {
+  const ImportedValue& v = ctx.input(i);
+  const DType t = v.type().dtype;
+  if (t != DType::I8 && t != DType::U8) ctx.fail("{} must be int8 or uint8, got {}", what, ir::dtypeName(t));
+  const std::string f32(ir::dtypeName(DType::F32));
+  ImportedValue f = c.op(Op::Cast, {v}, std::string(what) + "_f32", {{"to", f32}});
+  const ImportedValue* zp = ctx.optionalInput(zpInput);
+  if (!zp) return f;
+  if (zp->type().dtype != t) ctx.fail("{}'s zero point must be {} as {} is", what, ir::dtypeName(t), what);
+  ImportedValue z = c.op(Op::Cast, {shapeZeroPoint(*zp)}, std::string(what) + "_zero_point", {{"to", f32}});
+  return c.op(Op::Sub, {f, z}, std::string(what) + "_centred");
+}
+
+}  // namespace
+
+// MatMulInteger: (A - a_zero_point) @ (B - b_zero_point) into int32. Computed in f32, exact while
+// every partial sum stays below 2^24 in magnitude (K up to 258 at full int8 range).
+void convertMatMulInteger(NodeContext& ctx) {
+  Composer c(ctx);
+  const ir::TensorType at = ctx.input(0).type(), bt = ctx.input(1).type();
+  if (at.rank() < 2 || bt.rank() < 2) ctx.fail("MatMulInteger takes operands of rank 2 or more, got {} and {}", at.str(), bt.str());
+  // a_zero_point: a scalar or one per row of A ([M] -> [M, 1]); b_zero_point: a scalar or one per
+  // column of B ([N], broadcasting as it is).
+  ImportedValue a = centred(ctx, c, 0, 2, "A", [&](const ImportedValue& zp) {
+    const ir::TensorType zt = zp.type();
+    if (zt.rank() == 1 && zt.shape[0] != ir::Dim(1)) return c.op(Op::Unsqueeze, {zp}, "a_zero_point_rows", {{"axes", std::vector<int64_t>{1}}});
+    return zp;
+  });
+  ImportedValue b = centred(ctx, c, 1, 3, "B", [](const ImportedValue& zp) { return zp; });
+  ImportedValue y = c.op(Op::MatMul, {a, b}, "f32");
+  c.result(Op::Cast, {y}, {{"to", std::string(ir::dtypeName(DType::I32))}});
+}
+
+// ConvInteger: a convolution of (x - x_zero_point) with (w - w_zero_point) into int32, in f32 as
+// MatMulInteger; the attributes are Conv's.
+void convertConvInteger(NodeContext& ctx) {
+  Composer c(ctx);
+  ImportedValue x = centred(ctx, c, 0, 2, "x", [](const ImportedValue& zp) { return zp; });
+  const ir::TensorType wt = ctx.input(1).type();
+  ImportedValue w = centred(ctx, c, 1, 3, "w", [&](const ImportedValue& zp) {
+    // One zero point per output channel: [M] -> [M, 1, 1, ...].
+    const ir::TensorType zt = zp.type();
+    if (zt.rank() != 1 || zt.shape[0] == ir::Dim(1)) return zp;
+    std::vector<int64_t> axes;
+    for (size_t d = 1; d < wt.rank(); ++d) axes.push_back(static_cast<int64_t>(d));
+    return c.op(Op::Unsqueeze, {zp}, "w_zero_point_channels", {{"axes", axes}});
+  });
+  AttrMap attrs = convAttributes(ctx, x.type(), w.type());
+  ImportedValue y = c.op(Op::Conv, {x, w}, "f32", std::move(attrs));
+  c.result(Op::Cast, {y}, {{"to", std::string(ir::dtypeName(DType::I32))}});
+}
+
+// ---- normalisation
+
+// InstanceNormalization: each (sample, channel) normalised over its spatial dims, then scale and
+// bias per channel.
+void convertInstanceNormalization(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& x = floatInput(ctx, 0);
+  const ir::TensorType xt = x.type();
+  if (xt.rank() < 3) ctx.fail("InstanceNormalization takes [N, C, D1, ...], got {}", xt.str());
+  std::vector<int64_t> spatial, channelShape = {xt.shape[1].isBatch() ? -1 : xt.shape[1].value()};
+  for (size_t d = 2; d < xt.rank(); ++d) {
+    spatial.push_back(static_cast<int64_t>(d));
+    channelShape.push_back(1);
+  }
+  const AttrMap over{{"axes", spatial}, {"keepdims", int64_t{1}}};
+  ImportedValue mean = c.op(Op::ReduceMean, {x}, "mean", over);
+  ImportedValue centredX = c.op(Op::Sub, {x, mean}, "centred");
+  ImportedValue var = c.op(Op::ReduceMean, {c.op(Op::Mul, {centredX, centredX}, "squared")}, "var", over);
+  ImportedValue denom = c.op(Op::Sqrt, {c.op(Op::Add, {var, c.scalarLike(x, ctx.attrFloat("epsilon", 1e-5))}, "var_eps")}, "std");
+  ImportedValue normed = c.op(Op::Div, {centredX, denom}, "normed");
+  ImportedValue scale = c.op(Op::Reshape, {ctx.input(1)}, "scale_channels", {{"shape", channelShape}});
+  ImportedValue bias = c.op(Op::Reshape, {ctx.input(2)}, "bias_channels", {{"shape", channelShape}});
+  c.result(Op::Add, {c.op(Op::Mul, {normed, scale}, "scaled"), bias});
+}
+
+// MeanVarianceNormalization: (x - mean) / sqrt(var) over `axes` (default N, H, W), as ONNX's
+// function body: var = E[x²] - E[x]², and no epsilon.
+void convertMeanVarianceNormalization(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& x = floatInput(ctx, 0);
+  const std::vector<int64_t> axes = ctx.attrInts("axes").value_or(std::vector<int64_t>{0, 2, 3});
+  const AttrMap over{{"axes", axes}, {"keepdims", int64_t{1}}};
+  ImportedValue mean = c.op(Op::ReduceMean, {x}, "mean", over);
+  ImportedValue meanOfSquares = c.op(Op::ReduceMean, {c.op(Op::Mul, {x, x}, "squared")}, "mean_sq", over);
+  ImportedValue var = c.op(Op::Sub, {meanOfSquares, c.op(Op::Mul, {mean, mean}, "mean_squared")}, "var");
+  c.result(Op::Div, {c.op(Op::Sub, {x, mean}, "centred"), c.op(Op::Sqrt, {var}, "std")});
+}
+
+// LRN: x / (bias + alpha / size * sum of x² over the size channels around each)^beta; the window
+// sum as shifted slices of the zero-padded squares, added in order.
+void convertLrn(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& x = floatInput(ctx, 0);
+  const ir::TensorType xt = x.type();
+  if (xt.rank() < 3 || xt.shape[1].isBatch()) ctx.fail("LRN takes [N, C, D1, ...] with static C, got {}", xt.str());
+  const std::optional<int64_t> size = ctx.attrInt("size");
+  if (!size || *size < 1) ctx.fail("attribute size must be given and positive");
+  if (*size > 1024) ctx.fail("a window of {} channels is too large (at most 1024)", *size);
+  const double alpha = ctx.attrFloat("alpha", 1e-4), beta = ctx.attrFloat("beta", 0.75), bias = ctx.attrFloat("bias", 1.0);
+  const int64_t channels = xt.shape[1].value();
+  const int64_t before = (*size - 1) / 2, after = *size - 1 - before;
+  ImportedValue sq = c.op(Op::Mul, {x, x}, "squared");
+  std::vector<int64_t> pads(2 * xt.rank(), 0);
+  pads[1] = before;
+  pads[1 + xt.rank()] = after;
+  ImportedValue padded = c.op(Op::Pad, {sq}, "padded", {{"pads", pads}});
+  ImportedValue sum;
+  for (int64_t k = 0; k < *size; ++k) {
+    ImportedValue s = c.op(Op::Slice, {padded}, fmt::format("window{}", k),
+                           {{"starts", std::vector<int64_t>{k}}, {"ends", std::vector<int64_t>{k + channels}}, {"axes", std::vector<int64_t>{1}}});
+    sum = k == 0 ? s : c.op(Op::Add, {sum, s}, fmt::format("sum{}", k));
+  }
+  ImportedValue base = c.op(Op::Add, {c.scalarLike(x, bias), c.op(Op::Mul, {sum, c.scalarLike(x, alpha / static_cast<double>(*size))}, "scaled")}, "base");
+  c.result(Op::Div, {x, c.op(Op::Pow, {base, c.scalarLike(x, beta)}, "denominator")});
 }
 
 }  // namespace policyc::frontend

@@ -157,20 +157,18 @@ std::vector<int64_t> resolvePads(NodeContext& ctx, const ir::TensorType& x, cons
   return out;
 }
 
-void convertConv(NodeContext& ctx) {
-  const ImportedValue& x = ctx.input(0);
-  const ImportedValue& w = ctx.input(1);
-  ir::TensorType wt = w.type();
-  if (wt.rank() < 3) ctx.fail("weight '{}' is {}, expected rank 3 or more", w.name, wt.str());
+}  // namespace
+
+AttrMap convAttributes(NodeContext& ctx, const ir::TensorType& x, const ir::TensorType& wt) {
+  if (wt.rank() < 3) ctx.fail("weight of type {} has not rank 3 or more", wt.str());
   const size_t spatial = wt.rank() - 2;
   std::vector<int64_t> kernel;
   for (size_t i = 0; i < spatial; ++i) {
-    if (wt.shape[2 + i].isBatch()) ctx.fail("weight '{}' is {}; its kernel dims must be static", w.name, wt.str());
+    if (wt.shape[2 + i].isBatch()) ctx.fail("weight of type {}: its kernel dims must be static", wt.str());
     kernel.push_back(wt.shape[2 + i].value());
   }
   if (auto given = ctx.attrInts("kernel_shape"); given && *given != kernel) {
-    ctx.fail("attribute kernel_shape={} does not match weight '{}' of type {}", ir::attrValueStr(*given), w.name,
-             wt.str());
+    ctx.fail("attribute kernel_shape={} does not match the weight of type {}", ir::attrValueStr(*given), wt.str());
   }
   std::vector<int64_t> strides = spatialAttr(ctx, "strides", spatial);
   std::vector<int64_t> dilations = spatialAttr(ctx, "dilations", spatial);
@@ -178,11 +176,19 @@ void convertConv(NodeContext& ctx) {
   attrs["kernel_shape"] = kernel;
   attrs["strides"] = strides;
   attrs["dilations"] = dilations;
-  attrs["pads"] = resolvePads(ctx, x.type(), kernel, strides, dilations);
+  attrs["pads"] = resolvePads(ctx, x, kernel, strides, dilations);
   attrs["group"] = ctx.attrInt("group", 1);
+  return attrs;
+}
+
+namespace {
+
+void convertConv(NodeContext& ctx) {
+  const ImportedValue& x = ctx.input(0);
+  const ImportedValue& w = ctx.input(1);
   std::vector<ImportedValue> ins = {x, w};
   if (const ImportedValue* b = ctx.optionalInput(2)) ins.push_back(*b);
-  ctx.setOutput(0, ctx.emit(Op::Conv, ins, std::move(attrs), ctx.outputName(0)));
+  ctx.setOutput(0, ctx.emit(Op::Conv, ins, convAttributes(ctx, x.type(), w.type()), ctx.outputName(0)));
 }
 
 // ConvTranspose as the convolution it is the gradient of: the input with stride-1 zeros between
@@ -958,6 +964,12 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"SpaceToDepth", {1, 1, 1, 11, convertSpaceToDepth}},
       {"OneHot", {3, 3, 1, 11, convertOneHot}},
       {"CumSum", {2, 2, 1, 11, convertCumSum}},
+      {"DynamicQuantizeLinear", {1, 1, 3, 11, convertDynamicQuantizeLinear}},
+      {"MatMulInteger", {2, 4, 1, 11, convertMatMulInteger}},
+      {"ConvInteger", {2, 4, 1, 11, convertConvInteger}},
+      {"InstanceNormalization", {3, 3, 1, 11, convertInstanceNormalization}},
+      {"MeanVarianceNormalization", {1, 1, 1, 11, convertMeanVarianceNormalization}},
+      {"LRN", {1, 1, 1, 11, convertLrn}},
       {"Upsample", {1, 2, 1, 7, convertUpsample}},  // removed at opset 10; read as the model's opset wrote it
       {"Identity", {1, 1, 1, 11, convertDirect<Op::Identity>}},
       {"Dropout", {1, 3, 2, 11, convertDropout}},

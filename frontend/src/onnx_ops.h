@@ -24,6 +24,10 @@ struct ReduceSpec {
 };
 ReduceSpec reduceSpec(NodeContext& ctx);
 
+// A Conv-like node's attributes for the IR's conv (kernel from the weight type, strides,
+// dilations, pads resolved from auto_pad, group).
+ir::AttrMap convAttributes(NodeContext& ctx, const ir::TensorType& x, const ir::TensorType& w);
+
 // Builds one node's composition: every intermediate value gets a fresh name derived from the
 // node's output, the last one the output's own name.
 class Composer {
@@ -97,5 +101,11 @@ void convertDepthToSpace(NodeContext& ctx);  // onnx_rearrange.cpp
 void convertSpaceToDepth(NodeContext& ctx);
 void convertOneHot(NodeContext& ctx);
 void convertCumSum(NodeContext& ctx);
+void convertDynamicQuantizeLinear(NodeContext& ctx);
+void convertMatMulInteger(NodeContext& ctx);
+void convertConvInteger(NodeContext& ctx);
+void convertInstanceNormalization(NodeContext& ctx);
+void convertMeanVarianceNormalization(NodeContext& ctx);
+void convertLrn(NodeContext& ctx);
 
 }  // namespace policyc::frontend
