@@ -359,6 +359,7 @@ class Lowering {
       case Op::ReduceMean:
       case Op::ReduceSum:
       case Op::ReduceMax:
+      case Op::ReduceProd:
       case Op::ArgMax:
       case Op::GlobalAvgPool:
         rejectBatchReduction(n);

@@ -938,6 +938,7 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"ReduceMean", {1, 2, 1, 11, convertReduce<Op::ReduceMean>}},
       {"ReduceSum", {1, 2, 1, 11, convertReduce<Op::ReduceSum>}},
       {"ReduceMax", {1, 2, 1, 11, convertReduce<Op::ReduceMax>}},
+      {"ReduceProd", {1, 2, 1, 11, convertReduce<Op::ReduceProd>}},
       {"ArgMax", {1, 1, 1, 11, convertArgMax}},
       {"ArgMin", {1, 1, 1, 11, convertArgMin}},
       {"ReduceMin", {1, 2, 1, 11, convertReduceMin}},

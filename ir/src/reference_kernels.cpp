@@ -592,11 +592,11 @@ void refReduce(const RefCall& call) {
   for (size_t i = 0; i < kept.size(); ++i) {
     if (reduced[i]) outStrides[i] = 0;
   }
-  bool isMax = call.op == Op::ReduceMax;
-  std::fill(y.data.begin(), y.data.end(), isMax ? -kInf : 0.0);
+  const bool isMax = call.op == Op::ReduceMax, isProd = call.op == Op::ReduceProd;
+  std::fill(y.data.begin(), y.data.end(), isMax ? -kInf : isProd ? 1.0 : 0.0);
   forEachIndex(x.shape, [&](int64_t i, const std::vector<int64_t>& index) {
     double& acc = y.data[dot(index, outStrides)];
-    acc = isMax ? maxNaN(acc, x.data[i]) : acc + x.data[i];
+    acc = isMax ? maxNaN(acc, x.data[i]) : isProd ? acc * x.data[i] : acc + x.data[i];
   });
   if (call.op == Op::ReduceMean) {
     int64_t count = y.numel() == 0 ? 0 : x.numel() / y.numel();

@@ -261,6 +261,7 @@ class Mover {
       case Op::ReduceMean:
       case Op::ReduceSum:
       case Op::ReduceMax:
+      case Op::ReduceProd:
       case Op::Slice: {
         std::vector<int64_t> axes = n->attrInts("axes");
         if (axes.empty()) {

@@ -271,6 +271,7 @@ TEST_CASE("kernel: softmax, reductions and argmax", "[kernel]") {
   Tensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
   CHECK_VALUES(eval(Op::ReduceSum, {x}, {{"axes", Ints{1}}}), {6, 15});
   CHECK_VALUES(eval(Op::ReduceMean, {x}, {{"axes", Ints{0}}, {"keepdims", int64_t{0}}}), {2.5, 3.5, 4.5});
+  CHECK_VALUES(eval(Op::ReduceProd, {x}, {{"axes", Ints{1}}, {"keepdims", int64_t{0}}}), {6, 120});
   Tensor all = eval(Op::ReduceMax, {x});
   CHECK(all.shape() == Ints{1, 1});
   CHECK_VALUES(all, {6});

@@ -681,7 +681,7 @@ void Emitter::emitReduction(const Kernel& k) {
     }
   }
   const int axis = split_->axis;
-  const bool isArg = n.isOp(Op::ArgMax), isMax = n.isOp(Op::ReduceMax);
+  const bool isArg = n.isOp(Op::ArgMax), isMax = n.isOp(Op::ReduceMax), isProd = n.isOp(Op::ReduceProd);
   std::vector<Value*> xv(r, nullptr);
   domainLoops(X.type.shape, axis, [&](const std::vector<Value*>& kv) {
     xv = kv;
@@ -760,7 +760,7 @@ void Emitter::emitReduction(const Kernel& k) {
       return;
     }
     llvm::AllocaInst* acc = local(f64_, "acc");
-    b_.CreateStore(isMax ? llvm::ConstantFP::getInfinity(f64_, true) : llvm::ConstantFP::get(f64_, 0.0), acc);
+    b_.CreateStore(isMax ? llvm::ConstantFP::getInfinity(f64_, true) : llvm::ConstantFP::get(f64_, isProd ? 1.0 : 0.0), acc);
     if (isMax && xT == DType::F32) {
       // The innermost reduced axis in one maxOf (the reference's value, zeros' signs and NaNs
       // included); the outer reduced axes combine those maxima in order.
@@ -810,7 +810,10 @@ void Emitter::emitReduction(const Kernel& k) {
         Value* x = asF64(operand(k, v));
         Value* a = b_.CreateLoad(f64_, acc);
         // llvm.maximum: a NaN wins (the reference's maxNaN), and the loop vectorises.
-        b_.CreateStore(isMax ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, x) : b_.CreateFAdd(a, x), acc);
+        b_.CreateStore(isMax    ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, x)
+                       : isProd ? b_.CreateFMul(a, x)
+                                : b_.CreateFAdd(a, x),
+                       acc);
       }, red, xv);
       if (isMax) {
         // llvm.maximum orders -0 below +0; the reference keeps the first of equal values, so a
