@@ -959,3 +959,109 @@ void convertLrn(NodeContext& ctx) {
 }
 
 }  // namespace policyc::frontend
+
+namespace policyc::frontend {
+
+namespace {
+
+// TopK takes one argmax per element it returns: at most this many.
+constexpr int64_t kMaxTopK = 64;
+
+}  // namespace
+
+// TopK: k rounds of argmax along the axis, each taking the value it found out of the running
+// (replaced by -inf); ties go to the lower index, as ONNX asks. largest=0 works on -x. Floats
+// only (an integer has no value below every other to take a found one out with).
+void convertTopK(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& x = floatInput(ctx, 0);
+  const ir::TensorType t = x.type();
+  const ir::Tensor& kt = ctx.constantInput(1, "K");
+  if (kt.numel() != 1) ctx.fail("K (input '{}') must hold one value", ctx.input(1).name);
+  const int64_t k = kt.getAsInt(0);
+  const auto rank = static_cast<int64_t>(t.rank());
+  int64_t axis = ctx.attrInt("axis", -1);
+  if (axis < -rank || axis >= rank) ctx.fail("axis {} is out of range for {}", axis, t.str());
+  if (axis < 0) axis += rank;
+  const int64_t n = staticDim(ctx, t, static_cast<size_t>(axis), "the axis TopK selects along");
+  if (k < 1 || k > n) ctx.fail("K = {} must be between 1 and the axis' {}", k, n);
+  if (k > kMaxTopK) ctx.fail("K = {}: policyc selects by one argmax per element, at most {}", k, kMaxTopK);
+  const bool largest = ctx.attrInt("largest", 1) != 0;
+  ctx.ignoreAttr("sorted");  // the rounds give them sorted, which ONNX allows either way
+  const AttrMap along{{"axis", axis}};
+  ImportedValue scores = largest ? x : c.op(Op::Neg, {x}, "negated");
+  std::vector<int64_t> positionsShape(static_cast<size_t>(rank), 1);
+  positionsShape[static_cast<size_t>(axis)] = n;
+  ir::Tensor positions(DType::I64, positionsShape);
+  for (int64_t i = 0; i < n; ++i) positions.data<int64_t>()[i] = i;
+  ImportedValue pos = c.constant(std::move(positions), "positions");
+  ImportedValue gone = c.scalarLike(x, -std::numeric_limits<double>::infinity());
+  std::vector<ImportedValue> indices, values;
+  for (int64_t r = 0; r < k; ++r) {
+    ImportedValue best = c.op(Op::ArgMax, {scores}, fmt::format("index{}", r), {{"axis", axis}, {"keepdims", int64_t{1}}});
+    indices.push_back(best);
+    values.push_back(c.op(Op::GatherElements, {x, best}, fmt::format("value{}", r), along));
+    if (r + 1 < k) {
+      ImportedValue taken = c.op(Op::Equal, {pos, best}, fmt::format("taken{}", r));
+      scores = c.op(Op::Where, {taken, gone, scores}, fmt::format("rest{}", r));
+    }
+  }
+  ctx.setOutput(0, ctx.emit(Op::Concat, values, along, ctx.outputName(0)));
+  if (ctx.numOutputs() > 1) ctx.setOutput(1, ctx.emit(Op::Concat, indices, along, ctx.outputName(1)));
+}
+
+// GatherND with indices known at import: each index tuple addresses one slice of the data's
+// leading dims (after batch_dims), so the data flattened over those dims and one gather of the
+// tuples' flat positions do it; batch_dims pair the indices' leading dims with the data's.
+void convertGatherND(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& data = ctx.input(0);
+  const ir::TensorType dt = data.type();
+  const ir::Tensor& idx = ctx.constantInput(1, "indices");
+  const std::vector<int64_t>& is = idx.shape();
+  const int64_t b = ctx.attrInt("batch_dims", 0);
+  if (is.empty()) ctx.fail("indices must have rank 1 or more");
+  const int64_t q = static_cast<int64_t>(is.size()), r = static_cast<int64_t>(dt.rank()), m = is.back();
+  if (b < 0 || b >= std::min(q, r)) ctx.fail("batch_dims {} must be below the ranks of indices ({}) and data ({})", b, q, r);
+  if (m < 1 || b + m > r) ctx.fail("index tuples of {} values do not fit {} after {} batch dims", m, dt.str(), b);
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < r; ++d) dims.push_back(staticDim(ctx, dt, static_cast<size_t>(d), "GatherND's data"));
+  for (int64_t d = 0; d < b; ++d) {
+    if (is[static_cast<size_t>(d)] != dims[static_cast<size_t>(d)]) ctx.fail("batch dim {} of indices and data differ", d);
+  }
+  // data as [B, prod(indexed dims), rest...] where B is the product of the batch dims.
+  int64_t batch = 1, indexed = 1;
+  for (int64_t d = 0; d < b; ++d) batch *= dims[static_cast<size_t>(d)];
+  for (int64_t d = b; d < b + m; ++d) indexed *= dims[static_cast<size_t>(d)];
+  std::vector<int64_t> flatShape = {batch, indexed};
+  std::vector<int64_t> rest(dims.begin() + b + m, dims.end());
+  flatShape.insert(flatShape.end(), rest.begin(), rest.end());
+  ImportedValue flat = c.op(Op::Reshape, {data}, "flat", {{"shape", flatShape}});
+  // Flat positions [B, tuples per batch]: a gather along axis 1 of each batch row, as one gather of
+  // [B * tuples] positions into [B * indexed] rows.
+  int64_t tuples = 1;
+  for (int64_t d = b; d + 1 < q; ++d) tuples *= is[static_cast<size_t>(d)];
+  ir::Tensor flatIndex(DType::I64, {batch * tuples});
+  for (int64_t g = 0; g < batch; ++g) {
+    for (int64_t j = 0; j < tuples; ++j) {
+      int64_t at = 0;
+      for (int64_t e = 0; e < m; ++e) {
+        const int64_t size = dims[static_cast<size_t>(b + e)];
+        int64_t v = idx.getAsInt((g * tuples + j) * m + e);
+        if (v < -size || v >= size) ctx.fail("index {} is out of range for a dim of {}", v, size);
+        if (v < 0) v += size;
+        at = at * size + v;
+      }
+      flatIndex.data<int64_t>()[g * tuples + j] = g * indexed + at;
+    }
+  }
+  std::vector<int64_t> rowsShape = {batch * indexed};
+  rowsShape.insert(rowsShape.end(), rest.begin(), rest.end());
+  ImportedValue rows = c.op(Op::Reshape, {flat}, "rows", {{"shape", rowsShape}});
+  ImportedValue picked = c.op(Op::Gather, {rows, c.constant(std::move(flatIndex), "positions")}, "picked", {{"axis", int64_t{0}}});
+  std::vector<int64_t> outShape(is.begin(), is.end() - 1);
+  outShape.insert(outShape.end(), rest.begin(), rest.end());
+  c.result(Op::Reshape, {picked}, {{"shape", outShape}});
+}
+
+}  // namespace policyc::frontend

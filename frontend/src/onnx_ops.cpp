@@ -971,6 +971,8 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"InstanceNormalization", {3, 3, 1, 11, convertInstanceNormalization}},
       {"MeanVarianceNormalization", {1, 1, 1, 11, convertMeanVarianceNormalization}},
       {"LRN", {1, 1, 1, 11, convertLrn}},
+      {"TopK", {2, 2, 2, 11, convertTopK}},
+      {"GatherND", {2, 2, 1, 11, convertGatherND}},
       {"Upsample", {1, 2, 1, 7, convertUpsample}},  // removed at opset 10; read as the model's opset wrote it
       {"Identity", {1, 1, 1, 11, convertDirect<Op::Identity>}},
       {"Dropout", {1, 3, 2, 11, convertDropout}},

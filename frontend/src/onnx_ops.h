@@ -107,5 +107,7 @@ void convertConvInteger(NodeContext& ctx);
 void convertInstanceNormalization(NodeContext& ctx);
 void convertMeanVarianceNormalization(NodeContext& ctx);
 void convertLrn(NodeContext& ctx);
+void convertTopK(NodeContext& ctx);
+void convertGatherND(NodeContext& ctx);
 
 }  // namespace policyc::frontend
