@@ -1065,3 +1065,132 @@ void convertGatherND(NodeContext& ctx) {
 }
 
 }  // namespace policyc::frontend
+
+namespace policyc::frontend {
+
+namespace {
+
+// A scatter writes an update element into one element of the data; duplicates are applied one
+// round at a time in update order: at most this many updates of one element.
+constexpr int64_t kMaxScatterRounds = 64;
+
+std::vector<int64_t> staticDims(NodeContext& ctx, const ir::TensorType& t, std::string_view what) {
+  std::vector<int64_t> dims;
+  for (const ir::Dim& d : t.shape) {
+    if (d.isBatch()) ctx.fail("{} {} has the batch dim; a scatter with indices known at import needs static shapes", what, t.str());
+    dims.push_back(d.value());
+  }
+  return dims;
+}
+
+// data with updates written where `targets` says (the flat data position of each flat update
+// element), combined by `reduction`, in the order of the updates: rounds of a gather of the
+// updates and a where, the i-th update of every element in round i.
+void scatterFlat(NodeContext& ctx, Composer& c, const ImportedValue& data, const ImportedValue& updates,
+                 const std::vector<int64_t>& dataDims, const std::vector<int64_t>& targets) {
+  const std::string reduction = ctx.attrString("reduction").value_or("none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min") {
+    ctx.fail("reduction '{}' is not supported", reduction);
+  }
+  int64_t n = 1;
+  for (int64_t d : dataDims) n *= d;
+  std::vector<std::vector<int64_t>> rounds;  // rounds[r][p]: the update index, or -1
+  std::vector<int64_t> seen(static_cast<size_t>(n), 0);
+  for (size_t j = 0; j < targets.size(); ++j) {
+    const int64_t r = seen[static_cast<size_t>(targets[j])]++;
+    if (r >= kMaxScatterRounds) ctx.fail("one element is updated more than {} times", kMaxScatterRounds);
+    if (static_cast<size_t>(r) == rounds.size()) rounds.emplace_back(static_cast<size_t>(n), -1);
+    rounds[static_cast<size_t>(r)][static_cast<size_t>(targets[j])] = static_cast<int64_t>(j);
+  }
+  ImportedValue y = c.op(Op::Reshape, {data}, "flat", {{"shape", std::vector<int64_t>{n}}});
+  ImportedValue u = c.op(Op::Reshape, {updates}, "updates_flat", {{"shape", std::vector<int64_t>{static_cast<int64_t>(targets.size())}}});
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    ir::Tensor src(DType::I64, {n}), mask(DType::Bool, {n});
+    for (int64_t p = 0; p < n; ++p) {
+      const int64_t j = rounds[r][static_cast<size_t>(p)];
+      src.data<int64_t>()[p] = std::max<int64_t>(j, 0);
+      mask.setAsDouble(p, j >= 0 ? 1.0 : 0.0);
+    }
+    ImportedValue g = c.op(Op::Gather, {u, c.constant(std::move(src), fmt::format("source{}", r))}, fmt::format("round{}", r),
+                           {{"axis", int64_t{0}}});
+    if (reduction != "none") {
+      const Op op = reduction == "add" ? Op::Add : reduction == "mul" ? Op::Mul : reduction == "max" ? Op::Max : Op::Min;
+      g = c.op(op, {y, g}, fmt::format("combined{}", r));
+    }
+    y = c.op(Op::Where, {c.constant(std::move(mask), fmt::format("written{}", r)), g, y}, fmt::format("after{}", r));
+  }
+  c.result(Op::Reshape, {y}, {{"shape", dataDims}});
+}
+
+}  // namespace
+
+// ScatterElements (and opset 9-10's Scatter): update element u goes to u's position with its
+// `axis` coordinate replaced by indices[u]. Indices known at import, static shapes.
+void convertScatterElements(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& data = ctx.input(0);
+  const ImportedValue& updates = ctx.input(2);
+  const std::vector<int64_t> dims = staticDims(ctx, data.type(), "data");
+  const ir::Tensor& idx = ctx.constantInput(1, "indices");
+  if (idx.shape() != staticDims(ctx, updates.type(), "updates")) ctx.fail("indices {} and updates {} differ in shape", idx.type().str(), updates.type().str());
+  const auto rank = static_cast<int64_t>(dims.size());
+  if (static_cast<int64_t>(idx.shape().size()) != rank) ctx.fail("indices {} must have the data's rank {}", idx.type().str(), rank);
+  int64_t axis = ctx.attrInt("axis", 0);
+  if (axis < -rank || axis >= rank) ctx.fail("axis {} is out of range for rank {}", axis, rank);
+  if (axis < 0) axis += rank;
+  std::vector<int64_t> targets;
+  std::vector<int64_t> at(static_cast<size_t>(rank), 0);
+  for (int64_t j = 0; j < idx.numel(); ++j) {
+    int64_t rem = j;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      at[static_cast<size_t>(d)] = rem % idx.shape()[static_cast<size_t>(d)];
+      rem /= idx.shape()[static_cast<size_t>(d)];
+    }
+    const int64_t size = dims[static_cast<size_t>(axis)];
+    int64_t v = idx.getAsInt(j);
+    if (v < -size || v >= size) ctx.fail("index {} is out of range for axis {} of size {}", v, axis, size);
+    at[static_cast<size_t>(axis)] = v < 0 ? v + size : v;
+    int64_t flat = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (at[static_cast<size_t>(d)] >= dims[static_cast<size_t>(d)]) ctx.fail("indices {} do not fit data of {}", idx.type().str(), data.type().str());
+      flat = flat * dims[static_cast<size_t>(d)] + at[static_cast<size_t>(d)];
+    }
+    targets.push_back(flat);
+  }
+  scatterFlat(ctx, c, data, updates, dims, targets);
+}
+
+// ScatterND: each index tuple of indices' last dim addresses a slice of the data, which the
+// matching slice of updates replaces (or is combined with). Indices known at import.
+void convertScatterND(NodeContext& ctx) {
+  Composer c(ctx);
+  const ImportedValue& data = ctx.input(0);
+  const ImportedValue& updates = ctx.input(2);
+  const std::vector<int64_t> dims = staticDims(ctx, data.type(), "data");
+  const std::vector<int64_t> udims = staticDims(ctx, updates.type(), "updates");
+  const ir::Tensor& idx = ctx.constantInput(1, "indices");
+  const std::vector<int64_t>& is = idx.shape();
+  if (is.empty()) ctx.fail("indices must have rank 1 or more");
+  const int64_t k = is.back(), r = static_cast<int64_t>(dims.size());
+  if (k < 1 || k > r) ctx.fail("index tuples of {} values do not fit data of rank {}", k, r);
+  std::vector<int64_t> want(is.begin(), is.end() - 1);
+  want.insert(want.end(), dims.begin() + k, dims.end());
+  if (udims != want) ctx.fail("updates {} must be {}", updates.type().str(), ir::attrValueStr(want));
+  int64_t slice = 1;
+  for (int64_t d = k; d < r; ++d) slice *= dims[static_cast<size_t>(d)];
+  const int64_t tuples = k == 0 ? 0 : idx.numel() / k;
+  std::vector<int64_t> targets;
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t base = 0;
+    for (int64_t e = 0; e < k; ++e) {
+      const int64_t size = dims[static_cast<size_t>(e)];
+      int64_t v = idx.getAsInt(t * k + e);
+      if (v < -size || v >= size) ctx.fail("index {} is out of range for a dim of {}", v, size);
+      base = base * size + (v < 0 ? v + size : v);
+    }
+    for (int64_t s = 0; s < slice; ++s) targets.push_back(base * slice + s);
+  }
+  scatterFlat(ctx, c, data, updates, dims, targets);
+}
+
+}  // namespace policyc::frontend

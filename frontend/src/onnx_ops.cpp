@@ -973,6 +973,9 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"LRN", {1, 1, 1, 11, convertLrn}},
       {"TopK", {2, 2, 2, 11, convertTopK}},
       {"GatherND", {2, 2, 1, 11, convertGatherND}},
+      {"ScatterElements", {3, 3, 1, 11, convertScatterElements}},
+      {"Scatter", {3, 3, 1, 9, convertScatterElements}},  // removed at opset 11; read as written
+      {"ScatterND", {3, 3, 1, 11, convertScatterND}},
       {"Upsample", {1, 2, 1, 7, convertUpsample}},  // removed at opset 10; read as the model's opset wrote it
       {"Identity", {1, 1, 1, 11, convertDirect<Op::Identity>}},
       {"Dropout", {1, 3, 2, 11, convertDropout}},

@@ -109,5 +109,7 @@ void convertMeanVarianceNormalization(NodeContext& ctx);
 void convertLrn(NodeContext& ctx);
 void convertTopK(NodeContext& ctx);
 void convertGatherND(NodeContext& ctx);
+void convertScatterElements(NodeContext& ctx);
+void convertScatterND(NodeContext& ctx);
 
 }  // namespace policyc::frontend
