@@ -1194,3 +1194,67 @@ void convertScatterND(NodeContext& ctx) {
 }
 
 }  // namespace policyc::frontend
+
+namespace policyc::frontend {
+
+namespace {
+
+// The requantization of an exact f32 accumulator: round(acc * scale_a * scale_b / y_scale) +
+// y_zero_point, saturated to the zero point's int8/uint8 (uint8 without one).
+void requantize(NodeContext& ctx, Composer& c, ImportedValue acc, const ImportedValue& scaleA, const ImportedValue& scaleB,
+                size_t yScale, size_t yZeroPoint) {
+  const ImportedValue* zp = ctx.optionalInput(yZeroPoint);
+  const DType to = zp ? zp->type().dtype : DType::U8;
+  if (to != DType::I8 && to != DType::U8) ctx.fail("y_zero_point must be int8 or uint8, got {}", ir::dtypeName(to));
+  const std::string f32(ir::dtypeName(DType::F32));
+  ImportedValue scaled = c.op(Op::Div, {c.op(Op::Mul, {c.op(Op::Mul, {acc, scaleA}, "scaled_a"), scaleB}, "scaled_ab"), ctx.input(yScale)},
+                              "scaled");
+  ImportedValue q = c.op(Op::Round, {scaled}, "rounded");
+  if (zp) q = c.op(Op::Add, {q, c.op(Op::Cast, {*zp}, "y_zero_point", {{"to", f32}})}, "shifted");
+  const double lo = to == DType::I8 ? -128 : 0, hi = to == DType::I8 ? 127 : 255;
+  q = c.op(Op::Clip, {q}, "saturated", {{"min", lo}, {"max", hi}});
+  c.result(Op::Cast, {q}, {{"to", std::string(ir::dtypeName(to))}});
+}
+
+}  // namespace
+
+// QLinearMatMul: the int8 matmul of the centred operands (exact in f32 below 2^24), requantized;
+// a's scale and zero point per tensor or per row, b's per tensor or per column.
+void convertQLinearMatMul(NodeContext& ctx) {
+  Composer c(ctx);
+  auto rows = [&](const ImportedValue& v) {
+    const ir::TensorType t = v.type();
+    return t.rank() == 1 && t.shape[0] != ir::Dim(1) ? c.op(Op::Unsqueeze, {v}, "per_row", {{"axes", std::vector<int64_t>{1}}}) : v;
+  };
+  ImportedValue a = centred(ctx, c, 0, 2, "a", rows);
+  ImportedValue b = centred(ctx, c, 3, 5, "b", [](const ImportedValue& v) { return v; });
+  ImportedValue acc = c.op(Op::MatMul, {a, b}, "acc");
+  requantize(ctx, c, acc, rows(ctx.input(1)), ctx.input(4), 6, 7);
+}
+
+// QLinearConv: the convolution of the centred operands plus the int32 bias, requantized; w's
+// scale and zero point per tensor or per output channel.
+void convertQLinearConv(NodeContext& ctx) {
+  Composer c(ctx);
+  const ir::TensorType wt = ctx.input(3).type();
+  auto channels = [&](const ImportedValue& v, size_t rank, size_t at) {
+    const ir::TensorType t = v.type();
+    if (t.rank() != 1 || t.shape[0] == ir::Dim(1)) return v;
+    std::vector<int64_t> axes;
+    for (size_t d = 0; d < rank; ++d) {
+      if (d != at) axes.push_back(static_cast<int64_t>(d));
+    }
+    return c.op(Op::Unsqueeze, {v}, "per_channel", {{"axes", axes}});
+  };
+  ImportedValue x = centred(ctx, c, 0, 2, "x", [](const ImportedValue& v) { return v; });
+  ImportedValue w = centred(ctx, c, 3, 5, "w", [&](const ImportedValue& v) { return channels(v, wt.rank(), 0); });
+  ImportedValue acc = c.op(Op::Conv, {x, w}, "acc", convAttributes(ctx, x.type(), w.type()));
+  if (const ImportedValue* bias = ctx.optionalInput(8)) {
+    if (bias->type().dtype != DType::I32) ctx.fail("B must be int32, got {}", ir::dtypeName(bias->type().dtype));
+    ImportedValue bf = c.op(Op::Cast, {*bias}, "bias_f32", {{"to", std::string(ir::dtypeName(DType::F32))}});
+    acc = c.op(Op::Add, {acc, channels(bf, wt.rank(), 1)}, "acc_bias");
+  }
+  requantize(ctx, c, acc, ctx.input(1), channels(ctx.input(4), wt.rank(), 1), 6, 7);
+}
+
+}  // namespace policyc::frontend

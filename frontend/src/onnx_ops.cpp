@@ -968,6 +968,8 @@ const std::unordered_map<std::string_view, OpConverter>& converters() {
       {"DynamicQuantizeLinear", {1, 1, 3, 11, convertDynamicQuantizeLinear}},
       {"MatMulInteger", {2, 4, 1, 11, convertMatMulInteger}},
       {"ConvInteger", {2, 4, 1, 11, convertConvInteger}},
+      {"QLinearMatMul", {8, 8, 1, 11, convertQLinearMatMul}},
+      {"QLinearConv", {8, 9, 1, 11, convertQLinearConv}},
       {"InstanceNormalization", {3, 3, 1, 11, convertInstanceNormalization}},
       {"MeanVarianceNormalization", {1, 1, 1, 11, convertMeanVarianceNormalization}},
       {"LRN", {1, 1, 1, 11, convertLrn}},

@@ -111,5 +111,7 @@ void convertTopK(NodeContext& ctx);
 void convertGatherND(NodeContext& ctx);
 void convertScatterElements(NodeContext& ctx);
 void convertScatterND(NodeContext& ctx);
+void convertQLinearMatMul(NodeContext& ctx);
+void convertQLinearConv(NodeContext& ctx);
 
 }  // namespace policyc::frontend

@@ -1525,3 +1525,83 @@ TEST_CASE("onnx import: dims that are multiples of the batch size (attention hea
     CHECK_THAT(importError(b), Contains("'q'") && Contains("[3,2*batch,2]") && Contains("multiple of the batch size"));
   }
 }
+
+// The composed operators' refusals: one error naming the node and what is not supported.
+TEST_CASE("onnx import: composed operators refuse what they cannot compose, by name", "[onnx]") {
+  SECTION("Resize of the batch dim") {
+    ModelBuilder b(13);
+    b.input("x", {kBatch, 2, 4, 4});
+    b.initializer("scales", {4}, {2, 1, 2, 2});
+    setString(b.node("Resize", {"x", "", "scales"}, {"y"}, "up"), "mode", "nearest");
+    b.output("y");
+    CHECK_THAT(importError(b), Contains("'up'") && Contains("changes the batch dim"));
+  }
+  SECTION("TopK of integers") {
+    ModelBuilder b(13);
+    b.input("x", {kBatch, 5}, onnx::TensorProto::INT64);
+    b.initializerI64("k", {1}, {2});
+    b.node("TopK", {"x", "k"}, {"v", "i"}, "top");
+    b.output("v", onnx::TensorProto::INT64);
+    CHECK_THAT(importError(b), Contains("'top'") && Contains("float input"));
+  }
+  SECTION("ScatterElements into batch-sized data") {
+    ModelBuilder b(16);
+    b.input("x", {kBatch, 5});
+    b.input("u", {1, 2});
+    b.initializerI64("i", {1, 2}, {0, 1});
+    b.node("ScatterElements", {"x", "i", "u"}, {"y"}, "scatter");
+    b.output("y");
+    CHECK_THAT(importError(b), Contains("'scatter'") && Contains("static shapes"));
+  }
+  SECTION("CumSum along the batch dim") {
+    ModelBuilder b(14);
+    b.input("x", {kBatch, 3});
+    b.initializerI64("axis", {}, {0});
+    b.node("CumSum", {"x", "axis"}, {"y"}, "cs");
+    b.output("y");
+    CHECK_THAT(importError(b), Contains("'cs'") && Contains("batch dim"));
+  }
+  SECTION("ConvTranspose with a weight computed at run time") {
+    ModelBuilder b(13);
+    b.input("x", {kBatch, 1, 3, 3});
+    b.input("w", {1, 1, 2, 2});
+    b.node("ConvTranspose", {"x", "w"}, {"y"}, "deconv");
+    b.output("y");
+    CHECK_THAT(importError(b), Contains("'deconv'") && Contains("must be a constant"));
+  }
+  SECTION("OneHot with a depth computed at run time") {
+    ModelBuilder b(11);
+    b.input("i", {kBatch}, onnx::TensorProto::INT64);
+    b.input("d", {}, onnx::TensorProto::INT64);
+    b.initializer("values", {2}, {0, 1});
+    b.node("OneHot", {"i", "d", "values"}, {"y"}, "hot");
+    b.output("y");
+    CHECK_THAT(importError(b), Contains("'hot'") && Contains("depth") && Contains("must be a constant"));
+  }
+}
+
+// Resize through the interpreter against values worked out by hand (ONNX's half_pixel linear on
+// a 1x1x2x2 input upsampled 2x, and nearest asymmetric).
+TEST_CASE("onnx import: Resize linear and nearest match hand-computed values", "[onnx]") {
+  auto resize = [](const std::string& mode, const std::string& coords) {
+    ModelBuilder b(13);
+    b.input("x", {kBatch, 1, 2, 2});
+    b.initializer("scales", {4}, {1, 1, 2, 2});
+    onnx::NodeProto& n = b.node("Resize", {"x", "", "scales"}, {"y"}, "r");
+    setString(n, "mode", mode);
+    setString(n, "coordinate_transformation_mode", coords);
+    b.output("y");
+    auto g = b.import();
+    return ir::interpret(*g, {f32({1, 1, 2, 2}, {1, 2, 3, 4})})[0];
+  };
+  ir::Tensor lin = resize("linear", "half_pixel");
+  REQUIRE(lin.shape() == std::vector<int64_t>{1, 1, 4, 4});
+  // Row 0 along W: source positions -0.25, 0.25, 0.75, 1.25 clamp to the edge: 1, 1.25, 1.75, 2.
+  const std::vector<double> row0 = {1, 1.25, 1.75, 2};
+  for (int64_t i = 0; i < 4; ++i) CHECK(lin.getAsDouble(i) == Approx(row0[static_cast<size_t>(i)]));
+  // Row 1 (source 0.25 along H): a quarter of the way to the second row (+0.5).
+  for (int64_t i = 0; i < 4; ++i) CHECK(lin.getAsDouble(4 + i) == Approx(row0[static_cast<size_t>(i)] + 0.5));
+  ir::Tensor nn = resize("nearest", "asymmetric");
+  const std::vector<double> want = {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4};
+  for (int64_t i = 0; i < 16; ++i) CHECK(nn.getAsDouble(i) == want[static_cast<size_t>(i)]);
+}
