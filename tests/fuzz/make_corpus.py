@@ -103,6 +103,33 @@ def models():
     yield "opset17_new_ops", model("new_ops", [helper.make_node("Trilu", ["x"], ["t"], upper=0), helper.make_node("Cos", ["t"], ["c"]),
                                                helper.make_node("ReduceLogSumExp", ["c"], ["y"], axes=[1])],
                                    [vi("x", ["batch", 4, 4])], [y], opset=17)
+    yield from newer_ops(x4, img, y)
+
+
+def newer_ops(x4, img, y):
+    """Operators composed of IR ops at import: attention's einsum and batch-multiple shape
+    arithmetic, resizes, transposed convolutions, selections and scatters."""
+    seq = vi("s", ["batch", 3, 4])
+    yield "einsum", model("es", [helper.make_node("Einsum", ["s", "s"], ["y"], equation="bik,bjk->bij")], [seq], [y], opset=12)
+    yield "batch_times_heads", model("bh", [
+        helper.make_node("Shape", ["s"], ["sh"]), helper.make_node("Gather", ["sh", "zero"], ["n"], axis=0),
+        helper.make_node("Mul", ["n", "three0"], ["n3"]), helper.make_node("Unsqueeze", ["n3", "ax0"], ["n31"]),
+        helper.make_node("Concat", ["n31", "two1", "two1"], ["ns"], axis=0),
+        helper.make_node("Reshape", ["s", "ns"], ["r"]), helper.make_node("Softmax", ["r"], ["r2"], axis=-1),
+        helper.make_node("Reshape", ["r2", "back"], ["y"])], [seq], [y],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(3, np.int64), "three0"),
+         numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+         numpy_helper.from_array(np.array([2], np.int64), "two1"), numpy_helper.from_array(np.array([-1, 3, 4], np.int64), "back")])
+    yield "resize", model("rz", [helper.make_node("Resize", ["img", "", "sc"], ["y"], mode="linear")], [img], [y],
+                          [numpy_helper.from_array(np.array([1, 1, 1.5, 0.5], np.float32), "sc")])
+    yield "convtranspose", model("ct", [helper.make_node("ConvTranspose", ["img", "k"], ["y"], strides=[2, 2], pads=[1, 1, 0, 0])],
+                                 [img], [y], [w("k", (2, 3, 3, 3))])
+    yield "topk", model("tk", [helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=1)], [x4], [y, vi("i", None, TensorProto.INT64)],
+                        [numpy_helper.from_array(np.array([2], np.int64), "k")])
+    yield "cumsum", model("cs", [helper.make_node("CumSum", ["x", "ax"], ["y"], exclusive=1)], [x4], [y],
+                          [numpy_helper.from_array(np.array(1, np.int64), "ax")], opset=14)
+    yield "scatternd", model("sn", [helper.make_node("ScatterND", ["t", "i", "u"], ["y"], reduction="add")], [vi("u", [2, 3])], [y],
+                             [w("t", (4, 3)), numpy_helper.from_array(np.array([[1], [1]], np.int64), "i")], opset=16)
 
 
 def main():
