@@ -6,6 +6,8 @@
 #include <deque>
 
 #include "import_context.h"
+#include "onnx_tensor.h"
+#include "policyc/support/sizes.h"
 
 namespace policyc::frontend {
 namespace {
@@ -219,16 +221,28 @@ ImportedValue reshapeFolded(NodeContext& ctx, const ImportedValue& x, std::vecto
       cannot("a negative dim");
     }
   }
+  // Empty dims have no refinement; the products below stay within int64 (a tensor's dims are
+  // bounded by the IR's limits, a target's are checked).
+  for (const OnnxDim& d : have) {
+    if (d.coef < 1) cannot("an empty dim is not supported here");
+  }
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (i != inferred && (target[i].coef < 1 || target[i].coef > kMaxImportElements)) cannot("a dim is empty or too large");
+  }
   if (inferred) {
     OnnxDim total, known;
     int totalBatch = 0, knownBatch = 0;
     for (const OnnxDim& d : have) {
-      total.coef *= d.coef;
+      std::optional<int64_t> p = sizes::mul(total.coef, d.coef);
+      if (!p) cannot("the input is too large");
+      total.coef = *p;
       totalBatch += d.batch;
     }
     for (size_t i = 0; i < target.size(); ++i) {
       if (i == *inferred) continue;
-      known.coef *= target[i].coef;
+      std::optional<int64_t> p = sizes::mul(known.coef, target[i].coef);
+      if (!p) cannot("the shape is too large");
+      known.coef = *p;
       knownBatch += target[i].batch;
     }
     if (known.coef == 0 || total.coef % known.coef != 0 || totalBatch - knownBatch < 0 || totalBatch - knownBatch > 1) {

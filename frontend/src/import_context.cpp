@@ -496,7 +496,7 @@ ImportedValue NodeContext::emitShapeArithmetic(ir::Op op, const std::vector<Impo
     }
     const int64_t d = divisor.tensor->getAsInt(0);
     for (int64_t i = 0; i < values[0].numel(); ++i) {
-      if (masks[0].getAsInt(i) != 0 && values[0].getAsInt(i) % d != 0) {
+      if (masks[0].getAsInt(i) != 0 && d != -1 && values[0].getAsInt(i) % d != 0) {
         fail("value '{}' holds {}*batch, which {} does not divide for every batch size", inputs[0].name,
              values[0].getAsInt(i), d);
       }

@@ -1093,7 +1093,10 @@ void scatterFlat(NodeContext& ctx, Composer& c, const ImportedValue& data, const
     ctx.fail("reduction '{}' is not supported", reduction);
   }
   int64_t n = 1;
-  for (int64_t d : dataDims) n *= d;
+  for (int64_t d : dataDims) n *= d;  // a tensor's dims: their product is within the IR's limits
+  if (n > kMaxImportElements || static_cast<int64_t>(targets.size()) > kMaxImportElements) {
+    ctx.fail("a scatter into {} elements is too large (at most 2^26 with indices known at import)", n);
+  }
   std::vector<std::vector<int64_t>> rounds;  // rounds[r][p]: the update index, or -1
   std::vector<int64_t> seen(static_cast<size_t>(n), 0);
   for (size_t j = 0; j < targets.size(); ++j) {

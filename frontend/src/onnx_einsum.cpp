@@ -78,10 +78,10 @@ class Einsum {
       }
       if (letters.size() > rank) ctx_.fail("operand {} '{}' of equation '{}' names more dims than its input's {}", i, raw[i], eq, rank);
       const size_t n = rank - letters.size();
+      if (n > 10) ctx_.fail("'...' in operand {} stands for {} dims; at most 10 are supported", i, n);
       ellipsis = std::max(ellipsis, n);
       inputs_.push_back(letters.substr(0, dots) + ellipsisLabels(n) + letters.substr(dots));
     }
-    if (ellipsis > 10) ctx_.fail("'...' stands for {} dims; at most 10 are supported", ellipsis);
     if (arrow != std::string::npos) {
       std::string rhs = eq.substr(arrow + 2);
       const size_t dots = rhs.find("...");

@@ -218,6 +218,10 @@ void convertConvTranspose(NodeContext& ctx) {
   for (size_t i = 0; i < spatial; ++i) {
     if (xt.shape[2 + i].isBatch()) ctx.fail("input {} must have static spatial dims", xt.str());
     in[i] = xt.shape[2 + i].value();
+    // Bounded so that the sizes below cannot overflow: the zero-inserted input and the kernel's reach.
+    if (strides[i] > kMaxImportElements / std::max<int64_t>(in[i], 1) || dilations[i] > kMaxImportElements / kernel[i]) {
+      ctx.fail("strides {} or dilations {} are too large for input {}", ir::attrValueStr(strides), ir::attrValueStr(dilations), xt.str());
+    }
     if (outPad[i] < 0 || outPad[i] >= std::max(strides[i], dilations[i])) {
       ctx.fail("output_padding[{}] = {} must be below the stride or the dilation", i, outPad[i]);
     }
@@ -225,10 +229,16 @@ void convertConvTranspose(NodeContext& ctx) {
   // Padding: given, or worked out from output_shape or auto_pad as ONNX says.
   std::vector<int64_t> pads = ctx.attrInts("pads").value_or(std::vector<int64_t>(2 * spatial, 0));
   if (pads.size() != 2 * spatial) ctx.fail("attribute pads has {} values, expected {}", pads.size(), 2 * spatial);
+  for (int64_t p : pads) {
+    if (p < 0 || p > kMaxImportElements) ctx.fail("attribute pads {} must be between 0 and 2^26", ir::attrValueStr(pads));
+  }
   const std::string autoPad = ctx.attrString("auto_pad").value_or("NOTSET");
   std::optional<std::vector<int64_t>> outputShape = ctx.attrInts("output_shape");
   if (outputShape && outputShape->size() == spatial + 2) outputShape->erase(outputShape->begin(), outputShape->begin() + 2);
   if (outputShape && outputShape->size() != spatial) ctx.fail("attribute output_shape has {} values for {} spatial dims", outputShape->size(), spatial);
+  for (int64_t d : outputShape.value_or(std::vector<int64_t>{})) {
+    if (d < 1 || d > kMaxImportElements) ctx.fail("attribute output_shape {} must be between 1 and 2^26", ir::attrValueStr(*outputShape));
+  }
   if (autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER") {
     ctx.fail("attribute auto_pad={} is not supported", autoPad);
   }

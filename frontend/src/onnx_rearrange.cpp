@@ -26,7 +26,7 @@ Spatial nchw(NodeContext& ctx, const ir::TensorType& t) {
 
 int64_t blocksize(NodeContext& ctx) {
   const std::optional<int64_t> b = ctx.attrInt("blocksize");
-  if (!b || *b < 1) ctx.fail("attribute blocksize must be given and positive");
+  if (!b || *b < 1 || *b > 4096) ctx.fail("attribute blocksize must be given, between 1 and 4096");
   return *b;
 }
 

@@ -94,7 +94,9 @@ class Resize {
           p.scale = static_cast<double>(p.out) / static_cast<double>(p.in);
         } else {
           p.scale = common;
-          p.out = static_cast<int64_t>(std::round(common * static_cast<double>(p.in)));
+          const double out = std::round(common * static_cast<double>(p.in));
+          if (!(out >= 1 && out <= static_cast<double>(kMaxImportElements))) ctx_.fail("axis {} would have {} elements", axes[i], out);
+          p.out = static_cast<int64_t>(out);
         }
       }
     } else {
@@ -102,8 +104,10 @@ class Resize {
         if (plans[i].in < 0) continue;
         if (!(scales[i] > 0) || !std::isfinite(scales[i])) ctx_.fail("scales[{}] is {}; scales must be positive", i, scales[i]);
         plans[i].scale = scales[i];
-        plans[i].out = static_cast<int64_t>(std::floor(static_cast<double>(plans[i].in) * scales[i]));
-        if (plans[i].out < 1) ctx_.fail("scales[{}] = {} leaves axis {} ({}) empty", i, scales[i], axes[i], plans[i].in);
+        const double out = std::floor(static_cast<double>(plans[i].in) * scales[i]);
+        if (out < 1) ctx_.fail("scales[{}] = {} leaves axis {} ({}) empty", i, scales[i], axes[i], plans[i].in);
+        if (out > static_cast<double>(kMaxImportElements)) ctx_.fail("scales[{}] = {} makes axis {} too large", i, scales[i], axes[i]);
+        plans[i].out = static_cast<int64_t>(out);
       }
     }
 
