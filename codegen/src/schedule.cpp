@@ -619,6 +619,12 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     if (k.anchor && k.anchor->isOp(Op::Softmax)) {
       const ir::Dim& row = k.domain[static_cast<size_t>(normalizeAxis(k.anchor->attrInt("axis"), k.domain.size()))];
       if (row.isStatic() && row.value() <= 4096) ks.keptExps = row.value();
+      ks.f32Exps = ks.keptExps > 0 && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32;
+    }
+    if (k.anchor && k.anchor->isOp(Op::LayerNorm) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32) {
+      const size_t axis = static_cast<size_t>(normalizeAxis(k.anchor->attrInt("axis"), k.domain.size()));
+      const ir::Dim& row = k.domain.back();
+      if (axis + 1 == k.domain.size() && row.isStatic() && row.value() >= 16) ks.normRow = row.value();
     }
     ks.collapseFrom = ks.form == Form::Pointwise ? collapseFrom(p, k, ks.split) : k.domain.size();
     ks.vectorAxis = ks.form == Form::Pointwise ? vectorAxis(k, ks.collapseFrom) : -1;

@@ -284,6 +284,15 @@ struct KernelSchedule {
   // many doubles on the stack) and the second divides them, where it computed them again (two
   // libm exps a value, the kernel's whole time at small widths). 0: computed twice.
   int64_t keptExps = 0;
+  // With keptExps over f32 values: the row's exps computed in f32 (the Cephes polynomial both
+  // backends share, within 1.5e-6 relative) in a loop of their own, which vectorises, and summed
+  // through sumOf; a libm exp in double a value took the kernel's whole time (8 values: 54 ns a row).
+  bool f32Exps = false;
+  // A layer norm over one axis of at least 16 f32 values: the mean and the variance each one
+  // sumOf run (sixteen partial sums in double, as SumRun), the variance over the centred values
+  // rounded to f32 and squared there, the same in both backends. 0: two running sums in double,
+  // a chain of dependent adds (a row of 64 took 150 ns).
+  int64_t normRow = 0;
   // A Form::Pointwise kernel's trailing domain axes [collapseFrom, rank) that every load and store
   // walks as one contiguous run (or not at all) run as one loop (loopExtents): a 21x21 map is one
   // loop of 441, not 21 loops of 21 each with a vector tail. rank: none.

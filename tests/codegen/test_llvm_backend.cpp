@@ -788,7 +788,8 @@ TEST_CASE("llvm and cpp backends: pointwise loops over contiguous axes collapse 
 }
 
 // A softmax keeps its row's exps for the second pass where the row has at most 4096 values
-// (KernelSchedule::keptExps), and computes them twice past that; both against the interpreter.
+// (KernelSchedule::keptExps; over f32 values computed in f32 first, KernelSchedule::f32Exps), and
+// computes them twice past that; both against the interpreter.
 TEST_CASE("llvm and cpp backends: softmax with kept and recomputed exps match the interpreter", "[llvm][cpp]") {
   auto graph = ir::parseGraph(R"(graph sm(%x: f32[batch,3,37], %w: f32[batch,4100]) {
   %a = softmax(%x) {axis=-1} : f32[batch,3,37]
@@ -798,8 +799,9 @@ TEST_CASE("llvm and cpp backends: softmax with kept and recomputed exps match th
 })");
   passes::runPipeline(*graph);
   const std::string source = checkGenerated(*graph, "softmax_kept", 37, 1e-6);
-  CHECK(source.find("double e[37];") != std::string::npos);
-  CHECK(source.find("double e[4100]") == std::string::npos);
+  CHECK(source.find("float e[37];") != std::string::npos);
+  CHECK(source.find("pc::sumOf(37, ") != std::string::npos);
+  CHECK(source.find(" e[4100]") == std::string::npos);
 }
 
 // A model without a batch dim (a static leading dim, as old exports have): every image of the

@@ -456,9 +456,18 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       int64_t cols = 1;
       for (size_t d : reduced) cols *= k.domain[d].value();
       s += fmt::format("{}double mean = 0, var = 0;\n", indent);
-      s += innerLoops(fmt::format("mean += {};", x));
-      s += fmt::format("{}mean /= {};\n", indent, cols);
-      s += innerLoops(fmt::format("{{ const double d = {} - mean; var += d * d; }}", x));
+      if (s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].normRow) {
+        // KernelSchedule::normRow: both sums through pc::sumOf.
+        const std::string v = vars[reduced[0]];
+        s += fmt::format("{}mean = pc::sumOf({}, [&](int64_t {}) {{ return {}; }});\n", indent, cols, v, x);
+        s += fmt::format("{}mean /= {};\n", indent, cols);
+        s += fmt::format("{}var = pc::sumOf({}, [&](int64_t {}) {{ const float d = static_cast<float>(double({}) - mean); return d * d; }});\n",
+                         indent, cols, v, x);
+      } else {
+        s += innerLoops(fmt::format("mean += {};", x));
+        s += fmt::format("{}mean /= {};\n", indent, cols);
+        s += innerLoops(fmt::format("{{ const double d = {} - mean; var += d * d; }}", x));
+      }
       s += fmt::format("{}var /= {};\n", indent, cols);
       s += fmt::format("{}const double invStd = 1.0 / std::sqrt(var + {});\n", indent, literal(n.attrFloat("epsilon"), DType::F64));
       // scale and bias broadcast against the normalised shape.
@@ -487,15 +496,22 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         s += innerLoops(fmt::format("maxValue = pc::maxNaNScan<double>(maxValue, {});", x));
       }
       // KernelSchedule::keptExps: the row's exps kept for the second pass.
-      const int64_t kept = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].keptExps;
-      if (kept) {
+      const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+      const int64_t kept = ks.keptExps;
+      if (kept && ks.f32Exps) {
+        // KernelSchedule::f32Exps: the exps in f32 first, then their sum.
+        const std::string j = vars[reduced[0]];
+        s += fmt::format("{}float e[{}];\n", indent, kept);
+        s += innerLoops(fmt::format("e[{}] = pc::exp(static_cast<float>({}) - static_cast<float>(maxValue));", j, x));
+        s += fmt::format("{}sum = pc::sumOf({}, [&](int64_t {}) {{ return e[{}]; }});\n", indent, kept, j, j);
+      } else if (kept) {
         s += fmt::format("{}double e[{}];\n", indent, kept);
         s += innerLoops(fmt::format("{{ const double t = std::exp(double({}) - maxValue); e[{}] = t; sum += t; }}", x, vars[reduced[0]]));
       } else {
         s += innerLoops(fmt::format("sum += std::exp(double({}) - maxValue);", x));
       }
       std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - std::log(sum)", x)
-                      : kept                 ? fmt::format("e[{}] / sum", vars[reduced[0]])
+                      : kept                 ? fmt::format("double(e[{}]) / sum", vars[reduced[0]])
                                              : fmt::format("std::exp(double({}) - maxValue) / sum", x);
       s += innerLoops(callEpilogue(vars, fmt::format("static_cast<{}>({})", OT, y)));
     }

@@ -602,14 +602,32 @@ void Emitter::emitReduction(const Kernel& k) {
       if (ln) {
         int64_t cols = 1;
         for (size_t d : reduced) cols *= k.domain[d].value();
+        const bool normRow = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].normRow != 0;
+        auto at = [&](Value* j) {
+          std::vector<Value*> idx = vars;
+          idx[reduced[0]] = j;
+          return operand(k, idx);
+        };
         b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), a);
-        inner([&](const std::vector<Value*>& v) { b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, a), asF64(operand(k, v))), a); });
+        if (normRow) {  // KernelSchedule::normRow: both sums through sumOf, as the C++ backend's pc::sumOf
+          b_.CreateStore(sumOf(cols, at), a);
+        } else {
+          inner([&](const std::vector<Value*>& v) { b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, a), asF64(operand(k, v))), a); });
+        }
         Value* mean = b_.CreateFDiv(b_.CreateLoad(f64_, a), llvm::ConstantFP::get(f64_, static_cast<double>(cols)), "mean");
         b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
-        inner([&](const std::vector<Value*>& v) {
-          Value* d = b_.CreateFSub(asF64(operand(k, v)), mean);
-          b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), b_.CreateFMul(d, d)), s);
-        });
+        if (normRow) {
+          b_.CreateStore(sumOf(cols, [&](Value* j) {
+                           Value* d = b_.CreateFPTrunc(b_.CreateFSub(asF64(at(j)), mean), f32_);
+                           return b_.CreateFMul(d, d);
+                         }),
+                         s);
+        } else {
+          inner([&](const std::vector<Value*>& v) {
+            Value* d = b_.CreateFSub(asF64(operand(k, v)), mean);
+            b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), b_.CreateFMul(d, d)), s);
+          });
+        }
         Value* var = b_.CreateFDiv(b_.CreateLoad(f64_, s), llvm::ConstantFP::get(f64_, static_cast<double>(cols)));
         Value* invStd = b_.CreateFDiv(llvm::ConstantFP::get(f64_, 1.0),
                                       b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFAdd(var, llvm::ConstantFP::get(f64_, n.attrFloat("epsilon")))),
@@ -645,19 +663,29 @@ void Emitter::emitReduction(const Kernel& k) {
         Value* mx = b_.CreateLoad(f64_, a, "max");
         b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
         // KernelSchedule::keptExps: the row's exps kept for the second pass.
-        const int64_t kept = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].keptExps;
-        llvm::AllocaInst* e = kept ? local(llvm::ArrayType::get(f64_, static_cast<uint64_t>(kept)), "exps") : nullptr;
-        auto keptAt = [&](const std::vector<Value*>& v) { return b_.CreateInBoundsGEP(f64_, e, v[reduced[0]]); };
-        inner([&](const std::vector<Value*>& v) {
-          Value* t = exp(b_.CreateFSub(asF64(operand(k, v)), mx));
-          if (e) b_.CreateStore(t, keptAt(v));
-          b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), t), s);
-        });
+        const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+        const int64_t kept = ks.keptExps;
+        llvm::Type* et = ks.f32Exps ? f32_ : f64_;
+        llvm::AllocaInst* e = kept ? local(llvm::ArrayType::get(et, static_cast<uint64_t>(kept)), "exps") : nullptr;
+        auto keptAt = [&](const std::vector<Value*>& v) { return b_.CreateInBoundsGEP(et, e, v[reduced[0]]); };
+        if (ks.f32Exps) {
+          // KernelSchedule::f32Exps: the exps in f32 first (a loop that vectorises), then their sum.
+          Value* mx32 = b_.CreateFPTrunc(mx, f32_);  // exact: the maximum of f32 values
+          inner([&](const std::vector<Value*>& v) { b_.CreateStore(exp(b_.CreateFSub(operand(k, v), mx32)), keptAt(v)); });
+          b_.CreateStore(sumOf(kept, [&](Value* j) { return b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, e, j)); }), s);
+        } else {
+          inner([&](const std::vector<Value*>& v) {
+            Value* t = exp(b_.CreateFSub(asF64(operand(k, v)), mx));
+            if (e) b_.CreateStore(t, keptAt(v));
+            b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), t), s);
+          });
+        }
         Value* sum = b_.CreateLoad(f64_, s, "sum");
         Value* logSum = n.isOp(Op::LogSoftmax) ? log(sum) : nullptr;
         inner([&](const std::vector<Value*>& v) {
           Value* d = b_.CreateFSub(asF64(operand(k, v)), mx);
-          Value* y = logSum ? b_.CreateFSub(d, logSum) : b_.CreateFDiv(e ? b_.CreateLoad(f64_, keptAt(v)) : exp(d), sum);
+          Value* kept64 = e ? convert(b_.CreateLoad(et, keptAt(v)), ks.f32Exps ? DType::F32 : DType::F64, DType::F64) : nullptr;
+          Value* y = logSum ? b_.CreateFSub(d, logSum) : b_.CreateFDiv(e ? kept64 : exp(d), sum);
           emitBody(k.body, v, convert(y, DType::F64, outT));
         });
       }
