@@ -230,6 +230,9 @@ struct ScheduleOptions {
   std::vector<int64_t> tuneBatches = {1, 16, 64};
   std::string forceImpl;             // empty: off
   bool tuning = false;               // every candidate of every tunable kernel, chosen at run time
+  // The target has 16 vector registers of at most 256 bits (AVX2, SSE), not AVX-512's 32 of 512:
+  // gemm4x32's 8 accumulators of 16 floats take all 16 there and spill (the heuristic's concern).
+  bool narrowVectors = false;
 };
 
 struct KernelSchedule {

@@ -312,7 +312,10 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
   const codegen::PlannedProgram planned = codegen::planGraph(graph, options.fuse);
   const KernelProgram& program = planned.program;
   {
-    const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels, cpp.fault);
+    // --mode default's choice, as the backend's schedule makes it for this target.
+    const bool narrow = llvm && !options.features.empty() ? codegen::narrowVectorFeatures(options.features)
+                                                          : codegen::narrowVectorTarget(cpp.target);
+    const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels, cpp.fault, narrow);
     for (size_t i = 0; i < program.kernels.size(); ++i) {
       const Kernel& k = program.kernels[i];
       std::vector<std::string> c = codegen::implCandidates(program, k, cpp.externKernels, cpp.fault);

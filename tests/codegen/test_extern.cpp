@@ -123,6 +123,15 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true)) {
     CHECK(d == codegen::ImplDispatch{{-1, "gemm4x32"}});
   }
+  // Without AVX-512 (16 registers of 256 bits) the one-panel microkernel, whose accumulators fit.
+  for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true, std::nullopt, true)) {
+    CHECK(d == codegen::ImplDispatch{{-1, "gemm4x16"}});
+  }
+  CHECK(codegen::narrowVectorTarget("x86-64-v3"));
+  CHECK(codegen::narrowVectorTarget("generic"));
+  CHECK_FALSE(codegen::narrowVectorTarget("x86-64-v4"));
+  CHECK(codegen::narrowVectorFeatures("+avx2,+fma,-avx512f"));
+  CHECK_FALSE(codegen::narrowVectorFeatures("+avx2,+avx512f,+avx512bw"));
   auto atari = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   passes::runPipeline(*atari);
   codegen::KernelProgram a = codegen::lowerGraph(*atari);
@@ -136,6 +145,9 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
       // conv + bias + relu: the cheap post-op chain the heuristic gives to oneDNN.
       CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, "onednn_postops"}});
       CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, "gemm4x32"}});
+      // oneDNN's convolution whatever the vector width.
+      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, true).at(k.name) ==
+            codegen::ImplDispatch{{-1, "onednn_postops"}});
       // conv + bias + relu stored plainly: the whole epilogue can be oneDNN post-ops.
       CHECK(codegen::implCandidates(a, k, true) == kImpls);
     }

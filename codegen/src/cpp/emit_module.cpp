@@ -19,7 +19,9 @@ namespace policyc::codegen::cppemit {
 GeneratedCpp Emitter::run() {
   marchFlag(o_.target);  // validates the name
   GeneratedCpp g;
-  s_ = scheduleProgram(p_, plan_, scheduleOptions(o_));
+  ScheduleOptions so = scheduleOptions(o_);
+  so.narrowVectors = narrowVectorTarget(o_.target);
+  s_ = scheduleProgram(p_, plan_, so);
   for (size_t ki = 0; ki < s_.kernels.size(); ++ki) {
     if (!s_.kernels[ki].impls.empty()) impls_[ki] = s_.kernels[ki].impls;
     if (!s_.kernels[ki].dispatch.empty()) dispatch_[ki] = s_.kernels[ki].dispatch;

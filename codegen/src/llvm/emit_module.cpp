@@ -590,7 +590,9 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   impl->target = resolveLlvmTarget(options.target);
   std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
   // What to emit (schedule.h), and the C header of every backend.
-  const Schedule schedule = scheduleProgram(program, plan, scheduleOptions(options));
+  ScheduleOptions so = scheduleOptions(options);
+  so.narrowVectors = narrowVectorFeatures(impl->target.features);
+  const Schedule schedule = scheduleProgram(program, plan, so);
   impl->name = schedule.cName;
   for (size_t ki = 0; ki < program.kernels.size(); ++ki) {
     if (!schedule.kernels[ki].dispatch.empty()) impl->dispatch[program.kernels[ki].name] = schedule.kernels[ki].dispatch;

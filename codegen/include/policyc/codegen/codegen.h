@@ -57,8 +57,13 @@ using ImplChoice = std::map<std::string, ImplDispatch>;  // by kernel name
 std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
 
 // `--mode default`: the cheap heuristic's choice for every tunable kernel, per range of `batches`.
+// `narrowVectors`: a target without AVX-512 (16 vector registers of at most 256 bits).
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
-                           const std::optional<InjectedFault>& fault = std::nullopt);
+                           const std::optional<InjectedFault>& fault = std::nullopt, bool narrowVectors = false);
+// Whether the C++ backend's target (a cppTargets() name) or an LLVM feature string ("+avx2,...")
+// lacks AVX-512; "native" asks the host.
+bool narrowVectorTarget(const std::string& cppTarget);
+bool narrowVectorFeatures(const std::string& llvmFeatures);
 
 // A linear or conv kernel as a oneDNN primitive (implementations onednn and onednn_postops): what
 // the C++ backend's pc::dnnl_ext::Linear / Conv is constructed from, for backends that call the
