@@ -19,7 +19,7 @@ struct Term {
 
 class Einsum {
  public:
-  explicit Einsum(NodeContext& ctx) : ctx_(ctx), out_(ctx.outputName(0)) {}
+  explicit Einsum(NodeContext& ctx) : ctx_(ctx), c_(ctx) {}
 
   void convert() {
     parse(*ctx_.attrString("equation"));
@@ -43,7 +43,7 @@ class Einsum {
     Term last = sumOut(terms.front(), output_);
     std::vector<int64_t> perm;
     for (char l : output_) perm.push_back(static_cast<int64_t>(last.labels.find(l)));
-    ctx_.setOutput(0, ctx_.emit(Op::Transpose, {last.value}, {{"perm", perm}}, out_));
+    c_.result(Op::Transpose, {last.value}, {{"perm", perm}});
   }
 
  private:
@@ -122,7 +122,7 @@ class Einsum {
       eyeShape[p] = eyeShape[q] = size;
       ir::Tensor eye(type.dtype, eyeShape);
       for (int64_t i = 0; i < size; ++i) eye.setAsDouble(i * size + i, 1.0);  // the other dims are 1s
-      ImportedValue mask = ImportedValue::constant(std::move(eye), ctx_.freshName(out_ + "_eye"), ctx_.provenance());
+      ImportedValue mask = c_.constant(std::move(eye), "eye");
       ImportedValue masked = op(Op::Mul, {t.value, mask}, "diag");
       t.value = op(Op::ReduceSum, {masked}, "diag_sum", {{"axes", std::vector<int64_t>{static_cast<int64_t>(q)}}, {"keepdims", int64_t{0}}});
       t.labels.erase(q, 1);
@@ -239,11 +239,11 @@ class Einsum {
   }
 
   ImportedValue op(Op o, const std::vector<ImportedValue>& ins, std::string_view what, ir::AttrMap attrs = {}) {
-    return ctx_.emit(o, ins, std::move(attrs), ctx_.freshName(fmt::format("{}_{}", out_, what)));
+    return c_.op(o, ins, what, std::move(attrs));
   }
 
   NodeContext& ctx_;
-  std::string out_;
+  Composer c_;
   std::vector<std::string> inputs_;  // each operand's labels, "..." expanded
   std::string output_;
 };

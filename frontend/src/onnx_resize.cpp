@@ -261,12 +261,15 @@ class Resize {
     // y = x · weightsᵀ along the axis: the last axis directly, the one before as weights · x,
     // any other moved last and back.
     ImportedValue y;
-    if (axis == rank - 1) {
+    auto transposed = [&] {  // [in, out], for x · weightsᵀ
       ir::Tensor wt(dtype, {p.in, p.out});
       for (int64_t o = 0; o < p.out; ++o) {
         for (int64_t i = 0; i < p.in; ++i) wt.setAsDouble(i * p.out + o, weights.getAsDouble(o * p.in + i));
       }
-      y = c_.op(Op::MatMul, {v, c_.constant(std::move(wt), what + "_weights")}, what + "_mm");
+      return c_.constant(std::move(wt), what + "_weights");
+    };
+    if (axis == rank - 1) {
+      y = c_.op(Op::MatMul, {v, transposed()}, what + "_mm");
     } else if (axis == rank - 2) {
       y = c_.op(Op::MatMul, {c_.constant(std::move(weights), what + "_weights"), v}, what + "_mm");
     } else {
@@ -277,12 +280,8 @@ class Resize {
       perm.push_back(axis);
       std::vector<int64_t> back(static_cast<size_t>(rank));
       for (int64_t a = 0; a < rank; ++a) back[static_cast<size_t>(perm[static_cast<size_t>(a)])] = a;
-      ir::Tensor wt(dtype, {p.in, p.out});
-      for (int64_t o = 0; o < p.out; ++o) {
-        for (int64_t i = 0; i < p.in; ++i) wt.setAsDouble(i * p.out + o, weights.getAsDouble(o * p.in + i));
-      }
       ImportedValue moved = c_.op(Op::Transpose, {v}, what + "_last", {{"perm", perm}});
-      ImportedValue mm = c_.op(Op::MatMul, {moved, c_.constant(std::move(wt), what + "_weights")}, what + "_mm");
+      ImportedValue mm = c_.op(Op::MatMul, {moved, transposed()}, what + "_mm");
       y = c_.op(Op::Transpose, {mm}, what + "_back", {{"perm", back}});
     }
     if (!anyOutside) return last ? finish(Op::Identity, {y}, {}, what, last) : y;
