@@ -1,10 +1,13 @@
-# `cmake --install build --prefix P`: the policyc command line (bin/), the runtime library and its
-# headers with a CMake package (find_package(policyc) -> policyc::runtime) and a pkg-config file,
+# `cmake --install build --prefix P`: the policyc command line (bin/; its helper for old opsets in
+# libexec/policyc), the runtime library and its headers with a CMake package (find_package(policyc) -> policyc::runtime) and a pkg-config file,
 # the Python module where P's Python finds it, and the scripts `policyc bench` runs (share/policyc).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS policyc RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The importer's helper for old opsets, where the installed command line looks for it
+# (frontend/src/onnx_upgrade.cpp: ../libexec/policyc beside bin/).
+install(TARGETS policyc-onnx-upgrade RUNTIME DESTINATION libexec/policyc)
 
 set_target_properties(policyc_runtime PROPERTIES EXPORT_NAME runtime)
 set_target_properties(policyc_support PROPERTIES EXPORT_NAME support)

@@ -1,11 +1,10 @@
 // Models of opsets 1-10 brought to opset 11 by ONNX's own version converter (libonnx), after
-// ONNX's checker has accepted them, both in a child process (a crash in either refuses the model
-// and nothing else). Kept apart from the importer so that only this file sees libonnx's headers.
-#include <onnx/checker.h>
-#include <onnx/version_converter/convert.h>
-
-#include <fcntl.h>
+// ONNX's checker has accepted them, both in policyc's helper process (frontend/helper: a crash in
+// either refuses the model and nothing else).
+#include <dlfcn.h>
 #include <poll.h>
+#include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +12,9 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
-#include <exception>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -32,6 +32,7 @@ namespace {
 // after; a constant the converter computed from one would carry it, which is checked.
 constexpr int64_t kDynamicStandIn = 999983;  // a prime no layer of a policy has
 constexpr std::chrono::seconds kConverterTimeout{300};
+constexpr const char* kHelperName = "policyc-onnx-upgrade";
 
 // A dynamic dim of a graph input or output: its value's name, its index and what it was.
 struct DynamicDim {
@@ -79,75 +80,85 @@ bool holdsStandIn(const onnx::TensorProto& t) {
   }
 }
 
-// ONNX's checker and converter, run in a child process: both are third-party code over hostile
-// bytes (fuzzing found the converter dereferencing null on a model the checker accepted), so a
-// crash there must end the child, never the compiler or the Python process that imports. The
-// child writes one status byte ('M': a model follows, 'E': a message follows) and the payload.
-std::string convertInChild(const onnx::ModelProto& model, int64_t to) {
-  auto firstLine = [](const char* what) {
-    std::string s(what);
-    return s.substr(0, s.find('\n'));
-  };
-  std::string reply;
-  try {
-    onnx::checker::check_model(model);
-  } catch (const std::exception& e) {
-    return "E" + fmt::format("ONNX's checker rejects the model: {}", firstLine(e.what()));
+// The helper executable that runs ONNX's checker and converter: $POLICYC_ONNX_UPGRADE_HELPER,
+// else one beside the binary or library this code is linked into (the installed Python package)
+// or in its ../libexec/policyc (the installed command line, cmake/install.cmake), else the one
+// this build made.
+std::string helperPath() {
+  if (const char* env = std::getenv("POLICYC_ONNX_UPGRADE_HELPER"); env != nullptr && *env != '\0') return env;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&helperPath), &info) != 0 && info.dli_fname != nullptr) {
+    const std::filesystem::path dir = std::filesystem::path(info.dli_fname).parent_path();
+    for (const std::filesystem::path& candidate : {dir / kHelperName, dir / ".." / "libexec" / "policyc" / kHelperName}) {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(candidate, ec)) return candidate.lexically_normal().string();
+    }
   }
-  try {
-    onnx::ModelProto converted = onnx::version_conversion::ConvertVersion(model, static_cast<int>(to));
-    if (!converted.SerializeToString(&reply)) return "Ethe converted model does not serialise";
-    return "M" + reply;
-  } catch (const std::exception& e) {
-    return "E" + fmt::format("ONNX's version converter cannot bring the model to opset {}: {}", to, firstLine(e.what()));
-  }
+  return POLICYC_ONNX_UPGRADE_HELPER;
 }
 
-// What the child sent, or an Error naming how it ended.
-std::string runIsolated(const onnx::ModelProto& model, int64_t to, const std::string& what) {
+// ONNX's checker and converter, run in a process of their own (frontend/helper): both are
+// third-party code over hostile bytes (fuzzing found the converter dereferencing null on a model
+// the checker accepted), so a crash there must end that process, never the compiler or the Python
+// process that imports. The helper is exec'd (posix_spawn), not a fork of this process: a fork
+// of a process with other threads inherits whatever lock one of them held (libgcc's unwinder
+// lock, a sanitizer's allocator) and may wait on it forever. The model goes out and the reply
+// comes back over one socket (a helper that dies early gives EPIPE, not SIGPIPE).
+std::string runIsolated(const std::string& model, int64_t to, const std::string& what) {
+  const std::string helper = helperPath();
+  if (access(helper.c_str(), X_OK) != 0) {
+    fail("{}: ONNX's version converter runs in policyc's helper '{}', which cannot be run ({}); build it (target {}) "
+         "or name it in POLICYC_ONNX_UPGRADE_HELPER",
+         what, helper, std::strerror(errno), kHelperName);
+  }
   int fds[2];
-  // Close-on-exec: a process another thread starts meanwhile must not hold the write end open.
-  if (pipe2(fds, O_CLOEXEC) != 0) fail("{}: cannot create a pipe for ONNX's version converter: {}", what, std::strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    fail("{}: cannot start a process for ONNX's version converter: {}", what, std::strerror(errno));
+  // Close-on-exec: a process another thread starts meanwhile must not hold the socket open.
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    fail("{}: cannot create a socket for ONNX's version converter: {}", what, std::strerror(errno));
   }
-  if (pid == 0) {
-    // A crash ends the child by its signal, not through handlers the parent installed (a
-    // sanitizer's or a fuzzer's reports, Python's faulthandler): the parent reports it.
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
-    close(fds[0]);
-    const std::string reply = convertInChild(model, to);
-    for (size_t at = 0; at < reply.size();) {
-      const ssize_t n = write(fds[1], reply.data() + at, reply.size() - at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) _exit(3);
-      at += static_cast<size_t>(n);
-    }
-    _exit(0);  // no atexit handlers, no destructors: the parent owns everything else
-  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 0);  // dup2 clears close-on-exec on 0 and 1
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  const std::string opset = std::to_string(to);
+  std::vector<char*> argv = {const_cast<char*>(helper.c_str()), const_cast<char*>(opset.c_str()), nullptr};
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
   close(fds[1]);
+  if (spawned != 0) {
+    close(fds[0]);
+    fail("{}: cannot start policyc's helper '{}' for ONNX's version converter: {}", what, helper, std::strerror(spawned));
+  }
   std::string reply;
   char buf[1 << 16];
-  // A child that never answers (a lock another thread held at fork, say) is killed at the deadline.
+  size_t sent = 0;
+  bool writing = true, timedOut = false;
   const auto deadline = std::chrono::steady_clock::now() + kConverterTimeout;
-  bool timedOut = false;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{fds[0], POLLIN, 0};
+    pollfd p{fds[0], static_cast<short>(POLLIN | (writing ? POLLOUT : 0)), 0};
     const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
     if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) {
+    if (ready <= 0) {
       timedOut = true;
       kill(pid, SIGKILL);
       break;
     }
-    const ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    reply.append(buf, static_cast<size_t>(n));
+    if (writing && (p.revents & (POLLOUT | POLLERR | POLLHUP)) != 0) {
+      const ssize_t n = send(fds[0], model.data() + sent, model.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<size_t>(n);
+      if ((n < 0 && errno != EINTR && errno != EAGAIN) || sent == model.size()) {
+        writing = false;  // all sent, or the helper is gone: its exit status says which
+        shutdown(fds[0], SHUT_WR);
+      }
+    }
+    if ((p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      const ssize_t n = recv(fds[0], buf, sizeof buf, MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) break;
+      reply.append(buf, static_cast<size_t>(n));
+    }
   }
   close(fds[0]);
   int status = 0;
@@ -176,7 +187,9 @@ onnx::ModelProto upgradeOpset(const onnx::ModelProto& model, int64_t from, int64
   standIn(*numbered.mutable_graph()->mutable_output(), dynamic);
   numbered.mutable_graph()->clear_value_info();  // the importer infers every shape itself
   const std::string what = fmt::format("{}: opset {} is not supported as it is", source, from);
-  const std::string reply = runIsolated(numbered, to, what);
+  std::string bytes;
+  if (!numbered.SerializeToString(&bytes)) fail("{}: the model does not serialise for ONNX's version converter", what);
+  const std::string reply = runIsolated(bytes, to, what);
   if (reply[0] == 'E') fail("{}: policyc converts opsets below {} with ONNX's version converter, but {}", what, to, reply.substr(1));
   onnx::ModelProto converted;
   if (reply[0] != 'M' || !converted.ParseFromArray(reply.data() + 1, static_cast<int>(reply.size() - 1))) {

@@ -404,27 +404,11 @@ int main(int argc, char** argv) {
     }
   }
   // Tests run on `jobs` threads (compiling dominates with --backend cpp); results keep their order.
-  // Models of opsets below 11 first, on this thread alone: their import forks a child for ONNX's
-  // version converter, and a fork while another thread allocates can leave the child waiting on
-  // a lock no thread of it will release (ASan's allocator is not fork-safe; the importer's
-  // timeout would then refuse the model).
   const bool cpp = backend != "interp";
   std::vector<Result> results(tests.size());
-  std::vector<size_t> converted, rest;
-  for (size_t i = 0; i < tests.size(); ++i) {
-    onnx::ModelProto m;
-    int64_t opset = 11;
-    if (readModel(tests[i].first / "model.onnx", m)) {
-      for (const onnx::OperatorSetIdProto& imp : m.opset_import()) {
-        if (imp.domain().empty() || imp.domain() == "ai.onnx") opset = imp.version();
-      }
-    }
-    (opset < 11 ? converted : rest).push_back(i);
-  }
-  for (size_t i : converted) results[i] = runTest(tests[i].first, tests[i].second, backend);
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t n; (n = next.fetch_add(1)) < rest.size();) results[rest[n]] = runTest(tests[rest[n]].first, tests[rest[n]].second, backend);
+    for (size_t n; (n = next.fetch_add(1)) < tests.size();) results[n] = runTest(tests[n].first, tests[n].second, backend);
   };
   std::vector<std::thread> pool;
   for (long j = 1; j < jobs; ++j) pool.emplace_back(worker);

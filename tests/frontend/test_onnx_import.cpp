@@ -3,6 +3,7 @@
 #include <onnx/onnx_pb.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "policyc/frontend/onnx_import.h"
@@ -1001,6 +1003,43 @@ TEST_CASE("onnx import: opsets below 11 go through ONNX's version converter", "[
   bad.output("y");
   setOutputShape(bad, 0, {kBatch, 4});
   CHECK_THAT(importError(bad), Contains("opset 9 is not supported as it is") && Contains("checker"));
+}
+
+TEST_CASE("onnx import: old opsets convert from several threads at once, and a missing helper is one error", "[onnx]") {
+  auto oldRelu = [] {
+    ModelBuilder b(9);
+    b.input("x", {kBatch, 4});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    setOutputShape(b, 0, {kBatch, 4});
+    return b;
+  };
+  // The helper is a process of its own (exec'd, not forked), so threads that import, throw and
+  // allocate meanwhile cannot leave it waiting on a lock they held.
+  std::atomic<int> converted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 4; ++i) {
+        if (oldRelu().import()->inputs()[0]->type().str() == "f32[batch,4]") ++converted;
+        try {
+          fail("an error thrown while another thread converts");
+        } catch (const Error&) {
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  CHECK(converted == 16);
+
+  const char* before = std::getenv("POLICYC_ONNX_UPGRADE_HELPER");
+  const std::string saved = before != nullptr ? before : "";
+  setenv("POLICYC_ONNX_UPGRADE_HELPER", "/nonexistent/policyc-onnx-upgrade", 1);
+  const std::string msg = importError(oldRelu());
+  if (before != nullptr) setenv("POLICYC_ONNX_UPGRADE_HELPER", saved.c_str(), 1);
+  else unsetenv("POLICYC_ONNX_UPGRADE_HELPER");
+  CHECK_THAT(msg, Contains("opset 9 is not supported as it is") && Contains("'/nonexistent/policyc-onnx-upgrade'") &&
+                      Contains("POLICYC_ONNX_UPGRADE_HELPER"));
 }
 
 TEST_CASE("onnx import: opsets outside 1-21 and foreign domains are rejected", "[onnx][errors]") {
