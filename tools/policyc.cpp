@@ -45,6 +45,8 @@ struct ImplFlags {
   std::vector<int64_t> tuneBatch;
   bool noExtern = false;
   std::string forceImpl;
+  std::string precision = "fp32";
+  std::vector<std::string> keepFp32;
 
   void addTo(CLI::App* cmd) {
     cmd->add_option("--mode", mode,
@@ -57,12 +59,20 @@ struct ImplFlags {
     cmd->add_option("--force-impl", forceImpl,
                     "run every GEMM/conv kernel with this implementation where it has it: gemm4x32, gemm4x16, onednn, "
                     "onednn_postops (debugging)");
+    cmd->add_option("--precision", precision,
+                    "how linear/conv weights are stored: fp32, bf16-weights, bf16 or int8-weights (per-output-channel "
+                    "scales); activations stay fp32 (docs/precision.md)")
+        ->check(CLI::IsMember({"fp32", "bf16-weights", "bf16", "int8-weights"}));
+    cmd->add_option("--keep-fp32", keepFp32, "layers (node names, comma-separated) whose weights stay fp32 whatever --precision")
+        ->delimiter(',');
   }
   void applyTo(driver::CompileRequest& r) const {
     r.mode = mode;
     if (!tuneBatch.empty()) r.cpp.tuneBatches = tuneBatch;
     r.cpp.externKernels = !noExtern;
     r.cpp.forceImpl = forceImpl;
+    r.cpp.precision = codegen::parsePrecision(precision);
+    r.cpp.keepFp32 = keepFp32;
   }
 };
 
@@ -285,7 +295,7 @@ void reportOutputs(const std::vector<std::string>& names, const std::vector<ir::
 
 // `policyc run MODEL.so`: a compiled model through the runtime loader, on the same inputs (for the
 // same --seed) as the interpreter would use.
-int runCompiled(const RunOptions& o) {
+int runCompiled(const RunOptions& o, bool describe = false) {
   if (o.optimize || !o.pipeline.passes.empty() || !o.pipeline.disabled.empty() || !o.pipeline.printAfter.empty()) {
     fail("'{}' is already compiled: --optimize and the pass options apply to .onnx and .pir models", o.model);
   }
@@ -296,6 +306,7 @@ int runCompiled(const RunOptions& o) {
   for (const runtime::TensorSpec& spec : model.outputs()) outputNames.push_back(spec.name);
   std::vector<ir::Tensor> inputs =
       commandInputs(driver::inputTypes(model), inputNames, o.random, o.inputs, o.batch, o.seed);
+  if (describe) fmt::print("precision: {}\n", model.precision());
   // The batch is that of the first input with a batch dimension; run() checks the others.
   std::vector<ir::Tensor> outputs = driver::runModel(model, inputs, o.threads);
   reportOutputs(outputNames, outputs, o.outputDir);
@@ -306,7 +317,12 @@ int runThroughCache(const RunOptions& o);
 int runJit(const RunOptions& o);
 
 int runRun(const RunOptions& given) {
-  if (driver::isSharedObject(given.model)) return runCompiled(given);
+  if (driver::isSharedObject(given.model)) {
+    if (given.impl.precision != "fp32" || !given.impl.keepFp32.empty()) {
+      fail("'{}' is already compiled: --precision and --keep-fp32 apply to .onnx and .pir models", given.model);
+    }
+    return runCompiled(given, true);
+  }
   RunOptions o = given;
   const codegen::Backend backend = o.backend.resolve();
   if (backend == codegen::Backend::Llvm) return runJit(o);
@@ -434,6 +450,7 @@ struct CheckCliOptions {
   int64_t batch = 1;
   uint64_t seed = 0;
   double rtol = 1e-4, atol = 1e-4;
+  double minAgreement = 0.995;
   int threads = 1;
   bool perNode = false;
   TargetFlags target;
@@ -454,6 +471,7 @@ int runCheck(const CheckCliOptions& o) {
   c.atol = o.atol;
   c.threads = o.threads;
   c.perNode = o.perNode;
+  c.minAgreement = o.minAgreement;
   c.compile.modelPath = o.model;
   o.backend.applyTo(c.compile);
   c.compile.pipeline = o.pipeline.options();
@@ -461,10 +479,13 @@ int runCheck(const CheckCliOptions& o) {
   o.target.applyTo(c.compile);
   c.compile.debugDir = o.debugDir;
   o.impl.applyTo(c.compile);
-  fmt::print("check {} (backend {}{}, {}, rtol {}, atol {}, {} thread{})\n", o.model, codegen::backendName(c.compile.backend),
+  const bool reduced = c.compile.cpp.precision != codegen::Precision::Fp32;
+  fmt::print("check {} (backend {}{}, {}, {}, {} thread{})\n", o.model, codegen::backendName(c.compile.backend),
              c.compile.fuse ? "" : " without fusion",
              o.inputs.empty() ? fmt::format("random inputs: batch {}, seed {}", o.batch, o.seed) : std::string("given inputs"),
-             o.rtol, o.atol, o.threads, o.threads == 1 ? "" : "s");
+             reduced ? fmt::format("precision {} against the fp32 interpreter", codegen::precisionName(c.compile.cpp.precision))
+                     : fmt::format("rtol {}, atol {}", o.rtol, o.atol),
+             o.threads, o.threads == 1 ? "" : "s");
   std::fflush(stdout);
   debug::CheckReport report = debug::checkModel(*graph, inputs, c);
   std::string text = debug::formatCheckReport(report, c);
@@ -682,7 +703,9 @@ int main(int argc, char** argv) {
   checkCmd->add_option("model", check.model, "model file (.onnx or .pir)")->required();
   check.backend.addTo(checkCmd, false, "cpp or llvm (in-process JIT)");
   checkCmd->add_option("--input", check.inputs, "NAME=FILE.npy, once per model input (default: random inputs)");
-  checkCmd->add_option("--batch", check.batch, "batch size of the random inputs (default 1)")->check(kBatchRange);
+  CLI::Option* checkBatch = checkCmd->add_option("--batch", check.batch,
+                                                 "batch size of the random inputs (default 1; 1000 with --precision)")
+                                ->check(kBatchRange);
   checkCmd->add_option("--seed", check.seed, "seed of the random inputs (default 0)");
   checkCmd->add_option("--rtol", check.rtol, "relative tolerance (default 1e-4)")->check(kFiniteNonNegative);
   checkCmd->add_option("--atol", check.atol, "absolute tolerance (default 1e-4)")->check(kFiniteNonNegative);
@@ -692,6 +715,9 @@ int main(int argc, char** argv) {
   checkCmd->add_option("--debug-dir", check.debugDir, "write every stage of the compile here");
   check.pipeline.addTo(checkCmd);
   check.impl.addTo(checkCmd);
+  checkCmd->add_option("--min-agreement", check.minAgreement,
+                       "with --precision: the fraction of a discrete head's rows whose argmax must agree (default 0.995)")
+      ->check(CLI::Range(0.0, 1.0));
 
   std::string reportDir;
   CLI::App* reportCmd = app.add_subcommand("report", "write DEBUG_DIR/index.html: one page of what a compile wrote into its debug directory");
@@ -699,6 +725,8 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    // Reduced precision is judged by action agreement over many observations, not one.
+    if (checkBatch->count() == 0 && check.impl.precision != "fp32") check.batch = 1000;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

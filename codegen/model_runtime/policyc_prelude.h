@@ -175,15 +175,46 @@ PC_INLINE void storev(float* p, V v) { std::memcpy(p, &v, sizeof v); }
 PC_INLINE f32x8 splatv(f32x8, float x) { return splat8(x); }
 PC_INLINE f32x16 splatv(f32x16, float x) { return splat16(x); }
 
+// A packed weight row's lanes as f32 (--precision, docs/precision.md): f32 as stored; bf16 the
+// upper half of an f32 (widened by a shift); int8 converted and multiplied by its columns' scales
+// (`scale`: one f32 per column). Activations and accumulators stay f32 throughout.
+typedef uint16_t u16x8 __attribute__((vector_size(16)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef int8_t i8x8 __attribute__((vector_size(8)));
+typedef int8_t i8x16 __attribute__((vector_size(16)));
+template <class V>
+PC_INLINE V loadw(const float* p, const float*) { return loadv<V>(p); }
+template <class V>
+PC_INLINE V loadw(const uint16_t* p, const float*) {
+  using H = std::conditional_t<sizeof(V) == 32, u16x8, u16x16>;
+  using U = std::conditional_t<sizeof(V) == 32, u32x8, u32x16>;
+  H h;
+  std::memcpy(&h, p, sizeof h);
+  const U wide = __builtin_convertvector(h, U) << 16;
+  V v;
+  std::memcpy(&v, &wide, sizeof v);
+  return v;
+}
+template <class V>
+PC_INLINE V loadw(const int8_t* p, const float* scale) {
+  using B = std::conditional_t<sizeof(V) == 32, i8x8, i8x16>;
+  B b;
+  std::memcpy(&b, p, sizeof b);
+  return __builtin_convertvector(b, V) * loadv<V>(scale);
+}
+
 // Four rows times two vectors of columns, eight independent accumulators: out[t][0, W) from the
-// weight rows at wa, out[t][W, 2W) from those at wb (W = V's lanes; weight rows 16 floats apart,
-// i.e. panel rows), each column starting from its bias. Row t's element k is x_t[at(k)]; every
-// output sums over k in order. Serves as the AVX2 4x16 (one panel as two halves) and the AVX-512
-// 4x32 (two panels) kernel.
-template <class V, class At>
+// weight rows at wa, out[t][W, 2W) from those at wb (W = V's lanes; weight rows 16 values apart,
+// i.e. panel rows; sa and sb their columns' int8 scales), each column starting from its bias.
+// Row t's element k is x_t[at(k)]; every output sums over k in order. Serves as the AVX2 4x16
+// (one panel as two halves) and the AVX-512 4x32 (two panels) kernel.
+template <class V, class At, class WT>
 PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT wa,
-                            const float* PC_RESTRICT wb, const float* PC_RESTRICT bias, float* PC_RESTRICT out) {
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT wa,
+                            const WT* PC_RESTRICT wb, const float* PC_RESTRICT bias, float* PC_RESTRICT out,
+                            const float* PC_RESTRICT sa, const float* PC_RESTRICT sb) {
   constexpr int W = sizeof(V) / sizeof(float);
   const V ba = loadv<V>(bias), bb = loadv<V>(bias + W);
   V a0 = ba, a1 = bb, b0 = ba, b1 = bb, c0 = ba, c1 = bb, d0 = ba, d1 = bb;
@@ -191,7 +222,7 @@ PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const
   // batch 64, 101 -> 75 us), the loop's own bookkeeping no longer between the FMAs.
 #pragma GCC unroll 4
   for (int64_t k = 0; k < K; ++k) {
-    const V wka = loadv<V>(wa + k * 16), wkb = loadv<V>(wb + k * 16);
+    const V wka = loadw<V>(wa + k * 16, sa), wkb = loadw<V>(wb + k * 16, sb);
     const int64_t o = at(k);
     V v = splatv(V{}, x0[o]);
     a0 += v * wka;
@@ -216,32 +247,35 @@ PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const
   storev(out + 7 * W, d1);
 }
 
+// The weight pointer of the microkernels below is float, uint16_t (bf16) or int8_t (with
+// `scale`, the panel's 16 column scales; null otherwise).
 #if defined(__AVX512F__)
 // One row: four accumulators over interleaved k for instruction-level parallelism.
-PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_RESTRICT w,
-                         const float* PC_RESTRICT bias, float* PC_RESTRICT out) {
+template <class WT>
+PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
+                         float* PC_RESTRICT out, const float* PC_RESTRICT scale = nullptr) {
   f32x16 a = load16(bias), b = {}, c = {}, d = {};
   int64_t k = 0;
   for (; k + 4 <= K; k += 4) {
-    const float* p = w + k * 16;
-    a += splat16(x[k]) * load16(p);
-    b += splat16(x[k + 1]) * load16(p + 16);
-    c += splat16(x[k + 2]) * load16(p + 32);
-    d += splat16(x[k + 3]) * load16(p + 48);
+    const WT* p = w + k * 16;
+    a += splat16(x[k]) * loadw<f32x16>(p, scale);
+    b += splat16(x[k + 1]) * loadw<f32x16>(p + 16, scale);
+    c += splat16(x[k + 2]) * loadw<f32x16>(p + 32, scale);
+    d += splat16(x[k + 3]) * loadw<f32x16>(p + 48, scale);
   }
-  for (; k < K; ++k) a += splat16(x[k]) * load16(w + k * 16);
+  for (; k < K; ++k) a += splat16(x[k]) * loadw<f32x16>(w + k * 16, scale);
   store16(out, (a + b) + (c + d));
 }
 
 // Four rows share every weight load; row t's element k is x_t[at(k)].
-template <class At>
+template <class At, class WT>
 PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
-                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT w,
+                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale) {
   f32x16 a = load16(bias), b = a, c = a, d = a;
 #pragma GCC unroll 4  // as gemm_4x2v_by
   for (int64_t k = 0; k < K; ++k) {
-    const f32x16 wk = load16(w + k * 16);
+    const f32x16 wk = loadw<f32x16>(w + k * 16, scale);
     const int64_t o = at(k);
     a += splat16(x0[o]) * wk;
     b += splat16(x1[o]) * wk;
@@ -257,83 +291,93 @@ PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const
 // Four rows times two panels (32 columns): eight accumulators, enough to keep both 512-bit FMA
 // pipes busy through the FMA latency, where four (one panel) leave them half idle. Every output
 // element sums over k in the same order as gemm_4x16_by: the results are identical.
-template <class At>
+template <class At, class WT>
 PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT wa,
-                            const float* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32]) {
-  gemm_4x2v_by<f32x16>(K, at, x0, x1, x2, x3, wa, wb, bias, out[0]);
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT wa,
+                            const WT* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
+                            const float* PC_RESTRICT scale) {
+  gemm_4x2v_by<f32x16>(K, at, x0, x1, x2, x3, wa, wb, bias, out[0], scale, scale ? scale + 16 : nullptr);
 }
 
 #else
 // Without AVX-512 a panel row is two f32x8 (GCC would spill a 16-float vector type).
-PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const float* PC_RESTRICT w,
-                         const float* PC_RESTRICT bias, float* PC_RESTRICT out) {
+template <class WT>
+PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
+                         float* PC_RESTRICT out, const float* PC_RESTRICT scale = nullptr) {
+  const float* PC_RESTRICT s1 = scale ? scale + 8 : nullptr;
   f32x8 a0 = load8(bias), a1 = load8(bias + 8), b0 = {}, b1 = {}, c0 = {}, c1 = {}, d0 = {}, d1 = {};
   int64_t k = 0;
   for (; k + 4 <= K; k += 4) {
-    const float* p = w + k * 16;
-    a0 += splat8(x[k]) * load8(p);
-    a1 += splat8(x[k]) * load8(p + 8);
-    b0 += splat8(x[k + 1]) * load8(p + 16);
-    b1 += splat8(x[k + 1]) * load8(p + 24);
-    c0 += splat8(x[k + 2]) * load8(p + 32);
-    c1 += splat8(x[k + 2]) * load8(p + 40);
-    d0 += splat8(x[k + 3]) * load8(p + 48);
-    d1 += splat8(x[k + 3]) * load8(p + 56);
+    const WT* p = w + k * 16;
+    a0 += splat8(x[k]) * loadw<f32x8>(p, scale);
+    a1 += splat8(x[k]) * loadw<f32x8>(p + 8, s1);
+    b0 += splat8(x[k + 1]) * loadw<f32x8>(p + 16, scale);
+    b1 += splat8(x[k + 1]) * loadw<f32x8>(p + 24, s1);
+    c0 += splat8(x[k + 2]) * loadw<f32x8>(p + 32, scale);
+    c1 += splat8(x[k + 2]) * loadw<f32x8>(p + 40, s1);
+    d0 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, scale);
+    d1 += splat8(x[k + 3]) * loadw<f32x8>(p + 56, s1);
   }
   for (; k < K; ++k) {
-    a0 += splat8(x[k]) * load8(w + k * 16);
-    a1 += splat8(x[k]) * load8(w + k * 16 + 8);
+    a0 += splat8(x[k]) * loadw<f32x8>(w + k * 16, scale);
+    a1 += splat8(x[k]) * loadw<f32x8>(w + k * 16 + 8, s1);
   }
   store8(out, (a0 + b0) + (c0 + d0));
   store8(out + 8, (a1 + b1) + (c1 + d1));
 }
 
 // One panel as two 8-float halves.
-template <class At>
+template <class At, class WT>
 PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
-                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
-  gemm_4x2v_by<f32x8>(K, at, x0, x1, x2, x3, w, w + 8, bias, out[0]);
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT w,
+                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale) {
+  gemm_4x2v_by<f32x8>(K, at, x0, x1, x2, x3, w, w + 8, bias, out[0], scale, scale ? scale + 8 : nullptr);
 }
 
 // Sixteen 8-float registers of accumulators would not fit beside the weights: one panel at a time.
-template <class At>
+template <class At, class WT>
 PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT wa,
-                            const float* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32]) {
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT wa,
+                            const WT* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
+                            const float* PC_RESTRICT scale) {
   float half[4][16];
-  gemm_4x16_by(K, at, x0, x1, x2, x3, wa, bias, half);
+  gemm_4x16_by(K, at, x0, x1, x2, x3, wa, bias, half, scale);
   for (int t = 0; t < 4; ++t) std::memcpy(out[t], half[t], sizeof half[t]);
-  gemm_4x16_by(K, at, x0, x1, x2, x3, wb, bias + 16, half);
+  gemm_4x16_by(K, at, x0, x1, x2, x3, wb, bias + 16, half, scale ? scale + 16 : nullptr);
   for (int t = 0; t < 4; ++t) std::memcpy(out[t] + 16, half[t], sizeof half[t]);
 }
 
 #endif
 
 // Four rows of x, contiguous.
-PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                         const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
-                         const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
-  gemm_4x16_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, out);
+template <class WT>
+PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
+                         const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
+                         float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x16_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, out, scale);
 }
 // Four contiguous rows times two adjacent panels (wa and wb = wa + 16 * K).
-PC_INLINE void gemm_4x32(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                         const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const float* PC_RESTRICT w,
-                         const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32]) {
-  gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + 16 * K, bias, out);
+template <class WT>
+PC_INLINE void gemm_4x32(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
+                         const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
+                         float (*PC_RESTRICT out)[32], const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + 16 * K, bias, out, scale);
 }
+template <class WT>
 PC_INLINE void gemm_4x32_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
                             const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
-                            const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32]) {
-  gemm_4x32_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, w + 16 * K, bias, out);
+                            const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
+                            const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x32_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, w + 16 * K, bias, out, scale);
 }
 // Reading x_t[k] at x_t[off[k]]: a convolution's patches straight from the input when the window
 // lies inside it (off is the window's offset table, the same for every position).
+template <class WT>
 PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
                             const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
-                            const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16]) {
-  gemm_4x16_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, bias, out);
+                            const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16],
+                            const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x16_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, bias, out, scale);
 }
 
 // ---- threads. A run with threads > 1 splits each large kernel's outer iteration space into

@@ -2,6 +2,8 @@
 #include "packing.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 namespace policyc::codegen {
 
@@ -57,6 +59,39 @@ const ir::Node& paramOf(const KernelProgram& p, int buffer) { return *p.buffer(b
 
 std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k) {
   return panels(paramOf(p, k.anchorInputs[1]).paramData().data<float>(), packedN(p, k), packedK(p, k));
+}
+
+std::vector<uint16_t> toBf16(const std::vector<float>& packed) {
+  std::vector<uint16_t> out(packed.size());
+  for (size_t i = 0; i < packed.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &packed[i], sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+      out[i] = static_cast<uint16_t>((bits >> 16) | 0x40u);  // a quiet NaN, whatever its payload
+    } else {
+      out[i] = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);  // to nearest even
+    }
+  }
+  return out;
+}
+
+std::vector<int8_t> toInt8(const std::vector<float>& packed, int64_t panelCount, int64_t kk, std::vector<float>& scales) {
+  scales.assign(static_cast<size_t>(panelCount * kPanel), 0.0f);
+  std::vector<int8_t> out(packed.size());
+  for (int64_t j = 0; j < panelCount; ++j) {
+    const float* panel = packed.data() + j * kk * kPanel;
+    for (int64_t c = 0; c < kPanel; ++c) {
+      float maxAbs = 0;
+      for (int64_t q = 0; q < kk; ++q) maxAbs = std::max(maxAbs, std::abs(panel[q * kPanel + c]));
+      const float scale = maxAbs / 127.0f;
+      scales[static_cast<size_t>(j * kPanel + c)] = scale;
+      for (int64_t q = 0; q < kk; ++q) {
+        const float v = scale > 0 ? std::nearbyint(panel[q * kPanel + c] / scale) : 0.0f;
+        out[static_cast<size_t>((j * kk + q) * kPanel + c)] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k) {

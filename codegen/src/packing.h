@@ -21,6 +21,11 @@ bool packable(const KernelProgram& p, const Kernel& k);
 // The weight packed into panels: panel j holds W[j*16 + c, q] at [q][c], so a microkernel streams
 // one panel contiguously (zeros past N).
 std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k);
+// Packed panels narrowed (--precision): bf16 rounds each value to nearest even (a NaN stays a
+// NaN); int8 takes one scale per column (per output channel), max |w| / 127, and rounds w / scale
+// to nearest. `scales` gets panels * 16 floats (0 for a zero or padding column).
+std::vector<uint16_t> toBf16(const std::vector<float>& packed);
+std::vector<int8_t> toInt8(const std::vector<float>& packed, int64_t panelCount, int64_t kk, std::vector<float>& scales);
 // The bias padded to whole panels (zeros when the layer has none).
 std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k);
 // For updatable params (ir::Node::paramSource): the sources of the packed weight and bias, moved

@@ -399,8 +399,95 @@ ScheduleOptions scheduleOptions(const CodegenOptions& o) {
   s.tuneBatches = o.tuneBatches;
   s.forceImpl = o.forceImpl;
   s.tuning = o.tuning;
+  s.precision = o.precision;
+  s.keepFp32 = o.keepFp32;
   return s;
 }
+
+// ---- reduced precision
+
+const char* precisionName(Precision p) {
+  switch (p) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Bf16Weights: return "bf16-weights";
+    case Precision::Bf16: return "bf16";
+    case Precision::Int8Weights: return "int8-weights";
+  }
+  return "?";
+}
+
+Precision parsePrecision(const std::string& name) {
+  for (Precision p : {Precision::Fp32, Precision::Bf16Weights, Precision::Bf16, Precision::Int8Weights}) {
+    if (name == precisionName(p)) return p;
+  }
+  fail("unknown precision '{}' (valid: fp32, bf16-weights, bf16, int8-weights)", name);
+}
+
+const char* weightStorageName(WeightStorage w) {
+  switch (w) {
+    case WeightStorage::F32: return "f32";
+    case WeightStorage::Bf16: return "bf16";
+    case WeightStorage::Int8: return "int8";
+  }
+  return "?";
+}
+
+namespace {
+
+// Packed layers from whose result no other packed layer reads, directly or through other
+// kernels: the heads, whose error goes straight to the action (the rule in codegen.h).
+std::vector<bool> headLayers(const KernelProgram& p) {
+  std::vector<bool> feedsLayer(p.kernels.size(), false), head(p.kernels.size(), false);
+  for (size_t i = p.kernels.size(); i-- > 0;) {
+    bool feeds = false;
+    for (int id : p.kernels[i].writes()) {
+      for (size_t r : p.readersOf(p.buffer(id).root)) feeds = feeds || (r > i && (packable(p, p.kernels[r]) || feedsLayer[r]));
+    }
+    feedsLayer[i] = feeds;
+    head[i] = packable(p, p.kernels[i]) && !feeds;
+  }
+  return head;
+}
+
+// The storage of each kernel's packed weight under options `o` (F32 for kernels without one).
+void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::vector<KernelSchedule>& ks) {
+  std::set<std::string> keep(o.keepFp32.begin(), o.keepFp32.end());
+  std::set<std::string> named;
+  for (const Kernel& k : p.kernels) {
+    if (!packable(p, k)) continue;
+    for (const std::string& n : {k.name, k.anchor->name()}) {
+      if (keep.count(n)) named.insert(n);
+    }
+  }
+  if (named.size() < keep.size()) {
+    std::vector<std::string> missing, layers;
+    for (const std::string& n : keep) {
+      if (!named.count(n)) missing.push_back(fmt::format("'{}'", n));
+    }
+    for (const Kernel& k : p.kernels) {
+      if (packable(p, k)) layers.push_back(fmt::format("'{}'", k.anchor->name()));
+    }
+    fail("--keep-fp32: {} {} no linear or conv layer with packed weights (those: {})", fmt::join(missing, ", "),
+         missing.size() == 1 ? "names" : "name", layers.empty() ? "none" : fmt::format("{}", fmt::join(layers, ", ")));
+  }
+  if (o.precision == Precision::Fp32) return;
+  const std::vector<bool> head = headLayers(p);
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    if (!packable(p, k) || ks[i].rawWeight || head[i] || keep.count(k.name) || keep.count(k.anchor->name())) continue;
+    const ir::Node& w = *p.buffer(k.anchorInputs[1]).value->producer();
+    if (w.isUpdatable() || packedN(p, k) * packedK(p, k) < kMinReducedWeights) continue;
+    if (o.precision == Precision::Int8Weights) {
+      const float* d = w.paramData().data<float>();
+      if (!std::all_of(d, d + w.paramData().numel(), [](float v) { return std::isfinite(v); })) continue;  // no scale for inf
+      ks[i].weightStorage = WeightStorage::Int8;
+    } else {
+      ks[i].weightStorage = WeightStorage::Bf16;
+    }
+  }
+}
+
+}  // namespace
 
 // ---- forms and thread splits
 
@@ -669,6 +756,8 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     }
   }
 
+  decideWeightStorage(p, o, s.kernels);
+
   // The weights blob. Weights and biases of packed kernels are read only through their packed
   // copies, except the weight of a oneDNN kernel (reordered into oneDNN's layout when the model
   // loads); every other param the kernels read is there as it is.
@@ -708,7 +797,18 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     const Kernel& k = p.kernels[ki];
     if (!packable(p, k)) continue;
     std::vector<float> packed = packWeightPanels(p, k);
-    s.kernels[ki].packedWeight = append(packed.data(), packed.size() * sizeof(float));
+    KernelSchedule& ks = s.kernels[ki];
+    if (ks.weightStorage == WeightStorage::Bf16) {
+      const std::vector<uint16_t> narrow = toBf16(packed);
+      ks.packedWeight = append(narrow.data(), narrow.size() * sizeof(uint16_t));
+    } else if (ks.weightStorage == WeightStorage::Int8) {
+      std::vector<float> scales;
+      const std::vector<int8_t> narrow = toInt8(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k), scales);
+      ks.packedWeight = append(narrow.data(), narrow.size());
+      ks.packedScale = append(scales.data(), scales.size() * sizeof(float));
+    } else {
+      ks.packedWeight = append(packed.data(), packed.size() * sizeof(float));
+    }
     std::vector<float> bias = packBiasPanels(p, k);
     s.kernels[ki].packedBias = append(bias.data(), bias.size() * sizeof(float));
     if (std::vector<int64_t> w = packedWeightSource(p, k); !w.empty()) regions.push_back({s.kernels[ki].packedWeight, std::move(w)});
@@ -721,6 +821,16 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
   s.workspacePerBatch = s.usesExtern ? (plan.perBatchBytes + 63) / 64 * 64 + s.externPerBatch : plan.perBatchBytes;
   s.maxBatch = maxBatch(s.workspaceStatic, s.workspacePerBatch);
   return s;
+}
+
+std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelProgram& p, const MemoryPlan& plan,
+                                                                  const CodegenOptions& options) {
+  const Schedule s = scheduleProgram(p, plan, scheduleOptions(options));
+  std::vector<std::pair<std::string, WeightStorage>> out;
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    if (s.kernels[i].packedWeight >= 0) out.emplace_back(p.kernels[i].name, s.kernels[i].weightStorage);
+  }
+  return out;
 }
 
 std::string cHeader(const KernelProgram& p_, const Schedule& schedule, const std::string& target) {

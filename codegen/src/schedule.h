@@ -233,6 +233,8 @@ struct ScheduleOptions {
   // The target has 16 vector registers of at most 256 bits (AVX2, SSE), not AVX-512's 32 of 512:
   // gemm4x32's 8 accumulators of 16 floats take all 16 there and spill (the heuristic's concern).
   bool narrowVectors = false;
+  Precision precision = Precision::Fp32;  // CodegenOptions::precision and keepFp32
+  std::vector<std::string> keepFp32;
 };
 
 struct KernelSchedule {
@@ -306,6 +308,11 @@ struct KernelSchedule {
   bool windowInside = false;
   bool rawWeight = false;   // an extern implementation reads the plain weight (oneDNN reorders it)
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
+  // The packed weight's element type (CodegenOptions::precision, the rule in codegen.h); Int8's
+  // per-column scales are f32 panels at packedScale (the microkernels multiply each widened
+  // weight row by them), -1 otherwise.
+  WeightStorage weightStorage = WeightStorage::F32;
+  int64_t packedScale = -1;
   const ThreadSplit& splitOf(std::optional<Impl> impl) const;
 };
 

@@ -20,6 +20,7 @@
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/ir/text.h"
+#include "policyc/support/escape.h"
 #include "policyc/support/files.h"
 
 namespace policyc::debug {
@@ -42,6 +43,47 @@ double rmse(const ir::Tensor& a, const ir::Tensor& b) {
     ++n;
   }
   return n ? std::sqrt(sum / static_cast<double>(n)) : 0.0;
+}
+
+// One float output under reduced precision against the fp32 reference (CheckOptions::minAgreement).
+OutputAccuracy accuracyOf(const std::string& name, const ir::Tensor& got, const ir::Tensor& want, double budgetFraction,
+                          double minAgreement) {
+  OutputAccuracy a;
+  a.name = name;
+  a.type = fmt::format("{}[{}]", ir::dtypeName(want.dtype()), fmt::join(want.shape(), ","));
+  if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
+    a.pass = false;
+    return a;
+  }
+  double sumAbs = 0, sumSq = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.getAsDouble(i), w = want.getAsDouble(i);
+    const double d = std::isnan(g) && std::isnan(w) ? 0 : std::abs(g - w);
+    sumAbs += d;
+    a.maxAbs = std::max(a.maxAbs, std::isnan(d) ? INFINITY : d);
+    sumSq += w * w;
+  }
+  const double n = static_cast<double>(std::max<int64_t>(want.numel(), 1));
+  a.meanAbs = sumAbs / n;
+  a.refRms = std::sqrt(sumSq / n);
+  a.budget = budgetFraction * a.refRms + 1e-6;
+  a.pass = !std::isnan(a.meanAbs) && a.meanAbs <= a.budget;
+  const int64_t width = want.shape().size() >= 2 ? want.shape().back() : 0;
+  if (width >= 2) {
+    a.rows = want.numel() / width;
+    int64_t same = 0;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      int64_t bg = 0, bw = 0;
+      for (int64_t c = 1; c < width; ++c) {
+        if (got.getAsDouble(r * width + c) > got.getAsDouble(r * width + bg)) bg = c;
+        if (want.getAsDouble(r * width + c) > want.getAsDouble(r * width + bw)) bw = c;
+      }
+      same += bg == bw;
+    }
+    a.agreement = a.rows ? static_cast<double>(same) / static_cast<double>(a.rows) : 1.0;
+    a.pass = a.pass && *a.agreement >= minAgreement;
+  }
+  return a;
 }
 
 // The prefix of the names given to exposed intermediates (never a name an output already has).
@@ -122,8 +164,17 @@ std::pair<std::string, std::string> crashProbe(const runtime::Model& model, cons
 
 }  // namespace
 
+double precisionBudgetFraction(codegen::Precision precision) {
+  return precision == codegen::Precision::Int8Weights ? 0.10 : 0.05;
+}
+
 CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options) {
   CheckReport report;
+  const bool reduced = options.compile.cpp.precision != codegen::Precision::Fp32;
+  if (reduced && options.perNode) {
+    fail("--per-node compares every node within rtol/atol, which reduced precision does not keep; check --precision "
+         "reports the outputs' accuracy against its budget (docs/precision.md)");
+  }
   files::TempDir tmp("policyc-check");
   CompileRequest request = options.compile;
   request.output = (tmp.path() / "model.so").string();
@@ -194,6 +245,31 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
   std::vector<ir::Tensor> want = ir::interpret(graph, inputs);
   std::vector<ir::Tensor> want64;
   std::vector<std::pair<std::string, ir::Value*>> outs = graph.outputs();
+  if (reduced) {
+    // Which layers were narrowed, as the schedule decides it for this graph and these options.
+    std::unique_ptr<ir::Graph> optimized = graph.clone();
+    passes::PipelineOptions pipeline = request.pipeline;
+    pipeline.noFusion = pipeline.noFusion || !request.fuse;
+    if (request.optimize) passes::runPipeline(*optimized, pipeline);
+    const codegen::PlannedProgram planned = codegen::planGraph(*optimized, request.fuse);
+    report.layers = codegen::weightStorages(planned.program, planned.plan, request.cpp);
+    const double fraction = precisionBudgetFraction(request.cpp.precision);
+    for (size_t o = 0; o < numOutputs; ++o) {
+      if (!ir::isFloat(want[o].dtype())) {
+        TensorCheck c = compareTensors(outs[o].first, got[o], want[o], options.rtol, options.atol);
+        OutputAccuracy a;
+        a.name = c.name;
+        a.type = c.type;
+        a.maxAbs = c.maxAbs;
+        a.pass = c.pass;
+        report.accuracy.push_back(a);
+      } else {
+        report.accuracy.push_back(accuracyOf(outs[o].first, got[o], want[o], fraction, options.minAgreement));
+      }
+      report.pass = report.pass && report.accuracy.back().pass;
+    }
+    return report;
+  }
   for (size_t o = 0; o < numOutputs; ++o) {
     TensorCheck c = compareTensors(outs[o].first, got[o], want[o], options.rtol, options.atol);
     if (!c.allclose && c.note.rfind("shape", 0) != 0 && ir::isFloat(want[o].dtype())) {
@@ -239,6 +315,28 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
 
 std::string formatCheckReport(const CheckReport& report, const CheckOptions& options) {
   std::string s;
+  if (!report.accuracy.empty()) {
+    const codegen::Precision precision = options.compile.cpp.precision;
+    size_t narrowed = 0;
+    for (const auto& [kernel, storage] : report.layers) narrowed += storage != codegen::WeightStorage::F32;
+    s += fmt::format("precision {}: {} of {} linear/conv layers narrowed", codegen::precisionName(precision), narrowed,
+                     report.layers.size());
+    std::vector<std::string> kept;
+    for (const auto& [kernel, storage] : report.layers) {
+      if (storage == codegen::WeightStorage::F32) kept.push_back(kernel);
+    }
+    s += kept.empty() ? "\n" : fmt::format(" (kept fp32: {})\n", fmt::join(kept, ", "));
+    s += fmt::format("budget: mean |diff| <= {:g}% of the fp32 output's RMS; argmax agreement >= {:g}% on discrete heads\n",
+                     precisionBudgetFraction(precision) * 100, options.minAgreement * 100);
+    for (const OutputAccuracy& a : report.accuracy) {
+      s += fmt::format("  {:<24} {:<16} mean |diff| {:.3g}  max |diff| {:.3g}  (rms {:.3g}, budget {:.3g})", escape::message(a.name),
+                       a.type, a.meanAbs, a.maxAbs, a.refRms, a.budget);
+      if (a.agreement) s += fmt::format("  argmax agreement {:.2f}% of {} rows", *a.agreement * 100, a.rows);
+      s += a.pass ? "  PASS\n" : "  FAIL\n";
+    }
+    if (!report.crash.empty()) s += fmt::format("the compiled model crashed: {}\n", report.crash);
+    return s + (report.pass ? "PASS\n" : "FAIL\n");
+  }
   for (const TensorCheck& c : report.outputs) {
     s += fmt::format("  {:<24} {:<16} max abs {:.3g}  max rel {:.3g}  {}", c.name, c.type, c.maxAbs, c.maxRel,
                      c.pass ? (c.allclose ? "PASS" : "PASS (RMSE)") : "FAIL");

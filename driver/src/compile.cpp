@@ -58,6 +58,12 @@ void writeHeader(const std::string& path, const std::string& text) {
   asError([&] { files::writeAtomic(path, text); });
 }
 
+// --precision and --keep-fp32 as part of a key ("" for the default: keys made before them hold).
+std::string precisionKey(const codegen::CodegenOptions& o) {
+  if (o.precision == codegen::Precision::Fp32 && o.keepFp32.empty()) return "";
+  return fmt::format("|precision {} keep {}", codegen::precisionName(o.precision), fmt::join(o.keepFp32, ","));
+}
+
 // A hash of the graph (its text and weights) and of the options that change the code.
 uint64_t graphHash(const ir::Graph& graph, const CompileRequest& r) {
   ir::PrintedGraph printed = ir::printGraph(graph);
@@ -68,6 +74,7 @@ uint64_t graphHash(const ir::Graph& graph, const CompileRequest& r) {
                                     r.cpp.profile, fmt::join(r.cpp.tuneBatches, ","), r.cpp.externKernels, r.cpp.forceImpl,
                                     r.cpp.name, r.optimize);
   if (r.updatableWeights || !graph.updatableWeights().empty()) options += "|updatable-weights";
+  options += precisionKey(r.cpp);
   return textHash(fmt::format("{:016x}{:016x}{}", textHash(printed.text), textHash(weights), options));
 }
 
@@ -142,6 +149,12 @@ std::string requestDetails(const CompileRequest& r) {
   text += fmt::format("extern kernels: {}, tune batches: {}{}{}\n", r.cpp.externKernels ? "oneDNN" : "none", fmt::join(r.cpp.tuneBatches, ","),
                       r.cpp.forceImpl.empty() ? "" : ", forced implementation " + r.cpp.forceImpl, r.cpp.profile ? ", profiling" : "");
   if (r.updatableWeights) text += "weights: updatable (set_weights)\n";
+  if (r.cpp.precision != codegen::Precision::Fp32 || !r.cpp.keepFp32.empty()) {
+    std::vector<std::string> keep;
+    for (const std::string& n : r.cpp.keepFp32) keep.push_back(escape::message(n));
+    text += fmt::format("precision: {}{}\n", codegen::precisionName(r.cpp.precision),
+                        keep.empty() ? "" : fmt::format(" (kept fp32: {})", fmt::join(keep, ", ")));
+  }
   text += fmt::format("output: {}\n", r.jit ? "in-process (JIT)" : escape::message(r.output));
   return text;
 }
@@ -321,6 +334,7 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
                                 fmt::join(cpp.tuneBatches, ","), cpp.externKernels ? "extern" : "no-extern", cpp.forceImpl, request.cpu,
                                 request.features);
   if (request.updatableWeights) key += "|updatable-weights";
+  key += precisionKey(cpp);
   const uint64_t h = textHash(key);
   fs::path dir = cacheDir();
   std::error_code ec;

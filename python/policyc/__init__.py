@@ -171,7 +171,8 @@ def from_torch(module, example_inputs, input_names=None, output_names=None, opse
     """Exports a torch.nn.Module with torch.onnx.export (batch dimension 0 dynamic) and compiles it.
 
     example_inputs: a tensor or a tuple of tensors with the batch first. compile_options go to
-    policyc.compile (backend, fuse, mode, target, threads, debug_dir, extern_kernels, tune_batch). The
+    policyc.compile (backend, fuse, mode, target, threads, debug_dir, extern_kernels, tune_batch,
+    precision, keep_fp32). The
     exported .onnx is kept next to the compiled model in the cache only while compiling.
     """
     import torch  # imported here: policyc itself does not need torch

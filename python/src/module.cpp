@@ -143,6 +143,7 @@ class Policy {
   const std::string& name() const { return model_.name(); }
   const std::string& path() const { return model_.path(); }
   const std::string& target() const { return model_.target(); }
+  const std::string& precision() const { return model_.precision(); }
   int threads() const { return threads_; }
   void setThreads(int t) {
     checkThreads(t);
@@ -295,7 +296,8 @@ class Policy {
 std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::optional<std::string>& backend, bool fuse,
                                       const std::string& mode, const std::string& target, int threads,
                                       const std::optional<std::string>& debugDir, bool externKernels,
-                                      const std::vector<int64_t>& tuneBatch, bool updatableWeights) {
+                                      const std::vector<int64_t>& tuneBatch, bool updatableWeights,
+                                      const std::string& precision, const std::vector<std::string>& keepFp32) {
   if (!driver::isCompileMode(mode)) throw py::value_error("mode must be 'default' or 'max-autotune', got '" + mode + "'");
   driver::CompileRequest request;
   request.modelPath = path;
@@ -312,6 +314,12 @@ std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::option
   request.cpp.target = target;
   request.cpp.externKernels = externKernels;
   request.updatableWeights = updatableWeights;
+  try {
+    request.cpp.precision = codegen::parsePrecision(precision);
+  } catch (const Error& e) {
+    throw py::value_error(escape::message(e.what()));
+  }
+  request.cpp.keepFp32 = keepFp32;
   if (!tuneBatch.empty()) request.cpp.tuneBatches = tuneBatch;
   request.debugDir = debugDir.value_or("");
   std::string so;
@@ -361,6 +369,7 @@ PYBIND11_MODULE(_policyc, m) {
       .def_property_readonly("name", &Policy::name)
       .def_property_readonly("path", &Policy::path, "the compiled .so")
       .def_property_readonly("target", &Policy::target, "what the code was compiled for (native, x86-64-v3, ...)")
+      .def_property_readonly("precision", &Policy::precision, "how its weights are stored: fp32, bf16-weights, bf16, int8-weights")
       .def_property("threads", &Policy::threads, &Policy::setThreads, "threads each call uses")
       .def_property_readonly("weights", &Policy::weightSpecs,
                              "[{'name', 'dtype', 'shape'}] of the weights set_weights may replace (compiled with "
@@ -377,10 +386,13 @@ PYBIND11_MODULE(_policyc, m) {
   m.def("compile", &compilePolicy, py::arg("path"), py::arg("backend") = py::none(), py::arg("fuse") = true, py::arg("mode") = "default",
         py::arg("target") = "native", py::arg("threads") = 1, py::arg("debug_dir") = py::none(),
         py::arg("extern_kernels") = true, py::arg("tune_batch") = std::vector<int64_t>{}, py::arg("updatable_weights") = false,
+        py::arg("precision") = "fp32", py::arg("keep_fp32") = std::vector<std::string>{},
         "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it; backend 'llvm' (default) or 'cpp'; "
         "fuse=False: one kernel per graph node; mode 'max-autotune' "
         "times every GEMM/conv implementation at tune_batch (default 1,16,64); extern_kernels=False keeps oneDNN out; "
-        "updatable_weights=True: the weights can be replaced later (Policy.set_weights) without recompiling");
+        "updatable_weights=True: the weights can be replaced later (Policy.set_weights) without recompiling; "
+        "precision 'bf16-weights', 'bf16' or 'int8-weights' stores linear/conv weights narrower, keep_fp32 names "
+        "layers that stay fp32 (docs/precision.md)");
   // What policyc.load_bytes and Policy.to_bytes (policyc/__init__.py) build on.
   m.attr("ABI_VERSION") = POLICYC_ABI_VERSION;
   m.def("_host_cpu_features", &runtime::hostCpuFeatures, "the instruction-set extensions of this CPU that compiled code may use");

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -158,6 +159,7 @@ struct Model::State {
   std::string name;
   std::string target;
   std::string sourceHash;
+  std::string precision = "fp32";
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   std::vector<TensorSpec> weights;
@@ -211,10 +213,17 @@ std::unique_ptr<Model::State> Model::describe(const std::string& soPath, const p
   state->target = desc->target;
   // Models built before the field existed have no source hash.
   if (desc->struct_size >= POLICYC_MODEL_STRUCT_SIZE_V1_HASH && desc->source_hash) state->sourceHash = desc->source_hash;
+  if (desc->struct_size >= sizeof(policyc_model) && desc->precision) {
+    const std::string_view given(desc->precision, strnlen(desc->precision, 16));
+    bool known = false;
+    for (const char* name : {"fp32", "bf16-weights", "bf16", "int8-weights"}) known = known || given == name;
+    if (!known) invalid(soPath, "its precision is none of fp32, bf16-weights, bf16, int8-weights");
+    state->precision = given;
+  }
   state->inputs = readSpecs(soPath, "input", desc->num_inputs, desc->inputs);
   state->outputs = readSpecs(soPath, "output", desc->num_outputs, desc->outputs);
   // Models built before the weights existed have none to replace.
-  if (desc->struct_size >= sizeof(policyc_model) && desc->num_weights != 0) {
+  if (desc->struct_size >= POLICYC_MODEL_STRUCT_SIZE_V1_WEIGHTS && desc->num_weights != 0) {
     if (!desc->set_weights || !desc->get_weights) invalid(soPath, "weights without set_weights and get_weights functions");
     state->weights = readSpecs(soPath, "weight", desc->num_weights, desc->weights);
     for (const TensorSpec& w : state->weights) {
@@ -373,6 +382,7 @@ const std::string& Model::path() const { return state_->path; }
 const std::string& Model::name() const { return state_->name; }
 const std::string& Model::target() const { return state_->target; }
 const std::string& Model::sourceHash() const { return state_->sourceHash; }
+const std::string& Model::precision() const { return state_->precision; }
 const std::vector<TensorSpec>& Model::inputs() const { return state_->inputs; }
 const std::vector<TensorSpec>& Model::outputs() const { return state_->outputs; }
 const policyc_model& Model::descriptor() const { return *state_->desc; }

@@ -356,8 +356,9 @@ std::string Emitter::emitAbi(const std::string& name) const {
                    cString(p_.name), cString(o_.target));
   s += fmt::format("  {}, pc_inputs, {}, pc_outputs, pc_workspace_bytes, pc_run, \"{}\",\n", ins.size(), outs.size(),
                    cString(o_.sourceHash));
-  s += updatable ? fmt::format("  {}, pc_weight_descs, pc_set_weights, pc_get_weights}};\n\n", p_.weights.size())
-                 : "  0, nullptr, nullptr, nullptr};\n\n";
+  s += updatable ? fmt::format("  {}, pc_weight_descs, pc_set_weights, pc_get_weights,\n", p_.weights.size())
+                 : "  0, nullptr, nullptr, nullptr,\n";
+  s += fmt::format("  \"{}\"}};\n\n", precisionName(o_.precision));
   s += "#define PC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
   s += "PC_EXPORT const policyc_model* policyc_model_descriptor(void) { return &pc_model; }\n";
   s += "PC_EXPORT const policyc_profile* policyc_profile_data(void) { return &pc_profile; }\n";

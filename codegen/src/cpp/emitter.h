@@ -182,6 +182,8 @@ class Emitter {
   std::string emitLinear(const Kernel& k) const;
 
   std::string packedPointers(size_t index) const;
+  // ", sp + PANEL*16": an int8 layer's scales of panel PANEL as the microkernels' last argument.
+  std::string scaleArg(size_t index, const std::string& panel) const;
 
   // The scalar epilogue over the `width` columns from panel `j` on (the last ones may not exist).
   static std::string panelEpilogue(int64_t N, const std::string& indent, const std::string& call, int64_t width = 16,

@@ -200,13 +200,44 @@ void Emitter::emitLinear(const Kernel& k) {
   restrict_ = false;
 }
 
-std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, Value* w, Value* bias, const ir::Node* node, Value* offsets) {
+Emitter::PanelRef Emitter::panelAt(size_t index, Value* j, int64_t K, const std::string& name) {
+  const KernelSchedule& ks = s_.kernels[index];
+  llvm::Type* elem = ks.weightStorage == WeightStorage::Bf16 ? b_.getInt16Ty() : ks.weightStorage == WeightStorage::Int8 ? i8_ : f32_;
+  PanelRef r;
+  r.storage = ks.weightStorage;
+  r.w = b_.CreateInBoundsGEP(elem, weightsAt(ks.packedWeight, "wp"), b_.CreateMul(j, c64(K * kPanel)), name);
+  if (ks.packedScale >= 0) r.scale = b_.CreateInBoundsGEP(f32_, weightsAt(ks.packedScale, "sp"), b_.CreateMul(j, c64(kPanel)), "scale");
+  return r;
+}
+
+Value* Emitter::loadPanelRow(const PanelRef& ref, Value* at, Value* scales) {
+  llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+  switch (ref.storage) {
+    case WeightStorage::F32: return b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, ref.w, at), llvm::Align(4), "w");
+    case WeightStorage::Bf16: {
+      llvm::Type* h = llvm::FixedVectorType::get(b_.getInt16Ty(), kLanes);
+      llvm::Type* u = llvm::FixedVectorType::get(i32_, kLanes);
+      Value* bits = b_.CreateAlignedLoad(h, b_.CreateInBoundsGEP(b_.getInt16Ty(), ref.w, at), llvm::Align(2), "wbf16");
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, u), 16), vt, "w");
+    }
+    case WeightStorage::Int8: {
+      llvm::Type* q = llvm::FixedVectorType::get(i8_, kLanes);
+      Value* bits = b_.CreateAlignedLoad(q, b_.CreateInBoundsGEP(i8_, ref.w, at), llvm::Align(1), "wint8");
+      return b_.CreateFMul(b_.CreateSIToFP(bits, vt), scales, "w");
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets) {
   llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
   if (rows.size() == 1 && panels == 1 && !offsets) return {{gemmRow(rows[0], K, w, bias, node)}};
   std::vector<std::vector<llvm::AllocaInst*>> acc(rows.size(), std::vector<llvm::AllocaInst*>(static_cast<size_t>(panels)));
   llvm::Instruction* since = mark();
+  std::vector<Value*> scales(static_cast<size_t>(panels), nullptr);
   for (int p = 0; p < panels; ++p) {
     Value* bv = b_.CreateAlignedLoad(vt, b_.CreateConstInBoundsGEP1_64(f32_, bias, static_cast<uint64_t>(p) * kLanes), llvm::Align(4), "bias");
+    if (w.scale) scales[static_cast<size_t>(p)] = b_.CreateAlignedLoad(vt, b_.CreateConstInBoundsGEP1_64(f32_, w.scale, static_cast<uint64_t>(p) * kLanes), llvm::Align(4), "scales");
     for (size_t t = 0; t < rows.size(); ++t) {
       acc[t][static_cast<size_t>(p)] = local(vt, fmt::format("acc{}{}", t, p));
       b_.CreateStore(bv, acc[t][static_cast<size_t>(p)]);
@@ -218,7 +249,7 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
     std::vector<Value*> wv;
     for (int p = 0; p < panels; ++p) {
       Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * K * kLanes));
-      wv.push_back(b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, w, at), llvm::Align(4), "w"));
+      wv.push_back(loadPanelRow(w, at, scales[static_cast<size_t>(p)]));
     }
     Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, q), "at"), i64_) : q;
     for (size_t t = 0; t < rows.size(); ++t) {
@@ -237,7 +268,7 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
   return out;
 }
 
-Value* Emitter::gemmRow(Value* row, int64_t K, Value* w, Value* bias, const ir::Node* node) {
+Value* Emitter::gemmRow(Value* row, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node) {
   llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
   llvm::Instruction* since = mark();
   std::vector<llvm::AllocaInst*> acc;
@@ -246,9 +277,10 @@ Value* Emitter::gemmRow(Value* row, int64_t K, Value* w, Value* bias, const ir::
     Value* init = i == 0 ? static_cast<Value*>(b_.CreateAlignedLoad(vt, bias, llvm::Align(4), "bias")) : llvm::Constant::getNullValue(vt);
     b_.CreateStore(init, acc.back());
   }
+  Value* scales = w.scale ? b_.CreateAlignedLoad(vt, w.scale, llvm::Align(4), "scales") : nullptr;
   tag(since, node);
   auto step = [&](Value* q, int i) {
-    Value* wq = b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, w, b_.CreateMul(q, c64(kLanes))), llvm::Align(4), "w");
+    Value* wq = loadPanelRow(w, b_.CreateMul(q, c64(kLanes)), scales);
     Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, q), "x"));
     llvm::AllocaInst* a = acc[static_cast<size_t>(i)];
     b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wq, b_.CreateLoad(vt, a)}), a);
@@ -294,7 +326,6 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   const int per = panelGroup();
   std::vector<ir::Dim> lead(k.domain.begin(), k.domain.end() - 1);
   auto rowsOf = product(b_, lead, -1, 1);
-  Value* wp = weightsAt(s_.kernels[index].packedWeight, "wp");
   Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
   Value* rows = rowsOf(batch_);
   Value* quads = b_.CreateSDiv(b_.CreateAdd(rows, c64(3)), c64(4), "quads");
@@ -322,7 +353,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
     Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(4), "r");
     Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(per)), c64(panels));
-    Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
+    const PanelRef w = panelAt(index, j, K, "w");
     Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
     Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(r, c64(4)), rows);
     auto quadTile = [&](int group) {
@@ -348,7 +379,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             forRange(r, rows, "t", [&](Value* t) {
               forRange(j, jEnd, "jj", [&](Value* jj) {
                 std::vector<Value*> rv = rowVars(t);
-                Value* wj = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(jj, c64(K * kPanel)));
+                const PanelRef wj = panelAt(index, jj, K, "wj");
                 Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
                 auto acc = gemmTile({rowPtr(rv)}, 1, K, wj, bj, k.anchor);
                 finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
@@ -374,7 +405,6 @@ void Emitter::emitPackedConv(const Kernel& k) {
   const int64_t KH = W.type.shape[2].value(), KW = W.type.shape[3].value();
   const int64_t M = packedN(p_, k), K = packedK(p_, k), OW = k.domain[3].value(), P = k.domain[2].value() * OW;
   const int64_t panels = (M + kPanel - 1) / kPanel, quads = (P + 3) / 4;
-  Value* wp = weightsAt(s_.kernels[index].packedWeight, "wp");
   Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
   llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(4 * K)), "patch");
   const DType t = accType(k);
@@ -458,7 +488,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
           }
           Value* offsets = b_.CreateSelect(direct, windowTable, identityTable, "offsets");
           auto tile = [&](Value* j, int per) {
-            Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
+            const PanelRef w = panelAt(index, j, K, "w");
             Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
             auto acc = gemmTile(rows, per, K, w, bias, &n, offsets);
             for (int p = 0; p < per; ++p) {
@@ -480,7 +510,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
           forRange(pos, c64(P), "t0", [&](Value* t0) {
             gather(i0, t0, 0);
             forCount(panels, "j", [&](Value* j) {
-              Value* w = b_.CreateInBoundsGEP(f32_, wp, b_.CreateMul(j, c64(K * kPanel)));
+              const PanelRef w = panelAt(index, j, K, "w");
               Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
               auto acc = gemmTile({b_.CreateConstInBoundsGEP1_64(f32_, patch, 0)}, 1, K, w, bias, &n);
               finish(i0, t0, j, acc[0][0]);

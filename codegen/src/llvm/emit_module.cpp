@@ -433,14 +433,15 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
   }
 
   // the descriptor
-  auto* modelTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, ptr_, i32_, ptr_, i32_, ptr_, ptr_, ptr_, ptr_, i32_, ptr_, ptr_, ptr_},
+  auto* modelTy = llvm::StructType::create(ctx_, {i32_, i32_, ptr_, ptr_, i32_, ptr_, i32_, ptr_, ptr_, ptr_, ptr_, i32_, ptr_, ptr_, ptr_, ptr_},
                                            "policyc_model");
   const uint64_t modelSize = m_.getDataLayout().getTypeAllocSize(modelTy);
   auto* model = constGlobal(
       llvm::ConstantStruct::get(modelTy, {b_.getInt32(POLICYC_ABI_VERSION), b_.getInt32(static_cast<uint32_t>(modelSize)),
                                           cstr(p_.name), cstr(targetName), b_.getInt32(static_cast<uint32_t>(p_.inputs.size())),
                                           inDescs, b_.getInt32(static_cast<uint32_t>(p_.outputs.size())), outDescs, wsBytes, run,
-                                          cstr(o_.sourceHash), numWeights, weightDescs, setWeights, getWeights}),
+                                          cstr(o_.sourceHash), numWeights, weightDescs, setWeights, getWeights,
+                                          cstr(precisionName(o_.precision))}),
       "pc_model");
 
   // profiling data (policyc_profile_data): what each kernel is and costs; with --profile also

@@ -165,15 +165,28 @@ class Emitter : llvmbe::Builder {
   // The general linear / gemm / matmul: one dot product per output element.
   void emitLinear(const Kernel& k);
 
+  // A packed weight panel: its first weight (f32, bf16 as i16 or int8 as i8: KernelSchedule::
+  // weightStorage) and, for int8, its first column's scale (null otherwise).
+  struct PanelRef {
+    Value* w = nullptr;
+    Value* scale = nullptr;
+    WeightStorage storage = WeightStorage::F32;
+  };
+  // Panel j of the packed weight of kernel `index` (K weights a column).
+  PanelRef panelAt(size_t index, Value* j, int64_t K, const std::string& name);
+  // The 16 weights at element `at` of a panel's storage as <16 x float>: bf16 widened by a
+  // shift, int8 converted and multiplied by `scales` (the panel's column scales).
+  Value* loadPanelRow(const PanelRef& ref, Value* at, Value* scales);
+
   // The microkernel: `rows` row pointers (x_t[q] at rows[t] + q, or rows[t] + offsets[q] with an
   // i32 offset table: conv windows read in place) times `panels` consecutive weight panels from
   // `w` (panel p's row q at w + (p*K + q)*16), each column starting from its bias. Returns
   // acc[t][p], one <16 x float> per row and panel; sums over q in order.
-  std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, Value* w, Value* bias, const ir::Node* node, Value* offsets = nullptr);
+  std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets = nullptr);
 
   // One row times one panel: four accumulators over interleaved q (a chain of dependent FMAs
   // would wait on the FMA latency), summed as (a + b) + (c + d) at the end.
-  Value* gemmRow(Value* row, int64_t K, Value* w, Value* bias, const ir::Node* node);
+  Value* gemmRow(Value* row, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node);
 
   // The epilogue of one panel's 16 results (`acc`) of the output row given by `rowVars` (the
   // leading domain variables), columns from `n0`: on the whole vector when the body allows it,

@@ -86,6 +86,26 @@ struct ExternKernel {
 // nullopt when `impl` is not a oneDNN implementation of this kernel.
 std::optional<ExternKernel> externKernel(const KernelProgram& program, const Kernel& kernel, const std::string& impl);
 
+// ---- reduced precision (--precision, docs/precision.md)
+//
+// How the packed weights of linear and conv layers are stored: fp32; bf16-weights (bf16, widened
+// to f32 inside the microkernels, f32 arithmetic); bf16 (bf16 products with f32 accumulation on a
+// target with AVX512_BF16; elsewhere the same as bf16-weights); int8-weights (int8 with one f32
+// scale per output channel, widened and scaled inside the microkernels). Activations stay f32.
+enum class Precision : uint8_t { Fp32, Bf16Weights, Bf16, Int8Weights };
+const char* precisionName(Precision p);  // fp32 | bf16-weights | bf16 | int8-weights
+// Error naming the valid values otherwise.
+Precision parsePrecision(const std::string& name);
+// The storage a layer's packed weight gets.
+enum class WeightStorage : uint8_t { F32, Bf16, Int8 };
+const char* weightStorageName(WeightStorage w);  // f32 | bf16 | int8
+// Which layers keep f32 weights whatever the precision (the rule, docs/precision.md): every layer
+// oneDNN runs, every layer with updatable weights, every layer under kMinReducedWeights weights
+// (they stay in cache: narrowing saves no memory traffic and widening costs instructions), every
+// head (a layer no other linear/conv layer reads from: its error goes straight to the action),
+// and the layers named in CodegenOptions::keepFp32.
+inline constexpr int64_t kMinReducedWeights = 16384;
+
 // The options both backends take (CppOptions and LlvmOptions add their own).
 struct CodegenOptions {
   std::string name;  // C identifier prefix of the typed wrappers; empty: the program's name
@@ -113,10 +133,19 @@ struct CodegenOptions {
   // The autotuner's build: every candidate of every tunable kernel, selected at run time through
   // the exported policyc_tune_select(kernel, candidate) (policyc_tune_candidates lists them).
   bool tuning = false;
+  // --precision and --keep-fp32 NODE,...: the packed weights' storage (weightStorages); a name
+  // that is no linear/conv layer with packed weights is an error.
+  Precision precision = Precision::Fp32;
+  std::vector<std::string> keepFp32;
   // The descriptor's source_hash: 16 hex digits naming the model and options that produced the
   // code (the compile cache checks a loaded entry against its key); empty: "".
   std::string sourceHash;
 };
+
+// Each layer with packed weights (by its kernel's name) and the storage its weight gets under
+// `options` (the schedule's decision, for reports and tests).
+std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelProgram& program, const MemoryPlan& plan,
+                                                                  const CodegenOptions& options);
 
 // What every backend starts from: the graph lowered, fused (unless `fuse` is false: one kernel
 // per graph node, --no-fuse) and its memory planned. The driver runs these steps itself, to dump

@@ -24,6 +24,12 @@ struct CheckOptions {
   double rmseMultiplier = 2.0;
   int threads = 1;
   bool perNode = false;        // also find the first diverging node
+  // With compile.cpp.precision other than fp32 (--precision): the outputs are judged against the
+  // precision budget (docs/precision.md) instead of rtol/atol: a float output's mean |difference|
+  // at most budgetFraction (5% for bf16, 10% for int8) of the fp32 reference's RMS, and, for a
+  // discrete head (a float output whose last dim is at least 2), the argmax of at least
+  // minAgreement of its rows the same as the reference's.
+  double minAgreement = 0.995;
   driver::CompileRequest compile;  // backend, passes, target, debug directory; output is chosen here
 };
 
@@ -36,8 +42,23 @@ struct DivergingNode {
   TensorCheck check;
 };
 
+// One output's accuracy under reduced precision (CheckOptions::minAgreement).
+struct OutputAccuracy {
+  std::string name, type;
+  double meanAbs = 0, maxAbs = 0;  // |compiled - fp32 interpreter| over every element
+  double refRms = 0;               // the fp32 reference's root mean square
+  double budget = 0;               // the largest mean |difference| that passes
+  std::optional<double> agreement;  // a discrete head: the fraction of rows whose argmax agrees
+  int64_t rows = 0;                 // rows the agreement is over
+  bool pass = true;
+};
+// The precision budget's mean |difference| as a fraction of the reference's RMS.
+double precisionBudgetFraction(codegen::Precision precision);
+
 struct CheckReport {
   std::vector<TensorCheck> outputs;
+  std::vector<OutputAccuracy> accuracy;  // under reduced precision, instead of outputs
+  std::vector<std::pair<std::string, codegen::WeightStorage>> layers;  // ... and each layer's weight storage
   bool pass = true;
   std::optional<DivergingNode> firstDiverging;  // with perNode, when some node diverges
   size_t nodesCompared = 0;                     // with perNode

@@ -86,6 +86,8 @@ class Model {
   const std::string& target() const;
   // The descriptor's source_hash (what produced the code); "" for a model without one.
   const std::string& sourceHash() const;
+  // The descriptor's precision ("fp32" for models from before it was recorded).
+  const std::string& precision() const;
   const std::vector<TensorSpec>& inputs() const;
   const std::vector<TensorSpec>& outputs() const;
   const policyc_model& descriptor() const;

@@ -83,12 +83,18 @@ typedef struct policyc_model {
   int (*set_weights)(int32_t count, const policyc_tensor_desc* given, const void* const* data);
   /* Copies weight `index`'s current values into `out` (as many f32 as its shape holds). */
   int (*get_weights)(int32_t index, void* out);
+  /* Since struct_size covers it: the precision the model was compiled with ("fp32",
+   * "bf16-weights", "bf16", "int8-weights"; docs/precision.md); older models are fp32. */
+  const char* precision;
 } policyc_model;
 
 /* struct_size of the first models of ABI version 1, which end before source_hash. */
 #define POLICYC_MODEL_STRUCT_SIZE_V1 (offsetof(policyc_model, run) + sizeof(void*))
 /* struct_size of models that end at source_hash (before the weights). */
 #define POLICYC_MODEL_STRUCT_SIZE_V1_HASH (offsetof(policyc_model, source_hash) + sizeof(void*))
+
+/* struct_size of models that end at get_weights (before the precision). */
+#define POLICYC_MODEL_STRUCT_SIZE_V1_WEIGHTS (offsetof(policyc_model, get_weights) + sizeof(void*))
 
 /* The one symbol a compiled model exports. */
 const policyc_model* policyc_model_descriptor(void);
