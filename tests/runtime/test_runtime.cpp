@@ -108,6 +108,7 @@ const fs::path& scratch() {
 }
 
 using testing::slurp;
+using Catch::Matchers::Contains;
 
 // Builds the hand-written test model with extra -D flags, once per variant; returns the .so path.
 std::string testModel(const std::string& variant = "affine", const std::string& defines = "") {
@@ -228,6 +229,20 @@ TEST_CASE("runtime: the source hash, and descriptors of the first ABI 1 layout w
   CHECK(hashed.sourceHash() == "0123456789abcdef");
   CHECK(hashed.weights().empty());
   CHECK(Model::load(testModel()).weights().empty());
+}
+
+TEST_CASE("runtime: the precision, fp32 for layouts that end before it, and a name that is none", "[runtime]") {
+  CHECK(Model::load(testModel()).precision() == "fp32");
+  const std::string bf16 = testModel("bf16", "-DPOLICYC_TEST_PRECISION='\"bf16-weights\"'");
+  CHECK(Model::load(bf16).precision() == "bf16-weights");
+  // `policyc run` says so before the outputs (an fp32 model's output is as it always was).
+  CHECK_THAT(testing::runCli("run " + bf16 + " --random").out, Contains("precision: bf16-weights\ny: f32[1,4]"));
+  CHECK(Model::load(testModel("hash_struct", "-DPOLICYC_TEST_HASH_STRUCT")).precision() == "fp32");
+  Model before = Model::load(testModel("weights_struct", "-DPOLICYC_TEST_WEIGHTS_STRUCT"));
+  CHECK(before.descriptor().struct_size == POLICYC_MODEL_STRUCT_SIZE_V1_WEIGHTS);
+  CHECK(before.precision() == "fp32");
+  CHECK_THROWS_WITH(Model::load(testModel("bad_precision", "-DPOLICYC_TEST_PRECISION='\"fp8\"'")),
+                    Contains("precision is none of fp32"));
 }
 
 TEST_CASE("runtime: run computes the model, for any thread count", "[runtime]") {

@@ -91,6 +91,8 @@ static int run(const void* const* inputs, void* const* outputs, int64_t batch, v
 #define POLICYC_TEST_STRUCT_SIZE POLICYC_MODEL_STRUCT_SIZE_V1
 #elif defined(POLICYC_TEST_HASH_STRUCT)
 #define POLICYC_TEST_STRUCT_SIZE POLICYC_MODEL_STRUCT_SIZE_V1_HASH
+#elif defined(POLICYC_TEST_WEIGHTS_STRUCT)
+#define POLICYC_TEST_STRUCT_SIZE POLICYC_MODEL_STRUCT_SIZE_V1_WEIGHTS
 #else
 #define POLICYC_TEST_STRUCT_SIZE sizeof(policyc_model)
 #endif
@@ -101,9 +103,14 @@ static int run(const void* const* inputs, void* const* outputs, int64_t batch, v
 #define POLICYC_TEST_WEIGHTS 0, NULL, NULL, NULL /* no weights to replace */
 #endif
 
+/* POLICYC_TEST_PRECISION: the precision the descriptor names (a layout that ends before it: not read). */
+#ifndef POLICYC_TEST_PRECISION
+#define POLICYC_TEST_PRECISION "fp32"
+#endif
+
 static const policyc_model kModel = {
     POLICYC_TEST_ABI_VERSION, POLICYC_TEST_STRUCT_SIZE, "affine", "generic",
-    2, kInputs, 2, kOutputs, workspace_bytes, run, "0123456789abcdef", POLICYC_TEST_WEIGHTS,
+    2, kInputs, 2, kOutputs, workspace_bytes, run, "0123456789abcdef", POLICYC_TEST_WEIGHTS, POLICYC_TEST_PRECISION,
 };
 
 #ifdef POLICYC_TEST_NO_DESCRIPTOR

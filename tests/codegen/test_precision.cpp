@@ -1,0 +1,207 @@
+// Reduced precision (--precision, docs/precision.md): which layers are narrowed (the keep-fp32
+// rule, --keep-fp32 and its errors), and both backends' microkernels on bf16 and int8 weights
+// against the interpreter running the same model with those weights rounded the documented way
+// (so any difference is the backend's, not the rounding's), the precision in the descriptor and
+// check --precision's report.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "policyc/codegen/codegen.h"
+#include "policyc/debug/check.h"
+#include "policyc/driver/compile.h"
+#include "policyc/driver/model_io.h"
+#include "policyc/ir/error.h"
+#include "policyc/ir/interpreter.h"
+#include "policyc/passes/pass_manager.h"
+#include "policyc/runtime/loader.h"
+#include "support/scratch_dir.h"
+
+using namespace policyc;
+using namespace policyc::ir;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path& scratch() { return testing::scratchDir("policyc-precision-test"); }
+
+// bf16 by the definition: the nearer of the two bf16 values around x, the even one on a tie.
+float bf16(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const float lo = std::bit_cast<float>(bits & 0xffff0000u), hi = std::bit_cast<float>((bits & 0xffff0000u) + 0x10000u);
+  const double dl = std::abs(static_cast<double>(x) - lo), dh = std::abs(static_cast<double>(hi) - x);
+  if (dl != dh) return dl < dh ? lo : hi;
+  return ((bits >> 16) & 1u) ? hi : lo;
+}
+
+// A weight [n, k] rounded as int8 with one scale per output channel (row): max |w| / 127.
+void int8Rows(float* w, int64_t n, int64_t k) {
+  for (int64_t r = 0; r < n; ++r) {
+    float m = 0;
+    for (int64_t c = 0; c < k; ++c) m = std::max(m, std::abs(w[r * k + c]));
+    const float scale = m / 127.0f;
+    for (int64_t c = 0; c < k; ++c) w[r * k + c] = scale > 0 ? std::nearbyint(w[r * k + c] / scale) * scale : 0.0f;
+  }
+}
+
+using Round = std::function<void(const std::string& layer, Tensor& weight)>;
+
+// An MLP policy x[batch,64] -> 256 -> 256 -> 6 (the first two layers at or over the 16384 weights
+// the rule narrows; the last a head) and a CNN [batch,32,6,6] -> conv 3x3 64 -> linear 6, with
+// every weight passed through `round` (none: fp32).
+std::unique_ptr<Graph> mlp(const Round& round) {
+  auto g = std::make_unique<Graph>("mlp_policy");
+  Value* x = g->addInput("obs", {DType::F32, {Dim::batch(), 64}});
+  auto layer = [&](Value* in, int64_t k, int64_t n, const std::string& name) {
+    Tensor w(DType::F32, {n, k}), b(DType::F32, {n});
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(n)) * 0.11f;
+    for (int64_t i = 0; i < n; ++i) b.data<float>()[i] = 0.01f * static_cast<float>(i % 7);
+    if (round) round(name, w);
+    return g->addOp(Op::Linear, {in, g->addParam(name + ".w", std::move(w)), g->addParam(name + ".b", std::move(b))}, {}, name)->output();
+  };
+  Value* h = g->addOp(Op::Tanh, {layer(x, 64, 256, "fc1")}, {}, "act1")->output();
+  h = g->addOp(Op::Relu, {layer(h, 256, 256, "fc2")}, {}, "act2")->output();
+  g->setOutputs({{"logits", layer(h, 256, 6, "head")}});
+  return g;
+}
+
+std::unique_ptr<Graph> cnn(const Round& round) {
+  auto g = std::make_unique<Graph>("cnn_policy");
+  Value* x = g->addInput("obs", {DType::F32, {Dim::batch(), 32, 6, 6}});
+  Tensor w(DType::F32, {64, 32, 3, 3}), b(DType::F32, {64});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = std::cos(0.29f * static_cast<float>(i)) * 0.07f;
+  for (int64_t i = 0; i < 64; ++i) b.data<float>()[i] = 0.02f * static_cast<float>(i % 5);
+  if (round) round("conv", w);
+  Value* c = g->addOp(Op::Conv, {x, g->addParam("conv.w", std::move(w)), g->addParam("conv.b", std::move(b))},
+                      {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, "conv")->output();
+  Value* f = g->addOp(Op::Flatten, {g->addOp(Op::Relu, {c}, {}, "act")->output()}, {{"axis", int64_t{1}}}, "flat")->output();
+  Tensor hw(DType::F32, {6, 64 * 36}), hb(DType::F32, {6});
+  for (int64_t i = 0; i < hw.numel(); ++i) hw.data<float>()[i] = std::sin(0.13f * static_cast<float>(i)) * 0.01f;
+  g->setOutputs({{"logits", g->addOp(Op::Linear, {f, g->addParam("head.w", std::move(hw)), g->addParam("head.b", std::move(hb))}, {}, "head")->output()}});
+  return g;
+}
+
+// The weights of the layers named in `narrowed` rounded as `precision` stores them.
+Round rounding(codegen::Precision precision, std::vector<std::string> narrowed) {
+  return [=](const std::string& layer, Tensor& w) {
+    if (std::find(narrowed.begin(), narrowed.end(), layer) == narrowed.end()) return;
+    float* d = w.data<float>();
+    if (precision == codegen::Precision::Int8Weights) {
+      int8Rows(d, w.shape()[0], w.numel() / w.shape()[0]);
+    } else {
+      for (int64_t i = 0; i < w.numel(); ++i) d[i] = bf16(d[i]);
+    }
+  };
+}
+
+// `graph` compiled by `backend` with `precision` (oneDNN off: every conv on the microkernels).
+runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::Precision precision, const std::string& tag,
+                        std::vector<std::string> keep = {}) {
+  driver::CompileRequest r;
+  r.backend = backend;
+  r.cpp.precision = precision;
+  r.cpp.keepFp32 = std::move(keep);
+  r.cpp.externKernels = false;
+  r.cpp.minChunkCost = 0;  // every thread split
+  r.jit = backend == codegen::Backend::Llvm;
+  r.output = (scratch() / fmt::format("{}_{}_{}.so", graph.name(), tag, codegen::backendName(backend))).string();
+  r.cpp.name = "m";
+  r.progress = false;
+  return driver::loadCompiled(driver::compileGraph(graph, r));
+}
+
+std::vector<std::string> narrowedLayers(const Graph& graph, codegen::Precision precision, std::vector<std::string> keep = {}) {
+  auto g = graph.clone();
+  passes::runPipeline(*g);
+  codegen::PlannedProgram planned = codegen::planGraph(*g);
+  codegen::CodegenOptions o;
+  o.precision = precision;
+  o.externKernels = false;
+  o.keepFp32 = std::move(keep);
+  std::vector<std::string> out;
+  for (const auto& [kernel, storage] : codegen::weightStorages(planned.program, planned.plan, o)) {
+    for (const codegen::Kernel& k : planned.program.kernels) {
+      if (k.name == kernel && storage != codegen::WeightStorage::F32) out.push_back(k.anchor->name());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("precision: the rule narrows the large layers and keeps the heads, --keep-fp32 keeps more", "[precision]") {
+  auto g = mlp(nullptr);
+  CHECK(narrowedLayers(*g, codegen::Precision::Fp32).empty());
+  // fc1 has 64 x 256 = 16384 weights (the rule's least), fc2 65536; head is a head.
+  CHECK(narrowedLayers(*g, codegen::Precision::Bf16Weights) == std::vector<std::string>{"fc1", "fc2"});
+  CHECK(narrowedLayers(*g, codegen::Precision::Int8Weights, {"fc1"}) == std::vector<std::string>{"fc2"});
+  CHECK(narrowedLayers(*cnn(nullptr), codegen::Precision::Bf16) == std::vector<std::string>{"conv"});
+  // A name that is no layer is one error listing the layers.
+  CHECK_THROWS_WITH(narrowedLayers(*g, codegen::Precision::Bf16Weights, {"fc9"}),
+                    Contains("--keep-fp32: 'fc9' names no linear or conv layer") && Contains("'fc2'"));
+}
+
+TEST_CASE("precision: both backends' microkernels on bf16 and int8 weights match the rounded model", "[precision]") {
+  for (codegen::Precision precision : {codegen::Precision::Bf16Weights, codegen::Precision::Bf16, codegen::Precision::Int8Weights}) {
+    for (bool conv : {false, true}) {
+      auto exact = conv ? cnn(nullptr) : mlp(nullptr);
+      const std::vector<std::string> narrowed = narrowedLayers(*exact, precision);
+      REQUIRE(!narrowed.empty());
+      auto rounded = conv ? cnn(rounding(precision, narrowed)) : mlp(rounding(precision, narrowed));
+      for (codegen::Backend backend : {codegen::Backend::Cpp, codegen::Backend::Llvm}) {
+        runtime::Model model = compiled(*exact, backend, precision, codegen::precisionName(precision));
+        CHECK(model.precision() == codegen::precisionName(precision));
+        // Batch 1 (one row), 5 (a quad and a row), 8 (two quads); 1 and 2 threads, bitwise equal.
+        for (int64_t batch : {1, 5, 8}) {
+          std::vector<Tensor> inputs = driver::randomInputs(*exact, batch, 3);
+          std::vector<Tensor> want = interpret(*rounded, inputs), original = interpret(*exact, inputs);
+          std::vector<Tensor> one = driver::runModel(model, inputs, 1), two = driver::runModel(model, inputs, 2);
+          driver::TensorCheck c = driver::compareTensors("logits", one[0], want[0], 1e-5, 1e-5);
+          driver::TensorCheck off = driver::compareTensors("logits", one[0], original[0], 1e-5, 1e-5);
+          INFO(codegen::precisionName(precision) << (conv ? " cnn " : " mlp ") << codegen::backendName(backend) << " batch "
+                                                 << batch << ": max abs " << c.maxAbs << " (against fp32 " << off.maxAbs << ")");
+          CHECK(c.pass);
+          CHECK(off.maxAbs > c.maxAbs);  // the narrowing is real: the fp32 model differs more
+          CHECK(std::memcmp(one[0].bytes(), two[0].bytes(), one[0].nbytes()) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("precision: check --precision reports agreement and the budget, fp32 models say fp32", "[precision]") {
+  auto g = mlp(nullptr);
+  debug::CheckOptions o;
+  o.compile.backend = codegen::Backend::Llvm;
+  o.compile.cpp.precision = codegen::Precision::Int8Weights;
+  o.compile.cpp.name = "m";
+  o.compile.progress = false;
+  std::vector<Tensor> inputs = driver::randomInputs(*g, 200, 5);
+  debug::CheckReport r = debug::checkModel(*g, inputs, o);
+  REQUIRE(r.accuracy.size() == 1);
+  CHECK(r.accuracy[0].agreement.has_value());
+  CHECK(r.accuracy[0].rows == 200);
+  CHECK(r.accuracy[0].meanAbs > 0);
+  CHECK(r.accuracy[0].meanAbs <= r.accuracy[0].budget);
+  CHECK(r.layers.size() == 3);
+  const std::string text = debug::formatCheckReport(r, o);
+  CHECK_THAT(text, Contains("precision int8-weights: 2 of 3 linear/conv layers narrowed") && Contains("argmax agreement") &&
+                       Contains("budget"));
+  // An impossible bar fails.
+  o.minAgreement = 1.01;
+  CHECK_FALSE(debug::checkModel(*g, inputs, o).pass);
+  o.perNode = true;
+  CHECK_THROWS_WITH(debug::checkModel(*g, inputs, o), Contains("--per-node"));
+  CHECK(compiled(*g, codegen::Backend::Llvm, codegen::Precision::Fp32, "fp32").precision() == "fp32");
+}
