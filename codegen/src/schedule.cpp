@@ -449,14 +449,25 @@ std::vector<bool> headLayers(const KernelProgram& p) {
   return head;
 }
 
+// The names --keep-fp32 knows a layer by: its kernel's, its anchor node's and the model file's
+// names of that node (ir::Node::provenance, what the file calls it: "/fc/Gemm").
+std::vector<std::string> layerNames(const Kernel& k) {
+  std::vector<std::string> names = {k.name, k.anchor->name()};
+  names.insert(names.end(), k.anchor->provenance().begin(), k.anchor->provenance().end());
+  return names;
+}
+
 // The storage of each kernel's packed weight under options `o` (F32 for kernels without one).
 void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::vector<KernelSchedule>& ks) {
-  std::set<std::string> keep(o.keepFp32.begin(), o.keepFp32.end());
+  const std::set<std::string> keep(o.keepFp32.begin(), o.keepFp32.end());
   std::set<std::string> named;
-  for (const Kernel& k : p.kernels) {
-    if (!packable(p, k)) continue;
-    for (const std::string& n : {k.name, k.anchor->name()}) {
-      if (keep.count(n)) named.insert(n);
+  std::vector<bool> kept(p.kernels.size(), false);
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    if (!packable(p, p.kernels[i])) continue;
+    for (const std::string& n : layerNames(p.kernels[i])) {
+      if (!keep.count(n)) continue;
+      named.insert(n);
+      kept[i] = true;
     }
   }
   if (named.size() < keep.size()) {
@@ -465,7 +476,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
       if (!named.count(n)) missing.push_back(fmt::format("'{}'", n));
     }
     for (const Kernel& k : p.kernels) {
-      if (packable(p, k)) layers.push_back(fmt::format("'{}'", k.anchor->name()));
+      if (packable(p, k)) layers.push_back(fmt::format("'{}'", k.anchor->provenance().empty() ? k.anchor->name() : k.anchor->provenance().front()));
     }
     fail("--keep-fp32: {} {} no linear or conv layer with packed weights (those: {})", fmt::join(missing, ", "),
          missing.size() == 1 ? "names" : "name", layers.empty() ? "none" : fmt::format("{}", fmt::join(layers, ", ")));
@@ -474,7 +485,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
   const std::vector<bool> head = headLayers(p);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
-    if (!packable(p, k) || ks[i].rawWeight || head[i] || keep.count(k.name) || keep.count(k.anchor->name())) continue;
+    if (!packable(p, k) || ks[i].rawWeight || head[i] || kept[i]) continue;
     const ir::Node& w = *p.buffer(k.anchorInputs[1]).value->producer();
     if (w.isUpdatable() || packedN(p, k) * packedK(p, k) < kMinReducedWeights) continue;
     if (o.precision == Precision::Int8Weights) {
@@ -792,26 +803,30 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     }
   }
   // Weights [N,K] packed into panels of kPanel columns: panel j holds W[j*16 + c, k] at [k][c],
-  // so the microkernel streams one panel contiguously (zero padding past N).
+  // so the microkernel streams one panel contiguously (zero padding past N). A kernel that only
+  // oneDNN runs reads the raw weight: it gets no panels (only the padded bias its epilogue reads).
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const Kernel& k = p.kernels[ki];
     if (!packable(p, k)) continue;
-    std::vector<float> packed = packWeightPanels(p, k);
     KernelSchedule& ks = s.kernels[ki];
-    if (ks.weightStorage == WeightStorage::Bf16) {
+    const bool generated = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !isExtern(i); });
+    const std::vector<float> packed = generated ? packWeightPanels(p, k) : std::vector<float>{};
+    if (generated && ks.weightStorage == WeightStorage::Bf16) {
       const std::vector<uint16_t> narrow = toBf16(packed);
       ks.packedWeight = append(narrow.data(), narrow.size() * sizeof(uint16_t));
-    } else if (ks.weightStorage == WeightStorage::Int8) {
+    } else if (generated && ks.weightStorage == WeightStorage::Int8) {
       std::vector<float> scales;
       const std::vector<int8_t> narrow = toInt8(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k), scales);
       ks.packedWeight = append(narrow.data(), narrow.size());
       ks.packedScale = append(scales.data(), scales.size() * sizeof(float));
-    } else {
+    } else if (generated) {
       ks.packedWeight = append(packed.data(), packed.size() * sizeof(float));
     }
     std::vector<float> bias = packBiasPanels(p, k);
     s.kernels[ki].packedBias = append(bias.data(), bias.size() * sizeof(float));
-    if (std::vector<int64_t> w = packedWeightSource(p, k); !w.empty()) regions.push_back({s.kernels[ki].packedWeight, std::move(w)});
+    if (std::vector<int64_t> w = generated ? packedWeightSource(p, k) : std::vector<int64_t>{}; !w.empty()) {
+      regions.push_back({s.kernels[ki].packedWeight, std::move(w)});
+    }
     if (std::vector<int64_t> b = packedBiasSource(p, k); !b.empty()) regions.push_back({s.kernels[ki].packedBias, std::move(b)});
   }
   if (!p.weights.empty()) layoutWeightUpdates(s, p.weights, regions, append);
@@ -828,7 +843,7 @@ std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelPr
   const Schedule s = scheduleProgram(p, plan, scheduleOptions(options));
   std::vector<std::pair<std::string, WeightStorage>> out;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
-    if (s.kernels[i].packedWeight >= 0) out.emplace_back(p.kernels[i].name, s.kernels[i].weightStorage);
+    if (packable(p, p.kernels[i])) out.emplace_back(p.kernels[i].name, s.kernels[i].weightStorage);
   }
   return out;
 }

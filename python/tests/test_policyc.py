@@ -234,6 +234,38 @@ class PolicyTest(unittest.TestCase):
             self.policy.threads = 1
 
 
+class PrecisionTest(unittest.TestCase):
+    """precision= and keep_fp32= (docs/precision.md) on the Atari CNN, whose 3136 x 512 layer is narrowed."""
+
+    ATARI = os.path.join(ROOT, "examples", "models", "atari_cnn.onnx")
+
+    def test_narrower_weights_a_smaller_object_and_close_outputs(self):
+        obs = np.random.default_rng(1).random((8, 4, 84, 84)).astype(np.float32)
+        fp32 = policyc.compile(self.ATARI)
+        self.assertEqual(fp32.precision, "fp32")
+        want = fp32(obs)
+        sizes = {"fp32": os.path.getsize(fp32.path)}
+        for precision in ("bf16-weights", "int8-weights"):
+            p = policyc.compile(self.ATARI, precision=precision, backend="cpp")
+            self.assertEqual(p.precision, precision)
+            self.assertEqual(policyc.load(p.path).precision, precision)
+            sizes[precision] = os.path.getsize(p.path)
+            for g, w in zip(p(obs), want):
+                self.assertFalse(np.array_equal(g, w))  # the weights really are narrower
+                np.testing.assert_allclose(g, w, rtol=0, atol=0.05 * float(np.sqrt(np.mean(w * w))) + 1e-6)
+        self.assertLess(sizes["bf16-weights"], 0.6 * sizes["fp32"])
+        self.assertLess(sizes["int8-weights"], 0.65 * sizes["bf16-weights"])
+        # Every layer kept: the fp32 results exactly.
+        kept = policyc.compile(self.ATARI, precision="bf16-weights", keep_fp32=["/fc/Gemm"])
+        np.testing.assert_array_equal(kept(obs)[0], want[0])
+
+    def test_bad_precisions_and_layer_names(self):
+        with self.assertRaisesRegex(ValueError, "unknown precision 'fp8'"):
+            policyc.compile(self.ATARI, precision="fp8")
+        with self.assertRaisesRegex(RuntimeError, "--keep-fp32: 'no_such_layer' names no linear or conv layer"):
+            policyc.compile(self.ATARI, precision="int8-weights", keep_fp32=["no_such_layer"])
+
+
 class ShippingTest(unittest.TestCase):
     """A compiled policy as bytes: pickle, to_bytes / load_bytes, and what a receiver checks."""
 
