@@ -580,9 +580,10 @@ int runBench(const BenchOptions& o, const BenchCompile& compile) {
 
   const std::string backend =
       compiled ? std::string() : fmt::format("backend {}{}, ", codegen::backendName(o.backend), o.fuse ? "" : " without fusion");
-  fmt::print("{} ({}), {}target {}{}; microseconds per call, {} warm-up calls, then >= {} calls and >= {} s per row\n",
-             model.name(), so, backend, model.target(), o.profile ? ", profiled (timers around every kernel)" : "", o.warmup,
-             o.minCalls, o.minSeconds);
+  fmt::print("{} ({}), {}target {}{}{}; microseconds per call, {} warm-up calls, then >= {} calls and >= {} s per row\n",
+             model.name(), so, backend, model.target(),
+             model.precision() == "fp32" ? "" : fmt::format(", precision {}", model.precision()),
+             o.profile ? ", profiled (timers around every kernel)" : "", o.warmup, o.minCalls, o.minSeconds);
   fmt::print("{:>6} {:>7} {:>10} {:>10} {:>10} {:>9} {:>12} {:>8}\n", "batch", "threads", "median", "p10", "p90", "calls",
              "samples/s", "GFLOP/s");
   std::vector<Timing> rows;
