@@ -453,6 +453,7 @@ struct CheckCliOptions {
   uint64_t seed = 0;
   double rtol = 1e-4, atol = 1e-4;
   double minAgreement = 0.995;
+  std::vector<std::string> discrete;
   int threads = 1;
   bool perNode = false;
   TargetFlags target;
@@ -474,6 +475,7 @@ int runCheck(const CheckCliOptions& o) {
   c.threads = o.threads;
   c.perNode = o.perNode;
   c.minAgreement = o.minAgreement;
+  if (!o.discrete.empty()) c.discrete = o.discrete;
   c.compile.modelPath = o.model;
   o.backend.applyTo(c.compile);
   c.compile.pipeline = o.pipeline.options();
@@ -717,6 +719,10 @@ int main(int argc, char** argv) {
   checkCmd->add_option("--debug-dir", check.debugDir, "write every stage of the compile here");
   check.pipeline.addTo(checkCmd);
   check.impl.addTo(checkCmd);
+  checkCmd->add_option("--discrete", check.discrete,
+                       "with --precision: the outputs that are discrete heads (argmax agreement), comma-separated; default: "
+                       "softmax outputs and outputs named like logits, probs, logp or q_values")
+      ->delimiter(',');
   checkCmd->add_option("--min-agreement", check.minAgreement,
                        "with --precision: the fraction of a discrete head's rows whose argmax must agree (default 0.995)")
       ->check(CLI::Range(0.0, 1.0));

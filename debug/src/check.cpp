@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -47,7 +49,7 @@ double rmse(const ir::Tensor& a, const ir::Tensor& b) {
 
 // One float output under reduced precision against the fp32 reference (CheckOptions::minAgreement).
 OutputAccuracy accuracyOf(const std::string& name, const ir::Tensor& got, const ir::Tensor& want, double budgetFraction,
-                          double minAgreement) {
+                          double minAgreement, bool discrete) {
   OutputAccuracy a;
   a.name = name;
   a.type = fmt::format("{}[{}]", ir::dtypeName(want.dtype()), fmt::join(want.shape(), ","));
@@ -69,7 +71,7 @@ OutputAccuracy accuracyOf(const std::string& name, const ir::Tensor& got, const 
   a.budget = budgetFraction * a.refRms + 1e-6;
   a.pass = !std::isnan(a.meanAbs) && a.meanAbs <= a.budget;
   const int64_t width = want.shape().size() >= 2 ? want.shape().back() : 0;
-  if (width >= 2) {
+  if (discrete && width >= 2) {
     a.rows = want.numel() / width;
     int64_t same = 0;
     for (int64_t r = 0; r < a.rows; ++r) {
@@ -164,6 +166,23 @@ std::pair<std::string, std::string> crashProbe(const runtime::Model& model, cons
 
 }  // namespace
 
+bool isDiscreteHead(const ir::Graph& graph, const std::string& name) {
+  for (const auto& [n, v] : graph.outputs()) {
+    if (n != name) continue;
+    const ir::Shape& shape = v->type().shape;
+    if (!ir::isFloat(v->type().dtype) || shape.size() < 2 || !shape.back().isStatic() || shape.back().value() < 2) return false;
+    const ir::Node* producer = v->producer();
+    if (producer->isOp(ir::Op::Softmax) || producer->isOp(ir::Op::LogSoftmax)) return true;
+    std::string lower;
+    for (char c : n) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (const char* word : {"logit", "prob", "logp", "q_value", "qvalue"}) {
+      if (lower.find(word) != std::string::npos) return true;
+    }
+    return lower == "q" || lower == "qs" || lower == "q_values";
+  }
+  return false;
+}
+
 double precisionBudgetFraction(codegen::Precision precision) {
   return precision == codegen::Precision::Int8Weights ? 0.10 : 0.05;
 }
@@ -171,6 +190,14 @@ double precisionBudgetFraction(codegen::Precision precision) {
 CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& inputs, const CheckOptions& options) {
   CheckReport report;
   const bool reduced = options.compile.cpp.precision != codegen::Precision::Fp32;
+  const std::vector<std::pair<std::string, ir::Value*>> graphOutputs = graph.outputs();
+  for (const std::string& name : options.discrete.value_or(std::vector<std::string>{})) {
+    if (std::none_of(graphOutputs.begin(), graphOutputs.end(), [&](const auto& o) { return o.first == name; })) {
+      std::vector<std::string> names;
+      for (const auto& o : graphOutputs) names.push_back(fmt::format("'{}'", o.first));
+      fail("--discrete: the model has no output '{}' (its outputs: {})", name, fmt::join(names, ", "));
+    }
+  }
   if (reduced && options.perNode) {
     fail("--per-node compares every node within rtol/atol, which reduced precision does not keep; check --precision "
          "reports the outputs' accuracy against its budget (docs/precision.md)");
@@ -264,7 +291,9 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
         a.pass = c.pass;
         report.accuracy.push_back(a);
       } else {
-        report.accuracy.push_back(accuracyOf(outs[o].first, got[o], want[o], fraction, options.minAgreement));
+        const bool discrete = options.discrete ? std::count(options.discrete->begin(), options.discrete->end(), outs[o].first) > 0
+                                               : isDiscreteHead(graph, outs[o].first);
+        report.accuracy.push_back(accuracyOf(outs[o].first, got[o], want[o], fraction, options.minAgreement, discrete));
       }
       report.pass = report.pass && report.accuracy.back().pass;
     }

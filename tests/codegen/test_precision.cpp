@@ -201,6 +201,15 @@ TEST_CASE("precision: check --precision reports agreement and the budget, fp32 m
   // An impossible bar fails.
   o.minAgreement = 1.01;
   CHECK_FALSE(debug::checkModel(*g, inputs, o).pass);
+  // Which outputs are discrete heads: by name (logits) unless --discrete says otherwise.
+  CHECK(debug::isDiscreteHead(*g, "logits"));
+  o.minAgreement = 0.995;
+  o.discrete = std::vector<std::string>{};
+  debug::CheckReport continuous = debug::checkModel(*g, inputs, o);
+  CHECK_FALSE(continuous.accuracy[0].agreement.has_value());
+  o.discrete = std::vector<std::string>{"action"};
+  CHECK_THROWS_WITH(debug::checkModel(*g, inputs, o), Contains("--discrete: the model has no output 'action'") && Contains("'logits'"));
+  o.discrete.reset();
   o.perNode = true;
   CHECK_THROWS_WITH(debug::checkModel(*g, inputs, o), Contains("--per-node"));
   CHECK(compiled(*g, codegen::Backend::Llvm, codegen::Precision::Fp32, "fp32").precision() == "fp32");

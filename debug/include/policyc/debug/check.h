@@ -30,6 +30,8 @@ struct CheckOptions {
   // discrete head (a float output whose last dim is at least 2), the argmax of at least
   // minAgreement of its rows the same as the reference's.
   double minAgreement = 0.995;
+  // The discrete heads (outputs whose argmax is the action); unset: isDiscreteHead decides.
+  std::optional<std::vector<std::string>> discrete;
   driver::CompileRequest compile;  // backend, passes, target, debug directory; output is chosen here
 };
 
@@ -48,10 +50,16 @@ struct OutputAccuracy {
   double meanAbs = 0, maxAbs = 0;  // |compiled - fp32 interpreter| over every element
   double refRms = 0;               // the fp32 reference's root mean square
   double budget = 0;               // the largest mean |difference| that passes
-  std::optional<double> agreement;  // a discrete head: the fraction of rows whose argmax agrees
+  std::optional<double> agreement;  // a discrete head (CheckOptions::discrete): the fraction of rows whose argmax agrees
   int64_t rows = 0;                 // rows the agreement is over
   bool pass = true;
 };
+// Whether output `name` of `graph` looks like a discrete head: a float output whose last dim is
+// at least 2 and that a softmax or log-softmax computes, or whose name says logits,
+// probabilities, log-probabilities or Q-values (logit, prob, logp, q_value, qvalue, or "q").
+// A Gaussian's mean, a continuous action or RLlib's action_dist_inputs are not (--discrete names
+// them where they are).
+bool isDiscreteHead(const ir::Graph& graph, const std::string& name);
 // The precision budget's mean |difference| as a fraction of the reference's RMS.
 double precisionBudgetFraction(codegen::Precision precision);
 
