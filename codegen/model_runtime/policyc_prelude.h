@@ -175,54 +175,95 @@ PC_INLINE void storev(float* p, V v) { std::memcpy(p, &v, sizeof v); }
 PC_INLINE f32x8 splatv(f32x8, float x) { return splat8(x); }
 PC_INLINE f32x16 splatv(f32x16, float x) { return splat16(x); }
 
-// A packed weight row's lanes as f32 (--precision, docs/precision.md): f32 as stored; bf16 the
-// upper half of an f32 (widened by a shift); int8 converted and multiplied by its columns' scales
-// (`scale`: one f32 per column). Activations and accumulators stay f32 throughout.
-typedef uint16_t u16x8 __attribute__((vector_size(16)));
-typedef uint32_t u32x8 __attribute__((vector_size(32)));
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
+// Columns [8*half, 8*half + 8) of a packed weight panel row (`row`: 16 values; with f32x16, all
+// 16, half 0) as f32 (--precision, docs/precision.md): f32 as stored; int8 converted (the columns'
+// scales, `scale`, are applied once at the end: accEnd); bf16 stored in pairs, the
+// 32-bit lane i holding column i in its low half and column i + 8 in its high half, so that one
+// 256-bit load and a shift (columns 0-7) or a mask (8-15) give the f32 values, two instructions
+// for 16 weights where widening each half would take four. Activations and accumulators stay f32.
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
 typedef int8_t i8x8 __attribute__((vector_size(8)));
 typedef int8_t i8x16 __attribute__((vector_size(16)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
 template <class V>
-PC_INLINE V loadw(const float* p, const float*) { return loadv<V>(p); }
+PC_INLINE V loadw(const float* row, int half, const float*) { return loadv<V>(row + 8 * half); }
 template <class V>
-PC_INLINE V loadw(const uint16_t* p, const float*) {
-  using H = std::conditional_t<sizeof(V) == 32, u16x8, u16x16>;
-  using U = std::conditional_t<sizeof(V) == 32, u32x8, u32x16>;
-  H h;
-  std::memcpy(&h, p, sizeof h);
-  const U wide = __builtin_convertvector(h, U) << 16;
-  V v;
-  std::memcpy(&v, &wide, sizeof v);
-  return v;
+PC_INLINE V loadw(const uint16_t* row, int half, const float*) {
+  u32x8 pairs;
+  std::memcpy(&pairs, row, sizeof pairs);
+  const u32x8 lo = pairs << 16, hi = pairs & 0xffff0000u;
+  if constexpr (sizeof(V) == 32) {
+    V v;
+    std::memcpy(&v, half == 0 ? &lo : &hi, sizeof v);
+    return v;
+  } else {
+    const u32x16 both = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    V v;
+    std::memcpy(&v, &both, sizeof v);
+    return v;
+  }
 }
 template <class V>
-PC_INLINE V loadw(const int8_t* p, const float* scale) {
+PC_INLINE V loadw(const int8_t* row, int half, const float*) {
+  // One sign extension from memory to 8 or 16 lanes (vpmovsxbd): GCC 12 turns
+  // __builtin_convertvector from an 8- or 16-byte vector into scalar code (10x slower).
+  typedef char c8x16 __attribute__((vector_size(16)));
+  typedef int64_t i64x2 __attribute__((vector_size(16)));
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64) {
+    c8x16 b;
+    std::memcpy(&b, row, sizeof b);
+    return __builtin_convertvector((i32x16)__builtin_ia32_pmovsxbd512_mask(b, i32x16{}, static_cast<unsigned short>(0xffff)), V);
+  }
+#endif
+  int64_t eight;
+  std::memcpy(&eight, row + 8 * half, sizeof eight);
+  const c8x16 b = (c8x16)(i64x2{eight, 0});
+#if defined(__AVX2__)
+  if constexpr (sizeof(V) == 32) return __builtin_convertvector((i32x8)__builtin_ia32_pmovsxbd256(b), V);
+#endif
   using B = std::conditional_t<sizeof(V) == 32, i8x8, i8x16>;
-  B b;
-  std::memcpy(&b, p, sizeof b);
-  return __builtin_convertvector(b, V) * loadv<V>(scale);
+  B narrow;
+  std::memcpy(&narrow, sizeof(V) == 32 ? static_cast<const void*>(&b) : static_cast<const void*>(row), sizeof narrow);
+  return __builtin_convertvector(narrow, V);
+}
+
+// Where a microkernel's accumulators start and how they end: f32 and bf16 weights from the bias,
+// as they are; int8 ones from zero, then times the columns' scales plus the bias once at the end
+// (sum_k x_k q_kc s_c = s_c sum_k x_k q_kc), so that the loop converts each weight and
+// multiplies nothing more (atari_cnn's 3136x512 layer at batch 1: 96 -> 65 us).
+template <class WT>
+constexpr bool kScaledAtEnd = std::is_same_v<WT, int8_t>;
+template <class V, class WT>
+PC_INLINE V accStart(const float* bias) {
+  if constexpr (kScaledAtEnd<WT>) return V{};
+  else return loadv<V>(bias);
+}
+template <class V, class WT>
+PC_INLINE V accEnd(V acc, const float* bias, const float* scale) {
+  if constexpr (kScaledAtEnd<WT>) return acc * loadv<V>(scale) + loadv<V>(bias);
+  else return acc;
 }
 
 // Four rows times two vectors of columns, eight independent accumulators: out[t][0, W) from the
-// weight rows at wa, out[t][W, 2W) from those at wb (W = V's lanes; weight rows 16 values apart,
-// i.e. panel rows; sa and sb their columns' int8 scales), each column starting from its bias.
+// panel rows at wa (their half ha, loadw), out[t][W, 2W) from those at wb (half hb; W = V's
+// lanes; sa and sb the panels' int8 scales), each column starting from its bias.
 // Row t's element k is x_t[at(k)]; every output sums over k in order. Serves as the AVX2 4x16
 // (one panel as two halves) and the AVX-512 4x32 (two panels) kernel.
 template <class V, class At, class WT>
 PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
-                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT wa,
-                            const WT* PC_RESTRICT wb, const float* PC_RESTRICT bias, float* PC_RESTRICT out,
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* wa, int ha,
+                            const WT* wb, int hb, const float* PC_RESTRICT bias, float* PC_RESTRICT out,
                             const float* PC_RESTRICT sa, const float* PC_RESTRICT sb) {
   constexpr int W = sizeof(V) / sizeof(float);
-  const V ba = loadv<V>(bias), bb = loadv<V>(bias + W);
+  const V ba = accStart<V, WT>(bias), bb = accStart<V, WT>(bias + W);
   V a0 = ba, a1 = bb, b0 = ba, b1 = bb, c0 = ba, c1 = bb, d0 = ba, d1 = bb;
   // Unrolled, as LLVM unrolls the same loop: measured 1.35x faster (a 256x256 linear layer at
   // batch 64, 101 -> 75 us), the loop's own bookkeeping no longer between the FMAs.
 #pragma GCC unroll 4
   for (int64_t k = 0; k < K; ++k) {
-    const V wka = loadw<V>(wa + k * 16, sa), wkb = loadw<V>(wb + k * 16, sb);
+    const V wka = loadw<V>(wa + k * 16, ha, sa), wkb = loadw<V>(wb + k * 16, hb, sb);
     const int64_t o = at(k);
     V v = splatv(V{}, x0[o]);
     a0 += v * wka;
@@ -237,14 +278,16 @@ PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const
     d0 += v * wka;
     d1 += v * wkb;
   }
-  storev(out, a0);
-  storev(out + W, a1);
-  storev(out + 2 * W, b0);
-  storev(out + 3 * W, b1);
-  storev(out + 4 * W, c0);
-  storev(out + 5 * W, c1);
-  storev(out + 6 * W, d0);
-  storev(out + 7 * W, d1);
+  const float* PC_RESTRICT ta = sa ? sa + 8 * ha : nullptr;
+  const float* PC_RESTRICT tb = sb ? sb + 8 * hb : nullptr;
+  storev(out, accEnd<V, WT>(a0, bias, ta));
+  storev(out + W, accEnd<V, WT>(a1, bias + W, tb));
+  storev(out + 2 * W, accEnd<V, WT>(b0, bias, ta));
+  storev(out + 3 * W, accEnd<V, WT>(b1, bias + W, tb));
+  storev(out + 4 * W, accEnd<V, WT>(c0, bias, ta));
+  storev(out + 5 * W, accEnd<V, WT>(c1, bias + W, tb));
+  storev(out + 6 * W, accEnd<V, WT>(d0, bias, ta));
+  storev(out + 7 * W, accEnd<V, WT>(d1, bias + W, tb));
 }
 
 // The weight pointer of the microkernels below is float, uint16_t (bf16) or int8_t (with
@@ -254,17 +297,17 @@ PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const
 template <class WT>
 PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
                          float* PC_RESTRICT out, const float* PC_RESTRICT scale = nullptr) {
-  f32x16 a = load16(bias), b = {}, c = {}, d = {};
+  f32x16 a = accStart<f32x16, WT>(bias), b = {}, c = {}, d = {};
   int64_t k = 0;
   for (; k + 4 <= K; k += 4) {
     const WT* p = w + k * 16;
-    a += splat16(x[k]) * loadw<f32x16>(p, scale);
-    b += splat16(x[k + 1]) * loadw<f32x16>(p + 16, scale);
-    c += splat16(x[k + 2]) * loadw<f32x16>(p + 32, scale);
-    d += splat16(x[k + 3]) * loadw<f32x16>(p + 48, scale);
+    a += splat16(x[k]) * loadw<f32x16>(p, 0, scale);
+    b += splat16(x[k + 1]) * loadw<f32x16>(p + 16, 0, scale);
+    c += splat16(x[k + 2]) * loadw<f32x16>(p + 32, 0, scale);
+    d += splat16(x[k + 3]) * loadw<f32x16>(p + 48, 0, scale);
   }
-  for (; k < K; ++k) a += splat16(x[k]) * loadw<f32x16>(w + k * 16, scale);
-  store16(out, (a + b) + (c + d));
+  for (; k < K; ++k) a += splat16(x[k]) * loadw<f32x16>(w + k * 16, 0, scale);
+  store16(out, accEnd<f32x16, WT>((a + b) + (c + d), bias, scale));
 }
 
 // Four rows share every weight load; row t's element k is x_t[at(k)].
@@ -272,20 +315,20 @@ template <class At, class WT>
 PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT w,
                             const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale) {
-  f32x16 a = load16(bias), b = a, c = a, d = a;
+  f32x16 a = accStart<f32x16, WT>(bias), b = a, c = a, d = a;
 #pragma GCC unroll 4  // as gemm_4x2v_by
   for (int64_t k = 0; k < K; ++k) {
-    const f32x16 wk = loadw<f32x16>(w + k * 16, scale);
+    const f32x16 wk = loadw<f32x16>(w + k * 16, 0, scale);
     const int64_t o = at(k);
     a += splat16(x0[o]) * wk;
     b += splat16(x1[o]) * wk;
     c += splat16(x2[o]) * wk;
     d += splat16(x3[o]) * wk;
   }
-  store16(out[0], a);
-  store16(out[1], b);
-  store16(out[2], c);
-  store16(out[3], d);
+  store16(out[0], accEnd<f32x16, WT>(a, bias, scale));
+  store16(out[1], accEnd<f32x16, WT>(b, bias, scale));
+  store16(out[2], accEnd<f32x16, WT>(c, bias, scale));
+  store16(out[3], accEnd<f32x16, WT>(d, bias, scale));
 }
 
 // Four rows times two panels (32 columns): eight accumulators, enough to keep both 512-bit FMA
@@ -296,7 +339,7 @@ PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT wa,
                             const WT* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
                             const float* PC_RESTRICT scale) {
-  gemm_4x2v_by<f32x16>(K, at, x0, x1, x2, x3, wa, wb, bias, out[0], scale, scale ? scale + 16 : nullptr);
+  gemm_4x2v_by<f32x16>(K, at, x0, x1, x2, x3, wa, 0, wb, 0, bias, out[0], scale, scale ? scale + 16 : nullptr);
 }
 
 #else
@@ -304,26 +347,25 @@ PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const
 template <class WT>
 PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
                          float* PC_RESTRICT out, const float* PC_RESTRICT scale = nullptr) {
-  const float* PC_RESTRICT s1 = scale ? scale + 8 : nullptr;
-  f32x8 a0 = load8(bias), a1 = load8(bias + 8), b0 = {}, b1 = {}, c0 = {}, c1 = {}, d0 = {}, d1 = {};
+  f32x8 a0 = accStart<f32x8, WT>(bias), a1 = accStart<f32x8, WT>(bias + 8), b0 = {}, b1 = {}, c0 = {}, c1 = {}, d0 = {}, d1 = {};
   int64_t k = 0;
   for (; k + 4 <= K; k += 4) {
     const WT* p = w + k * 16;
-    a0 += splat8(x[k]) * loadw<f32x8>(p, scale);
-    a1 += splat8(x[k]) * loadw<f32x8>(p + 8, s1);
-    b0 += splat8(x[k + 1]) * loadw<f32x8>(p + 16, scale);
-    b1 += splat8(x[k + 1]) * loadw<f32x8>(p + 24, s1);
-    c0 += splat8(x[k + 2]) * loadw<f32x8>(p + 32, scale);
-    c1 += splat8(x[k + 2]) * loadw<f32x8>(p + 40, s1);
-    d0 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, scale);
-    d1 += splat8(x[k + 3]) * loadw<f32x8>(p + 56, s1);
+    a0 += splat8(x[k]) * loadw<f32x8>(p, 0, scale);
+    a1 += splat8(x[k]) * loadw<f32x8>(p, 1, scale);
+    b0 += splat8(x[k + 1]) * loadw<f32x8>(p + 16, 0, scale);
+    b1 += splat8(x[k + 1]) * loadw<f32x8>(p + 16, 1, scale);
+    c0 += splat8(x[k + 2]) * loadw<f32x8>(p + 32, 0, scale);
+    c1 += splat8(x[k + 2]) * loadw<f32x8>(p + 32, 1, scale);
+    d0 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, 0, scale);
+    d1 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, 1, scale);
   }
   for (; k < K; ++k) {
-    a0 += splat8(x[k]) * loadw<f32x8>(w + k * 16, scale);
-    a1 += splat8(x[k]) * loadw<f32x8>(w + k * 16 + 8, s1);
+    a0 += splat8(x[k]) * loadw<f32x8>(w + k * 16, 0, scale);
+    a1 += splat8(x[k]) * loadw<f32x8>(w + k * 16, 1, scale);
   }
-  store8(out, (a0 + b0) + (c0 + d0));
-  store8(out + 8, (a1 + b1) + (c1 + d1));
+  store8(out, accEnd<f32x8, WT>((a0 + b0) + (c0 + d0), bias, scale));
+  store8(out + 8, accEnd<f32x8, WT>((a1 + b1) + (c1 + d1), bias + 8, scale ? scale + 8 : nullptr));
 }
 
 // One panel as two 8-float halves.
@@ -331,7 +373,7 @@ template <class At, class WT>
 PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT w,
                             const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale) {
-  gemm_4x2v_by<f32x8>(K, at, x0, x1, x2, x3, w, w + 8, bias, out[0], scale, scale ? scale + 8 : nullptr);
+  gemm_4x2v_by<f32x8>(K, at, x0, x1, x2, x3, w, 0, w, 1, bias, out[0], scale, scale);
 }
 
 // Sixteen 8-float registers of accumulators would not fit beside the weights: one panel at a time.
@@ -605,7 +647,6 @@ PC_INLINE float maxSel(float v, float r) {
 // floats without -ffinite-math-only. Exactly the reference's value: NaN (the quiet one) when a
 // value is NaN, and for a zero maximum the first zero (its sign), found by a scalar pass then.
 template <class F> PC_INLINE float maxOf(int64_t n, F f) {
-  typedef int32_t i32x16 __attribute__((vector_size(64)));
   f32x16 m = splat16(-inf<float>());
   i32x16 nanLanes = {};
   int64_t i = 0;

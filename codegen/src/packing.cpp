@@ -62,14 +62,18 @@ std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k) {
 }
 
 std::vector<uint16_t> toBf16(const std::vector<float>& packed) {
-  std::vector<uint16_t> out(packed.size());
-  for (size_t i = 0; i < packed.size(); ++i) {
+  auto round = [](float v) {
     uint32_t bits;
-    std::memcpy(&bits, &packed[i], sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) {
-      out[i] = static_cast<uint16_t>((bits >> 16) | 0x40u);  // a quiet NaN, whatever its payload
-    } else {
-      out[i] = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);  // to nearest even
+    std::memcpy(&bits, &v, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // a quiet NaN, whatever its payload
+    return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);                   // to nearest even
+  };
+  // Each 16-value panel row as pairs: the 32-bit lane c holds column c (low half) and c + 8.
+  std::vector<uint16_t> out(packed.size());
+  for (size_t row = 0; row + kPanel <= packed.size(); row += kPanel) {
+    for (size_t c = 0; c < kPanel / 2; ++c) {
+      out[row + 2 * c] = round(packed[row + c]);
+      out[row + 2 * c + 1] = round(packed[row + c + kPanel / 2]);
     }
   }
   return out;

@@ -22,7 +22,8 @@ bool packable(const KernelProgram& p, const Kernel& k);
 // one panel contiguously (zeros past N).
 std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k);
 // Packed panels narrowed (--precision): bf16 rounds each value to nearest even (a NaN stays a
-// NaN); int8 takes one scale per column (per output channel), max |w| / 127, and rounds w / scale
+// NaN) and stores each panel row's 16 values as 8 pairs, column c and column c + 8 in one 32-bit
+// lane (low and high half: a shift or a mask makes either an f32; pc::loadw); int8 takes one scale per column (per output channel), max |w| / 127, and rounds w / scale
 // to nearest. `scales` gets panels * 16 floats (0 for a zero or padding column).
 std::vector<uint16_t> toBf16(const std::vector<float>& packed);
 std::vector<int8_t> toInt8(const std::vector<float>& packed, int64_t panelCount, int64_t kk, std::vector<float>& scales);

@@ -210,23 +210,34 @@ Emitter::PanelRef Emitter::panelAt(size_t index, Value* j, int64_t K, const std:
   return r;
 }
 
-Value* Emitter::loadPanelRow(const PanelRef& ref, Value* at, Value* scales) {
+Value* Emitter::loadPanelRow(const PanelRef& ref, Value* at) {
   llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
   switch (ref.storage) {
     case WeightStorage::F32: return b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, ref.w, at), llvm::Align(4), "w");
     case WeightStorage::Bf16: {
-      llvm::Type* h = llvm::FixedVectorType::get(b_.getInt16Ty(), kLanes);
-      llvm::Type* u = llvm::FixedVectorType::get(i32_, kLanes);
-      Value* bits = b_.CreateAlignedLoad(h, b_.CreateInBoundsGEP(b_.getInt16Ty(), ref.w, at), llvm::Align(2), "wbf16");
-      return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, u), 16), vt, "w");
+      // Pairs (packing.h): lane c of the 8 x i32 holds column c low and column c + 8 high.
+      llvm::Type* pairs = llvm::FixedVectorType::get(i32_, kLanes / 2);
+      llvm::Type* half = llvm::FixedVectorType::get(f32_, kLanes / 2);
+      Value* bits = b_.CreateAlignedLoad(pairs, b_.CreateInBoundsGEP(b_.getInt16Ty(), ref.w, at), llvm::Align(2), "wbf16");
+      Value* lo = b_.CreateBitCast(b_.CreateShl(bits, 16), half);
+      Value* hi = b_.CreateBitCast(b_.CreateAnd(bits, llvm::ConstantInt::get(pairs, 0xffff0000u)), half);
+      std::vector<int> order(kLanes);
+      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+      return b_.CreateShuffleVector(lo, hi, order, "w");
     }
     case WeightStorage::Int8: {
+      // The scales are applied once, when the tile ends (scaledEnd), not per weight.
       llvm::Type* q = llvm::FixedVectorType::get(i8_, kLanes);
       Value* bits = b_.CreateAlignedLoad(q, b_.CreateInBoundsGEP(i8_, ref.w, at), llvm::Align(1), "wint8");
-      return b_.CreateFMul(b_.CreateSIToFP(bits, vt), scales, "w");
+      return b_.CreateSIToFP(bits, vt, "w");
     }
   }
   return nullptr;
+}
+
+Value* Emitter::scaledEnd(Value* acc, Value* scales, Value* bias) {
+  if (!scales) return acc;
+  return b_.CreateFAdd(b_.CreateFMul(acc, scales), bias, acc->getName());
 }
 
 std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets) {
@@ -234,13 +245,14 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
   if (rows.size() == 1 && panels == 1 && !offsets) return {{gemmRow(rows[0], K, w, bias, node)}};
   std::vector<std::vector<llvm::AllocaInst*>> acc(rows.size(), std::vector<llvm::AllocaInst*>(static_cast<size_t>(panels)));
   llvm::Instruction* since = mark();
-  std::vector<Value*> scales(static_cast<size_t>(panels), nullptr);
+  std::vector<Value*> scales(static_cast<size_t>(panels), nullptr), biases;
   for (int p = 0; p < panels; ++p) {
     Value* bv = b_.CreateAlignedLoad(vt, b_.CreateConstInBoundsGEP1_64(f32_, bias, static_cast<uint64_t>(p) * kLanes), llvm::Align(4), "bias");
     if (w.scale) scales[static_cast<size_t>(p)] = b_.CreateAlignedLoad(vt, b_.CreateConstInBoundsGEP1_64(f32_, w.scale, static_cast<uint64_t>(p) * kLanes), llvm::Align(4), "scales");
+    biases.push_back(bv);
     for (size_t t = 0; t < rows.size(); ++t) {
       acc[t][static_cast<size_t>(p)] = local(vt, fmt::format("acc{}{}", t, p));
-      b_.CreateStore(bv, acc[t][static_cast<size_t>(p)]);
+      b_.CreateStore(w.scale ? llvm::Constant::getNullValue(vt) : bv, acc[t][static_cast<size_t>(p)]);
     }
   }
   tag(since, node);
@@ -249,7 +261,7 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
     std::vector<Value*> wv;
     for (int p = 0; p < panels; ++p) {
       Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * K * kLanes));
-      wv.push_back(loadPanelRow(w, at, scales[static_cast<size_t>(p)]));
+      wv.push_back(loadPanelRow(w, at));
     }
     Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, q), "at"), i64_) : q;
     for (size_t t = 0; t < rows.size(); ++t) {
@@ -263,7 +275,10 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
   });
   std::vector<std::vector<Value*>> out(rows.size());
   for (size_t t = 0; t < rows.size(); ++t) {
-    for (int p = 0; p < panels; ++p) out[t].push_back(b_.CreateLoad(vt, acc[t][static_cast<size_t>(p)], node ? nodeLabel(node) : "acc"));
+    for (int p = 0; p < panels; ++p) {
+      const size_t pi = static_cast<size_t>(p);
+      out[t].push_back(scaledEnd(b_.CreateLoad(vt, acc[t][pi], node ? nodeLabel(node) : "acc"), scales[pi], biases[pi]));
+    }
   }
   return out;
 }
@@ -274,13 +289,13 @@ Value* Emitter::gemmRow(Value* row, int64_t K, const PanelRef& w, Value* bias, c
   std::vector<llvm::AllocaInst*> acc;
   for (int i = 0; i < 4; ++i) {
     acc.push_back(local(vt, fmt::format("acc{}", i)));
-    Value* init = i == 0 ? static_cast<Value*>(b_.CreateAlignedLoad(vt, bias, llvm::Align(4), "bias")) : llvm::Constant::getNullValue(vt);
+    Value* init = i == 0 && !w.scale ? static_cast<Value*>(b_.CreateAlignedLoad(vt, bias, llvm::Align(4), "bias")) : llvm::Constant::getNullValue(vt);
     b_.CreateStore(init, acc.back());
   }
   Value* scales = w.scale ? b_.CreateAlignedLoad(vt, w.scale, llvm::Align(4), "scales") : nullptr;
   tag(since, node);
   auto step = [&](Value* q, int i) {
-    Value* wq = loadPanelRow(w, b_.CreateMul(q, c64(kLanes)), scales);
+    Value* wq = loadPanelRow(w, b_.CreateMul(q, c64(kLanes)));
     Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, q), "x"));
     llvm::AllocaInst* a = acc[static_cast<size_t>(i)];
     b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wq, b_.CreateLoad(vt, a)}), a);
@@ -294,6 +309,7 @@ Value* Emitter::gemmRow(Value* row, int64_t K, const PanelRef& w, Value* bias, c
   since = mark();
   Value* sum = b_.CreateFAdd(b_.CreateFAdd(b_.CreateLoad(vt, acc[0]), b_.CreateLoad(vt, acc[1])),
                              b_.CreateFAdd(b_.CreateLoad(vt, acc[2]), b_.CreateLoad(vt, acc[3])), node ? nodeLabel(node) : "acc");
+  if (w.scale) sum = scaledEnd(sum, scales, b_.CreateAlignedLoad(vt, bias, llvm::Align(4), "bias"));
   tag(since, node);
   return sum;
 }

@@ -175,8 +175,11 @@ class Emitter : llvmbe::Builder {
   // Panel j of the packed weight of kernel `index` (K weights a column).
   PanelRef panelAt(size_t index, Value* j, int64_t K, const std::string& name);
   // The 16 weights at element `at` of a panel's storage as <16 x float>: bf16 widened by a
-  // shift, int8 converted and multiplied by `scales` (the panel's column scales).
-  Value* loadPanelRow(const PanelRef& ref, Value* at, Value* scales);
+  // shift or a mask (pairs, packing.h), int8 converted (its scales wait for scaledEnd).
+  Value* loadPanelRow(const PanelRef& ref, Value* at);
+  // An int8 tile's accumulator (started at zero) times the panel's column scales plus the bias,
+  // once at the end (as pc::accEnd); `acc` itself without scales.
+  Value* scaledEnd(Value* acc, Value* scales, Value* bias);
 
   // The microkernel: `rows` row pointers (x_t[q] at rows[t] + q, or rows[t] + offsets[q] with an
   // i32 offset table: conv windows read in place) times `panels` consecutive weight panels from
