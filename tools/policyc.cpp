@@ -62,7 +62,16 @@ struct ImplFlags {
     cmd->add_option("--precision", precision,
                     "how linear/conv weights are stored: fp32, bf16-weights, bf16 or int8-weights (per-output-channel "
                     "scales); activations stay fp32 (docs/precision.md)")
-        ->check(CLI::IsMember({"fp32", "bf16-weights", "bf16", "int8-weights"}));
+        ->check(CLI::Validator(
+            [](std::string& name) -> std::string {
+              try {
+                codegen::parsePrecision(name);
+                return "";
+              } catch (const Error& e) {
+                return e.what();
+              }
+            },
+            "fp32|bf16-weights|bf16|int8-weights"));
     cmd->add_option("--keep-fp32", keepFp32, "layers (node names, comma-separated) whose weights stay fp32 whatever --precision")
         ->delimiter(',');
   }
