@@ -59,7 +59,7 @@ using Round = std::function<void(const std::string& layer, Tensor& weight)>;
 // An MLP policy x[batch,64] -> 256 -> 256 -> 6 (the first two layers at or over the 16384 weights
 // the rule narrows; the last a head) and a CNN [batch,32,6,6] -> conv 3x3 64 -> linear 6, with
 // every weight passed through `round` (none: fp32).
-std::unique_ptr<Graph> mlp(const Round& round) {
+std::unique_ptr<Graph> mlp(const Round& round, bool withAction = false) {
   auto g = std::make_unique<Graph>("mlp_policy");
   Value* x = g->addInput("obs", {DType::F32, {Dim::batch(), 64}});
   auto layer = [&](Value* in, int64_t k, int64_t n, const std::string& name) {
@@ -71,7 +71,13 @@ std::unique_ptr<Graph> mlp(const Round& round) {
   };
   Value* h = g->addOp(Op::Tanh, {layer(x, 64, 256, "fc1")}, {}, "act1")->output();
   h = g->addOp(Op::Relu, {layer(h, 256, 256, "fc2")}, {}, "act2")->output();
-  g->setOutputs({{"logits", layer(h, 256, 6, "head")}});
+  Value* logits = layer(h, 256, 6, "head");
+  if (!withAction) {
+    g->setOutputs({{"logits", logits}});
+  } else {
+    Value* action = g->addOp(Op::ArgMax, {logits}, {{"axis", int64_t{1}}, {"keepdims", int64_t{0}}}, "greedy")->output();
+    g->setOutputs({{"logits", logits}, {"action", action}});
+  }
   return g;
 }
 
@@ -210,6 +216,13 @@ TEST_CASE("precision: check --precision reports agreement and the budget, fp32 m
   o.discrete = std::vector<std::string>{"action"};
   CHECK_THROWS_WITH(debug::checkModel(*g, inputs, o), Contains("--discrete: the model has no output 'action'") && Contains("'logits'"));
   o.discrete.reset();
+  // An integer output (the greedy action the model computes) is judged by the share of equal rows.
+  auto acting = mlp(nullptr, true);
+  debug::CheckReport withAction = debug::checkModel(*acting, inputs, o);
+  REQUIRE(withAction.accuracy.size() == 2);
+  REQUIRE(withAction.accuracy[1].agreement.has_value());
+  CHECK(*withAction.accuracy[1].agreement == Approx(*withAction.accuracy[0].agreement));
+  CHECK(withAction.accuracy[1].rows == 200);
   o.perNode = true;
   CHECK_THROWS_WITH(debug::checkModel(*g, inputs, o), Contains("--per-node"));
   CHECK(compiled(*g, codegen::Backend::Llvm, codegen::Precision::Fp32, "fp32").precision() == "fp32");
