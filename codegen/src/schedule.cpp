@@ -457,6 +457,10 @@ std::vector<std::string> layerNames(const Kernel& k) {
   return names;
 }
 
+// The name a layer is shown by: what the model file calls its node ("/fc/Gemm"), else the graph
+// node's name.
+std::string layerName(const Kernel& k) { return k.anchor->provenance().empty() ? k.anchor->name() : k.anchor->provenance().front(); }
+
 // The storage of each kernel's packed weight under options `o` (F32 for kernels without one).
 void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::vector<KernelSchedule>& ks) {
   const std::set<std::string> keep(o.keepFp32.begin(), o.keepFp32.end());
@@ -476,7 +480,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
       if (!named.count(n)) missing.push_back(fmt::format("'{}'", n));
     }
     for (const Kernel& k : p.kernels) {
-      if (packable(p, k)) layers.push_back(fmt::format("'{}'", k.anchor->provenance().empty() ? k.anchor->name() : k.anchor->provenance().front()));
+      if (packable(p, k)) layers.push_back(fmt::format("'{}'", layerName(k)));
     }
     fail("--keep-fp32: {} {} no linear or conv layer with packed weights (those: {})", fmt::join(missing, ", "),
          missing.size() == 1 ? "names" : "name", layers.empty() ? "none" : fmt::format("{}", fmt::join(layers, ", ")));
@@ -843,7 +847,7 @@ std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelPr
   const Schedule s = scheduleProgram(p, plan, scheduleOptions(options));
   std::vector<std::pair<std::string, WeightStorage>> out;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
-    if (packable(p, p.kernels[i])) out.emplace_back(p.kernels[i].name, s.kernels[i].weightStorage);
+    if (packable(p, p.kernels[i])) out.emplace_back(layerName(p.kernels[i]), s.kernels[i].weightStorage);
   }
   return out;
 }

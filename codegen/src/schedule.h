@@ -309,8 +309,8 @@ struct KernelSchedule {
   bool rawWeight = false;   // an extern implementation reads the plain weight (oneDNN reorders it)
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
   // The packed weight's element type (CodegenOptions::precision, the rule in codegen.h); Int8's
-  // per-column scales are f32 panels at packedScale (the microkernels multiply each widened
-  // weight row by them), -1 otherwise.
+  // per-column scales are f32 panels at packedScale (the microkernels multiply each tile's
+  // accumulators by them once, at its end), -1 otherwise.
   WeightStorage weightStorage = WeightStorage::F32;
   int64_t packedScale = -1;
   const ThreadSplit& splitOf(std::optional<Impl> impl) const;

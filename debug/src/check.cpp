@@ -47,7 +47,10 @@ double rmse(const ir::Tensor& a, const ir::Tensor& b) {
   return n ? std::sqrt(sum / static_cast<double>(n)) : 0.0;
 }
 
-// One float output under reduced precision against the fp32 reference (CheckOptions::minAgreement).
+// One output under reduced precision against the fp32 reference (CheckOptions::minAgreement): its
+// mean and largest |difference| against the budget, and the agreement of the action it gives — the
+// argmax of each row of a discrete head, or each element of an integer output (an action the
+// model picks itself).
 OutputAccuracy accuracyOf(const std::string& name, const ir::Tensor& got, const ir::Tensor& want, double budgetFraction,
                           double minAgreement, bool discrete) {
   OutputAccuracy a;
@@ -69,9 +72,10 @@ OutputAccuracy accuracyOf(const std::string& name, const ir::Tensor& got, const 
   a.meanAbs = sumAbs / n;
   a.refRms = std::sqrt(sumSq / n);
   a.budget = budgetFraction * a.refRms + 1e-6;
-  a.pass = !std::isnan(a.meanAbs) && a.meanAbs <= a.budget;
-  const int64_t width = want.shape().size() >= 2 ? want.shape().back() : 0;
-  if (discrete && width >= 2) {
+  const bool integer = !ir::isFloat(want.dtype());
+  a.pass = integer || (!std::isnan(a.meanAbs) && a.meanAbs <= a.budget);
+  const int64_t width = integer ? 1 : want.shape().size() >= 2 ? want.shape().back() : 0;
+  if (integer || (discrete && width >= 2)) {
     a.rows = want.numel() / width;
     int64_t same = 0;
     for (int64_t r = 0; r < a.rows; ++r) {
@@ -80,7 +84,7 @@ OutputAccuracy accuracyOf(const std::string& name, const ir::Tensor& got, const 
         if (got.getAsDouble(r * width + c) > got.getAsDouble(r * width + bg)) bg = c;
         if (want.getAsDouble(r * width + c) > want.getAsDouble(r * width + bw)) bw = c;
       }
-      same += bg == bw;
+      same += integer ? got.getAsDouble(r) == want.getAsDouble(r) : bg == bw;
     }
     a.agreement = a.rows ? static_cast<double>(same) / static_cast<double>(a.rows) : 1.0;
     a.pass = a.pass && *a.agreement >= minAgreement;
@@ -178,7 +182,7 @@ bool isDiscreteHead(const ir::Graph& graph, const std::string& name) {
     for (const char* word : {"logit", "prob", "logp", "q_value", "qvalue"}) {
       if (lower.find(word) != std::string::npos) return true;
     }
-    return lower == "q" || lower == "qs" || lower == "q_values";
+    return lower == "q" || lower == "qs";
   }
   return false;
 }
@@ -282,23 +286,9 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
     report.layers = codegen::weightStorages(planned.program, planned.plan, request.cpp);
     const double fraction = precisionBudgetFraction(request.cpp.precision);
     for (size_t o = 0; o < numOutputs; ++o) {
-      if (!ir::isFloat(want[o].dtype())) {
-        // An integer output (an action the model picks itself): the share of its elements that
-        // are the same, judged like a discrete head's argmax.
-        OutputAccuracy a = accuracyOf(outs[o].first, got[o], want[o], fraction, options.minAgreement, false);
-        if (got[o].shape() == want[o].shape()) {
-          int64_t same = 0;
-          for (int64_t i = 0; i < want[o].numel(); ++i) same += got[o].getAsDouble(i) == want[o].getAsDouble(i);
-          a.rows = want[o].numel();
-          a.agreement = a.rows ? static_cast<double>(same) / static_cast<double>(a.rows) : 1.0;
-          a.pass = *a.agreement >= options.minAgreement;
-        }
-        report.accuracy.push_back(a);
-      } else {
-        const bool discrete = options.discrete ? std::count(options.discrete->begin(), options.discrete->end(), outs[o].first) > 0
-                                               : isDiscreteHead(graph, outs[o].first);
-        report.accuracy.push_back(accuracyOf(outs[o].first, got[o], want[o], fraction, options.minAgreement, discrete));
-      }
+      const bool discrete = options.discrete ? std::count(options.discrete->begin(), options.discrete->end(), outs[o].first) > 0
+                                             : isDiscreteHead(graph, outs[o].first);
+      report.accuracy.push_back(accuracyOf(outs[o].first, got[o], want[o], fraction, options.minAgreement, discrete));
       report.pass = report.pass && report.accuracy.back().pass;
     }
     return report;
@@ -351,12 +341,12 @@ std::string formatCheckReport(const CheckReport& report, const CheckOptions& opt
   if (!report.accuracy.empty()) {
     const codegen::Precision precision = options.compile.cpp.precision;
     size_t narrowed = 0;
-    for (const auto& [kernel, storage] : report.layers) narrowed += storage != codegen::WeightStorage::F32;
+    for (const auto& [layer, storage] : report.layers) narrowed += storage != codegen::WeightStorage::F32;
     s += fmt::format("precision {}: {} of {} linear/conv layers narrowed", codegen::precisionName(precision), narrowed,
                      report.layers.size());
     std::vector<std::string> kept;
-    for (const auto& [kernel, storage] : report.layers) {
-      if (storage == codegen::WeightStorage::F32) kept.push_back(kernel);
+    for (const auto& [layer, storage] : report.layers) {
+      if (storage == codegen::WeightStorage::F32) kept.push_back(escape::message(layer));
     }
     s += kept.empty() ? "\n" : fmt::format(" (kept fp32: {})\n", fmt::join(kept, ", "));
     s += fmt::format("budget: mean |diff| <= {:g}% of the fp32 output's RMS; argmax agreement >= {:g}% on discrete heads\n",

@@ -135,10 +135,8 @@ std::vector<std::string> narrowedLayers(const Graph& graph, codegen::Precision p
   o.externKernels = false;
   o.keepFp32 = std::move(keep);
   std::vector<std::string> out;
-  for (const auto& [kernel, storage] : codegen::weightStorages(planned.program, planned.plan, o)) {
-    for (const codegen::Kernel& k : planned.program.kernels) {
-      if (k.name == kernel && storage != codegen::WeightStorage::F32) out.push_back(k.anchor->name());
-    }
+  for (const auto& [layer, storage] : codegen::weightStorages(planned.program, planned.plan, o)) {
+    if (storage != codegen::WeightStorage::F32) out.push_back(layer);
   }
   std::sort(out.begin(), out.end());
   return out;

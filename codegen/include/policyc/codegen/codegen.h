@@ -142,8 +142,9 @@ struct CodegenOptions {
   std::string sourceHash;
 };
 
-// Each layer with packed weights (by its kernel's name) and the storage its weight gets under
-// `options` (the schedule's decision, for reports and tests).
+// Each linear/conv layer with packed weights (by the name the model file gives its node, else the
+// graph node's name) and the storage its weight gets under `options` (the schedule's decision,
+// for reports and tests).
 std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelProgram& program, const MemoryPlan& plan,
                                                                   const CodegenOptions& options);
 
