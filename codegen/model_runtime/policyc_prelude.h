@@ -179,7 +179,7 @@ PC_INLINE f32x16 splatv(f32x16, float x) { return splat16(x); }
 // 16, half 0) as f32 (--precision, docs/precision.md): f32 as stored; int8 converted (the columns'
 // scales, `scale`, are applied once at the end: accEnd); bf16 stored in pairs, the
 // 32-bit lane i holding column i in its low half and column i + 8 in its high half, so that one
-// 256-bit load and a shift (columns 0-7) or a mask (8-15) give the f32 values, two instructions
+// 256-bit load and a shift (columns 0-7) or a mask (8-15) give the f32 values: three instructions
 // for 16 weights where widening each half would take four. Activations and accumulators stay f32.
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
