@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -26,25 +27,55 @@ inline dnnl::engine& engine() {
   return e;
 }
 
-// oneDNN (OpenMP build) sizes its work split by omp_get_max_threads() both when it creates a
-// primitive and when it runs one; a primitive run under another thread count than it was created
-// for can compute wrong results. Every extern call therefore sets the calling thread's OpenMP
-// thread count to the run's `threads` (restoring the caller's afterwards), and primitives are
-// cached per (batch, threads).
-class ThreadsGuard {
+// oneDNN (Debian's build) runs a primitive on an OpenMP team, whose threads spin-wait at every
+// barrier: on a machine where another process wants a core (rollout workers share cores as a
+// rule), a team thread that is not running stalls the whole call for a scheduler quantum, and
+// the team's spinning competes with policyc's own pool. So oneDNN never gets more than one
+// thread: every primitive is created and run with the calling thread's OpenMP thread count at 1
+// (restored afterwards), and a run with threads > 1 splits the batch into contiguous slices that
+// policyc's pool runs, each slice a primitive of its own batch size (pc::parallelFor's chunks:
+// whoever is running claims the next one, so a thread the machine does not run costs no wait).
+// A primitive also sizes its work split by omp_get_max_threads() when created and when run, so
+// running it under the count it was made for is what keeps its results right.
+class OneThread {
  public:
-  explicit ThreadsGuard(int threads) : saved_(omp_get_max_threads()) {
-    if (saved_ != threads) omp_set_num_threads(threads);
+  OneThread() : saved_(omp_get_max_threads()) {
+    if (saved_ != 1) omp_set_num_threads(1);
   }
-  ~ThreadsGuard() {
+  ~OneThread() {
     if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
   }
-  ThreadsGuard(const ThreadsGuard&) = delete;
-  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
 
  private:
   int saved_;
 };
+
+// Runs f(lo, hi) over the batch's rows [0, batch) in the slices described above (on the calling
+// thread alone when threads is 1 or the batch one row); rethrows the first exception a slice threw.
+template <class F>
+inline void forSlices(int64_t batch, int threads, const F& f) {
+  std::exception_ptr failed;
+  std::mutex mu;
+  pc::parallelFor(threads, batch, 1.0, 0.0, [&](int64_t lo, int64_t hi) {
+    try {
+      OneThread one;
+      f(lo, hi);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failed) failed = std::current_exception();
+    }
+  });
+  if (failed) std::rethrow_exception(failed);
+}
+// The slices' batch sizes (pc::parallelFor's split of `batch` units at `threads`).
+inline std::vector<int64_t> sliceSizes(int64_t batch, int threads) {
+  const int64_t n = std::max<int64_t>(pc::chunkCount(threads, batch, 1.0, 0.0), 1);
+  std::vector<int64_t> sizes;
+  for (int64_t c = 0; c < n; ++c) sizes.push_back(batch * (c + 1) / n - batch * c / n);
+  return sizes;
+}
 
 // One element of a post-op chain: eltwise (alg, alpha, beta) or, with sum = true, dst += result.
 struct PostOp {
@@ -74,7 +105,7 @@ inline dnnl::stream& stream() {
 }
 
 // What every extern kernel keeps: its weight (reordered into each layout a primitive asks for,
-// once) and bias, and its primitives per (batch, threads), created on first use. A weight that
+// once) and bias, and its primitives per batch size (of one thread), created on first use. A weight that
 // set_weights may replace comes with the model's update count (pc::WeightsLock::generation): when
 // it moved, the reordered copies are made again from the weight, before the run that sees it
 // (runs and updates exclude each other, so no update is under way then). The bias is read where
@@ -86,9 +117,9 @@ class Primitives {
       : weight_(weight), bias_(bias), biasLength_(biasLength), generation_(generation) {}
 
  protected:
-  // The entry of (batch, threads); `create(entry)` fills a new one.
+  // The entry of `batch`; `create(entry)` fills a new one.
   template <class Create>
-  Entry& entry(int64_t batch, int threads, const Create& create) {
+  Entry& entry(int64_t batch, const Create& create) {
     std::lock_guard<std::mutex> lock(mu_);
     if (generation_) {
       const uint64_t now = __atomic_load_n(generation_, __ATOMIC_ACQUIRE);
@@ -98,11 +129,10 @@ class Primitives {
       }
     }
     for (auto& e : entries_) {
-      if (e->batch == batch && e->threads == threads) return *e;
+      if (e->batch == batch) return *e;
     }
     auto e = std::make_unique<Entry>();
     e->batch = batch;
-    e->threads = threads;
     create(*e);
     entries_.push_back(std::move(e));
     return *entries_.back();
@@ -159,7 +189,6 @@ struct ConvShape {
 
 struct ConvEntry {
   int64_t batch;
-  int threads;
   dnnl::memory::desc userSrc, convSrc, convDst, userDst;
   dnnl::convolution_forward conv;
   dnnl::reorder srcReorder, dstIn, dstOut;
@@ -180,38 +209,52 @@ class Conv : Primitives<ConvEntry> {
   // conv(src) with the post-ops into the workspace (`scratch`); with a sum post-op the residual
   // `sumSrc` (plain NCHW, dense) is first copied there. With `dst` (plain NCHW, dense) the result
   // is reordered into it; without, and without anyLayout, it is reordered to plain NCHW at
-  // `scratch`, over the source copy; returns where the result is.
+  // `scratch`, over the source copy; returns where the result is. Each batch slice has its own
+  // part of every workspace region (rows [lo, hi) of each), so slices never share memory.
   const float* run(const float* src, const float* sumSrc, float* dst, int64_t batch, int threads, float* scratch) {
-    ThreadsGuard guard(threads);
-    ConvEntry& e = entry(batch, threads);
-    dnnl::stream& st = stream();
-    float* convOut = scratch + batch * srcPerRow(s_);
-    dnnl::memory userSrc(e.userSrc, engine(), const_cast<float*>(src));
-    dnnl::memory convSrc(e.convSrc, engine(), scratch);
-    dnnl::memory convDst(e.convDst, engine(), convOut);
-    e.srcReorder.execute(st, userSrc, convSrc);
-    if (sumSrc) {
-      dnnl::memory userSum(e.userDst, engine(), const_cast<float*>(sumSrc));
-      e.dstIn.execute(st, userSum, convDst);
-    }
-    e.conv.execute(st, {{DNNL_ARG_SRC, convSrc}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, convDst}});
+    const int64_t srcRow = srcPerRow(s_), dstRow = dstPerRow(s_), userRow = s_.M * s_.OH * s_.OW;
+    float* convOut = scratch + batch * srcRow;
     const bool plain = !dst && !s_.anyLayout;
-    if (dst || plain) {
-      dnnl::memory to(e.userDst, engine(), plain ? scratch : dst);
-      e.dstOut.execute(st, convDst, to);
+    forSlices(batch, threads, [&](int64_t lo, int64_t hi) {
+      ConvEntry& e = entry(hi - lo);
+      dnnl::stream& st = stream();
+      dnnl::memory userSrc(e.userSrc, engine(), const_cast<float*>(src + lo * s_.srcBatchStride));
+      dnnl::memory convSrc(e.convSrc, engine(), scratch + lo * srcRow);
+      dnnl::memory convDst(e.convDst, engine(), convOut + lo * dstRow);
+      e.srcReorder.execute(st, userSrc, convSrc);
+      if (sumSrc) {
+        dnnl::memory userSum(e.userDst, engine(), const_cast<float*>(sumSrc + lo * userRow));
+        e.dstIn.execute(st, userSum, convDst);
+      }
+      e.conv.execute(st, {{DNNL_ARG_SRC, convSrc}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, convDst}});
+      if (dst) {
+        dnnl::memory to(e.userDst, engine(), dst + lo * userRow);
+        e.dstOut.execute(st, convDst, to);
+      }
+      st.wait();
+    });
+    if (plain) {
+      // NCHW over the source copies: only once every slice is done reading its own (a slice's
+      // rows of the result overlap an earlier slice's copy when the output is smaller per row).
+      forSlices(batch, threads, [&](int64_t lo, int64_t hi) {
+        ConvEntry& e = entry(hi - lo);
+        dnnl::memory from(e.convDst, engine(), convOut + lo * dstRow);
+        dnnl::memory to(e.userDst, engine(), scratch + lo * userRow);
+        e.dstOut.execute(stream(), from, to);
+        stream().wait();
+      });
     }
-    st.wait();
     return plain ? scratch : convOut;
   }
-  // Creates the primitives of (batch, threads) ahead of the first run (they JIT their code).
+  // Creates the primitives a run of (batch, threads) uses ahead of it (they JIT their code).
   void prepare(int64_t batch, int threads) {
-    ThreadsGuard guard(threads);
-    entry(batch, threads);
+    OneThread one;
+    for (int64_t n : sliceSizes(batch, threads)) entry(n);
   }
 
  private:
-  ConvEntry& entry(int64_t batch, int threads) {
-    return Primitives::entry(batch, threads, [&](ConvEntry& e) {
+  ConvEntry& entry(int64_t batch) {
+    return Primitives::entry(batch, [&](ConvEntry& e) {
       const auto f32 = dnnl::memory::data_type::f32;
       const dims src = {batch, s_.C, s_.H, s_.W}, dst = {batch, s_.M, s_.OH, s_.OW};
       e.userSrc = dnnl::memory::desc(src, f32, dims{s_.srcBatchStride, s_.H * s_.W, s_.W, 1});
@@ -254,7 +297,6 @@ struct LinearShape {
 
 struct LinearEntry {
   int64_t batch;
-  int threads;
   dnnl::memory::desc src, dst;
   dnnl::inner_product_forward ip;
   dnnl::memory weights, bias;
@@ -266,21 +308,22 @@ class Linear : Primitives<LinearEntry> {
       : Primitives(weight, bias, s.N, generation), s_(std::move(s)) {}
 
   void run(const float* x, float* y, int64_t batch, int threads) {
-    ThreadsGuard guard(threads);
-    LinearEntry& e = entry(batch, threads);
-    dnnl::memory src(e.src, engine(), const_cast<float*>(x));
-    dnnl::memory dst(e.dst, engine(), y);
-    e.ip.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, dst}});
-    stream().wait();
+    forSlices(batch, threads, [&](int64_t lo, int64_t hi) {
+      LinearEntry& e = entry(hi - lo);
+      dnnl::memory src(e.src, engine(), const_cast<float*>(x + lo * s_.xRowStride));
+      dnnl::memory dst(e.dst, engine(), y + lo * s_.N);
+      e.ip.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, dst}});
+      stream().wait();
+    });
   }
   void prepare(int64_t batch, int threads) {
-    ThreadsGuard guard(threads);
-    entry(batch, threads);
+    OneThread one;
+    for (int64_t n : sliceSizes(batch, threads)) entry(n);
   }
 
  private:
-  LinearEntry& entry(int64_t batch, int threads) {
-    return Primitives::entry(batch, threads, [&](LinearEntry& e) {
+  LinearEntry& entry(int64_t batch) {
+    return Primitives::entry(batch, [&](LinearEntry& e) {
       const auto f32 = dnnl::memory::data_type::f32;
       e.src = dnnl::memory::desc({batch, s_.K}, f32, dims{s_.xRowStride, 1});
       e.dst = dnnl::memory::desc({batch, s_.N}, f32, tag::nc);

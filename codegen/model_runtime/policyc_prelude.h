@@ -452,14 +452,15 @@ class Pool {
     return index;
   }
 
-  // Runs task(ctx, c) for every c in [0, chunks), the caller taking part; returns when all ran.
-  void run(int chunks, Task task, void* ctx) {
+  // Runs task(ctx, c) for every c in [0, chunks) on `threads` threads, the caller's among them;
+  // returns when all ran.
+  void run(int threads, int chunks, Task task, void* ctx) {
     if (getpid() != pid_) afterFork();
     if (pthread_mutex_trylock(&busy_) != 0) {
       for (int c = 0; c < chunks; ++c) task(ctx, c);
       return;
     }
-    ensureWorkers(chunks - 1);  // best effort: the caller claims whatever no worker does
+    ensureWorkers((threads < chunks ? threads : chunks) - 1);  // best effort: the caller claims whatever no worker does
     task_ = task;
     ctx_ = ctx;
     done_.store(0, std::memory_order_relaxed);
@@ -471,13 +472,7 @@ class Pool {
     pthread_mutex_unlock(&wake_);
     if (sleepers) pthread_cond_broadcast(&wakeCv_);
     claim(gen);
-    for (int spin = 0; done_.load(std::memory_order_acquire) < chunks; ++spin) {
-      if (spin < 4096) {
-        cpuRelax();
-      } else {
-        sched_yield();
-      }
-    }
+    waitDone(chunks);
     pthread_mutex_unlock(&busy_);
   }
 
@@ -506,6 +501,8 @@ class Pool {
     pthread_mutex_init(&busy_, nullptr);
     pthread_mutex_init(&wake_, nullptr);
     pthread_cond_init(&wakeCv_, nullptr);
+    pthread_cond_init(&doneCv_, nullptr);
+    callerWaiting_.store(false, std::memory_order_relaxed);
   }
 
   void ensureWorkers(int n) {
@@ -529,19 +526,51 @@ class Pool {
       if (next >= chunks) return;
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
       task_(ctx_, static_cast<int>(next));
-      done_.fetch_add(1, std::memory_order_release);
+      // (seq_cst, with callerWaiting_: the caller sees this chunk done or this thread sees it asleep)
+      if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == static_cast<int>(chunks) &&
+          callerWaiting_.load(std::memory_order_seq_cst)) {
+        pthread_mutex_lock(&wake_);
+        pthread_cond_signal(&doneCv_);
+        pthread_mutex_unlock(&wake_);
+      }
       s = state_.load(std::memory_order_acquire);
     }
   }
+
+  // The caller, its own chunks done, waits for the workers' chunks: spinning a little (a chunk
+  // claimed by a running worker ends about when the caller's does), then asleep. Not spinning on:
+  // on a machine where other processes want the cores, a worker that claimed a chunk may have been
+  // preempted, and a caller that keeps its core busy keeps the scheduler from moving the worker
+  // there; asleep, the core is free and an idle core pulls a waiting thread at once.
+  void waitDone(int chunks) {
+    const uint64_t t0 = nowNs();
+    for (int spin = 1; done_.load(std::memory_order_acquire) < chunks; ++spin) {
+      cpuRelax();
+      if (spin % 64 == 0 && nowNs() - t0 > kCallerSpinNs) {
+        pthread_mutex_lock(&wake_);
+        callerWaiting_.store(true, std::memory_order_seq_cst);
+        while (done_.load(std::memory_order_seq_cst) < chunks) pthread_cond_wait(&doneCv_, &wake_);
+        callerWaiting_.store(false, std::memory_order_relaxed);
+        pthread_mutex_unlock(&wake_);
+        return;
+      }
+    }
+  }
+  static constexpr uint64_t kCallerSpinNs = 1000000, kWorkerSpinNs = 200000;
 
   void work() {
     uint64_t seen = state_.load(std::memory_order_acquire) >> 32;
     for (;;) {
       uint64_t gen = seen;
-      // Spin a little first: a run dispatches its kernels back to back.
-      for (int spin = 0; spin < 10000 && gen == seen; ++spin) {
+      // Spin a little first: a run dispatches its kernels back to back. Only a little: a worker
+      // spinning through a long stretch of serial work keeps a core busy that the thread doing
+      // that work (or another process) could run on, and the scheduler moves threads to an idle
+      // core, not to one a spinner occupies.
+      const uint64_t t0 = nowNs();
+      for (int spin = 1; gen == seen; ++spin) {
         cpuRelax();
         gen = state_.load(std::memory_order_acquire) >> 32;
+        if (spin % 64 == 0 && nowNs() - t0 > kWorkerSpinNs) break;
       }
       if (gen == seen) {
         pthread_mutex_lock(&wake_);
@@ -560,6 +589,8 @@ class Pool {
   pthread_mutex_t busy_ = PTHREAD_MUTEX_INITIALIZER;  // one run at a time uses the workers
   pthread_mutex_t wake_ = PTHREAD_MUTEX_INITIALIZER;  // guards stop_, sleeping_ and the wake-up
   pthread_cond_t wakeCv_ = PTHREAD_COND_INITIALIZER;
+  pthread_cond_t doneCv_ = PTHREAD_COND_INITIALIZER;  // the last chunk is done (a sleeping caller waits on it)
+  std::atomic<bool> callerWaiting_{false};
   int sleeping_ = 0;
   bool stop_ = false;
   std::atomic<uint64_t> state_{0};
@@ -575,13 +606,23 @@ class Pool {
 // Runs f(lo, hi) over [0, units) split into at most `threads` contiguous chunks, fewer when a
 // chunk would hold less than minChunkCost of work (costPerUnit: about one multiply-add each).
 // With `trace` (a profiled run), every chunk is also a trace event of the thread that ran it.
+// Chunks per thread of a parallel kernel: whoever runs claims the next chunk, so on a machine
+// where another process takes part of a core, the threads that do run take most of the work
+// (with one chunk per thread, a thread at half speed would double the kernel's time).
+constexpr int64_t kChunksPerThread = 4;
+// How many chunks parallelFor makes (chunk c: units [units * c / chunks, units * (c + 1) / chunks)).
+PC_INLINE int64_t chunkCount(int32_t threads, int64_t units, double costPerUnit, double minChunkCost) {
+  const int64_t t = threads > Pool::kMaxWorkers + 1 ? Pool::kMaxWorkers + 1 : threads;
+  int64_t chunks = t <= 1 ? t : t * kChunksPerThread;
+  if (chunks > units) chunks = units;
+  const double byCost = static_cast<double>(units) * costPerUnit / (minChunkCost > 0 ? minChunkCost : 1e-300);
+  if (byCost < static_cast<double>(chunks)) chunks = static_cast<int64_t>(byCost);
+  return chunks;
+}
 template <class F>
 PC_INLINE void parallelFor(int32_t threads, int64_t units, double costPerUnit, double minChunkCost, const F& f,
                            const ChunkTrace* trace = nullptr) {
-  int64_t chunks = threads < units ? threads : units;
-  if (chunks > Pool::kMaxWorkers + 1) chunks = Pool::kMaxWorkers + 1;
-  const double byCost = static_cast<double>(units) * costPerUnit / (minChunkCost > 0 ? minChunkCost : 1e-300);
-  if (byCost < static_cast<double>(chunks)) chunks = static_cast<int64_t>(byCost);
+  const int64_t chunks = chunkCount(threads, units, costPerUnit, minChunkCost);
   if (chunks <= 1) {
     if (units > 0) f(int64_t{0}, units);
     return;
@@ -591,7 +632,7 @@ PC_INLINE void parallelFor(int32_t threads, int64_t units, double costPerUnit, d
     int64_t units, chunks;
     const ChunkTrace* trace;
   } ctx{&f, units, chunks, trace};
-  Pool::get().run(static_cast<int>(chunks), [](void* p, int c) {
+  Pool::get().run(threads, static_cast<int>(chunks), [](void* p, int c) {
     const Ctx& x = *static_cast<const Ctx*>(p);
     const uint64_t t0 = x.trace ? nowNs() : 0;
     (*x.f)(x.units * c / x.chunks, x.units * (c + 1) / x.chunks);

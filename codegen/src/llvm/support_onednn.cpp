@@ -8,6 +8,8 @@
 #include <mutex>
 #include <string>
 
+#include "policyc/runtime/policyc_model.h"  // the prelude's error codes
+#include "../../model_runtime/policyc_prelude.h"  // the thread pool the batch slices run on
 #include "../../model_runtime/policyc_onednn.h"
 
 namespace {
