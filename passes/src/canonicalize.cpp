@@ -29,6 +29,10 @@
 //                     (moving a unit axis moves no data) -> reshape, which the rules above meet
 //   unit gathers->squeeze  gather(x, scalar param 0 or -1, axis a) where x's dim a is 1 ->
 //                     squeeze(x, a), which the reshape rules then meet (an exporter's h[0])
+//   conv1d->conv2d    conv(x [N,C,L], param W [M,C,K], b?) {group=1} -> squeeze(conv(unsqueeze(x, 2),
+//                     W as [M,C,1,K], b) {kernel [1,K], strides [1,s], pads [0,p0,0,p1], dilations
+//                     [1,d]}, 2): one form of convolution, the 2-D one the code generator packs
+//                     and runs as GEMM microkernels or oneDNN (a 1-D one ran as scalar loops)
 // Adds params (restoring topological order at the end); leaves replaced params for dce.
 #include <cmath>
 #include <limits>
@@ -85,6 +89,7 @@ class Canonicalizer {
       case Op::Slice: return removeWholeSlice(n);
       case Op::Gather: return unitGatherToSqueeze(n);
       case Op::Transpose: return unitTransposeToReshape(n);
+      case Op::Conv: return conv1dToConv2d(n);
       default: return false;
     }
   }
@@ -276,6 +281,35 @@ class Canonicalizer {
     if (axis < 0) axis += rank;
     if (shape[static_cast<size_t>(axis)] != Dim(1)) return false;
     return replace(n, {n}, Op::Squeeze, {n->input(0)}, {{"axes", std::vector<int64_t>{axis}}}, "unit gathers->squeeze");
+  }
+
+  bool conv1dToConv2d(Node* n) {
+    Value* x = n->input(0);
+    Node* wParam = paramNode(n->input(1));
+    const ir::TensorType& w = n->input(1)->type();
+    if (!wParam || x->type().rank() != 3 || w.rank() != 3 || n->attrInt("group") != 1 || !isFloatValue(x)) return false;
+    // The attributes of one spatial axis (ONNX defaults where absent).
+    auto one = [&](const char* name, size_t count, int64_t fallback) {
+      std::vector<int64_t> v = n->attrInts(name);
+      return v.empty() ? std::vector<int64_t>(count, fallback) : v;
+    };
+    const std::vector<int64_t> strides = one("strides", 1, 1), dilations = one("dilations", 1, 1), pads = one("pads", 2, 0);
+    const std::vector<int64_t> kernel = one("kernel_shape", 1, w.shape[2].value());
+    if (strides.size() != 1 || dilations.size() != 1 || pads.size() != 2 || kernel.size() != 1) return false;
+    Value* x4 = graph_.addOp(Op::Unsqueeze, {x}, {{"axes", std::vector<int64_t>{2}}}, {graph_.uniqueName(x->name() + ".2d")},
+                             {}, n->provenance(), n)->output();
+    Value* w4 = addParam(graph_, wParam->name() + ".2d", moveParam(wParam, [](const Tensor& t) {
+                           return Tensor::fromBytes(t.dtype(), {t.shape()[0], t.shape()[1], 1, t.shape()[2]}, t.bytes(), t.nbytes());
+                         }), wParam->provenance());
+    std::vector<Value*> inputs{x4, w4};
+    if (n->numInputs() == 3) inputs.push_back(n->input(2));
+    ir::AttrMap attrs{{"kernel_shape", std::vector<int64_t>{1, kernel[0]}},
+                      {"strides", std::vector<int64_t>{1, strides[0]}},
+                      {"pads", std::vector<int64_t>{0, pads[0], 0, pads[1]}},
+                      {"dilations", std::vector<int64_t>{1, dilations[0]}}};
+    Node* conv = graph_.addOp(Op::Conv, std::move(inputs), std::move(attrs), {graph_.uniqueName(n->output()->name() + ".2d")},
+                              {}, n->provenance(), n);
+    return replace(n, {n}, Op::Squeeze, {conv->output()}, {{"axes", std::vector<int64_t>{2}}}, "conv1d->conv2d");
   }
 
   bool collapseReshapes(Node* n) {

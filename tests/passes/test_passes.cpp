@@ -399,6 +399,48 @@ TEST_CASE("canonicalize: whole slices go, unit gathers become squeezes", "[passe
   }
 }
 
+TEST_CASE("canonicalize: a 1-D convolution becomes a 2-D one over a unit axis", "[passes][canonicalize]") {
+  Builder b;
+  SECTION("strides, pads, dilation and a bias carried over; back-to-back layers meet no reshape between them") {
+    Value* x = b.input("x", {B, 3, 20});
+    AttrMap a1{{"kernel_shape", Ints{4}}, {"strides", Ints{2}}, {"pads", Ints{1, 2}}, {"dilations", Ints{2}}};
+    Value* c1 = b.op(Op::Conv, {x, b.randomParam("w1", {5, 3, 4}), b.randomParam("b1", {5})}, a1, "conv1");
+    Value* c2 = b.op(Op::Conv, {c1, b.randomParam("w2", {2, 5, 3})}, {}, "conv2");  // no attributes: ONNX defaults
+    b.outputs({{"y", c2}});
+    PassStats st = runPass(b.g, passes::canonicalize);
+    CHECK(st.get("conv1d->conv2d") == 2);
+    CHECK(st.get("reshapes collapsed") + st.get("no-op reshapes removed") >= 1);
+    for (const auto& n : b.g.nodes()) {
+      if (!n->isOp(Op::Conv)) continue;
+      INFO(n->name());
+      CHECK(n->input(0)->type().rank() == 4);
+      CHECK(n->input(1)->type().rank() == 4);
+      CHECK(n->attrInts("kernel_shape").size() == 2);
+    }
+    Node *conv1 = nullptr, *conv2 = nullptr;
+    for (const auto& n : b.g.nodes()) {
+      if (n->isOp(Op::Conv)) (n->provenance() == Strings{"conv1"} ? conv1 : conv2) = n.get();
+    }
+    REQUIRE(conv1);
+    REQUIRE(conv2);
+    CHECK(conv1->attrInts("strides") == Ints{1, 2});
+    CHECK(conv1->attrInts("pads") == Ints{0, 1, 0, 2});
+    CHECK(conv1->attrInts("dilations") == Ints{1, 2});
+    CHECK(conv2->provenance() == Strings{"conv2"});
+    CHECK(conv2->input(0) == conv1->output());  // the squeeze and unsqueeze between them cancelled
+  }
+  SECTION("must not fire: grouped or 2-D convolutions, a weight computed at run time") {
+    Value* x = b.input("x", {B, 4, 10});
+    Value* grouped = b.op(Op::Conv, {x, b.randomParam("wg", {4, 2, 3})}, {{"group", int64_t{2}}}, "grouped");
+    Value* w = b.input("w", {2, 4, 3});
+    Value* dynamic = b.op(Op::Conv, {x, w}, {}, "dynamic");
+    Value* img = b.input("img", {B, 3, 6, 6});
+    Value* conv2d = b.op(Op::Conv, {img, b.randomParam("w2", {4, 3, 3, 3})}, AttrMap{{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}, "conv2d");
+    b.outputs({{"grouped", grouped}, {"dynamic", dynamic}, {"conv2d", conv2d}});
+    requireNoChange(b.g, passes::canonicalize);
+  }
+}
+
 TEST_CASE("canonicalize: clip(0, inf) is relu, other clips stay", "[passes][canonicalize]") {
   Builder b;
   Value* x = b.input("x", {B, 4});
