@@ -69,14 +69,6 @@ inline void forSlices(int64_t batch, int threads, const F& f) {
   });
   if (failed) std::rethrow_exception(failed);
 }
-// The slices' batch sizes (pc::parallelFor's split of `batch` units at `threads`).
-inline std::vector<int64_t> sliceSizes(int64_t batch, int threads) {
-  const int64_t n = std::max<int64_t>(pc::chunkCount(threads, batch, 1.0, 0.0), 1);
-  std::vector<int64_t> sizes;
-  for (int64_t c = 0; c < n; ++c) sizes.push_back(batch * (c + 1) / n - batch * c / n);
-  return sizes;
-}
-
 // One element of a post-op chain: eltwise (alg, alpha, beta) or, with sum = true, dst += result.
 struct PostOp {
   dnnl::algorithm alg;
@@ -246,10 +238,10 @@ class Conv : Primitives<ConvEntry> {
     }
     return plain ? scratch : convOut;
   }
-  // Creates the primitives a run of (batch, threads) uses ahead of it (they JIT their code).
+  // Creates the primitives a run of (batch, threads) uses ahead of it (they JIT their code; the
+  // same slices as run's).
   void prepare(int64_t batch, int threads) {
-    OneThread one;
-    for (int64_t n : sliceSizes(batch, threads)) entry(n);
+    forSlices(batch, threads, [&](int64_t lo, int64_t hi) { entry(hi - lo); });
   }
 
  private:
@@ -317,8 +309,7 @@ class Linear : Primitives<LinearEntry> {
     });
   }
   void prepare(int64_t batch, int threads) {
-    OneThread one;
-    for (int64_t n : sliceSizes(batch, threads)) entry(n);
+    forSlices(batch, threads, [&](int64_t lo, int64_t hi) { entry(hi - lo); });
   }
 
  private:

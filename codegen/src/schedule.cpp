@@ -105,9 +105,7 @@ const char* storageType(DType t) { return t == DType::Bool ? "uint8_t" : ctype(t
 std::string implNames() { return fmt::format("{}", fmt::join(kImplNames, ", ")); }
 
 std::vector<int64_t> spatialList(const ir::Node& n, const char* name, size_t count, int64_t fallback) {
-  std::vector<int64_t> v = ir::attrIntsOr(n.attrs(), name, {});
-  if (v.empty()) v.assign(count, fallback);
-  return v;
+  return ir::windowAttr(n.attrs(), name, count, fallback);
 }
 // A name a generated identifier must not take: C and C++ keywords and alternative tokens, the
 // types and macros the model header and wrappers use, the wrappers' own locals, and policyc's

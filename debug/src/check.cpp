@@ -198,8 +198,8 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
   for (const std::string& name : options.discrete.value_or(std::vector<std::string>{})) {
     if (std::none_of(graphOutputs.begin(), graphOutputs.end(), [&](const auto& o) { return o.first == name; })) {
       std::vector<std::string> names;
-      for (const auto& o : graphOutputs) names.push_back(fmt::format("'{}'", o.first));
-      fail("--discrete: the model has no output '{}' (its outputs: {})", name, fmt::join(names, ", "));
+      for (const auto& o : graphOutputs) names.push_back(fmt::format("'{}'", escape::message(o.first)));
+      fail("--discrete: the model has no output '{}' (its outputs: {})", escape::message(name), fmt::join(names, ", "));
     }
   }
   if (reduced && options.perNode) {

@@ -87,4 +87,10 @@ std::vector<int64_t> attrIntsOr(const AttrMap& a, const std::string& n, std::vec
   return a.count(n) ? attrInts(a, n) : fallback;
 }
 
+std::vector<int64_t> windowAttr(const AttrMap& a, const std::string& n, size_t count, int64_t fallback) {
+  std::vector<int64_t> v = attrIntsOr(a, n, {});
+  if (v.empty()) v.assign(count, fallback);
+  return v;
+}
+
 }  // namespace policyc::ir

@@ -76,9 +76,7 @@ void forEachIndex(const std::vector<int64_t>& shape, Fn&& fn) {
 
 // Window attribute lists (conv and pools), with their defaults filled in.
 std::vector<int64_t> spatialList(const RefCall& call, const char* name, size_t n, int64_t fallback, size_t factor = 1) {
-  std::vector<int64_t> v = attrIntsOr(call.attrs, name, {});
-  if (v.empty()) v.assign(n * factor, fallback);
-  return v;
+  return windowAttr(call.attrs, name, n * factor, fallback);
 }
 
 // NaN-propagating max and min (ONNX: max(NaN, x) = NaN).

@@ -114,8 +114,7 @@ std::vector<int64_t> normalizeAxes(const OpCall& call, const std::vector<int64_t
 
 // Attribute lists of the windowed ops, defaulted and checked against the spatial rank.
 std::vector<int64_t> spatialList(const OpCall& call, const char* name, size_t n, int64_t fallback, size_t factor = 1) {
-  std::vector<int64_t> v = attrIntsOr(call.attrs, name, {});
-  if (v.empty()) return std::vector<int64_t>(n * factor, fallback);
+  std::vector<int64_t> v = windowAttr(call.attrs, name, n * factor, fallback);
   if (v.size() != n * factor) {
     fail("{}: {} has {} values, expected {} for {} spatial dims", opName(call), name, v.size(), n * factor, n);
   }

@@ -288,13 +288,9 @@ class Canonicalizer {
     Node* wParam = paramNode(n->input(1));
     const ir::TensorType& w = n->input(1)->type();
     if (!wParam || x->type().rank() != 3 || w.rank() != 3 || n->attrInt("group") != 1 || !isFloatValue(x)) return false;
-    // The attributes of one spatial axis (ONNX defaults where absent).
-    auto one = [&](const char* name, size_t count, int64_t fallback) {
-      std::vector<int64_t> v = n->attrInts(name);
-      return v.empty() ? std::vector<int64_t>(count, fallback) : v;
-    };
-    const std::vector<int64_t> strides = one("strides", 1, 1), dilations = one("dilations", 1, 1), pads = one("pads", 2, 0);
-    const std::vector<int64_t> kernel = one("kernel_shape", 1, w.shape[2].value());
+    const ir::AttrMap& a = n->attrs();
+    const std::vector<int64_t> strides = ir::windowAttr(a, "strides", 1, 1), dilations = ir::windowAttr(a, "dilations", 1, 1),
+                               pads = ir::windowAttr(a, "pads", 2, 0), kernel = ir::windowAttr(a, "kernel_shape", 1, w.shape[2].value());
     if (strides.size() != 1 || dilations.size() != 1 || pads.size() != 2 || kernel.size() != 1) return false;
     Value* x4 = graph_.addOp(Op::Unsqueeze, {x}, {{"axes", std::vector<int64_t>{2}}}, {graph_.uniqueName(x->name() + ".2d")},
                              {}, n->provenance(), n)->output();

@@ -33,5 +33,8 @@ const std::vector<int64_t>& attrInts(const AttrMap& attrs, const std::string& na
 const std::vector<double>& attrFloats(const AttrMap& attrs, const std::string& name);
 // For attributes some ops of a family lack (avg_pool has no dilations): `fallback` when absent.
 std::vector<int64_t> attrIntsOr(const AttrMap& attrs, const std::string& name, std::vector<int64_t> fallback);
+// A window attribute of conv and the pools (strides, dilations, pads, kernel_shape): its values,
+// or `count` copies of `fallback` where it is absent or empty (ONNX's defaults).
+std::vector<int64_t> windowAttr(const AttrMap& attrs, const std::string& name, size_t count, int64_t fallback);
 
 }  // namespace policyc::ir
