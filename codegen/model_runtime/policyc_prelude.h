@@ -14,6 +14,9 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#if defined(__AVX512BF16__)
+#include <immintrin.h>  // vdpbf16ps (only where --precision bf16 can use it: compile time)
+#endif
 
 #define PC_INLINE static inline __attribute__((always_inline))
 #define PC_RESTRICT __restrict__
@@ -290,8 +293,76 @@ PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const
   storev(out + 7 * W, accEnd<V, WT>(d1, bias + W, tb));
 }
 
-// The weight pointer of the microkernels below is float, uint16_t (bf16) or int8_t (with
-// `scale`, the panel's 16 column scales; null otherwise).
+#if defined(__AVX512BF16__)
+// ---- products in bf16 with f32 accumulation (--precision bf16 on a target with AVX512_BF16;
+// the schedule's WeightStorage::Bf16Dot). vdpbf16ps adds to each f32 lane the products of one
+// pair of bf16 values (k even in the low half, k odd in the high half) from each operand. The
+// weights come packed as such pairs (packing.h: toBf16Pairs, a panel row of 16 32-bit lanes per
+// pair of k); a tile first rounds its rows' activations to bf16 pairs the same way (bf16Bits,
+// the packing's rule), then streams its panels. The products of two bf16 values are exact in
+// f32: only the rounding of both operands differs from f32 arithmetic.
+constexpr int64_t kMaxDotPairs = 2048;  // codegen::kMaxBf16DotPairs: a tile's rows on the stack
+PC_INLINE uint32_t bf16Bits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40u;  // a quiet NaN, whatever its payload
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;                   // to nearest even
+}
+// x[at(0..K)) as K/2 rounded up pairs (a zero high half past an odd K).
+template <class At>
+PC_INLINE void bf16Pairs(int64_t K, At at, const float* PC_RESTRICT x, uint32_t* PC_RESTRICT dst) {
+  for (int64_t q = 0; q < K / 2; ++q) dst[q] = bf16Bits(x[at(2 * q)]) | bf16Bits(x[at(2 * q + 1)]) << 16;
+  if (K % 2) dst[K / 2] = bf16Bits(x[at(K - 1)]);
+}
+PC_INLINE f32x16 dotPair(f32x16 acc, uint32_t x, __m512i w) {
+  return (f32x16)_mm512_dpbf16_ps((__m512)acc, (__m512bh)_mm512_set1_epi32(static_cast<int>(x)), (__m512bh)w);
+}
+// R rows (row t's element k is x[t][at(k)]) times P panels (panel p at w + p * stride, in 32-bit
+// pair rows), each column starting from its bias; row t's panel p goes to out + t * outStride + 16p.
+// One accumulator per row and panel, except a lone row and panel: four, over k pairs in turn
+// (vdpbf16ps's latency), added at the end.
+template <int R, int P, class At>
+PC_INLINE void gemmDot(int64_t K, At at, const float* const (&x)[R], const uint32_t* PC_RESTRICT w, int64_t stride,
+                       const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t outStride) {
+  const int64_t Q = (K + 1) / 2;
+  uint32_t xb[R][kMaxDotPairs];
+  for (int t = 0; t < R; ++t) bf16Pairs(K, at, x[t], xb[t]);
+  if constexpr (R == 1 && P == 1) {
+    f32x16 a = loadv<f32x16>(bias), b = {}, c = {}, d = {};
+    int64_t q = 0;
+    for (; q + 4 <= Q; q += 4) {
+      a = dotPair(a, xb[0][q], _mm512_loadu_si512(w + q * 16));
+      b = dotPair(b, xb[0][q + 1], _mm512_loadu_si512(w + q * 16 + 16));
+      c = dotPair(c, xb[0][q + 2], _mm512_loadu_si512(w + q * 16 + 32));
+      d = dotPair(d, xb[0][q + 3], _mm512_loadu_si512(w + q * 16 + 48));
+    }
+    for (; q < Q; ++q) a = dotPair(a, xb[0][q], _mm512_loadu_si512(w + q * 16));
+    storev(out, (a + b) + (c + d));
+  } else {
+    f32x16 acc[R][P];
+    for (int t = 0; t < R; ++t)
+      for (int p = 0; p < P; ++p) acc[t][p] = loadv<f32x16>(bias + 16 * p);
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < Q; ++q) {
+      __m512i wv[P];
+      for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_si512(w + p * stride + q * 16);
+      for (int t = 0; t < R; ++t)
+        for (int p = 0; p < P; ++p) acc[t][p] = dotPair(acc[t][p], xb[t][q], wv[p]);
+    }
+    for (int t = 0; t < R; ++t)
+      for (int p = 0; p < P; ++p) storev(out + t * outStride + 16 * p, acc[t][p]);
+  }
+}
+#endif
+// Elements of a packed panel of K rows: uint32_t weights are bf16 pairs along k.
+template <class WT>
+constexpr int64_t panelElems(int64_t K) {
+  return std::is_same_v<WT, uint32_t> ? (K + 1) / 2 * 16 : K * 16;
+}
+
+// The weight pointer of the microkernels below is float, uint16_t (bf16), uint32_t (bf16 pairs
+// along k, products in bf16: gemmDot) or int8_t (with `scale`, the panel's 16 column scales; null
+// otherwise).
 #if defined(__AVX512F__)
 // One row: four accumulators over interleaved k for instruction-level parallelism.
 template <class WT>
@@ -341,6 +412,27 @@ PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const
                             const float* PC_RESTRICT scale) {
   gemm_4x2v_by<f32x16>(K, at, x0, x1, x2, x3, wa, 0, wb, 0, bias, out[0], scale, scale ? scale + 16 : nullptr);
 }
+
+#if defined(__AVX512BF16__)
+// The same three over bf16 pairs along k (uint32_t: WeightStorage::Bf16Dot), products in bf16.
+PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const uint32_t* PC_RESTRICT w, const float* PC_RESTRICT bias,
+                         float* PC_RESTRICT out, const float* PC_RESTRICT = nullptr) {
+  gemmDot<1, 1>(K, [](int64_t k) { return k; }, {x}, w, 0, bias, out, 0);
+}
+template <class At>
+PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const uint32_t* PC_RESTRICT w,
+                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT) {
+  gemmDot<4, 1>(K, at, {x0, x1, x2, x3}, w, 0, bias, out[0], 16);
+}
+template <class At>
+PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const uint32_t* PC_RESTRICT wa,
+                            const uint32_t* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
+                            const float* PC_RESTRICT) {
+  gemmDot<4, 2>(K, at, {x0, x1, x2, x3}, wa, wb - wa, bias, out[0], 32);
+}
+#endif
 
 #else
 // Without AVX-512 a panel row is two f32x8 (GCC would spill a 16-float vector type).
@@ -403,14 +495,14 @@ template <class WT>
 PC_INLINE void gemm_4x32(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
                          const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
                          float (*PC_RESTRICT out)[32], const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + 16 * K, bias, out, scale);
+  gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out, scale);
 }
 template <class WT>
 PC_INLINE void gemm_4x32_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
                             const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
                             const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
                             const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x32_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, w + 16 * K, bias, out, scale);
+  gemm_4x32_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out, scale);
 }
 // Reading x_t[k] at x_t[off[k]]: a convolution's patches straight from the input when the window
 // lies inside it (off is the window's offset table, the same for every position).

@@ -61,19 +61,33 @@ std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k) {
   return panels(paramOf(p, k.anchorInputs[1]).paramData().data<float>(), packedN(p, k), packedK(p, k));
 }
 
+uint16_t bf16Bits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // a quiet NaN, whatever its payload
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);                   // to nearest even
+}
+
 std::vector<uint16_t> toBf16(const std::vector<float>& packed) {
-  auto round = [](float v) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // a quiet NaN, whatever its payload
-    return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);                   // to nearest even
-  };
   // Each 16-value panel row as pairs: the 32-bit lane c holds column c (low half) and c + 8.
   std::vector<uint16_t> out(packed.size());
   for (size_t row = 0; row + kPanel <= packed.size(); row += kPanel) {
     for (size_t c = 0; c < kPanel / 2; ++c) {
-      out[row + 2 * c] = round(packed[row + c]);
-      out[row + 2 * c + 1] = round(packed[row + c + kPanel / 2]);
+      out[row + 2 * c] = bf16Bits(packed[row + c]);
+      out[row + 2 * c + 1] = bf16Bits(packed[row + c + kPanel / 2]);
+    }
+  }
+  return out;
+}
+
+std::vector<uint16_t> toBf16Pairs(const std::vector<float>& packed, int64_t panelCount, int64_t kk) {
+  const int64_t pairs = bf16PairRows(kk);
+  std::vector<uint16_t> out(static_cast<size_t>(panelCount * pairs * kPanel * 2), 0);
+  for (int64_t j = 0; j < panelCount; ++j) {
+    const float* panel = packed.data() + j * kk * kPanel;
+    uint16_t* dst = out.data() + j * pairs * kPanel * 2;
+    for (int64_t q = 0; q < kk; ++q) {
+      for (int64_t c = 0; c < kPanel; ++c) dst[(q / 2 * kPanel + c) * 2 + q % 2] = bf16Bits(panel[q * kPanel + c]);
     }
   }
   return out;

@@ -337,6 +337,11 @@ bool narrowVectorFeatures(const std::string& llvmFeatures) {
   return llvmFeatures.find("+avx512f") == std::string::npos;
 }
 
+bool bf16DotTarget(const std::string& cppTarget) {
+  if (cppTarget == "native") return __builtin_cpu_supports("avx512bf16");
+  return cppTarget == "x86-64-v4-bf16";
+}
+
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
                            const std::optional<InjectedFault>& fault, bool narrowVectors) {
   ImplChoice choice;
@@ -426,6 +431,7 @@ const char* weightStorageName(WeightStorage w) {
     case WeightStorage::F32: return "f32";
     case WeightStorage::Bf16: return "bf16";
     case WeightStorage::Int8: return "int8";
+    case WeightStorage::Bf16Dot: return "bf16-dot";
   }
   return "?";
 }
@@ -494,6 +500,8 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
       const float* d = w.paramData().data<float>();
       if (!std::all_of(d, d + w.paramData().numel(), [](float v) { return std::isfinite(v); })) continue;  // no scale for inf
       ks[i].weightStorage = WeightStorage::Int8;
+    } else if (o.precision == Precision::Bf16 && o.bf16Dot && bf16PairRows(packedK(p, k)) <= kMaxBf16DotPairs) {
+      ks[i].weightStorage = WeightStorage::Bf16Dot;
     } else {
       ks[i].weightStorage = WeightStorage::Bf16;
     }
@@ -813,9 +821,14 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     KernelSchedule& ks = s.kernels[ki];
     const bool generated = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !isExtern(i); });
     const std::vector<float> packed = generated ? packWeightPanels(p, k) : std::vector<float>{};
+    ks.panelStride = packedK(p, k) * kPanel;
     if (generated && ks.weightStorage == WeightStorage::Bf16) {
       const std::vector<uint16_t> narrow = toBf16(packed);
       ks.packedWeight = append(narrow.data(), narrow.size() * sizeof(uint16_t));
+    } else if (generated && ks.weightStorage == WeightStorage::Bf16Dot) {
+      const std::vector<uint16_t> pairs = toBf16Pairs(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k));
+      ks.packedWeight = append(pairs.data(), pairs.size() * sizeof(uint16_t));
+      ks.panelStride = bf16PairRows(packedK(p, k)) * kPanel;
     } else if (generated && ks.weightStorage == WeightStorage::Int8) {
       std::vector<float> scales;
       const std::vector<int8_t> narrow = toInt8(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k), scales);
@@ -841,8 +854,10 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
 }
 
 std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelProgram& p, const MemoryPlan& plan,
-                                                                  const CodegenOptions& options) {
-  const Schedule s = scheduleProgram(p, plan, scheduleOptions(options));
+                                                                  const CodegenOptions& options, bool bf16Dot) {
+  ScheduleOptions so = scheduleOptions(options);
+  so.bf16Dot = bf16Dot;
+  const Schedule s = scheduleProgram(p, plan, so);
   std::vector<std::pair<std::string, WeightStorage>> out;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     if (packable(p, p.kernels[i])) out.emplace_back(layerName(p.kernels[i]), s.kernels[i].weightStorage);

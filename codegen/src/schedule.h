@@ -233,6 +233,8 @@ struct ScheduleOptions {
   // The target has 16 vector registers of at most 256 bits (AVX2, SSE), not AVX-512's 32 of 512:
   // gemm4x32's 8 accumulators of 16 floats take all 16 there and spill (the heuristic's concern).
   bool narrowVectors = false;
+  // The target has AVX512_BF16: --precision bf16 multiplies in bf16 (WeightStorage::Bf16Dot).
+  bool bf16Dot = false;
   Precision precision = Precision::Fp32;  // CodegenOptions::precision and keepFp32
   std::vector<std::string> keepFp32;
 };
@@ -313,6 +315,9 @@ struct KernelSchedule {
   // accumulators by them once, at its end), -1 otherwise.
   WeightStorage weightStorage = WeightStorage::F32;
   int64_t packedScale = -1;
+  // Elements of the storage type from one packed panel to the next: K * 16, or for Bf16Dot (read
+  // as 32-bit pairs) bf16PairRows(K) * 16.
+  int64_t panelStride = 0;
   const ThreadSplit& splitOf(std::optional<Impl> impl) const;
 };
 

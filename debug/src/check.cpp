@@ -283,7 +283,8 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
     pipeline.noFusion = pipeline.noFusion || !request.fuse;
     if (request.optimize) passes::runPipeline(*optimized, pipeline);
     const codegen::PlannedProgram planned = codegen::planGraph(*optimized, request.fuse);
-    report.layers = codegen::weightStorages(planned.program, planned.plan, request.cpp);
+    const bool bf16Dot = codegen::bf16DotTarget(request.cpp.target) || request.features.find("+avx512bf16") != std::string::npos;
+    report.layers = codegen::weightStorages(planned.program, planned.plan, request.cpp, bf16Dot);
     const double fraction = precisionBudgetFraction(request.cpp.precision);
     for (size_t o = 0; o < numOutputs; ++o) {
       const bool discrete = options.discrete ? std::count(options.discrete->begin(), options.discrete->end(), outs[o].first) > 0

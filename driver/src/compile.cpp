@@ -38,7 +38,7 @@ void validateTarget(const CompileRequest& request) {
     }
     return;
   }
-  codegen::marchFlag(request.cpp.target);
+  codegen::marchFlags(request.cpp.target);
   const char* backend = codegen::backendName(request.backend);
   if (!request.cpu.empty() || !request.features.empty()) fail("--cpu and --features apply to backend llvm (this is backend {})", backend);
   if (request.emit != "so") fail("--emit={} applies to backend llvm (backend {} writes a shared object)", request.emit, backend);

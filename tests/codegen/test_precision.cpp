@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "policyc/codegen/codegen.h"
+#include "policyc/codegen/cpp_backend.h"
 #include "policyc/debug/check.h"
 #include "policyc/driver/compile.h"
 #include "policyc/driver/model_io.h"
@@ -126,7 +129,9 @@ runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::P
   return driver::loadCompiled(driver::compileGraph(graph, r));
 }
 
-std::vector<std::string> narrowedLayers(const Graph& graph, codegen::Precision precision, std::vector<std::string> keep = {}) {
+// Each narrowed layer's name and storage (on a target with AVX512_BF16 when bf16Dot), sorted.
+std::vector<std::pair<std::string, codegen::WeightStorage>> narrowedStorages(const Graph& graph, codegen::Precision precision,
+                                                                             std::vector<std::string> keep = {}, bool bf16Dot = false) {
   auto g = graph.clone();
   passes::runPipeline(*g);
   codegen::PlannedProgram planned = codegen::planGraph(*g);
@@ -134,12 +139,27 @@ std::vector<std::string> narrowedLayers(const Graph& graph, codegen::Precision p
   o.precision = precision;
   o.externKernels = false;
   o.keepFp32 = std::move(keep);
-  std::vector<std::string> out;
-  for (const auto& [layer, storage] : codegen::weightStorages(planned.program, planned.plan, o)) {
-    if (storage != codegen::WeightStorage::F32) out.push_back(layer);
+  std::vector<std::pair<std::string, codegen::WeightStorage>> out;
+  for (const auto& [layer, storage] : codegen::weightStorages(planned.program, planned.plan, o, bf16Dot)) {
+    if (storage != codegen::WeightStorage::F32) out.emplace_back(layer, storage);
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::vector<std::string> narrowedLayers(const Graph& graph, codegen::Precision precision, std::vector<std::string> keep = {}) {
+  std::vector<std::string> out;
+  for (const auto& [layer, storage] : narrowedStorages(graph, precision, std::move(keep))) out.push_back(layer);
+  return out;
+}
+
+// Inputs whose every value is a bf16 value: a layer that multiplies in bf16 rounds them to themselves.
+std::vector<Tensor> bf16Inputs(const Graph& graph, int64_t batch) {
+  std::vector<Tensor> inputs = driver::randomInputs(graph, batch, 5);
+  for (Tensor& t : inputs) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16(t.data<float>()[i]);
+  }
+  return inputs;
 }
 
 }  // namespace
@@ -224,4 +244,85 @@ TEST_CASE("precision: check --precision reports agreement and the budget, fp32 m
   o.perNode = true;
   CHECK_THROWS_WITH(debug::checkModel(*g, inputs, o), Contains("--per-node"));
   CHECK(compiled(*g, codegen::Backend::Llvm, codegen::Precision::Fp32, "fp32").precision() == "fp32");
+}
+
+TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else widens bf16 weights", "[precision]") {
+  using codegen::WeightStorage;
+  using Storages = std::vector<std::pair<std::string, WeightStorage>>;
+  auto g = mlp(nullptr);
+  // The schedule's decision: bf16 pairs along k only for --precision bf16 on such a target.
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {}, true) == Storages{{"fc1", WeightStorage::Bf16Dot}, {"fc2", WeightStorage::Bf16Dot}});
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {}, false) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16Weights, {}, true) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, true) == Storages{{"conv", WeightStorage::Bf16Dot}});
+  {
+    // Rows longer than the microkernel's stack buffer (K > 2 * kMaxBf16DotPairs) keep widened weights.
+    auto wide = std::make_unique<Graph>("wide_rows");
+    const int64_t K = 2 * codegen::kMaxBf16DotPairs + 2;
+    Value* x = wide->addInput("obs", {DType::F32, {Dim::batch(), K}});
+    Tensor w(DType::F32, {8, K}), w2(DType::F32, {2, 8});
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 0.01f * static_cast<float>(i % 13);
+    Value* h = wide->addOp(Op::Relu, {wide->addOp(Op::Linear, {x, wide->addParam("fc.w", std::move(w))}, {}, "fc")->output()}, {}, "act")->output();
+    wide->setOutputs({{"out", wide->addOp(Op::Linear, {h, wide->addParam("head.w", std::move(w2))}, {}, "head")->output()}});
+    CHECK(narrowedStorages(*wide, codegen::Precision::Bf16, {}, true) == Storages{{"fc", WeightStorage::Bf16}});
+  }
+  // Both backends emit vdpbf16ps for the target x86-64-v4-bf16 (any x86 host can compile it).
+  for (bool conv : {false, true}) {
+    auto model = conv ? cnn(nullptr) : mlp(nullptr);
+    driver::CompileRequest r;
+    r.cpp.precision = codegen::Precision::Bf16;
+    r.cpp.externKernels = false;
+    r.cpp.target = "x86-64-v4-bf16";
+    r.cpp.name = "m";
+    r.progress = false;
+    r.backend = codegen::Backend::Llvm;
+    r.emit = "asm";
+    r.output = (scratch() / fmt::format("{}_bf16dot.s", model->name())).string();
+    driver::compileGraph(*model, r);
+    std::ifstream asmFile(r.output);
+    const std::string text((std::istreambuf_iterator<char>(asmFile)), std::istreambuf_iterator<char>());
+    CHECK(text.find("vdpbf16ps") != std::string::npos);
+    auto g2 = model->clone();
+    passes::runPipeline(*g2);
+    codegen::CppOptions o = r.cpp;
+    const codegen::GeneratedCpp cpp = codegen::generateCpp(*g2, o);
+    CHECK_THAT(cpp.source, Contains("const uint32_t* PC_RESTRICT wp"));
+    r.backend = codegen::Backend::Cpp;
+    r.emit = "so";
+    r.output = (scratch() / fmt::format("{}_bf16dot_cpp.so", model->name())).string();
+    CHECK_NOTHROW(driver::compileGraph(*model, r));  // -mavx512bf16 builds it
+  }
+}
+
+TEST_CASE("precision: bf16 products (vdpbf16ps) in both backends match the rounded model", "[precision]") {
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    WARN("this host has no AVX512_BF16: the bf16 products were compiled (the test above), not run");
+    return;
+  }
+  const codegen::Precision precision = codegen::Precision::Bf16;
+  for (bool conv : {false, true}) {
+    // Every narrowed layer reads the model's input (fc2 kept in f32), so with bf16 inputs the
+    // rounded weights are the only rounding: the reference is the interpreter on those weights.
+    const std::vector<std::string> keep = conv ? std::vector<std::string>{} : std::vector<std::string>{"fc2"};
+    auto exact = conv ? cnn(nullptr) : mlp(nullptr);
+    const std::vector<std::string> narrowed = narrowedLayers(*exact, precision, keep);
+    REQUIRE(narrowed == (conv ? std::vector<std::string>{"conv"} : std::vector<std::string>{"fc1"}));
+    auto rounded = conv ? cnn(rounding(precision, narrowed)) : mlp(rounding(precision, narrowed));
+    runtime::Model cpp = compiled(*exact, codegen::Backend::Cpp, precision, "bf16dot", keep);
+    runtime::Model llvm = compiled(*exact, codegen::Backend::Llvm, precision, "bf16dot", keep);
+    for (int64_t batch : {1, 5, 8}) {
+      std::vector<Tensor> inputs = bf16Inputs(*exact, batch);
+      std::vector<Tensor> want = interpret(*rounded, inputs), original = interpret(*exact, inputs);
+      std::vector<Tensor> one = driver::runModel(cpp, inputs, 1), two = driver::runModel(cpp, inputs, 2);
+      std::vector<Tensor> viaLlvm = driver::runModel(llvm, inputs, 2);
+      driver::TensorCheck c = driver::compareTensors("logits", one[0], want[0], 1e-5, 1e-5);
+      driver::TensorCheck off = driver::compareTensors("logits", one[0], original[0], 1e-5, 1e-5);
+      INFO((conv ? "cnn" : "mlp") << " batch " << batch << ": max abs " << c.maxAbs << " (against fp32 " << off.maxAbs << ")");
+      CHECK(c.pass);
+      CHECK(off.maxAbs > c.maxAbs);
+      CHECK(std::memcmp(one[0].bytes(), two[0].bytes(), one[0].nbytes()) == 0);
+      // One order of products and sums in both printers: the same bits.
+      CHECK(std::memcmp(one[0].bytes(), viaLlvm[0].bytes(), one[0].nbytes()) == 0);
+    }
+  }
 }

@@ -83,7 +83,6 @@ std::string defaultCompiler() {
 }
 
 BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& outSo, const BuildOptions& options) {
-  std::string march = marchFlag(generated.target);
   BuildResult result;
   // A fresh temporary directory is removed on every path out (success, compiler failure,
   // exception); a work directory the caller named (the debug directory) is kept.
@@ -110,9 +109,10 @@ BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& 
   fs::path tmpOut = out;
   tmpOut += fmt::format(".tmp{}", getpid());
   // No shell: every path is one argument as it is.
-  std::vector<std::string> argv = {options.compiler, "-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", march,
-                                   "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden",
-                                   fmt::format("-DPC_WEIGHTS_FILE=\"{}\"", weights.string()), "-o", tmpOut.string(), source.string()};
+  std::vector<std::string> argv = {options.compiler, "-std=c++17", "-O3", "-fPIC", "-shared", "-pthread"};
+  for (const std::string& f : marchFlags(generated.target)) argv.push_back(f);
+  argv.insert(argv.end(), {"-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden",
+                           fmt::format("-DPC_WEIGHTS_FILE=\"{}\"", weights.string()), "-o", tmpOut.string(), source.string()});
   for (const std::string& l : generated.libraries) argv.push_back("-l" + l);
   {
     std::ofstream f(log);

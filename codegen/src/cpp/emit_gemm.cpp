@@ -185,7 +185,10 @@ std::string Emitter::emitLinear(const Kernel& k) const {
 
 std::string Emitter::packedPointers(size_t index) const {
   const KernelSchedule& ks = s_.kernels[index];
-  const char* type = ks.weightStorage == WeightStorage::Bf16 ? "uint16_t" : ks.weightStorage == WeightStorage::Int8 ? "int8_t" : "float";
+  const char* type = ks.weightStorage == WeightStorage::Bf16      ? "uint16_t"
+                     : ks.weightStorage == WeightStorage::Bf16Dot ? "uint32_t"  // bf16 pairs along k: products in bf16
+                     : ks.weightStorage == WeightStorage::Int8    ? "int8_t"
+                                                                  : "float";
   std::string s = fmt::format("  const {}* PC_RESTRICT wp = reinterpret_cast<const {}*>(pc_weights + {});{}\n", type, type, ks.packedWeight,
                               ks.weightStorage == WeightStorage::F32 ? "" : fmt::format("  // {} weights", weightStorageName(ks.weightStorage)));
   s += fmt::format("  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n", ks.packedBias);
@@ -306,7 +309,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   s += "  float out[4][32];\n  float out16[4][16];\n";
   s += "  for (int64_t u = lo; u < hi; ++u) {\n";
   s += fmt::format("    const int64_t j = u / quads * {}, r = u % quads * 4;\n", per);
-  s += fmt::format("    const auto* PC_RESTRICT w = wp + j*{};\n", K * kPanel);
+  s += fmt::format("    const auto* PC_RESTRICT w = wp + j*{};\n", s_.kernels[index].panelStride);
   s += fmt::format("    const int64_t jEnd = j + {} < {} ? j + {} : {};  // one past the unit's last panel\n", per, panels, per, panels);
   // The epilogue of `width` columns from panel `panel` of row `row`, held at `acc` (column n at
   // acc[n - panel*16]): whole panels at once, or column by column.
@@ -332,7 +335,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   s += "      continue;\n    }\n";
   s += "    for (int64_t t = r; t < rows; ++t) {\n";
   s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
-  s += fmt::format("        pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]{});\n", K, K * kPanel, scaleArg(index, "jj"));
+  s += fmt::format("        pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]{});\n", K, s_.kernels[index].panelStride, scaleArg(index, "jj"));
   s += finishing("        ", "t", "jj", "out16[0]", 16);
   s += "      }\n    }\n  }\n";
   return s;
@@ -397,9 +400,9 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) 
     const std::string o = width == 32 ? "out" : "out16";
     std::string t = fmt::format("        if (direct) {{\n          pc::gemm_{}_at({}, window, origin(i0, pos), origin(i0, pos + 1), "
                                 "origin(i0, pos + 2), origin(i0, pos + 3), wp + {}*{}, bp + {}*16, {}{});\n",
-                                kern, K, j, K * kPanel, j, o, scaleArg(index, j));
+                                kern, K, j, s_.kernels[index].panelStride, j, o, scaleArg(index, j));
     t += fmt::format("        }} else {{\n          pc::gemm_{}({}, patch[0], patch[1], patch[2], patch[3], wp + {}*{}, bp + {}*16, {}{});\n        }}\n",
-                     kern, K, j, K * kPanel, j, o, scaleArg(index, j));
+                     kern, K, j, s_.kernels[index].panelStride, j, o, scaleArg(index, j));
     const std::string value = o + "[t][n - j*16]";
     t += fmt::format("        const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
     t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < 4; ++t) "
@@ -426,7 +429,7 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) 
   s += fmt::format("    for (int64_t t0 = pos; t0 < {}; ++t0) {{\n", P);
   s += "      const int64_t t = t0 - pos;\n      gather(i0, t0, patch[0]);\n";
   s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
-  s += fmt::format("        pc::gemm_1x16({}, patch[0], wp + j*{}, bp + j*16, out[0]{});\n", K, K * kPanel, scaleArg(index, "j"));
+  s += fmt::format("        pc::gemm_1x16({}, patch[0], wp + j*{}, bp + j*16, out[0]{});\n", K, s_.kernels[index].panelStride, scaleArg(index, "j"));
   s += panelEpilogue(M, "        ", fmt::format("epilogue(i0, n, t0 / {}, t0 % {}, out[0][n - j*16])", OW, OW));
   s += "      }\n    }\n  }\n";
   return s;

@@ -17,10 +17,11 @@
 namespace policyc::codegen::cppemit {
 
 GeneratedCpp Emitter::run() {
-  marchFlag(o_.target);  // validates the name
+  marchFlags(o_.target);  // validates the name
   GeneratedCpp g;
   ScheduleOptions so = scheduleOptions(o_);
   so.narrowVectors = narrowVectorTarget(o_.target);
+  so.bf16Dot = bf16DotTarget(o_.target);
   s_ = scheduleProgram(p_, plan_, so);
   for (size_t ki = 0; ki < s_.kernels.size(); ++ki) {
     if (!s_.kernels[ki].impls.empty()) impls_[ki] = s_.kernels[ki].impls;
@@ -404,13 +405,14 @@ std::string Emitter::emitAbi(const std::string& name) const {
 namespace policyc::codegen {
 
 using cppemit::Emitter;
-std::vector<std::string> cppTargets() { return {"native", "x86-64-v3", "x86-64-v4", "generic"}; }
+std::vector<std::string> cppTargets() { return {"native", "x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "generic"}; }
 
-std::string marchFlag(const std::string& target) {
-  if (target == "native") return "-march=native";
-  if (target == "x86-64-v3") return "-march=x86-64-v3";
-  if (target == "x86-64-v4") return "-march=x86-64-v4";
-  if (target == "generic") return "-march=x86-64";
+std::vector<std::string> marchFlags(const std::string& target) {
+  if (target == "native") return {"-march=native"};
+  if (target == "x86-64-v3") return {"-march=x86-64-v3"};
+  if (target == "x86-64-v4") return {"-march=x86-64-v4"};
+  if (target == "x86-64-v4-bf16") return {"-march=x86-64-v4", "-mavx512bf16"};
+  if (target == "generic") return {"-march=x86-64"};
   fail("unknown target '{}' (valid targets: {})", target, fmt::join(cppTargets(), ", "));
 }
 

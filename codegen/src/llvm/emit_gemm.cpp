@@ -15,6 +15,7 @@
 #include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
@@ -200,12 +201,16 @@ void Emitter::emitLinear(const Kernel& k) {
   restrict_ = false;
 }
 
-Emitter::PanelRef Emitter::panelAt(size_t index, Value* j, int64_t K, const std::string& name) {
+Emitter::PanelRef Emitter::panelAt(size_t index, Value* j, const std::string& name) {
   const KernelSchedule& ks = s_.kernels[index];
-  llvm::Type* elem = ks.weightStorage == WeightStorage::Bf16 ? b_.getInt16Ty() : ks.weightStorage == WeightStorage::Int8 ? i8_ : f32_;
+  llvm::Type* elem = ks.weightStorage == WeightStorage::Bf16      ? static_cast<llvm::Type*>(b_.getInt16Ty())
+                     : ks.weightStorage == WeightStorage::Bf16Dot ? i32_  // bf16 pairs along k
+                     : ks.weightStorage == WeightStorage::Int8    ? i8_
+                                                                  : f32_;
   PanelRef r;
   r.storage = ks.weightStorage;
-  r.w = b_.CreateInBoundsGEP(elem, weightsAt(ks.packedWeight, "wp"), b_.CreateMul(j, c64(K * kPanel)), name);
+  r.stride = ks.panelStride;
+  r.w = b_.CreateInBoundsGEP(elem, weightsAt(ks.packedWeight, "wp"), b_.CreateMul(j, c64(ks.panelStride)), name);
   if (ks.packedScale >= 0) r.scale = b_.CreateInBoundsGEP(f32_, weightsAt(ks.packedScale, "sp"), b_.CreateMul(j, c64(kPanel)), "scale");
   return r;
 }
@@ -231,8 +236,107 @@ Value* Emitter::loadPanelRow(const PanelRef& ref, Value* at) {
       Value* bits = b_.CreateAlignedLoad(q, b_.CreateInBoundsGEP(i8_, ref.w, at), llvm::Align(1), "wint8");
       return b_.CreateSIToFP(bits, vt, "w");
     }
+    case WeightStorage::Bf16Dot: break;  // gemmDotTile multiplies the pairs as they are
   }
-  return nullptr;
+  fail("internal error: a bf16-dot panel read as f32 values");
+}
+
+Value* Emitter::bf16Bits(Value* f) {
+  Value* bits = b_.CreateBitCast(f, i32_);
+  Value* nan = b_.CreateICmpUGT(b_.CreateAnd(bits, b_.getInt32(0x7fffffff)), b_.getInt32(0x7f800000));
+  Value* even = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
+  Value* rounded = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, b_.getInt32(0x7fff)), even), 16);
+  return b_.CreateSelect(nan, b_.CreateOr(b_.CreateLShr(bits, 16), b_.getInt32(0x40)), rounded, "bf16");
+}
+
+std::vector<std::vector<Value*>> Emitter::gemmDotTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w,
+                                                      Value* bias, const ir::Node* node, Value* offsets) {
+  llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+  llvm::Type* lanes = llvm::FixedVectorType::get(i32_, kLanes);
+  llvm::Function* dot = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512);
+  llvm::Type* pairs = dot->getFunctionType()->getParamType(1);  // <32 x bfloat>
+  const int64_t Q = bf16PairRows(K);
+  // The rows as bf16 pairs.
+  std::vector<llvm::AllocaInst*> xb;
+  for (size_t t = 0; t < rows.size(); ++t) {
+    xb.push_back(local(llvm::ArrayType::get(i32_, static_cast<uint64_t>(Q)), fmt::format("xb{}", t)));
+    auto value = [&](Value* k) {
+      Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, k), "at"), i64_) : k;
+      return bf16Bits(b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, rows[t], at), "x"));
+    };
+    auto slot = [&](Value* q) { return b_.CreateInBoundsGEP(i32_, xb.back(), q); };
+    forCount(K / 2, "q", [&](Value* q) {
+      llvm::Instruction* s0 = mark();
+      Value* k = b_.CreateMul(q, c64(2));
+      b_.CreateStore(b_.CreateOr(value(k), b_.CreateShl(value(b_.CreateAdd(k, c64(1))), 16)), slot(q));
+      tag(s0, node);
+    });
+    llvm::Instruction* s0 = mark();
+    if (K % 2) b_.CreateStore(value(c64(K - 1)), slot(c64(K / 2)));
+    tag(s0, node);
+  }
+  auto weights = [&](Value* q, int p) {
+    Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * w.stride));
+    return b_.CreateBitCast(b_.CreateAlignedLoad(lanes, b_.CreateInBoundsGEP(i32_, w.w, at), llvm::Align(4), "w"), pairs);
+  };
+  auto input = [&](size_t t, Value* q) {
+    Value* x = b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, xb[t], q), "xpair");
+    return b_.CreateBitCast(b_.CreateVectorSplat(kLanes, x), pairs);
+  };
+  auto biasOf = [&](int p) {
+    return b_.CreateAlignedLoad(vt, b_.CreateConstInBoundsGEP1_64(f32_, bias, static_cast<uint64_t>(p) * kLanes), llvm::Align(4), "bias");
+  };
+  llvm::Instruction* since = mark();
+  if (rows.size() == 1 && panels == 1) {
+    std::vector<llvm::AllocaInst*> acc;
+    for (int i = 0; i < 4; ++i) {
+      acc.push_back(local(vt, fmt::format("acc{}", i)));
+      b_.CreateStore(i == 0 ? biasOf(0) : static_cast<Value*>(llvm::Constant::getNullValue(vt)), acc.back());
+    }
+    tag(since, node);
+    auto step = [&](Value* q, int i) {
+      llvm::AllocaInst* a = acc[static_cast<size_t>(i)];
+      b_.CreateStore(b_.CreateCall(dot, {b_.CreateLoad(vt, a), input(0, q), weights(q, 0)}), a);
+    };
+    forCount(Q / 4, "q4", [&](Value* q4) {
+      llvm::Instruction* s0 = mark();
+      for (int i = 0; i < 4; ++i) step(b_.CreateAdd(b_.CreateMul(q4, c64(4)), c64(i)), i);
+      tag(s0, node);
+    });
+    forRange(c64(Q / 4 * 4), c64(Q), "q", [&](Value* q) { step(q, 0); });
+    since = mark();
+    Value* sum = b_.CreateFAdd(b_.CreateFAdd(b_.CreateLoad(vt, acc[0]), b_.CreateLoad(vt, acc[1])),
+                               b_.CreateFAdd(b_.CreateLoad(vt, acc[2]), b_.CreateLoad(vt, acc[3])), node ? nodeLabel(node) : "acc");
+    tag(since, node);
+    return {{sum}};
+  }
+  std::vector<std::vector<llvm::AllocaInst*>> acc(rows.size(), std::vector<llvm::AllocaInst*>(static_cast<size_t>(panels)));
+  for (int p = 0; p < panels; ++p) {
+    Value* bv = biasOf(p);
+    for (size_t t = 0; t < rows.size(); ++t) {
+      acc[t][static_cast<size_t>(p)] = local(vt, fmt::format("acc{}{}", t, p));
+      b_.CreateStore(bv, acc[t][static_cast<size_t>(p)]);
+    }
+  }
+  tag(since, node);
+  forCount(Q, "q", [&](Value* q) {
+    llvm::Instruction* s0 = mark();
+    std::vector<Value*> wv;
+    for (int p = 0; p < panels; ++p) wv.push_back(weights(q, p));
+    for (size_t t = 0; t < rows.size(); ++t) {
+      Value* x = input(t, q);
+      for (int p = 0; p < panels; ++p) {
+        llvm::AllocaInst* a = acc[t][static_cast<size_t>(p)];
+        b_.CreateStore(b_.CreateCall(dot, {b_.CreateLoad(vt, a), x, wv[static_cast<size_t>(p)]}), a);
+      }
+    }
+    tag(s0, node);
+  });
+  std::vector<std::vector<Value*>> out(rows.size());
+  for (size_t t = 0; t < rows.size(); ++t) {
+    for (int p = 0; p < panels; ++p) out[t].push_back(b_.CreateLoad(vt, acc[t][static_cast<size_t>(p)], node ? nodeLabel(node) : "acc"));
+  }
+  return out;
 }
 
 Value* Emitter::scaledEnd(Value* acc, Value* scales, Value* bias) {
@@ -242,6 +346,7 @@ Value* Emitter::scaledEnd(Value* acc, Value* scales, Value* bias) {
 
 std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets) {
   llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+  if (w.storage == WeightStorage::Bf16Dot) return gemmDotTile(rows, panels, K, w, bias, node, offsets);
   if (rows.size() == 1 && panels == 1 && !offsets) return {{gemmRow(rows[0], K, w, bias, node)}};
   std::vector<std::vector<llvm::AllocaInst*>> acc(rows.size(), std::vector<llvm::AllocaInst*>(static_cast<size_t>(panels)));
   llvm::Instruction* since = mark();
@@ -260,7 +365,7 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
     llvm::Instruction* s0 = mark();
     std::vector<Value*> wv;
     for (int p = 0; p < panels; ++p) {
-      Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * K * kLanes));
+      Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * w.stride));
       wv.push_back(loadPanelRow(w, at));
     }
     Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, q), "at"), i64_) : q;
@@ -369,7 +474,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
     Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(4), "r");
     Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(per)), c64(panels));
-    const PanelRef w = panelAt(index, j, K, "w");
+    const PanelRef w = panelAt(index, j, "w");
     Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
     Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(r, c64(4)), rows);
     auto quadTile = [&](int group) {
@@ -395,7 +500,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             forRange(r, rows, "t", [&](Value* t) {
               forRange(j, jEnd, "jj", [&](Value* jj) {
                 std::vector<Value*> rv = rowVars(t);
-                const PanelRef wj = panelAt(index, jj, K, "wj");
+                const PanelRef wj = panelAt(index, jj, "wj");
                 Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
                 auto acc = gemmTile({rowPtr(rv)}, 1, K, wj, bj, k.anchor);
                 finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
@@ -504,7 +609,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
           }
           Value* offsets = b_.CreateSelect(direct, windowTable, identityTable, "offsets");
           auto tile = [&](Value* j, int per) {
-            const PanelRef w = panelAt(index, j, K, "w");
+            const PanelRef w = panelAt(index, j, "w");
             Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
             auto acc = gemmTile(rows, per, K, w, bias, &n, offsets);
             for (int p = 0; p < per; ++p) {
@@ -526,7 +631,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
           forRange(pos, c64(P), "t0", [&](Value* t0) {
             gather(i0, t0, 0);
             forCount(panels, "j", [&](Value* j) {
-              const PanelRef w = panelAt(index, j, K, "w");
+              const PanelRef w = panelAt(index, j, "w");
               Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
               auto acc = gemmTile({b_.CreateConstInBoundsGEP1_64(f32_, patch, 0)}, 1, K, w, bias, &n);
               finish(i0, t0, j, acc[0][0]);

@@ -20,6 +20,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include "emitter.h"
@@ -592,7 +593,11 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
   // What to emit (schedule.h), and the C header of every backend.
   ScheduleOptions so = scheduleOptions(options);
-  so.narrowVectors = narrowVectorFeatures(impl->target.features);
+  // The subtarget, not the feature string: a CPU name (x86-64-v4, --cpu sapphirerapids) implies
+  // its features.
+  const llvm::MCSubtargetInfo& sti = *machine->getMCSubtargetInfo();
+  so.narrowVectors = !sti.checkFeatures("+avx512f");
+  so.bf16Dot = sti.checkFeatures("+avx512bf16");
   const Schedule schedule = scheduleProgram(program, plan, so);
   impl->name = schedule.cName;
   for (size_t ki = 0; ki < program.kernels.size(); ++ki) {

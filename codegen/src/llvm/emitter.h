@@ -171,9 +171,10 @@ class Emitter : llvmbe::Builder {
     Value* w = nullptr;
     Value* scale = nullptr;
     WeightStorage storage = WeightStorage::F32;
+    int64_t stride = 0;  // elements from one panel to the next (KernelSchedule::panelStride)
   };
-  // Panel j of the packed weight of kernel `index` (K weights a column).
-  PanelRef panelAt(size_t index, Value* j, int64_t K, const std::string& name);
+  // Panel j of the packed weight of kernel `index`.
+  PanelRef panelAt(size_t index, Value* j, const std::string& name);
   // The 16 weights at element `at` of a panel's storage as <16 x float>: bf16 widened by a
   // shift or a mask (pairs, packing.h), int8 converted (its scales wait for scaledEnd).
   Value* loadPanelRow(const PanelRef& ref, Value* at);
@@ -183,9 +184,17 @@ class Emitter : llvmbe::Builder {
 
   // The microkernel: `rows` row pointers (x_t[q] at rows[t] + q, or rows[t] + offsets[q] with an
   // i32 offset table: conv windows read in place) times `panels` consecutive weight panels from
-  // `w` (panel p's row q at w + (p*K + q)*16), each column starting from its bias. Returns
+  // `w` (panel p's row q at w + p*w.stride + q*16), each column starting from its bias. Returns
   // acc[t][p], one <16 x float> per row and panel; sums over q in order.
   std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets = nullptr);
+
+  // gemmTile over bf16 pairs (WeightStorage::Bf16Dot, as pc::gemmDot): the rows rounded to bf16
+  // pairs into a local array first (bf16Bits), then per pair of k one vdpbf16ps per row and panel;
+  // a lone row and panel through four accumulators over pairs in turn, summed as (a + b) + (c + d).
+  std::vector<std::vector<Value*>> gemmDotTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias,
+                                               const ir::Node* node, Value* offsets);
+  // An f32 as bf16 bits in the low half of an i32 (packing.h's bf16Bits: to nearest even, NaN quiet).
+  Value* bf16Bits(Value* f);
 
   // One row times one panel: four accumulators over interleaved q (a chain of dependent FMAs
   // would wait on the FMA latency), summed as (a + b) + (c + d) at the end.

@@ -95,7 +95,7 @@ std::string architectures() {
 
 std::string llvmVersion() { return LLVM_VERSION_STRING; }
 
-std::vector<std::string> llvmTargetNames() { return {"native", "x86-64-v3", "x86-64-v4", "generic"}; }
+std::vector<std::string> llvmTargetNames() { return {"native", "x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "generic"}; }
 
 LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options) {
   initializeLlvm();
@@ -107,9 +107,10 @@ LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options) {
     t.triple = host;
     t.cpu = llvm::sys::getHostCPUName().str();
     t.features = hostFeatures();
-  } else if (t.name == "x86-64-v3" || t.name == "x86-64-v4" || t.name == "generic") {
+  } else if (t.name == "x86-64-v3" || t.name == "x86-64-v4" || t.name == "x86-64-v4-bf16" || t.name == "generic") {
     t.triple = hostIsX86 ? host : "x86_64-unknown-linux-gnu";
-    t.cpu = t.name == "generic" ? "x86-64" : t.name;
+    t.cpu = t.name == "generic" ? "x86-64" : t.name == "x86-64-v4-bf16" ? "x86-64-v4" : t.name;
+    if (t.name == "x86-64-v4-bf16") t.features = "+avx512bf16";  // as the C++ backend's -mavx512bf16
   } else {
     llvm::Triple triple(llvm::Triple::normalize(t.name));
     if (triple.getArch() == llvm::Triple::UnknownArch) {

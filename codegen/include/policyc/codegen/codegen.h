@@ -64,6 +64,9 @@ ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64
 // lacks AVX-512; "native" asks the host.
 bool narrowVectorTarget(const std::string& cppTarget);
 bool narrowVectorFeatures(const std::string& llvmFeatures);
+// Whether a C++ backend target has AVX512_BF16 (vdpbf16ps: --precision bf16 multiplies in bf16
+// there); "native" asks the host. The LLVM backend asks its subtarget.
+bool bf16DotTarget(const std::string& cppTarget);
 
 // A linear or conv kernel as a oneDNN primitive (implementations onednn and onednn_postops): what
 // the C++ backend's pc::dnnl_ext::Linear / Conv is constructed from, for backends that call the
@@ -90,15 +93,23 @@ std::optional<ExternKernel> externKernel(const KernelProgram& program, const Ker
 //
 // How the packed weights of linear and conv layers are stored: fp32; bf16-weights (bf16, widened
 // to f32 inside the microkernels, f32 arithmetic); bf16 (bf16 products with f32 accumulation on a
-// target with AVX512_BF16; elsewhere the same as bf16-weights); int8-weights (int8 with one f32
-// scale per output channel, widened and scaled inside the microkernels). Activations stay f32.
+// target with AVX512_BF16: each tile rounds its rows' activations to bf16 and multiplies them by
+// the weights with vdpbf16ps; elsewhere the same as bf16-weights); int8-weights (int8 with one f32
+// scale per output channel, widened and scaled inside the microkernels). Activations stay f32
+// between kernels.
 enum class Precision : uint8_t { Fp32, Bf16Weights, Bf16, Int8Weights };
 const char* precisionName(Precision p);  // fp32 | bf16-weights | bf16 | int8-weights
 // Error naming the valid values otherwise.
 Precision parsePrecision(const std::string& name);
 // The storage a layer's packed weight gets.
-enum class WeightStorage : uint8_t { F32, Bf16, Int8 };
-const char* weightStorageName(WeightStorage w);  // f32 | bf16 | int8
+// Bf16Dot: bf16 in pairs along K (packing.h: toBf16Pairs) for products in bf16 (vdpbf16ps);
+// Bf16: bf16 in pairs of columns, widened to f32.
+enum class WeightStorage : uint8_t { F32, Bf16, Int8, Bf16Dot };
+const char* weightStorageName(WeightStorage w);  // f32 | bf16 | int8 | bf16-dot
+// A layer multiplies in bf16 (Bf16Dot) only where a tile's rows, rounded to bf16 pairs, fit the
+// microkernel's stack buffer: K <= 2 * kMaxBf16DotPairs (pc::kMaxDotPairs); wider ones keep
+// bf16 weights widened to f32.
+inline constexpr int64_t kMaxBf16DotPairs = 2048;
 // Which layers keep f32 weights whatever the precision (the rule, docs/precision.md): every layer
 // oneDNN runs, every layer with updatable weights, every layer under kMinReducedWeights weights
 // (they stay in cache: narrowing saves no memory traffic and widening costs instructions), every
@@ -143,10 +154,10 @@ struct CodegenOptions {
 };
 
 // Each linear/conv layer with packed weights (by the name the model file gives its node, else the
-// graph node's name) and the storage its weight gets under `options` (the schedule's decision,
-// for reports and tests).
+// graph node's name) and the storage its weight gets under `options` on a target with
+// (bf16Dot) or without AVX512_BF16 (the schedule's decision, for reports and tests).
 std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelProgram& program, const MemoryPlan& plan,
-                                                                  const CodegenOptions& options);
+                                                                  const CodegenOptions& options, bool bf16Dot = false);
 
 // What every backend starts from: the graph lowered, fused (unless `fuse` is false: one kernel
 // per graph node, --no-fuse) and its memory planned. The driver runs these steps itself, to dump

@@ -11,12 +11,13 @@
 
 namespace policyc::codegen {
 
-// Targets of the generated code and the -march flag each one compiles with.
+// Targets of the generated code and the flags each one compiles with.
 //   native -> -march=native, x86-64-v3 -> -march=x86-64-v3, x86-64-v4 -> -march=x86-64-v4,
-//   generic -> -march=x86-64
+//   x86-64-v4-bf16 -> -march=x86-64-v4 -mavx512bf16 (Cooper Lake, Sapphire Rapids, Zen 4: where
+//   --precision bf16 multiplies in bf16), generic -> -march=x86-64
 std::vector<std::string> cppTargets();
-// The -march flag of a target; policyc::Error listing the valid names for an unknown one.
-std::string marchFlag(const std::string& target);
+// The -march flags of a target; policyc::Error listing the valid names for an unknown one.
+std::vector<std::string> marchFlags(const std::string& target);
 
 struct CppOptions : CodegenOptions {
   std::string target = "native";  // one of cppTargets()
