@@ -10,6 +10,8 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <unordered_map>
 #include <vector>
 
 extern "C" int omp_get_max_threads(void);
@@ -69,6 +71,12 @@ inline void forSlices(int64_t batch, int threads, const F& f) {
   });
   if (failed) std::rethrow_exception(failed);
 }
+// The calling thread's stream: created on its first extern call, not on every call.
+inline dnnl::stream& stream() {
+  static thread_local dnnl::stream s(engine());
+  return s;
+}
+
 // One element of a post-op chain: eltwise (alg, alpha, beta) or, with sum = true, dst += result.
 struct PostOp {
   dnnl::algorithm alg;
@@ -87,14 +95,54 @@ inline dnnl::primitive_attr attrOf(const std::vector<PostOp>& ops) {
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
 }
 
-// The calling thread's stream: created on its first extern call, not on every call.
-inline dnnl::stream& stream() {
-  static thread_local dnnl::stream s(engine());
-  return s;
+// Every primitive takes its scratchpad from the caller (scratchpad_mode::user): oneDNN's own
+// (library) mode keeps one process-wide scratchpad unless the library was built for concurrent
+// execution, which Debian's is not, so two slices running primitives with a scratchpad at once
+// (the bf16 and brgemm convolutions have one) overwrote each other's: results changed with the
+// thread count. Each thread has its own buffer, grown to the largest scratchpad it ran.
+inline dnnl::primitive_attr userScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
 }
+inline dnnl::memory scratchpadFor(const dnnl::memory::desc& d) {
+  struct Buffer {
+    void* p = nullptr;
+    size_t size = 0;
+    ~Buffer() { std::free(p); }
+  };
+  static thread_local Buffer buf;
+  const size_t need = d.get_size();
+  if (need > buf.size) {
+    std::free(buf.p);
+    buf.p = nullptr;
+    buf.size = 0;
+    if (posix_memalign(&buf.p, 64, need) != 0) throw std::bad_alloc();
+    buf.size = need;
+  }
+  return dnnl::memory(d, engine(), buf.p);
+}
+// Runs `p` (whose scratchpad is `pad`) on the calling thread's stream with `args` and its scratchpad.
+inline void execute(const dnnl::primitive& p, const dnnl::memory::desc& pad, std::unordered_map<int, dnnl::memory> args) {
+  if (pad.get_size() > 0) args.insert({DNNL_ARG_SCRATCHPAD, scratchpadFor(pad)});
+  p.execute(stream(), args);
+}
+// A reorder from `from` to `to` with a user scratchpad, and its run.
+struct Reorder {
+  dnnl::reorder prim;
+  dnnl::memory::desc pad;
+  Reorder() = default;
+  Reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+    dnnl::reorder::primitive_desc pd(engine(), from, engine(), to, userScratchpad());
+    prim = dnnl::reorder(pd);
+    pad = pd.scratchpad_desc();
+  }
+  void run(const dnnl::memory& from, const dnnl::memory& to) const { execute(prim, pad, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}); }
+};
 
 // What every extern kernel keeps: its weight (reordered into each layout a primitive asks for,
 // once) and bias, and its primitives per batch size (of one thread), created on first use. A weight that
@@ -148,9 +196,8 @@ class Primitives {
  private:
   // The weight, from its plain layout, into `packed` (of layout `want`).
   void reorderInto(const dnnl::memory::desc& want, dnnl::memory& packed) {
-    (void)want;
     dnnl::memory user(plain_, engine(), const_cast<float*>(weight_));
-    dnnl::reorder(user, packed).execute(stream(), user, packed);
+    Reorder(plain_, want).run(user, packed);
     stream().wait();
   }
 
@@ -177,13 +224,18 @@ struct ConvShape {
   // the result then reordered to NCHW over the source copy for the generated epilogue, which
   // reads it a row at a time (NHWC, each channel's values lay a cache line apart).
   bool anyLayout = false;
+  // --precision bf16 on a target with AVX512_BF16 (WeightStorage::Bf16Dot): the source copy and
+  // the weights in bf16 (the copy's reorder rounds them), products in bf16 with f32 accumulation
+  // (oneDNN's bf16 convolutions: avx512_core_bf16, AMX), the result and post-ops in f32.
+  bool bf16 = false;
 };
 
 struct ConvEntry {
   int64_t batch;
   dnnl::memory::desc userSrc, convSrc, convDst, userDst;
   dnnl::convolution_forward conv;
-  dnnl::reorder srcReorder, dstIn, dstOut;
+  dnnl::memory::desc convPad;  // the convolution's scratchpad
+  Reorder srcReorder, dstIn, dstOut;
   dnnl::memory weights, bias;
 };
 
@@ -213,15 +265,15 @@ class Conv : Primitives<ConvEntry> {
       dnnl::memory userSrc(e.userSrc, engine(), const_cast<float*>(src + lo * s_.srcBatchStride));
       dnnl::memory convSrc(e.convSrc, engine(), scratch + lo * srcRow);
       dnnl::memory convDst(e.convDst, engine(), convOut + lo * dstRow);
-      e.srcReorder.execute(st, userSrc, convSrc);
+      e.srcReorder.run(userSrc, convSrc);
       if (sumSrc) {
         dnnl::memory userSum(e.userDst, engine(), const_cast<float*>(sumSrc + lo * userRow));
-        e.dstIn.execute(st, userSum, convDst);
+        e.dstIn.run(userSum, convDst);
       }
-      e.conv.execute(st, {{DNNL_ARG_SRC, convSrc}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, convDst}});
+      execute(e.conv, e.convPad, {{DNNL_ARG_SRC, convSrc}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, convDst}});
       if (dst) {
         dnnl::memory to(e.userDst, engine(), dst + lo * userRow);
-        e.dstOut.execute(st, convDst, to);
+        e.dstOut.run(convDst, to);
       }
       st.wait();
     });
@@ -232,7 +284,7 @@ class Conv : Primitives<ConvEntry> {
         ConvEntry& e = entry(hi - lo);
         dnnl::memory from(e.convDst, engine(), convOut + lo * dstRow);
         dnnl::memory to(e.userDst, engine(), scratch + lo * userRow);
-        e.dstOut.execute(stream(), from, to);
+        e.dstOut.run(from, to);
         stream().wait();
       });
     }
@@ -251,10 +303,11 @@ class Conv : Primitives<ConvEntry> {
       const dims src = {batch, s_.C, s_.H, s_.W}, dst = {batch, s_.M, s_.OH, s_.OW};
       e.userSrc = dnnl::memory::desc(src, f32, dims{s_.srcBatchStride, s_.H * s_.W, s_.W, 1});
       e.userDst = dnnl::memory::desc(dst, f32, tag::nchw);
-      const dnnl::memory::desc w({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::any), b({s_.M}, f32, tag::x);
+      const auto operands = s_.bf16 ? dnnl::memory::data_type::bf16 : f32;
+      const dnnl::memory::desc w({s_.M, s_.C, s_.KH, s_.KW}, operands, tag::any), b({s_.M}, f32, tag::x);
       auto make = [&](tag layout) {
         auto d = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                                 dnnl::memory::desc(src, f32, layout), w, b, dnnl::memory::desc(dst, f32, layout),
+                                                 dnnl::memory::desc(src, operands, layout), w, b, dnnl::memory::desc(dst, f32, layout),
                                                  {s_.strideH, s_.strideW}, {s_.dilH - 1, s_.dilW - 1}, {s_.padT, s_.padL},
                                                  {s_.padB, s_.padR});
         return dnnl::convolution_forward::primitive_desc(d, attrOf(s_.post), engine());
@@ -268,11 +321,12 @@ class Conv : Primitives<ConvEntry> {
       e.convSrc = pd.src_desc();
       e.convDst = pd.dst_desc();
       e.conv = dnnl::convolution_forward(pd);
+      e.convPad = pd.scratchpad_desc();
       e.weights = weights(pd.weights_desc(), dnnl::memory::desc({s_.M, s_.C, s_.KH, s_.KW}, f32, tag::oihw));
       e.bias = biasMemory();
-      e.srcReorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e.userSrc, engine(), e.convSrc));
-      e.dstIn = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e.userDst, engine(), e.convDst));
-      e.dstOut = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e.convDst, engine(), e.userDst));
+      e.srcReorder = Reorder(e.userSrc, e.convSrc);
+      e.dstIn = Reorder(e.userDst, e.convDst);
+      e.dstOut = Reorder(e.convDst, e.userDst);
     });
   }
 
@@ -291,6 +345,7 @@ struct LinearEntry {
   int64_t batch;
   dnnl::memory::desc src, dst;
   dnnl::inner_product_forward ip;
+  dnnl::memory::desc pad;  // its scratchpad
   dnnl::memory weights, bias;
 };
 
@@ -304,7 +359,7 @@ class Linear : Primitives<LinearEntry> {
       LinearEntry& e = entry(hi - lo);
       dnnl::memory src(e.src, engine(), const_cast<float*>(x + lo * s_.xRowStride));
       dnnl::memory dst(e.dst, engine(), y + lo * s_.N);
-      e.ip.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, dst}});
+      execute(e.ip, e.pad, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_BIAS, e.bias}, {DNNL_ARG_DST, dst}});
       stream().wait();
     });
   }
@@ -322,6 +377,7 @@ class Linear : Primitives<LinearEntry> {
       auto d = dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, e.src, w, b, e.dst);
       auto pd = dnnl::inner_product_forward::primitive_desc(d, attrOf(s_.post), engine());
       e.ip = dnnl::inner_product_forward(pd);
+      e.pad = pd.scratchpad_desc();
       e.weights = weights(pd.weights_desc(), dnnl::memory::desc({s_.N, s_.K}, f32, tag::oi));
       e.bias = biasMemory();
     });

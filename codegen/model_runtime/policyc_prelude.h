@@ -298,21 +298,29 @@ PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const
 // the schedule's WeightStorage::Bf16Dot). vdpbf16ps adds to each f32 lane the products of one
 // pair of bf16 values (k even in the low half, k odd in the high half) from each operand. The
 // weights come packed as such pairs (packing.h: toBf16Pairs, a panel row of 16 32-bit lanes per
-// pair of k); a tile first rounds its rows' activations to bf16 pairs the same way (bf16Bits,
-// the packing's rule), then streams its panels. The products of two bf16 values are exact in
+// pair of k); a tile first rounds its rows' activations to bf16 pairs (bf16Pairs), then streams
+// its panels. The products of two bf16 values are exact in
 // f32: only the rounding of both operands differs from f32 arithmetic.
 constexpr int64_t kMaxDotPairs = 2048;  // codegen::kMaxBf16DotPairs: a tile's rows on the stack
-PC_INLINE uint32_t bf16Bits(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40u;  // a quiet NaN, whatever its payload
-  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;                   // to nearest even
-}
-// x[at(0..K)) as K/2 rounded up pairs (a zero high half past an odd K).
+// x[at(0..K)) as bf16 pairs, 16 values at a time by vcvtneps2bf16 (to nearest even, as the
+// weights' packing; a denormal becomes zero), a zero high half past an odd K. `dst` has room for
+// whole 8-word vectors (kMaxDotPairs is a multiple of 8).
 template <class At>
 PC_INLINE void bf16Pairs(int64_t K, At at, const float* PC_RESTRICT x, uint32_t* PC_RESTRICT dst) {
-  for (int64_t q = 0; q < K / 2; ++q) dst[q] = bf16Bits(x[at(2 * q)]) | bf16Bits(x[at(2 * q + 1)]) << 16;
-  if (K % 2) dst[K / 2] = bf16Bits(x[at(K - 1)]);
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    f32x16 v;
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) v[i] = x[at(k + i)];
+    const __m256bh b = _mm512_cvtneps_pbh((__m512)v);
+    std::memcpy(dst + k / 2, &b, sizeof b);
+  }
+  if (k < K) {
+    f32x16 v = {};
+    for (int i = 0; k + i < K; ++i) v[i] = x[at(k + i)];
+    const __m256bh b = _mm512_cvtneps_pbh((__m512)v);
+    std::memcpy(dst + k / 2, &b, sizeof b);
+  }
 }
 PC_INLINE f32x16 dotPair(f32x16 acc, uint32_t x, __m512i w) {
   return (f32x16)_mm512_dpbf16_ps((__m512)acc, (__m512bh)_mm512_set1_epi32(static_cast<int>(x)), (__m512bh)w);

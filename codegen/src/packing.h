@@ -26,9 +26,9 @@ std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k);
 // lane (low and high half: a shift or a mask makes either an f32; pc::loadw); int8 takes one scale per column (per output channel), max |w| / 127, and rounds w / scale
 // to nearest. `scales` gets panels * 16 floats (0 for a zero or padding column).
 std::vector<uint16_t> toBf16(const std::vector<float>& packed);
-// A value as bf16 (its upper 16 bits rounded to nearest even; a NaN stays a quiet NaN): the one
-// rounding rule of the packed weights, and the one the generated code applies to activations
-// (pc::bf16Bits, Emitter::bf16Bits).
+// A value as bf16 (its upper 16 bits rounded to nearest even; a NaN stays a quiet NaN): the
+// rounding of the packed weights. (Activations multiplied in bf16 are rounded at run time by
+// vcvtneps2bf16, the same rule except that a denormal becomes zero.)
 uint16_t bf16Bits(float v);
 // Packed panels as bf16 pairs along k for products in bf16 (WeightStorage::Bf16Dot, vdpbf16ps):
 // panel j's row q holds, in 32-bit lane c, W[j*16 + c, 2q] (low half) and W[j*16 + c, 2q + 1]

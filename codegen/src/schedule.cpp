@@ -493,14 +493,25 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
   const std::vector<bool> head = headLayers(p);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
-    if (!packable(p, k) || ks[i].rawWeight || head[i] || kept[i]) continue;
+    if (!packable(p, k) || head[i] || kept[i]) continue;
     const ir::Node& w = *p.buffer(k.anchorInputs[1]).value->producer();
+    const bool dotFits = bf16PairRows(packedK(p, k)) <= kMaxBf16DotPairs;
+    if (ks[i].rawWeight) {
+      // oneDNN runs it (on every batch, or some): narrowed only to multiply in bf16, oneDNN's
+      // bf16 convolutions (AMX where the CPU has it), whatever the layer's size: the gain is
+      // arithmetic, not memory. A generated implementation beside it reads bf16 pairs.
+      const bool generated = std::any_of(ks[i].impls.begin(), ks[i].impls.end(), [](Impl im) { return !isExtern(im); });
+      if (o.precision == Precision::Bf16 && o.bf16Dot && k.kind == KernelKind::Conv && !w.isUpdatable() && (!generated || dotFits)) {
+        ks[i].weightStorage = WeightStorage::Bf16Dot;
+      }
+      continue;
+    }
     if (w.isUpdatable() || packedN(p, k) * packedK(p, k) < kMinReducedWeights) continue;
     if (o.precision == Precision::Int8Weights) {
       const float* d = w.paramData().data<float>();
       if (!std::all_of(d, d + w.paramData().numel(), [](float v) { return std::isfinite(v); })) continue;  // no scale for inf
       ks[i].weightStorage = WeightStorage::Int8;
-    } else if (o.precision == Precision::Bf16 && o.bf16Dot && bf16PairRows(packedK(p, k)) <= kMaxBf16DotPairs) {
+    } else if (o.precision == Precision::Bf16 && o.bf16Dot && dotFits) {
       ks[i].weightStorage = WeightStorage::Bf16Dot;
     } else {
       ks[i].weightStorage = WeightStorage::Bf16;

@@ -115,12 +115,12 @@ Round rounding(codegen::Precision precision, std::vector<std::string> narrowed) 
 
 // `graph` compiled by `backend` with `precision` (oneDNN off: every conv on the microkernels).
 runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::Precision precision, const std::string& tag,
-                        std::vector<std::string> keep = {}) {
+                        std::vector<std::string> keep = {}, bool externKernels = false) {
   driver::CompileRequest r;
   r.backend = backend;
   r.cpp.precision = precision;
   r.cpp.keepFp32 = std::move(keep);
-  r.cpp.externKernels = false;
+  r.cpp.externKernels = externKernels;
   r.cpp.minChunkCost = 0;  // every thread split
   r.jit = backend == codegen::Backend::Llvm;
   r.output = (scratch() / fmt::format("{}_{}_{}.so", graph.name(), tag, codegen::backendName(backend))).string();
@@ -131,13 +131,14 @@ runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::P
 
 // Each narrowed layer's name and storage (on a target with AVX512_BF16 when bf16Dot), sorted.
 std::vector<std::pair<std::string, codegen::WeightStorage>> narrowedStorages(const Graph& graph, codegen::Precision precision,
-                                                                             std::vector<std::string> keep = {}, bool bf16Dot = false) {
+                                                                             std::vector<std::string> keep = {}, bool bf16Dot = false,
+                                                                             bool externKernels = false) {
   auto g = graph.clone();
   passes::runPipeline(*g);
   codegen::PlannedProgram planned = codegen::planGraph(*g);
   codegen::CodegenOptions o;
   o.precision = precision;
-  o.externKernels = false;
+  o.externKernels = externKernels;
   o.keepFp32 = std::move(keep);
   std::vector<std::pair<std::string, codegen::WeightStorage>> out;
   for (const auto& [layer, storage] : codegen::weightStorages(planned.program, planned.plan, o, bf16Dot)) {
@@ -255,6 +256,12 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
   CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {}, false) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
   CHECK(narrowedStorages(*g, codegen::Precision::Bf16Weights, {}, true) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
   CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, true) == Storages{{"conv", WeightStorage::Bf16Dot}});
+  // A conv oneDNN runs multiplies in bf16 there too (oneDNN's bf16 convolutions), and only there:
+  // with bf16-weights, or without AVX512_BF16, oneDNN's layers keep f32.
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, true, true) == Storages{{"conv", WeightStorage::Bf16Dot}});
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, false, true).empty());
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16Weights, {}, true, true).empty());
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {"conv"}, true, true).empty());
   {
     // Rows longer than the microkernel's stack buffer (K > 2 * kMaxBf16DotPairs) keep widened weights.
     auto wide = std::make_unique<Graph>("wide_rows");
@@ -287,6 +294,11 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
     codegen::CppOptions o = r.cpp;
     const codegen::GeneratedCpp cpp = codegen::generateCpp(*g2, o);
     CHECK_THAT(cpp.source, Contains("const uint32_t* PC_RESTRICT wp"));
+    if (conv) {
+      codegen::CppOptions withOnednn = o;
+      withOnednn.externKernels = true;
+      CHECK_THAT(codegen::generateCpp(*g2, withOnednn).source, Contains("true /* bf16 */"));
+    }
     r.backend = codegen::Backend::Cpp;
     r.emit = "so";
     r.output = (scratch() / fmt::format("{}_bf16dot_cpp.so", model->name())).string();
@@ -300,7 +312,9 @@ TEST_CASE("precision: bf16 products (vdpbf16ps) in both backends match the round
     return;
   }
   const codegen::Precision precision = codegen::Precision::Bf16;
-  for (bool conv : {false, true}) {
+  // The MLP, the CNN on the generated microkernels, the CNN's conv on oneDNN (its bf16 convolution).
+  for (int variant : {0, 1, 2}) {
+    const bool conv = variant > 0, onednn = variant == 2;
     // Every narrowed layer reads the model's input (fc2 kept in f32), so with bf16 inputs the
     // rounded weights are the only rounding: the reference is the interpreter on those weights.
     const std::vector<std::string> keep = conv ? std::vector<std::string>{} : std::vector<std::string>{"fc2"};
@@ -308,19 +322,22 @@ TEST_CASE("precision: bf16 products (vdpbf16ps) in both backends match the round
     const std::vector<std::string> narrowed = narrowedLayers(*exact, precision, keep);
     REQUIRE(narrowed == (conv ? std::vector<std::string>{"conv"} : std::vector<std::string>{"fc1"}));
     auto rounded = conv ? cnn(rounding(precision, narrowed)) : mlp(rounding(precision, narrowed));
-    runtime::Model cpp = compiled(*exact, codegen::Backend::Cpp, precision, "bf16dot", keep);
-    runtime::Model llvm = compiled(*exact, codegen::Backend::Llvm, precision, "bf16dot", keep);
-    for (int64_t batch : {1, 5, 8}) {
+    const std::string tag = onednn ? "bf16onednn" : "bf16dot";
+    runtime::Model cpp = compiled(*exact, codegen::Backend::Cpp, precision, tag, keep, onednn);
+    runtime::Model llvm = compiled(*exact, codegen::Backend::Llvm, precision, tag, keep, onednn);
+    for (int64_t batch : {1, 5, 8, 64}) {
       std::vector<Tensor> inputs = bf16Inputs(*exact, batch);
       std::vector<Tensor> want = interpret(*rounded, inputs), original = interpret(*exact, inputs);
       std::vector<Tensor> one = driver::runModel(cpp, inputs, 1), two = driver::runModel(cpp, inputs, 2);
-      std::vector<Tensor> viaLlvm = driver::runModel(llvm, inputs, 2);
+      std::vector<Tensor> three = driver::runModel(cpp, inputs, 3), viaLlvm = driver::runModel(llvm, inputs, 2);
       driver::TensorCheck c = driver::compareTensors("logits", one[0], want[0], 1e-5, 1e-5);
       driver::TensorCheck off = driver::compareTensors("logits", one[0], original[0], 1e-5, 1e-5);
-      INFO((conv ? "cnn" : "mlp") << " batch " << batch << ": max abs " << c.maxAbs << " (against fp32 " << off.maxAbs << ")");
+      INFO((conv ? "cnn" : "mlp") << (onednn ? " on oneDNN" : "") << " batch " << batch << ": max abs " << c.maxAbs
+                                  << " (against fp32 " << off.maxAbs << ")");
       CHECK(c.pass);
       CHECK(off.maxAbs > c.maxAbs);
       CHECK(std::memcmp(one[0].bytes(), two[0].bytes(), one[0].nbytes()) == 0);
+      CHECK(std::memcmp(one[0].bytes(), three[0].bytes(), one[0].nbytes()) == 0);
       // One order of products and sums in both printers: the same bits.
       CHECK(std::memcmp(one[0].bytes(), viaLlvm[0].bytes(), one[0].nbytes()) == 0);
     }

@@ -38,11 +38,12 @@ std::string Emitter::emitOnednnObject(const Kernel& k, size_t index, Impl im) co
   const ir::Node& n = *k.anchor;
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
   std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
-  return fmt::format("static pc::dnnl_ext::Conv {}({{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {{{}}}, {}}}, {}, {}, {});\n",
+  return fmt::format("static pc::dnnl_ext::Conv {}({{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {{{}}}, {}, {}}}, {}, {}, {});\n",
                      objectName(index, im), X.type.shape[1].value(), X.type.shape[2].value(), X.type.shape[3].value(),
                      k.domain[1].value(), W.type.shape[2].value(), W.type.shape[3].value(), k.domain[2].value(),
                      k.domain[3].value(), st[0], st[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3], X.strides[0], post,
-                     im == Impl::OnednnPostOps ? "true" : "false", weight, bias, generation);
+                     im == Impl::OnednnPostOps ? "true" : "false",
+                     s_.kernels[index].weightStorage == WeightStorage::Bf16Dot ? "true /* bf16 */" : "false", weight, bias, generation);
 }
 
 std::string Emitter::emitOnednnCall(const Kernel& k, size_t index, Impl im) const {

@@ -61,7 +61,8 @@ llvm::Function* Emitter::emitExtern(const Kernel& k, const ExternKernel& e, cons
     }
     rc = b_.CreateCall(onednnLinearRun_, {obj, name, src, dst, batch_, threads}, "rc");
   } else {
-    Value* conv = b_.CreateCall(onednnConv_, {slot, name, shape, b_.getInt32(e.anyLayout ? 1 : 0), cstr(e.postOps), weight, bias, generation},
+    const int flags = (e.anyLayout ? 1 : 0) | (s_.kernels[ki].weightStorage == WeightStorage::Bf16Dot ? 2 : 0);  // policyc_rt_onednn_conv
+    Value* conv = b_.CreateCall(onednnConv_, {slot, name, shape, b_.getInt32(flags), cstr(e.postOps), weight, bias, generation},
                                 "conv");
     Value* sum = e.residual >= 0 ? elemPtr(e.residual, {}) : null;
     Value* dst = e.store >= 0 ? elemPtr(e.store, {}) : null;
@@ -241,14 +242,6 @@ Value* Emitter::loadPanelRow(const PanelRef& ref, Value* at) {
   fail("internal error: a bf16-dot panel read as f32 values");
 }
 
-Value* Emitter::bf16Bits(Value* f) {
-  Value* bits = b_.CreateBitCast(f, i32_);
-  Value* nan = b_.CreateICmpUGT(b_.CreateAnd(bits, b_.getInt32(0x7fffffff)), b_.getInt32(0x7f800000));
-  Value* even = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
-  Value* rounded = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, b_.getInt32(0x7fff)), even), 16);
-  return b_.CreateSelect(nan, b_.CreateOr(b_.CreateLShr(bits, 16), b_.getInt32(0x40)), rounded, "bf16");
-}
-
 std::vector<std::vector<Value*>> Emitter::gemmDotTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w,
                                                       Value* bias, const ir::Node* node, Value* offsets) {
   llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
@@ -256,23 +249,37 @@ std::vector<std::vector<Value*>> Emitter::gemmDotTile(const std::vector<Value*>&
   llvm::Function* dot = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512);
   llvm::Type* pairs = dot->getFunctionType()->getParamType(1);  // <32 x bfloat>
   const int64_t Q = bf16PairRows(K);
-  // The rows as bf16 pairs.
+  // The rows as bf16 pairs, 16 values at a time by vcvtneps2bf16 (pc::bf16Pairs): whole vectors
+  // from contiguous rows, gathered through the offsets otherwise, zeros past K; each xb holds
+  // whole 8-word vectors.
+  llvm::Function* narrow = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::x86_avx512bf16_cvtneps2bf16_512);
+  llvm::Type* words = llvm::FixedVectorType::get(i32_, kLanes / 2);
+  const int64_t blocks = (K + kLanes - 1) / kLanes;
   std::vector<llvm::AllocaInst*> xb;
   for (size_t t = 0; t < rows.size(); ++t) {
-    xb.push_back(local(llvm::ArrayType::get(i32_, static_cast<uint64_t>(Q)), fmt::format("xb{}", t)));
-    auto value = [&](Value* k) {
-      Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, k), "at"), i64_) : k;
-      return bf16Bits(b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, rows[t], at), "x"));
+    xb.push_back(local(llvm::ArrayType::get(i32_, static_cast<uint64_t>(blocks * kLanes / 2)), fmt::format("xb{}", t)));
+    auto block = [&](Value* k0, int64_t count) {
+      Value* v = nullptr;
+      if (!offsets && count == kLanes) {
+        v = b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, rows[t], k0), llvm::Align(4), "x16");
+      } else {
+        v = llvm::Constant::getNullValue(vt);
+        for (int64_t i = 0; i < count; ++i) {
+          Value* k = b_.CreateAdd(k0, c64(i));
+          Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, k), "at"), i64_) : k;
+          v = b_.CreateInsertElement(v, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, rows[t], at), "x"), static_cast<uint64_t>(i));
+        }
+      }
+      Value* pairs16 = b_.CreateBitCast(b_.CreateCall(narrow, {v}), words);
+      b_.CreateAlignedStore(pairs16, b_.CreateInBoundsGEP(i32_, xb.back(), b_.CreateSDiv(k0, c64(2))), llvm::Align(4));
     };
-    auto slot = [&](Value* q) { return b_.CreateInBoundsGEP(i32_, xb.back(), q); };
-    forCount(K / 2, "q", [&](Value* q) {
+    forCount(K / kLanes, "kb", [&](Value* kb) {
       llvm::Instruction* s0 = mark();
-      Value* k = b_.CreateMul(q, c64(2));
-      b_.CreateStore(b_.CreateOr(value(k), b_.CreateShl(value(b_.CreateAdd(k, c64(1))), 16)), slot(q));
+      block(b_.CreateMul(kb, c64(kLanes)), kLanes);
       tag(s0, node);
     });
     llvm::Instruction* s0 = mark();
-    if (K % 2) b_.CreateStore(value(c64(K - 1)), slot(c64(K / 2)));
+    if (K % kLanes) block(c64(K / kLanes * kLanes), K % kLanes);
     tag(s0, node);
   }
   auto weights = [&](Value* q, int p) {

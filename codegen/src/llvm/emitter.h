@@ -189,12 +189,11 @@ class Emitter : llvmbe::Builder {
   std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets = nullptr);
 
   // gemmTile over bf16 pairs (WeightStorage::Bf16Dot, as pc::gemmDot): the rows rounded to bf16
-  // pairs into a local array first (bf16Bits), then per pair of k one vdpbf16ps per row and panel;
-  // a lone row and panel through four accumulators over pairs in turn, summed as (a + b) + (c + d).
+  // pairs into a local array first (vcvtneps2bf16), then per pair of k one vdpbf16ps per row and
+  // panel; a lone row and panel through four accumulators over pairs in turn, summed as
+  // (a + b) + (c + d).
   std::vector<std::vector<Value*>> gemmDotTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias,
                                                const ir::Node* node, Value* offsets);
-  // An f32 as bf16 bits in the low half of an i32 (packing.h's bf16Bits: to nearest even, NaN quiet).
-  Value* bf16Bits(Value* f);
 
   // One row times one panel: four accumulators over interleaved q (a chain of dependent FMAs
   // would wait on the FMA latency), summed as (a + b) + (c + d) at the end.

@@ -102,11 +102,12 @@ extern "C" {
 
 // The conv object in *slot, created on the first call (any thread); null after a failure.
 __attribute__((visibility("hidden"))) void* policyc_rt_onednn_conv(void** slot, const char* kernel, const int64_t* s,
-                                                                    int32_t anyLayout, const char* postOps, const float* weight,
+                                                                    int32_t flags, const char* postOps, const float* weight,
                                                                     const float* bias, const uint64_t* generation) {
+  // flags: 1 anyLayout, 2 bf16 (pc::dnnl_ext::ConvShape).
   return createOnce(slot, kernel, [&] {
     pc::dnnl_ext::ConvShape shape{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
-                                  s[12], s[13], s[14], s[15], s[16], parsePostOps(postOps), anyLayout != 0};
+                                  s[12], s[13], s[14], s[15], s[16], parsePostOps(postOps), (flags & 1) != 0, (flags & 2) != 0};
     return static_cast<void*>(new pc::dnnl_ext::Conv(std::move(shape), weight, bias, generation));
   });
 }
