@@ -305,17 +305,7 @@ std::vector<std::vector<Value*>> Emitter::gemmDotTile(const std::vector<Value*>&
       llvm::AllocaInst* a = acc[static_cast<size_t>(i)];
       b_.CreateStore(b_.CreateCall(dot, {b_.CreateLoad(vt, a), input(0, q), weights(q, 0)}), a);
     };
-    forCount(Q / 4, "q4", [&](Value* q4) {
-      llvm::Instruction* s0 = mark();
-      for (int i = 0; i < 4; ++i) step(b_.CreateAdd(b_.CreateMul(q4, c64(4)), c64(i)), i);
-      tag(s0, node);
-    });
-    forRange(c64(Q / 4 * 4), c64(Q), "q", [&](Value* q) { step(q, 0); });
-    since = mark();
-    Value* sum = b_.CreateFAdd(b_.CreateFAdd(b_.CreateLoad(vt, acc[0]), b_.CreateLoad(vt, acc[1])),
-                               b_.CreateFAdd(b_.CreateLoad(vt, acc[2]), b_.CreateLoad(vt, acc[3])), node ? nodeLabel(node) : "acc");
-    tag(since, node);
-    return {{sum}};
+    return {{fourWaySum(Q, acc, step, node)}};
   }
   std::vector<std::vector<llvm::AllocaInst*>> acc(rows.size(), std::vector<llvm::AllocaInst*>(static_cast<size_t>(panels)));
   for (int p = 0; p < panels; ++p) {
@@ -395,6 +385,22 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
   return out;
 }
 
+Value* Emitter::fourWaySum(int64_t count, const std::vector<llvm::AllocaInst*>& acc, const std::function<void(Value*, int)>& step,
+                           const ir::Node* node) {
+  llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+  forCount(count / 4, "q4", [&](Value* q4) {
+    llvm::Instruction* s0 = mark();
+    for (int i = 0; i < 4; ++i) step(b_.CreateAdd(b_.CreateMul(q4, c64(4)), c64(i)), i);
+    tag(s0, node);
+  });
+  forRange(c64(count / 4 * 4), c64(count), "q", [&](Value* q) { step(q, 0); });
+  llvm::Instruction* since = mark();
+  Value* sum = b_.CreateFAdd(b_.CreateFAdd(b_.CreateLoad(vt, acc[0]), b_.CreateLoad(vt, acc[1])),
+                             b_.CreateFAdd(b_.CreateLoad(vt, acc[2]), b_.CreateLoad(vt, acc[3])), node ? nodeLabel(node) : "acc");
+  tag(since, node);
+  return sum;
+}
+
 Value* Emitter::gemmRow(Value* row, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node) {
   llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
   llvm::Instruction* since = mark();
@@ -412,17 +418,12 @@ Value* Emitter::gemmRow(Value* row, int64_t K, const PanelRef& w, Value* bias, c
     llvm::AllocaInst* a = acc[static_cast<size_t>(i)];
     b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wq, b_.CreateLoad(vt, a)}), a);
   };
-  forCount(K / 4, "q4", [&](Value* q4) {
-    llvm::Instruction* s0 = mark();
-    for (int i = 0; i < 4; ++i) step(b_.CreateAdd(b_.CreateMul(q4, c64(4)), c64(i)), i);
-    tag(s0, node);
-  });
-  forRange(c64(K / 4 * 4), c64(K), "q", [&](Value* q) { step(q, 0); });
-  since = mark();
-  Value* sum = b_.CreateFAdd(b_.CreateFAdd(b_.CreateLoad(vt, acc[0]), b_.CreateLoad(vt, acc[1])),
-                             b_.CreateFAdd(b_.CreateLoad(vt, acc[2]), b_.CreateLoad(vt, acc[3])), node ? nodeLabel(node) : "acc");
-  if (w.scale) sum = scaledEnd(sum, scales, b_.CreateAlignedLoad(vt, bias, llvm::Align(4), "bias"));
-  tag(since, node);
+  Value* sum = fourWaySum(K, acc, step, node);
+  if (w.scale) {
+    since = mark();
+    sum = scaledEnd(sum, scales, b_.CreateAlignedLoad(vt, bias, llvm::Align(4), "bias"));
+    tag(since, node);
+  }
   return sum;
 }
 

@@ -195,6 +195,12 @@ class Emitter : llvmbe::Builder {
   std::vector<std::vector<Value*>> gemmDotTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias,
                                                const ir::Node* node, Value* offsets);
 
+  // Steps q in [0, count) into four accumulators in turn (step(q, i) adds step q into acc[i]; the
+  // last count % 4 all into acc[0]), summed as (a + b) + (c + d): one row's dot products without a
+  // chain of dependent instructions (gemmRow, gemmDotTile).
+  Value* fourWaySum(int64_t count, const std::vector<llvm::AllocaInst*>& acc, const std::function<void(Value*, int)>& step,
+                    const ir::Node* node);
+
   // One row times one panel: four accumulators over interleaved q (a chain of dependent FMAs
   // would wait on the FMA latency), summed as (a + b) + (c + d) at the end.
   Value* gemmRow(Value* row, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node);
