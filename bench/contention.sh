@@ -6,11 +6,15 @@
 # speedup (goal at batch 64: >= 1.7 on two cores).
 #
 #   bench/contention.sh [MODEL.onnx ...] [--batch 1,64] [--min-time 1] [--rounds 3] [--busy-core 1]
-#                       [--markdown F.md] [-- extra policyc bench options, e.g. --no-extern]
+#                       [--markdown F.md] [--policyc PATH] [-- extra policyc bench options, e.g. --no-extern]
+#
+# --policyc PATH: a policyc binary other than build/tools/policyc (a copy built from another
+# commit, to compare two in one session).
 #
 # The quiet and the loaded runs alternate, --rounds times; each figure is the median over the
 # rounds (a shared host drifts by 10-20% within minutes: alternating spreads that drift over both).
-# Default models: examples/models/atari_cnn.onnx and impala_cnn.onnx. Builds policyc if needed.
+# Default models: examples/models/atari_cnn.onnx and impala_cnn.onnx. Builds policyc if needed
+# (not with --policyc).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
@@ -20,6 +24,7 @@ min_time=1
 rounds=3
 busy_core=1
 markdown=
+policyc_bin=
 extra=()
 while (($#)); do
   case "$1" in
@@ -28,8 +33,9 @@ while (($#)); do
     --rounds) rounds=$2; shift 2 ;;
     --busy-core) busy_core=$2; shift 2 ;;
     --markdown) markdown=$2; shift 2 ;;
+    --policyc) policyc_bin=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n 2,15p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n 2,17p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "contention.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -41,8 +47,13 @@ if (($(nproc) < 2)); then
 fi
 
 ensure_packages
-build_tree "$POLICYC_ROOT/build" -DCMAKE_BUILD_TYPE=Release
-policyc="$POLICYC_ROOT/build/tools/policyc"
+if [ -n "$policyc_bin" ]; then
+  [ -x "$policyc_bin" ] || { echo "contention.sh: --policyc $policyc_bin is not an executable" >&2; exit 2; }
+  policyc=$policyc_bin
+else
+  build_tree "$POLICYC_ROOT/build" -DCMAKE_BUILD_TYPE=Release
+  policyc="$POLICYC_ROOT/build/tools/policyc"
+fi
 
 work=$(mktemp -d)
 busy_pid=

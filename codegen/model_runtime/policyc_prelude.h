@@ -656,10 +656,17 @@ class Pool {
       }
     }
   }
-  static constexpr uint64_t kCallerSpinNs = 1000000, kWorkerSpinNs = 200000;
+  static constexpr uint64_t kCallerSpinNs = 1000000, kWorkerSpinNs = 200000, kWorkerMinSpinNs = 5000;
 
   void work() {
     uint64_t seen = state_.load(std::memory_order_acquire) >> 32;
+    // How long this worker spins before it sleeps, adapted to the gaps it meets: halved after a
+    // spin that found no work (down to kWorkerMinSpinNs), doubled after one that did (up to
+    // kWorkerSpinNs). A model whose parallel kernels come back to back keeps its workers spinning
+    // between them; one with a single parallel kernel a call (atari_cnn at batch 1: its linear
+    // layer, then 250 us of serial convs) stops spinning through the serial part, where a spinning
+    // worker that shares the caller's core takes half of it.
+    uint64_t spinNs = kWorkerSpinNs;
     for (;;) {
       uint64_t gen = seen;
       // Spin a little first: a run dispatches its kernels back to back. Only a little: a worker
@@ -670,8 +677,10 @@ class Pool {
       for (int spin = 1; gen == seen; ++spin) {
         cpuRelax();
         gen = state_.load(std::memory_order_acquire) >> 32;
-        if (spin % 64 == 0 && nowNs() - t0 > kWorkerSpinNs) break;
+        if (spin % 64 == 0 && nowNs() - t0 > spinNs) break;
       }
+      spinNs = gen == seen ? (spinNs / 2 > kWorkerMinSpinNs ? spinNs / 2 : kWorkerMinSpinNs)
+                           : (spinNs * 2 < kWorkerSpinNs ? spinNs * 2 : kWorkerSpinNs);
       if (gen == seen) {
         pthread_mutex_lock(&wake_);
         ++sleeping_;
