@@ -299,8 +299,8 @@ PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const
 // pair of bf16 values (k even in the low half, k odd in the high half) from each operand. The
 // weights come packed as such pairs (packing.h: toBf16Pairs, a panel row of 16 32-bit lanes per
 // pair of k); a tile first rounds its rows' activations to bf16 pairs (bf16Pairs), then streams
-// its panels. The products of two bf16 values are exact in
-// f32: only the rounding of both operands differs from f32 arithmetic.
+// its panels. The products of two bf16 values are exact in f32: only the rounding of both
+// operands differs from f32 arithmetic.
 constexpr int64_t kMaxDotPairs = 2048;  // codegen::kMaxBf16DotPairs: a tile's rows on the stack
 // x[at(0..K)) as bf16 pairs, 16 values at a time by vcvtneps2bf16 (to nearest even, as the
 // weights' packing; a denormal becomes zero), a zero high half past an odd K. `dst` has room for
