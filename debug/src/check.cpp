@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "policyc/codegen/llvm_backend.h"
 #include "policyc/driver/debug_dir.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
@@ -283,7 +284,9 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
     pipeline.noFusion = pipeline.noFusion || !request.fuse;
     if (request.optimize) passes::runPipeline(*optimized, pipeline);
     const codegen::PlannedProgram planned = codegen::planGraph(*optimized, request.fuse);
-    const bool bf16Dot = codegen::bf16DotTarget(request.cpp.target) || request.features.find("+avx512bf16") != std::string::npos;
+    const bool bf16Dot = request.backend == codegen::Backend::Llvm
+                             ? codegen::resolveLlvmTarget({request.cpp.target, request.cpu, request.features}).bf16Dot
+                             : codegen::bf16DotTarget(request.cpp.target);
     report.layers = codegen::weightStorages(planned.program, planned.plan, request.cpp, bf16Dot);
     const double fraction = precisionBudgetFraction(request.cpp.precision);
     for (size_t o = 0; o < numOutputs; ++o) {

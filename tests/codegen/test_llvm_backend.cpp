@@ -374,6 +374,20 @@ TEST_CASE("llvm backend: module.ll names each kernel and ties values to their gr
   CHECK(opt.find("@tanhf") == std::string::npos);
 }
 
+TEST_CASE("llvm backend: a target's CPU implies its extensions (AVX-512, AVX512_BF16)", "[llvm]") {
+  auto resolved = [](const std::string& target, const std::string& cpu, const std::string& features) {
+    return codegen::resolveLlvmTarget({target, cpu, features});
+  };
+  CHECK_FALSE(resolved("x86-64-v3", "", "").avx512);
+  // x86-64-v4's feature string is empty: its CPU name carries AVX-512.
+  CHECK(resolved("x86-64-v4", "", "").avx512);
+  CHECK_FALSE(resolved("x86-64-v4", "", "").bf16Dot);
+  CHECK(resolved("x86-64-v4-bf16", "", "").bf16Dot);
+  CHECK(resolved("x86-64-v3", "sapphirerapids", "").bf16Dot);
+  CHECK_FALSE(resolved("x86-64-v4-bf16", "", "-avx512bf16").bf16Dot);
+  CHECK_FALSE(resolved("x86-64-v4", "", "-avx512f").avx512);
+}
+
 TEST_CASE("llvm backend: an unknown target, CPU or feature is one clear error listing the valid choices", "[llvm]") {
   CHECK_THROWS_WITH(codegen::resolveLlvmTarget({"not-a-triple", "", ""}),
                     Catch::Contains("unknown target 'not-a-triple'") && Catch::Contains("native, x86-64-v3, x86-64-v4, x86-64-v4-bf16, generic") &&

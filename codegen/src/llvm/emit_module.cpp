@@ -20,7 +20,6 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Verifier.h>
-#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include "emitter.h"
@@ -593,11 +592,9 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
   // What to emit (schedule.h), and the C header of every backend.
   ScheduleOptions so = scheduleOptions(options);
-  // The subtarget, not the feature string: a CPU name (x86-64-v4, --cpu sapphirerapids) implies
-  // its features.
-  const llvm::MCSubtargetInfo& sti = *machine->getMCSubtargetInfo();
-  so.narrowVectors = !sti.checkFeatures("+avx512f");
-  so.bf16Dot = sti.checkFeatures("+avx512bf16");
+  // What the CPU implies, not the feature string alone (LlvmTarget::avx512, bf16Dot).
+  so.narrowVectors = !impl->target.avx512;
+  so.bf16Dot = impl->target.bf16Dot;
   const Schedule schedule = scheduleProgram(program, plan, so);
   impl->name = schedule.cName;
   for (size_t ki = 0; ki < program.kernels.size(); ++ki) {

@@ -151,6 +151,11 @@ LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options) {
   }
   t.isHost = llvm::Triple(t.triple).getArch() == llvm::Triple(host).getArch() &&
              llvm::Triple(t.triple).getOS() == llvm::Triple(host).getOS();
+  if (llvm::Triple(t.triple).isX86()) {  // (another architecture's subtarget warns about x86 feature names)
+    std::unique_ptr<llvm::MCSubtargetInfo> resolved(target->createMCSubtargetInfo(t.triple, t.cpu, t.features));
+    t.avx512 = resolved && resolved->checkFeatures("+avx512f");
+    t.bf16Dot = resolved && resolved->checkFeatures("+avx512bf16");
+  }
   return t;
 }
 

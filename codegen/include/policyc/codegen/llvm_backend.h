@@ -34,6 +34,9 @@ struct LlvmTarget {
   std::string triple, cpu, features;
   std::string name;  // as written by the user (the descriptor's `target`)
   bool isHost = false;  // code for this machine: it can be run here
+  // What the CPU and features imply (a CPU name implies its extensions: x86-64-v4, sapphirerapids):
+  // AVX-512 (the schedule's wide vectors) and AVX512_BF16 (--precision bf16 multiplies in bf16).
+  bool avx512 = false, bf16Dot = false;
 };
 LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options);
 
