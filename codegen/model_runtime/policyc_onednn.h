@@ -77,6 +77,17 @@ inline dnnl::stream& stream() {
   return s;
 }
 
+// Every primitive takes its scratchpad from the caller (scratchpad_mode::user): oneDNN's own
+// (library) mode keeps one process-wide scratchpad unless the library was built for concurrent
+// execution, which Debian's is not, so two slices running primitives with a scratchpad at once
+// (the bf16 and brgemm convolutions have one) overwrote each other's: results changed with the
+// thread count. Each thread has its own buffer, grown to the largest scratchpad it ran.
+inline dnnl::primitive_attr userScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 // One element of a post-op chain: eltwise (alg, alpha, beta) or, with sum = true, dst += result.
 struct PostOp {
   dnnl::algorithm alg;
@@ -93,22 +104,12 @@ inline dnnl::primitive_attr attrOf(const std::vector<PostOp>& ops) {
       po.append_eltwise(1.0f, p.alg, p.alpha, p.beta);
     }
   }
-  dnnl::primitive_attr attr;
+  dnnl::primitive_attr attr = userScratchpad();
   attr.set_post_ops(po);
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
 }
 
-// Every primitive takes its scratchpad from the caller (scratchpad_mode::user): oneDNN's own
-// (library) mode keeps one process-wide scratchpad unless the library was built for concurrent
-// execution, which Debian's is not, so two slices running primitives with a scratchpad at once
-// (the bf16 and brgemm convolutions have one) overwrote each other's: results changed with the
-// thread count. Each thread has its own buffer, grown to the largest scratchpad it ran.
-inline dnnl::primitive_attr userScratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
+// The calling thread's scratchpad in layout `d` (userScratchpad).
 inline dnnl::memory scratchpadFor(const dnnl::memory::desc& d) {
   struct Buffer {
     void* p = nullptr;

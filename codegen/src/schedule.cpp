@@ -333,10 +333,6 @@ bool narrowVectorTarget(const std::string& cppTarget) {
   return cppTarget != "x86-64-v4";
 }
 
-bool narrowVectorFeatures(const std::string& llvmFeatures) {
-  return llvmFeatures.find("+avx512f") == std::string::npos;
-}
-
 bool bf16DotTarget(const std::string& cppTarget) {
   if (cppTarget == "native") return __builtin_cpu_supports("avx512bf16");
   return cppTarget == "x86-64-v4-bf16";

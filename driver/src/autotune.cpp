@@ -313,8 +313,8 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
   const KernelProgram& program = planned.program;
   {
     // --mode default's choice, as the backend's schedule makes it for this target.
-    const bool narrow = llvm && !options.features.empty() ? codegen::narrowVectorFeatures(options.features)
-                                                          : codegen::narrowVectorTarget(cpp.target);
+    const bool narrow = llvm ? !codegen::resolveLlvmTarget({cpp.target, options.cpu, options.features}).avx512
+                             : codegen::narrowVectorTarget(cpp.target);
     const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels, cpp.fault, narrow);
     for (size_t i = 0; i < program.kernels.size(); ++i) {
       const Kernel& k = program.kernels[i];

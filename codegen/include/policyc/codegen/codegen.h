@@ -60,10 +60,9 @@ std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
 // `narrowVectors`: a target without AVX-512 (16 vector registers of at most 256 bits).
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
                            const std::optional<InjectedFault>& fault = std::nullopt, bool narrowVectors = false);
-// Whether the C++ backend's target (a cppTargets() name) or an LLVM feature string ("+avx2,...")
-// lacks AVX-512; "native" asks the host.
+// Whether the C++ backend's target (a cppTargets() name) lacks AVX-512; "native" asks the host.
+// (The LLVM backend reads it from its resolved target: LlvmTarget::avx512.)
 bool narrowVectorTarget(const std::string& cppTarget);
-bool narrowVectorFeatures(const std::string& llvmFeatures);
 // Whether a C++ backend target has AVX512_BF16 (vdpbf16ps: --precision bf16 multiplies in bf16
 // there); "native" asks the host. The LLVM backend asks its subtarget.
 bool bf16DotTarget(const std::string& cppTarget);
