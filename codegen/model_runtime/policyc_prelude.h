@@ -790,6 +790,40 @@ PC_INLINE float maxSel(float v, float r) {
   return v > r ? v : r;
 #endif
 }
+// f on 16 lanes. Without 512-bit vectors GCC 12 lowers a select on 16 lanes one lane at a time
+// (scalar compares and branches: ppo_mlp's tanh layers ran 4x slower on an AVX2 host), so there
+// f runs on the two 8-lane halves. Each lane's arithmetic is the same either way.
+PC_INLINE f32x8 half8(f32x16 x, int h) {
+  f32x8 v;
+  std::memcpy(&v, reinterpret_cast<const char*>(&x) + h * sizeof v, sizeof v);
+  return v;
+}
+PC_INLINE f32x16 join16(f32x8 lo, f32x8 hi) {
+  f32x16 x;
+  std::memcpy(&x, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&x) + sizeof lo, &hi, sizeof hi);
+  return x;
+}
+template <class F>
+PC_INLINE f32x16 byHalves(f32x16 x, F f) {
+#if defined(__AVX512F__)
+  return f(x);
+#else
+  return join16(f(half8(x, 0)), f(half8(x, 1)));
+#endif
+}
+template <class F>
+PC_INLINE f32x16 byHalves(f32x16 x, f32x16 y, F f) {
+#if defined(__AVX512F__)
+  return f(x, y);
+#else
+  return join16(f(half8(x, 0), half8(y, 0)), f(half8(x, 1), half8(y, 1)));
+#endif
+}
+// v > m ? v : m on each lane (maxps)
+PC_INLINE f32x16 maxSel16(f32x16 v, f32x16 m) {
+  return byHalves(v, m, [](auto a, auto b) { return a > b ? a : b; });
+}
 // The maximum of f(0), ..., f(n - 1) for f32 values (-inf when n is 0): sixteen running maxima as
 // selects on one vector (maxps), a NaN mask beside it, the lanes by halving, then the tail
 // (a short row) through maxSel. A running
@@ -803,7 +837,7 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   for (; i + 16 <= n; i += 16) {
     f32x16 v;
     for (int l = 0; l < 16; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
-    m = v > m ? v : m;
+    m = maxSel16(v, m);
     nanLanes |= v != v;
   }
   float r = -inf<float>();
@@ -811,12 +845,9 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   if (i > 0) {
     // The lanes' maximum by halving (any order gives the same value: equal non-zero values are
     // one value, a zero maximum is looked up below, a NaN is flagged apart).
-    m = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7) > m
-            ? __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7) : m;
-    m = __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3) > m
-            ? __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3) : m;
-    m = __builtin_shufflevector(m, m, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1) > m
-            ? __builtin_shufflevector(m, m, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1) : m;
+    m = maxSel16(__builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7), m);
+    m = maxSel16(__builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3), m);
+    m = maxSel16(__builtin_shufflevector(m, m, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1), m);
     r = maxSel(m[1], m[0]);
     for (int l = 0; l < 16; ++l) anyNan |= nanLanes[l];
   }
@@ -980,44 +1011,55 @@ PC_INLINE float tanh(float x) {
 }
 PC_INLINE double tanh(double x) { return std::tanh(x); }
 
-// The same tanh on 16 lanes (an epilogue over a whole GEMM panel).
-typedef int32_t i32x16 __attribute__((vector_size(64)));
-PC_INLINE f32x16 exp16(f32x16 x) {
-  const f32x16 lo = splat16(-87.3365f), hi = splat16(88.7228f);
-  f32x16 c = x < lo ? lo : x;
+// The same exp and tanh on a vector V of 8 or 16 lanes (an epilogue over a whole GEMM panel).
+template <class V>
+PC_INLINE V expv(V x) {
+  using I = decltype(x < x);  // the lanes as int32
+  const V lo = splatv(V{}, -87.3365f), hi = splatv(V{}, 88.7228f);
+  V c = x < lo ? lo : x;
   c = c > hi ? hi : c;
-  const f32x16 t = c * 1.44269504088896341f + 0.5f;
-  const i32x16 ii = __builtin_convertvector(t, i32x16);
-  const f32x16 ti = __builtin_convertvector(ii, f32x16);
-  const i32x16 n = ii - (ti > t ? 1 : 0);
-  const f32x16 fx = __builtin_convertvector(n, f32x16);
-  f32x16 r = c - fx * 0.693359375f;
+  const V t = c * 1.44269504088896341f + 0.5f;
+  const I ii = __builtin_convertvector(t, I);
+  const V ti = __builtin_convertvector(ii, V);
+  const I n = ii - (ti > t ? 1 : 0);
+  const V fx = __builtin_convertvector(n, V);
+  V r = c - fx * 0.693359375f;
   r = r + fx * 2.12194440e-4f;
-  const f32x16 z = r * r;
-  f32x16 y = splat16(1.9875691500e-4f);
+  const V z = r * r;
+  V y = splatv(V{}, 1.9875691500e-4f);
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
   y = y * r + 4.1665795894e-2f;
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * z + r + 1.0f;
-  const i32x16 n1 = n >> 1;
-  const f32x16 s1 = (f32x16)((n1 + 127) << 23);
-  const f32x16 s2 = (f32x16)((n - n1 + 127) << 23);
+  const I n1 = n >> 1;
+  const V s1 = (V)((n1 + 127) << 23);
+  const V s2 = (V)((n - n1 + 127) << 23);
   return y * s1 * s2;
 }
-PC_INLINE f32x16 tanh16(f32x16 x) {
-  const f32x16 a = x < 0.0f ? -x : x;
-  const f32x16 z = x * x;
-  f32x16 p = splat16(-5.70498872745e-3f);
+template <class V>
+PC_INLINE V tanhv(V x) {
+  const V a = x < 0.0f ? -x : x;
+  const V z = x * x;
+  V p = splatv(V{}, -5.70498872745e-3f);
   p = p * z + 2.06390887954e-2f;
   p = p * z - 5.37397155531e-2f;
   p = p * z + 1.33314422036e-1f;
   p = p * z - 3.33332819422e-1f;
-  const f32x16 small = p * z * x + x;
-  const f32x16 big = 1.0f - 2.0f / (exp16(2.0f * (a > 20.0f ? 20.0f : a)) + 1.0f);
-  const f32x16 r = a < 0.625f ? small : (x < 0.0f ? -big : big);
+  const V small = p * z * x + x;
+  const V big = 1.0f - 2.0f / (expv(2.0f * (a > 20.0f ? 20.0f : a)) + 1.0f);
+  const V r = a < 0.625f ? small : (x < 0.0f ? -big : big);
   return x != x ? x : r;
+}
+PC_INLINE f32x16 exp16(f32x16 x) {
+  return byHalves(x, [](auto v) { return expv(v); });
+}
+PC_INLINE f32x16 tanh16(f32x16 x) {
+  return byHalves(x, [](auto v) { return tanhv(v); });
+}
+PC_INLINE f32x16 relu16(f32x16 x) {  // NaN stays NaN
+  return byHalves(x, [](auto v) { return v < 0.0f ? 0.0f : v; });
 }
 
 template <class T> PC_INLINE T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN

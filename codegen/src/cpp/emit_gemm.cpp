@@ -239,7 +239,7 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
     if (in.op == Op::Tanh && width == 16) {
       code += fmt::format("// {}\nv = pc::tanh16(v);\n", sourceStr(in.node));
     } else if (in.op == Op::Relu) {
-      code += fmt::format("// {}\nv = v < 0.0f ? 0.0f : v;\n", sourceStr(in.node));
+      code += fmt::format("// {}\nv = {};\n", sourceStr(in.node), width == 16 ? "pc::relu16(v)" : "v < 0.0f ? 0.0f : v");
     } else {
       return std::nullopt;
     }

@@ -191,7 +191,7 @@ class Emitter {
 
   // Where the schedule runs an epilogue on whole 16-column panels or chunks (8 columns: a max
   // pool's) (KernelSchedule::vectorEpilogue), the vector code when this printer has it: a chain
-  // of tanh/relu on v (pc::tanh16; relu alone at width 8), each value it stores stored densely
+  // of tanh/relu on v (pc::tanh16, pc::relu16; relu alone at width 8), each value it stores stored densely
   // along the output's last axis from column `col`; else nullopt, and the columns go through
   // the scalar epilogue, which the C++ compiler vectorises or not.
   std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars,
