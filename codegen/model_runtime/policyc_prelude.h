@@ -231,13 +231,36 @@ PC_INLINE V loadw(const int8_t* row, int half, const float*) {
   std::memcpy(&narrow, sizeof(V) == 32 ? static_cast<const void*>(&b) : static_cast<const void*>(row), sizeof narrow);
   return __builtin_convertvector(narrow, V);
 }
+// An int8 panel widened to f32 once for many rows (KernelSchedule::widenRows): the values of the
+// int8 weights, their scales still to be applied at each tile's end.
+struct WideI8 {
+  float v;
+};
+template <class V>
+PC_INLINE V loadw(const WideI8* row, int half, const float*) { return loadv<V>(reinterpret_cast<const float*>(row) + 8 * half); }
+// `count` panels of K rows (`stride` elements apart) as f32 values at dst, K x 16 floats a panel:
+// what loadw gives, stored, for the tiles of many rows to read as f32 (or WideI8) panels.
+template <class WT, class DT>
+PC_INLINE void widenPanels(int64_t K, const WT* PC_RESTRICT w, int64_t stride, int64_t count, DT* PC_RESTRICT dst) {
+  float* PC_RESTRICT out = reinterpret_cast<float*>(dst);
+  for (int64_t p = 0; p < count; ++p) {
+    for (int64_t k = 0; k < K; ++k, out += 16) {
+#if defined(__AVX512F__)
+      storev(out, loadw<f32x16>(w + p * stride + k * 16, 0, nullptr));
+#else
+      storev(out, loadw<f32x8>(w + p * stride + k * 16, 0, nullptr));
+      storev(out + 8, loadw<f32x8>(w + p * stride + k * 16, 1, nullptr));
+#endif
+    }
+  }
+}
 
 // Where a microkernel's accumulators start and how they end: f32 and bf16 weights from the bias,
 // as they are; int8 ones from zero, then times the columns' scales plus the bias once at the end
 // (sum_k x_k q_kc s_c = s_c sum_k x_k q_kc), so that the loop converts each weight and
 // multiplies nothing more (atari_cnn's 3136x512 layer at batch 1: 96 -> 65 us).
 template <class WT>
-constexpr bool kScaledAtEnd = std::is_same_v<WT, int8_t>;
+constexpr bool kScaledAtEnd = std::is_same_v<WT, int8_t> || std::is_same_v<WT, WideI8>;
 template <class V, class WT>
 PC_INLINE V accStart(const float* bias) {
   if constexpr (kScaledAtEnd<WT>) return V{};
@@ -254,8 +277,11 @@ PC_INLINE V accEnd(V acc, const float* bias, const float* scale) {
 // lanes; sa and sb the panels' int8 scales), each column starting from its bias.
 // Row t's element k is x_t[at(k)]; every output sums over k in order. Serves as the AVX2 4x16
 // (one panel as two halves) and the AVX-512 4x32 (two panels) kernel.
+// Not inlined: inlined into a layer whose epilogue only copies `out` on (no activation), GCC 12
+// kept the eight accumulators in out's stack slots, a load and a store around every FMA (a
+// 256x256 linear layer at batch 64 on AVX2: 310 us, 107 us as a function of its own).
 template <class V, class At, class WT>
-PC_INLINE void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+__attribute__((noinline)) static void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* wa, int ha,
                             const WT* wb, int hb, const float* PC_RESTRICT bias, float* PC_RESTRICT out,
                             const float* PC_RESTRICT sa, const float* PC_RESTRICT sb) {
@@ -790,66 +816,49 @@ PC_INLINE float maxSel(float v, float r) {
   return v > r ? v : r;
 #endif
 }
-// f on 16 lanes. Without 512-bit vectors GCC 12 lowers a select on 16 lanes one lane at a time
-// (scalar compares and branches: ppo_mlp's tanh layers ran 4x slower on an AVX2 host), so there
-// f runs on the two 8-lane halves. Each lane's arithmetic is the same either way.
-PC_INLINE f32x8 half8(f32x16 x, int h) {
-  f32x8 v;
-  std::memcpy(&v, reinterpret_cast<const char*>(&x) + h * sizeof v, sizeof v);
-  return v;
-}
-PC_INLINE f32x16 join16(f32x8 lo, f32x8 hi) {
-  f32x16 x;
-  std::memcpy(&x, &lo, sizeof lo);
-  std::memcpy(reinterpret_cast<char*>(&x) + sizeof lo, &hi, sizeof hi);
-  return x;
-}
-template <class F>
-PC_INLINE f32x16 byHalves(f32x16 x, F f) {
-#if defined(__AVX512F__)
-  return f(x);
-#else
-  return join16(f(half8(x, 0)), f(half8(x, 1)));
-#endif
-}
-template <class F>
-PC_INLINE f32x16 byHalves(f32x16 x, f32x16 y, F f) {
-#if defined(__AVX512F__)
-  return f(x, y);
-#else
-  return join16(f(half8(x, 0), half8(y, 0)), f(half8(x, 1), half8(y, 1)));
-#endif
-}
-// v > m ? v : m on each lane (maxps)
-PC_INLINE f32x16 maxSel16(f32x16 v, f32x16 m) {
-  return byHalves(v, m, [](auto a, auto b) { return a > b ? a : b; });
-}
 // The maximum of f(0), ..., f(n - 1) for f32 values (-inf when n is 0): sixteen running maxima as
-// selects on one vector (maxps), a NaN mask beside it, the lanes by halving, then the tail
+// selects on vectors (maxps), a NaN mask beside them, the lanes through maxSel, then the tail
 // (a short row) through maxSel. A running
 // maximum through maxNaNScan is a branch per value, and GCC does not vectorise a select chain on
 // floats without -ffinite-math-only. Exactly the reference's value: NaN (the quiet one) when a
 // value is NaN, and for a zero maximum the first zero (its sign), found by a scalar pass then.
 template <class F> PC_INLINE float maxOf(int64_t n, F f) {
-  f32x16 m = splat16(-inf<float>());
-  i32x16 nanLanes = {};
+  // The sixteen lanes as one vector of the target's width or two (GCC lowers a select or compare
+  // on a vector wider than the target's lane by lane).
+#if defined(__AVX512F__)
+  typedef f32x16 MV;
+#else
+  typedef f32x8 MV;
+#endif
+  constexpr int W = sizeof(MV) / sizeof(float);
+  using MI = decltype(MV{} < MV{});
+  MV m0 = splatv(MV{}, -inf<float>()), m1 = m0;
+  MI nan0 = {}, nan1 = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    f32x16 v;
-    for (int l = 0; l < 16; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
-    m = maxSel16(v, m);
-    nanLanes |= v != v;
+    MV v;
+    for (int l = 0; l < W; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
+    m0 = v > m0 ? v : m0;
+    nan0 |= v != v;
+    if constexpr (W == 8) {
+      for (int l = 0; l < W; ++l) v[l] = f(i + W + l);
+      m1 = v > m1 ? v : m1;
+      nan1 |= v != v;
+    }
   }
   float r = -inf<float>();
   int32_t anyNan = 0;  // or'ed, not a branch per lane
   if (i > 0) {
-    // The lanes' maximum by halving (any order gives the same value: equal non-zero values are
-    // one value, a zero maximum is looked up below, a NaN is flagged apart).
-    m = maxSel16(__builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7), m);
-    m = maxSel16(__builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3), m);
-    m = maxSel16(__builtin_shufflevector(m, m, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1), m);
-    r = maxSel(m[1], m[0]);
-    for (int l = 0; l < 16; ++l) anyNan |= nanLanes[l];
+    // The lanes' maximum (any order gives the same value: equal non-zero values are one value, a
+    // zero maximum is looked up below, a NaN is flagged apart).
+    if constexpr (W == 8) {
+      m0 = m1 > m0 ? m1 : m0;
+      nan0 |= nan1;
+    }
+    for (int l = 0; l < W; ++l) {
+      r = maxSel(m0[l], r);
+      anyNan |= nan0[l];
+    }
   }
   for (; i < n; ++i) {  // the tail, or a short row
     const float v = f(i);
@@ -1051,6 +1060,28 @@ PC_INLINE V tanhv(V x) {
   const V big = 1.0f - 2.0f / (expv(2.0f * (a > 20.0f ? 20.0f : a)) + 1.0f);
   const V r = a < 0.625f ? small : (x < 0.0f ? -big : big);
   return x != x ? x : r;
+}
+// f on 16 lanes. Without 512-bit vectors GCC 12 lowers a select on 16 lanes one lane at a time
+// (scalar compares and branches: ppo_mlp's tanh layers ran 4x slower on an AVX2 host), so there
+// f runs on the two 8-lane halves. Each lane's arithmetic is the same either way.
+PC_INLINE f32x8 half8(f32x16 x, int h) {
+  f32x8 v;
+  std::memcpy(&v, reinterpret_cast<const char*>(&x) + h * sizeof v, sizeof v);
+  return v;
+}
+PC_INLINE f32x16 join16(f32x8 lo, f32x8 hi) {
+  f32x16 x;
+  std::memcpy(&x, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&x) + sizeof lo, &hi, sizeof hi);
+  return x;
+}
+template <class F>
+PC_INLINE f32x16 byHalves(f32x16 x, F f) {
+#if defined(__AVX512F__)
+  return f(x);
+#else
+  return join16(f(half8(x, 0)), f(half8(x, 1)));
+#endif
 }
 PC_INLINE f32x16 exp16(f32x16 x) {
   return byHalves(x, [](auto v) { return expv(v); });

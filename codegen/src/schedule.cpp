@@ -844,6 +844,12 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     } else if (generated) {
       ks.packedWeight = append(packed.data(), packed.size() * sizeof(float));
     }
+    // A unit is a pair of panels unless every generated implementation is gemm4x16 (one panel).
+    const bool single = !ks.impls.empty() && std::all_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return i == Impl::Gemm4x16 || isExtern(i); });
+    if (generated && ks.form == Form::PackedGemm && (ks.weightStorage == WeightStorage::Bf16 || ks.weightStorage == WeightStorage::Int8) &&
+        (single ? 1 : 2) * packedK(p, k) * kPanel <= KernelSchedule::kMaxWidenedFloats) {
+      ks.widenRows = KernelSchedule::kWidenRows;
+    }
     std::vector<float> bias = packBiasPanels(p, k);
     s.kernels[ki].packedBias = append(bias.data(), bias.size() * sizeof(float));
     if (std::vector<int64_t> w = generated ? packedWeightSource(p, k) : std::vector<int64_t>{}; !w.empty()) {

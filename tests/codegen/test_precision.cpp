@@ -20,6 +20,7 @@
 
 #include "policyc/codegen/codegen.h"
 #include "policyc/codegen/cpp_backend.h"
+#include "policyc/codegen/llvm_backend.h"
 #include "policyc/debug/check.h"
 #include "policyc/driver/compile.h"
 #include "policyc/driver/model_io.h"
@@ -202,6 +203,44 @@ TEST_CASE("precision: both backends' microkernels on bf16 and int8 weights match
         }
       }
     }
+  }
+}
+
+// Where many rows pass a layer's narrowed panels (KernelSchedule::widenRows: 16 rows or more), each
+// chunk widens them to f32 once and the tiles multiply those: the same products and sums as
+// widening inside each tile. Rows 0-11 (three whole quads) of batch 15 (not widened) and of
+// batch 21 (widened, the same first rows) are the same bits, in both backends, and the two
+// backends agree bitwise at batch 21 (1 and 2 threads).
+TEST_CASE("precision: panels widened once for many rows give the bits of widening in each tile", "[precision]") {
+  for (codegen::Precision precision : {codegen::Precision::Bf16Weights, codegen::Precision::Int8Weights}) {
+    auto g = mlp(nullptr);
+    auto planned = g->clone();
+    passes::runPipeline(*planned);
+    codegen::CppOptions o;
+    o.precision = precision;
+    o.externKernels = false;
+    const std::string source = codegen::generateCpp(*planned, o).source;
+    CHECK_THAT(source, Contains("pc::widenPanels(64, w,") && Contains("pc::widenPanels(256, w,"));
+    CHECK_THAT(source, Contains(precision == codegen::Precision::Int8Weights ? "pc::WideI8 wide[" : "float wide["));
+    codegen::LlvmOptions llvm;
+    llvm.precision = precision;
+    llvm.externKernels = false;
+    llvm.keepUnoptimizedIr = true;
+    CHECK_THAT(codegen::generateLlvm(*planned, llvm).unoptimizedIr(), Contains("%widened = icmp sge i64"));
+    std::vector<Tensor> many = driver::randomInputs(*g, 21, 9);
+    Tensor few(DType::F32, {15, 64});
+    std::memcpy(few.bytes(), many[0].bytes(), few.nbytes());
+    std::vector<std::vector<Tensor>> atMany;
+    for (codegen::Backend backend : {codegen::Backend::Cpp, codegen::Backend::Llvm}) {
+      runtime::Model model = compiled(*g, backend, precision, std::string(codegen::precisionName(precision)) + "_widened");
+      std::vector<Tensor> wide = driver::runModel(model, many, 1), narrow = driver::runModel(model, {few}, 1);
+      INFO(codegen::precisionName(precision) << " " << codegen::backendName(backend));
+      CHECK(std::memcmp(wide[0].bytes(), narrow[0].bytes(), 12 * 6 * sizeof(float)) == 0);
+      std::vector<Tensor> two = driver::runModel(model, many, 2);
+      CHECK(std::memcmp(wide[0].bytes(), two[0].bytes(), wide[0].nbytes()) == 0);
+      atMany.push_back(std::move(wide));
+    }
+    CHECK(std::memcmp(atMany[0][0].bytes(), atMany[1][0].bytes(), atMany[0][0].nbytes()) == 0);
   }
 }
 

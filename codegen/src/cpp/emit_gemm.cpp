@@ -308,6 +308,13 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   // falls in.
   s += "  const int64_t quads = (rows + 3) / 4;\n";
   s += "  float out[4][32];\n  float out16[4][16];\n";
+  const KernelSchedule& ks = s_.kernels[index];
+  if (ks.widenRows) {
+    s += fmt::format("  // {} panels widened to f32 once for the many rows that pass them (KernelSchedule::widenRows)\n",
+                     weightStorageName(ks.weightStorage));
+    s += fmt::format("  alignas(64) {} wide[{}];\n  const bool widened = rows >= {};\n  int64_t wideJ = -1;\n",
+                     ks.weightStorage == WeightStorage::Int8 ? "pc::WideI8" : "float", per * K * kPanel, ks.widenRows);
+  }
   s += "  for (int64_t u = lo; u < hi; ++u) {\n";
   s += fmt::format("    const int64_t j = u / quads * {}, r = u % quads * 4;\n", per);
   s += fmt::format("    const auto* PC_RESTRICT w = wp + j*{};\n", s_.kernels[index].panelStride);
@@ -324,16 +331,31 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     }
     return t;
   };
-  if (per == 2) {
-    s += "    if (r + 4 <= rows && jEnd == j + 2) {\n";
-    s += fmt::format("      pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out{});\n", K, scaleArg(index, "j"));
-    s += "      for (int64_t t = 0; t < 4; ++t) {\n" + finishing("        ", "r + t", "j", "out[t]", 32) + "      }\n";
-    s += "      continue;\n    }\n";
+  // The unit's quad of rows as one tile, from the panels at `w`.
+  auto quadTiles = [&](const std::string& w, const std::string& in) {
+    std::string t;
+    if (per == 2) {
+      t += in + "if (r + 4 <= rows && jEnd == j + 2) {\n";
+      t += fmt::format("{}  pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, out{});\n", in, K, w,
+                       scaleArg(index, "j"));
+      t += in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out[t]", 32) + in + "  }\n";
+      t += in + "  continue;\n" + in + "}\n";
+    }
+    t += in + "if (r + 4 <= rows) {\n";
+    t += fmt::format("{}  pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, out16{});\n", in, K, w,
+                     scaleArg(index, "j"));
+    t += in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out16[t]", 16) + in + "  }\n";
+    t += in + "  continue;\n" + in + "}\n";
+    return t;
+  };
+  if (ks.widenRows) {
+    s += "    if (widened) {\n";
+    s += fmt::format("      if (j != wideJ) {{\n        pc::widenPanels({}, w, {}, jEnd - j, wide);\n        wideJ = j;\n      }}\n", K,
+                     ks.panelStride);
+    s += quadTiles("wide", "      ");
+    s += "    }\n";
   }
-  s += "    if (r + 4 <= rows) {\n";
-  s += fmt::format("      pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), w, bp + j*16, out16{});\n", K, scaleArg(index, "j"));
-  s += "      for (int64_t t = 0; t < 4; ++t) {\n" + finishing("        ", "r + t", "j", "out16[t]", 16) + "      }\n";
-  s += "      continue;\n    }\n";
+  s += quadTiles("w", "    ");
   s += "    for (int64_t t = r; t < rows; ++t) {\n";
   s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
   s += fmt::format("        pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]{});\n", K, s_.kernels[index].panelStride, scaleArg(index, "jj"));

@@ -338,7 +338,9 @@ std::vector<std::vector<Value*>> Emitter::gemmDotTile(const std::vector<Value*>&
 
 Value* Emitter::scaledEnd(Value* acc, Value* scales, Value* bias) {
   if (!scales) return acc;
-  return b_.CreateFAdd(b_.CreateFMul(acc, scales), bias, acc->getName());
+  // One fused multiply-add, as the C++ prelude's accEnd contracts (-ffp-contract=fast) and as the
+  // tiles' products are: a multiply then an add rounds twice, and the backends' bits would differ.
+  return b_.CreateIntrinsic(llvm::Intrinsic::fma, {acc->getType()}, {acc, scales, bias}, nullptr, acc->getName());
 }
 
 std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets) {
@@ -478,11 +480,22 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     for (size_t d = 0; d + 1 < R; ++d) idx[d] = v[d];
     return elemPtr(X.id, idx);
   };
+  // Narrowed panels widened to f32 once for the many rows that pass them (KernelSchedule::widenRows).
+  const KernelSchedule& ks = s_.kernels[index];
+  llvm::AllocaInst *wide = nullptr, *wideJ = nullptr;
+  Value* widened = nullptr;
+  if (ks.widenRows) {
+    wide = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(per * K * kPanel)), "wide");
+    wideJ = local(i64_, "wideJ");
+    b_.CreateStore(c64(-1), wideJ);
+    widened = b_.CreateICmpSGE(rows, c64(ks.widenRows), "widened");
+  }
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
     Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(4), "r");
     Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(per)), c64(panels));
-    const PanelRef w = panelAt(index, j, "w");
+    const PanelRef narrow = panelAt(index, j, "w");
+    PanelRef w = narrow;
     Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
     Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(r, c64(4)), rows);
     auto quadTile = [&](int group) {
@@ -516,11 +529,35 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             });
           });
     };
-    if (per == 2) {
-      ifElse(b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { quadTile(2); }, partial);
-    } else {
-      partial();
-    }
+    auto tiles = [&] {
+      if (per == 2) {
+        ifElse(b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { quadTile(2); }, partial);
+      } else {
+        partial();
+      }
+    };
+    if (!ks.widenRows) return tiles();
+    ifElse(
+        widened, "widened",
+        [&] {
+          ifThen(b_.CreateICmpNE(j, b_.CreateLoad(i64_, wideJ)), "widen", [&] {
+            forRange(c64(0), b_.CreateSub(jEnd, j), "wp", [&](Value* p) {
+              const PanelRef src = panelAt(index, b_.CreateAdd(j, p), "src");
+              Value* dst = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(p, c64(K * kPanel)));
+              forCount(K, "wk", [&](Value* q) {
+                Value* at = b_.CreateMul(q, c64(kPanel));
+                b_.CreateAlignedStore(loadPanelRow(src, at), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
+              });
+            });
+            b_.CreateStore(j, wideJ);
+          });
+          w.w = wide;
+          w.storage = WeightStorage::F32;
+          w.stride = K * kPanel;
+          tiles();  // int8's scales (w.scale) still applied at each tile's end
+          w = narrow;
+        },
+        tiles);
   });
 }
 
