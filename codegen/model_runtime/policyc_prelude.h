@@ -897,6 +897,8 @@ template <class F> PC_INLINE double sumOf(int64_t n, F f) {
 #if defined(__AVX512F__) && !defined(__clang__)
       // vcvtps2pd zmm, ymm: GCC's convertvector converted two halves and reassembled them
       lanes[g] += __builtin_ia32_cvtps2pd512_mask(v, f64xW{}, 0xff, 4);
+#elif defined(__AVX__) && !defined(__clang__)
+      lanes[g] += __builtin_ia32_cvtps2pd256(v);  // vcvtps2pd ymm, xmm (the same: halves and an insert)
 #else
       lanes[g] += __builtin_convertvector(v, f64xW);
 #endif
