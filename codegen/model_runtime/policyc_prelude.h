@@ -255,6 +255,24 @@ PC_INLINE void widenPanels(int64_t K, const WT* PC_RESTRICT w, int64_t stride, i
   }
 }
 
+// The same from bf16 pairs along k (WeightStorage::Bf16Dot; --precision bf16 on a target with
+// AVX512_BF16): the 32-bit lane c of pair q holds column c of row 2q (low half) and of row 2q + 1
+// (high half). From 16 rows on, such a layer multiplies these f32 values by its f32 activations
+// with FMAs (vdpbf16ps issues at half the FMA's products per cycle on Sapphire Rapids).
+template <class DT>
+PC_INLINE void widenPanels(int64_t K, const uint32_t* PC_RESTRICT w, int64_t stride, int64_t count, DT* PC_RESTRICT dst) {
+  float* PC_RESTRICT out = reinterpret_cast<float*>(dst);
+  for (int64_t p = 0; p < count; ++p, out += K * 16) {
+    for (int64_t q = 0; 2 * q < K; ++q) {
+      u32x16 pair;
+      std::memcpy(&pair, w + p * stride + q * 16, sizeof pair);
+      const u32x16 lo = pair << 16, hi = pair & 0xffff0000u;
+      std::memcpy(out + 2 * q * 16, &lo, sizeof lo);
+      if (2 * q + 1 < K) std::memcpy(out + (2 * q + 1) * 16, &hi, sizeof hi);
+    }
+  }
+}
+
 // Where a microkernel's accumulators start and how they end: f32 and bf16 weights from the bias,
 // as they are; int8 ones from zero, then times the columns' scales plus the bias once at the end
 // (sum_k x_k q_kc s_c = s_c sum_k x_k q_kc), so that the loop converts each weight and

@@ -846,7 +846,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     }
     // A unit is a pair of panels unless every generated implementation is gemm4x16 (one panel).
     const bool single = !ks.impls.empty() && std::all_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return i == Impl::Gemm4x16 || isExtern(i); });
-    if (generated && ks.form == Form::PackedGemm && (ks.weightStorage == WeightStorage::Bf16 || ks.weightStorage == WeightStorage::Int8) &&
+    if (generated && ks.form == Form::PackedGemm && ks.weightStorage != WeightStorage::F32 &&
         (single ? 1 : 2) * packedK(p, k) * kPanel <= KernelSchedule::kMaxWidenedFloats) {
       ks.widenRows = KernelSchedule::kWidenRows;
     }

@@ -333,6 +333,9 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
     codegen::CppOptions o = r.cpp;
     const codegen::GeneratedCpp cpp = codegen::generateCpp(*g2, o);
     CHECK_THAT(cpp.source, Contains("const uint32_t* PC_RESTRICT wp"));
+    // From 16 rows the MLP's layers widen their bf16 pairs once and multiply with f32 FMAs
+    // (KernelSchedule::widenRows); the CNN's implicit-GEMM conv keeps vdpbf16ps at every batch.
+    CHECK((cpp.source.find("bf16-dot panels widened to f32") != std::string::npos) == !conv);
     if (conv) {
       codegen::CppOptions withOnednn = o;
       withOnednn.externKernels = true;

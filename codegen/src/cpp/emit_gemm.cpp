@@ -358,7 +358,14 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   s += quadTiles("w", "    ");
   s += "    for (int64_t t = r; t < rows; ++t) {\n";
   s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
-  s += fmt::format("        pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]{});\n", K, s_.kernels[index].panelStride, scaleArg(index, "jj"));
+  const std::string single = fmt::format("pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]{});", K, ks.panelStride, scaleArg(index, "jj"));
+  if (ks.widenRows) {
+    // the last rows from the widened panels too: every row of the run multiplies the same values
+    s += fmt::format("        if (widened) pc::gemm_1x16({}, row(t), wide + (jj - j)*{}, bp + jj*16, out16[0]{});\n        else {}\n", K,
+                     K * kPanel, scaleArg(index, "jj"), single);
+  } else {
+    s += "        " + single + "\n";
+  }
   s += finishing("        ", "t", "jj", "out16[0]", 16);
   s += "      }\n    }\n  }\n";
   return s;

@@ -521,7 +521,11 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             forRange(r, rows, "t", [&](Value* t) {
               forRange(j, jEnd, "jj", [&](Value* jj) {
                 std::vector<Value*> rv = rowVars(t);
-                const PanelRef wj = panelAt(index, jj, "wj");
+                PanelRef wj = panelAt(index, jj, "wj");
+                if (w.w == wide) {  // the last rows from the widened panels too (as every row of the run)
+                  wj.w = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(b_.CreateSub(jj, j), c64(K * kPanel)), "wj");
+                  wj.storage = WeightStorage::F32;
+                }
                 Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
                 auto acc = gemmTile({rowPtr(rv)}, 1, K, wj, bj, k.anchor);
                 finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
@@ -544,10 +548,27 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             forRange(c64(0), b_.CreateSub(jEnd, j), "wp", [&](Value* p) {
               const PanelRef src = panelAt(index, b_.CreateAdd(j, p), "src");
               Value* dst = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(p, c64(K * kPanel)));
-              forCount(K, "wk", [&](Value* q) {
-                Value* at = b_.CreateMul(q, c64(kPanel));
-                b_.CreateAlignedStore(loadPanelRow(src, at), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
-              });
+              if (src.storage != WeightStorage::Bf16Dot) {
+                forCount(K, "wk", [&](Value* q) {
+                  Value* at = b_.CreateMul(q, c64(kPanel));
+                  b_.CreateAlignedStore(loadPanelRow(src, at), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
+                });
+                return;
+              }
+              // bf16 pairs along k (pc::widenPanels): lane c of pair q holds rows 2q (low) and 2q + 1 (high).
+              llvm::Type* pairs = llvm::FixedVectorType::get(i32_, kLanes);
+              llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+              auto pairRows = [&](Value* q, bool both) {
+                Value* bits = b_.CreateAlignedLoad(pairs, b_.CreateInBoundsGEP(i32_, src.w, b_.CreateMul(q, c64(kLanes))), llvm::Align(4), "pair");
+                Value* at = b_.CreateMul(q, c64(2 * kPanel));
+                b_.CreateAlignedStore(b_.CreateBitCast(b_.CreateShl(bits, 16), vt), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
+                if (both) {
+                  b_.CreateAlignedStore(b_.CreateBitCast(b_.CreateAnd(bits, llvm::ConstantInt::get(pairs, 0xffff0000u)), vt),
+                                        b_.CreateInBoundsGEP(f32_, dst, b_.CreateAdd(at, c64(kPanel))), llvm::Align(64));
+                }
+              };
+              forCount(K / 2, "wq", [&](Value* q) { pairRows(q, true); });
+              if (K % 2) pairRows(c64(K / 2), false);
             });
             b_.CreateStore(j, wideJ);
           });
