@@ -78,12 +78,31 @@ PC_INLINE f32x8 splat8(float x) { return f32x8{x, x, x, x, x, x, x, x}; }
 typedef int32_t i32x8 __attribute__((vector_size(32)));
 
 typedef float f32x16 __attribute__((vector_size(64)));
+// Without 512-bit vectors GCC 12 keeps 16 lanes in two registers but moves them to and from
+// memory one lane at a time through the stack (a memcpy of the whole vector): there they go as
+// two halves.
+PC_INLINE f32x8 lo8(f32x16 x) { return __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7); }
+PC_INLINE f32x8 hi8(f32x16 x) { return __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15); }
+PC_INLINE f32x16 join16(f32x8 lo, f32x8 hi) {
+  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
 PC_INLINE f32x16 load16(const float* p) {
+#if defined(__AVX512F__)
   f32x16 v;
   std::memcpy(&v, p, sizeof v);
   return v;
+#else
+  return join16(load8(p), load8(p + 8));
+#endif
 }
-PC_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+PC_INLINE void store16(float* p, f32x16 v) {
+#if defined(__AVX512F__)
+  std::memcpy(p, &v, sizeof v);
+#else
+  store8(p, lo8(v));
+  store8(p + 8, hi8(v));
+#endif
+}
 PC_INLINE f32x16 splat16(float x) { return f32x16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 
 // Lanes [A, B) of the 8 floats at p, the others `fill`, the floats outside never read (nor
@@ -1084,23 +1103,12 @@ PC_INLINE V tanhv(V x) {
 // f on 16 lanes. Without 512-bit vectors GCC 12 lowers a select on 16 lanes one lane at a time
 // (scalar compares and branches: ppo_mlp's tanh layers ran 4x slower on an AVX2 host), so there
 // f runs on the two 8-lane halves. Each lane's arithmetic is the same either way.
-PC_INLINE f32x8 half8(f32x16 x, int h) {
-  f32x8 v;
-  std::memcpy(&v, reinterpret_cast<const char*>(&x) + h * sizeof v, sizeof v);
-  return v;
-}
-PC_INLINE f32x16 join16(f32x8 lo, f32x8 hi) {
-  f32x16 x;
-  std::memcpy(&x, &lo, sizeof lo);
-  std::memcpy(reinterpret_cast<char*>(&x) + sizeof lo, &hi, sizeof hi);
-  return x;
-}
 template <class F>
 PC_INLINE f32x16 byHalves(f32x16 x, F f) {
 #if defined(__AVX512F__)
   return f(x);
 #else
-  return join16(f(half8(x, 0)), f(half8(x, 1)));
+  return join16(f(lo8(x)), f(hi8(x)));
 #endif
 }
 PC_INLINE f32x16 exp16(f32x16 x) {
