@@ -133,6 +133,11 @@ template <int N> PC_INLINE f32x8 loadFirst8(const float* p, float fill) { return
 // (SSE), 16 floats in memory and a loop per tap as before.
 // fmaLanes<A, B>(acc, xa, w): acc + x * w on lanes [A, B), the other lanes unchanged and their x
 // never read (nor faulting); xa points at lane A's value. A and B are constants: the masks fold.
+// fmaLanesZ, for a finite w (RowTaps::finiteWeights; the C++ printer uses it for the average
+// pools' w = 1): the same sums, the other lanes' x read as copysign(0, -w), whose product with w
+// is -0 (acc + -0 is acc, -0 included), so that no select follows the FMA on the accumulator's
+// chain (AVX2: uint8_convbn's 3x3 average pool 456 -> 398 us at batch 64). A conv's weight is
+// loaded at run time, and its sign per tap cost more than the select (a depthwise conv 1.15x slower).
 #if defined(__AVX__) && !defined(__AVX512F__)
 template <int A, int B> PC_INLINE f32x8 fmaLanes8(f32x8 acc, const float* xa, f32x8 w) {
   static_assert(0 <= A && A < B && B <= 8, "lanes of one half");
@@ -158,6 +163,7 @@ template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* x
   }
 }
 PC_INLINE void storeChunk(float* p, RowChunk r) { store16(p, r); }
+template <int A, int B> PC_INLINE RowChunk fmaLanesZ(RowChunk acc, const float* xa, float w) { return fmaLanes<A, B>(acc, xa, w); }
 #elif defined(__AVX__)
 struct RowChunk {
   f32x8 lo, hi;
@@ -169,6 +175,16 @@ template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* x
   return acc;
 }
 PC_INLINE void storeChunk(float* p, RowChunk r) { store8(p, r.lo), store8(p + 8, r.hi); }
+template <int A, int B> PC_INLINE f32x8 fmaLanesZ8(f32x8 acc, const float* xa, float w) {
+  if constexpr (A == 0 && B == 8) return acc + load8(xa) * splat8(w);
+  else return acc + loadLanes8<A, B>(xa - A, std::copysign(0.0f, -w)) * splat8(w);
+}
+template <int A, int B> PC_INLINE RowChunk fmaLanesZ(RowChunk acc, const float* xa, float w) {
+  static_assert(0 <= A && A < B && B <= 16, "lanes of one chunk");
+  if constexpr (A < 8) acc.lo = fmaLanesZ8<A, (B < 8 ? B : 8)>(acc.lo, xa, w);
+  if constexpr (B > 8) acc.hi = fmaLanesZ8<(A > 8 ? A : 8) - 8, B - 8>(acc.hi, xa + ((A > 8 ? A : 8) - A), w);
+  return acc;
+}
 #else
 // No masked loads (SSE): the chunk in memory, each tap a loop over its lanes.
 struct RowChunk {
@@ -179,6 +195,7 @@ template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* x
   return acc;
 }
 PC_INLINE void storeChunk(float* p, RowChunk r) { std::memcpy(p, r.v, sizeof r.v); }
+template <int A, int B> PC_INLINE RowChunk fmaLanesZ(RowChunk acc, const float* xa, float w) { return fmaLanes<A, B>(acc, xa, w); }
 #endif
 
 // ---- GEMM microkernels over weights packed in panels of 16 output columns: panel[k][c] is the

@@ -650,11 +650,11 @@ TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", 
   passes::runPipeline(*graph);
   const std::string source = checkGenerated(*graph, "avg", 9, 1e-6);
   CHECK(occurrences(source, "alignas(64) float sum[") == 3);
-  CHECK(source.find("r1 = pc::fmaLanes<0, 5>(r1, row + 15, 1.0f);") != std::string::npos);
+  CHECK(source.find("r1 = pc::fmaLanesZ<0, 5>(r1, row + 15, 1.0f);") != std::string::npos);
   CHECK(source.find("for (int64_t i3 = 1; i3 < 260; ++i3) sum[i3] += row[i3*1 - 1];") != std::string::npos);
 }
 
-// The C++ prelude's row helpers (pc::fmaLanes, pc::loadFirst8) have an AVX-512, an AVX and an
+// The C++ prelude's row helpers (pc::fmaLanes, pc::fmaLanesZ, pc::loadFirst8) have an AVX-512, an AVX and an
 // SSE form; the host picks one for `native`, so each is built here by its target and run on
 // the interpreter's inputs: a depthwise conv of 21 columns (a whole and a partial chunk, taps cut
 // at both ends), a max pool and a stride-1 average pool of the same rows.
@@ -674,6 +674,8 @@ TEST_CASE("cpp backend: the row helpers of every vector width match the interpre
     codegen::CppOptions cpp;
     cpp.target = target;
     const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+    // The pool's taps (weight 1) skip the select of the reached lanes (fmaLanesZ); the convs keep it.
+    CHECK(generated.source.find("pc::fmaLanesZ<") != std::string::npos);
     CHECK(generated.source.find("pc::fmaLanes<") != std::string::npos);
     CHECK(generated.source.find("pc::loadFirst8<5>") != std::string::npos);
     const fs::path so = scratch() / fmt::format("rows_{}.so", target);

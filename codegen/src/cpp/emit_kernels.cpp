@@ -369,7 +369,7 @@ std::string Emitter::emitAvgPoolRows(const Kernel& k) const {
     const int64_t off = static_cast<int64_t>(kw) - padL;
     if (taps.chunks) {
       for (const RowTaps::Lanes& l : taps.lanesOf(kw)) {
-        s += fmt::format("      r{} = pc::fmaLanes<{}, {}>(r{}, row + {}, 1.0f);\n", l.chunk, l.first, l.last, l.chunk,
+        s += fmt::format("      r{} = pc::fmaLanes{}<{}, {}>(r{}, row + {}, 1.0f);\n", l.chunk, taps.finiteWeights ? "Z" : "", l.first, l.last, l.chunk,
                          16 * l.chunk + l.first + off);
       }
       continue;
