@@ -931,7 +931,8 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
 // The sum of f(0), ..., f(n - 1) (f32 values) in double: value i into lane i % 16 of sixteen
 // partial sums, then lane l and l + 8 added, then those eight pairwise. A single running sum is a
 // chain of dependent adds; these vectorise. The LLVM backend's Emitter::sumOf adds in the same order.
-template <class F> PC_INLINE double sumOf(int64_t n, F f) {
+// Staged (SumRun::staged): each 16 values are computed into a buffer by a loop of their own first.
+template <bool Staged = false, class F> PC_INLINE double sumOf(int64_t n, F f) {
   // The sixteen lanes as registers of the target's width (a wider vector type GCC keeps in memory).
 #ifdef __AVX512F__
   constexpr int W = 8;
@@ -945,9 +946,15 @@ template <class F> PC_INLINE double sumOf(int64_t n, F f) {
   f64xW lanes[16 / W] = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    float staged[16];
+    if constexpr (Staged) {
+#pragma GCC unroll 1  // a loop GCC vectorises (unrolled first, its sixteen calls were not)
+      for (int l = 0; l < 16; ++l) staged[l] = f(i + l);
+    }
     for (int g = 0; g < 16 / W; ++g) {
       f32xW v;
-      for (int l = 0; l < W; ++l) v[l] = f(i + g * W + l);  // one vector load where f reads consecutive floats
+      // one vector load where f reads consecutive floats
+      for (int l = 0; l < W; ++l) v[l] = Staged ? staged[g * W + l] : f(i + g * W + l);
 #if defined(__AVX512F__) && !defined(__clang__)
       // vcvtps2pd zmm, ymm: GCC's convertvector converted two halves and reassembled them
       lanes[g] += __builtin_ia32_cvtps2pd512_mask(v, f64xW{}, 0xff, 4);

@@ -91,8 +91,10 @@ int64_t axisStride(const KernelProgram& p, const Instr& in, size_t axis) {
 
 }  // namespace
 
-bool mathHeavy(const Kernel& k) {
-  for (const Instr& in : k.body) {
+bool mathHeavy(const Kernel& k) { return mathHeavy(k.body); }
+
+bool mathHeavy(const std::vector<Instr>& instrs) {
+  for (const Instr& in : instrs) {
     if (in.opcode != Opcode::Apply) continue;
     switch (in.op) {
       case Op::Exp: case Op::Log: case Op::Erf: case Op::Sigmoid: case Op::Tanh: case Op::Softplus: case Op::Elu:
@@ -252,6 +254,7 @@ std::optional<KernelSchedule::SumRun> sumRun(const KernelProgram& p, const Kerne
     }
   }
   if (run.count < 16) return std::nullopt;
+  run.staged = mathHeavy(k.prologue);
   return run;
 }
 

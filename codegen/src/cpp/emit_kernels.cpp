@@ -627,7 +627,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         for (size_t d = run->first; d <= run->last; ++d) at[d] = "0";
         value = loadExpr(X.id, addressOf(X.id, at) + " + j");
       }
-      s += fmt::format("{}acc += pc::sumOf({}, [&](int64_t j) {{ return {}; }});\n", ind, run->count, value);
+      s += fmt::format("{}acc += pc::sumOf{}({}, [&](int64_t j) {{ return {}; }});\n", ind, run->staged ? "<true>" : "", run->count, value);
     } else if (vecMax) {
       s += fmt::format("{}acc = pc::maxNaNScan<double>(acc, pc::maxOf({}, [&](int64_t {}) {{ return {}; }}));\n", ind,
                        X.type.shape[innermost].value(), xv[innermost], x);
