@@ -216,10 +216,7 @@ PC_INLINE f32x16 splatv(f32x16, float x) { return splat16(x); }
 
 // Columns [8*half, 8*half + 8) of a packed weight panel row (`row`: 16 values; with f32x16, all
 // 16, half 0) as f32 (--precision, docs/precision.md): f32 as stored; int8 converted (the columns'
-// scales, `scale`, are applied once at the end: accEnd); bf16 stored in pairs, the
-// 32-bit lane i holding column i in its low half and column i + 8 in its high half, so that one
-// 256-bit load and a shift (columns 0-7) or a mask (8-15) give the f32 values: three instructions
-// for 16 weights where widening each half would take four. Activations and accumulators stay f32.
+// scales, `scale`, are applied once at the end: accEnd). Activations and accumulators stay f32.
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
 typedef int8_t i8x8 __attribute__((vector_size(8)));
@@ -227,21 +224,26 @@ typedef int8_t i8x16 __attribute__((vector_size(16)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
 template <class V>
 PC_INLINE V loadw(const float* row, int half, const float*) { return loadv<V>(row + 8 * half); }
+// bf16 weights (WeightStorage::Bf16) come as pairs along k, the layout bf16-dot has (packing.h:
+// toBf16Pairs): the 32-bit lane c of pair row q holds column c of row 2q in its low half and of
+// row 2q + 1 in its high half, so that a shift (row 2q) or a mask (row 2q + 1) of one load gives
+// a vector of f32 weights: one instruction a vector, as many as the FMAs that use them (columns
+// c and c + 8 in one lane took a load, a shift, a mask and a lane insert for 16 on AVX-512). The
+// microkernels step k by two over them (kPairs).
+struct bf16x2 {
+  uint32_t bits;
+};
+template <class WT>
+constexpr bool kPairs = std::is_same_v<WT, bf16x2>;
+// Rows 2q and 2q + 1, columns [8*half, 8*half + 8) (with f32x16, all 16, half 0), of pair row `row`.
 template <class V>
-PC_INLINE V loadw(const uint16_t* row, int half, const float*) {
-  u32x8 pairs;
-  std::memcpy(&pairs, row, sizeof pairs);
-  const u32x8 lo = pairs << 16, hi = pairs & 0xffff0000u;
-  if constexpr (sizeof(V) == 32) {
-    V v;
-    std::memcpy(&v, half == 0 ? &lo : &hi, sizeof v);
-    return v;
-  } else {
-    const u32x16 both = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    V v;
-    std::memcpy(&v, &both, sizeof v);
-    return v;
-  }
+PC_INLINE void loadPair(const bf16x2* row, int half, V& even, V& odd) {
+  using U = std::conditional_t<sizeof(V) == 32, u32x8, u32x16>;
+  U bits;
+  std::memcpy(&bits, reinterpret_cast<const uint32_t*>(row) + 8 * half, sizeof bits);
+  const U e = bits << 16, o = bits & 0xffff0000u;
+  std::memcpy(&even, &e, sizeof even);
+  std::memcpy(&odd, &o, sizeof odd);
 }
 template <class V>
 PC_INLINE V loadw(const int8_t* row, int half, const float*) {
@@ -291,10 +293,10 @@ PC_INLINE void widenPanels(int64_t K, const WT* PC_RESTRICT w, int64_t stride, i
   }
 }
 
-// The same from bf16 pairs along k (WeightStorage::Bf16Dot; --precision bf16 on a target with
-// AVX512_BF16): the 32-bit lane c of pair q holds column c of row 2q (low half) and of row 2q + 1
-// (high half). From 16 rows on, such a layer multiplies these f32 values by its f32 activations
-// with FMAs (vdpbf16ps issues at half the FMA's products per cycle on Sapphire Rapids).
+// The same from bf16 pairs along k (bf16x2, and uint32_t for WeightStorage::Bf16Dot: --precision
+// bf16 on a target with AVX512_BF16, whose layers from 16 rows on multiply these f32 values by
+// their f32 activations with FMAs; vdpbf16ps issues at half the FMA's products per cycle on
+// Sapphire Rapids).
 template <class DT>
 PC_INLINE void widenPanels(int64_t K, const uint32_t* PC_RESTRICT w, int64_t stride, int64_t count, DT* PC_RESTRICT dst) {
   float* PC_RESTRICT out = reinterpret_cast<float*>(dst);
@@ -307,6 +309,11 @@ PC_INLINE void widenPanels(int64_t K, const uint32_t* PC_RESTRICT w, int64_t str
       if (2 * q + 1 < K) std::memcpy(out + (2 * q + 1) * 16, &hi, sizeof hi);
     }
   }
+}
+
+template <class DT>
+PC_INLINE void widenPanels(int64_t K, const bf16x2* PC_RESTRICT w, int64_t stride, int64_t count, DT* PC_RESTRICT dst) {
+  widenPanels(K, reinterpret_cast<const uint32_t*>(w), stride, count, dst);
 }
 
 // Where a microkernel's accumulators start and how they end: f32 and bf16 weights from the bias,
@@ -342,11 +349,7 @@ __attribute__((noinline)) static void gemm_4x2v_by(int64_t K, At at, const float
   constexpr int W = sizeof(V) / sizeof(float);
   const V ba = accStart<V, WT>(bias), bb = accStart<V, WT>(bias + W);
   V a0 = ba, a1 = bb, b0 = ba, b1 = bb, c0 = ba, c1 = bb, d0 = ba, d1 = bb;
-  // Unrolled, as LLVM unrolls the same loop: measured 1.35x faster (a 256x256 linear layer at
-  // batch 64, 101 -> 75 us), the loop's own bookkeeping no longer between the FMAs.
-#pragma GCC unroll 4
-  for (int64_t k = 0; k < K; ++k) {
-    const V wka = loadw<V>(wa + k * 16, ha, sa), wkb = loadw<V>(wb + k * 16, hb, sb);
+  auto step = [&](int64_t k, V wka, V wkb) {
     const int64_t o = at(k);
     V v = splatv(V{}, x0[o]);
     a0 += v * wka;
@@ -360,6 +363,28 @@ __attribute__((noinline)) static void gemm_4x2v_by(int64_t K, At at, const float
     v = splatv(V{}, x3[o]);
     d0 += v * wka;
     d1 += v * wkb;
+  };
+  if constexpr (kPairs<WT>) {
+    int64_t k = 0;
+#pragma GCC unroll 2
+    for (; k + 2 <= K; k += 2) {
+      V ea, oa, eb, ob;
+      loadPair(wa + k / 2 * 16, ha, ea, oa);
+      loadPair(wb + k / 2 * 16, hb, eb, ob);
+      step(k, ea, eb);
+      step(k + 1, oa, ob);
+    }
+    if (k < K) {  // an odd K's last row: the low halves of the last pair row
+      V ea, oa, eb, ob;
+      loadPair(wa + k / 2 * 16, ha, ea, oa);
+      loadPair(wb + k / 2 * 16, hb, eb, ob);
+      step(k, ea, eb);
+    }
+  } else {
+    // Unrolled, as LLVM unrolls the same loop: measured 1.35x faster (a 256x256 linear layer at
+    // batch 64, 101 -> 75 us), the loop's own bookkeeping no longer between the FMAs.
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < K; ++k) step(k, loadw<V>(wa + k * 16, ha, sa), loadw<V>(wb + k * 16, hb, sb));
   }
   const float* PC_RESTRICT ta = sa ? sa + 8 * ha : nullptr;
   const float* PC_RESTRICT tb = sb ? sb + 8 * hb : nullptr;
@@ -442,15 +467,15 @@ PC_INLINE void gemmDot(int64_t K, At at, const float* const (&x)[R], const uint3
   }
 }
 #endif
-// Elements of a packed panel of K rows: uint32_t weights are bf16 pairs along k.
+// Elements of a packed panel of K rows: uint32_t and bf16x2 weights are bf16 pairs along k.
 template <class WT>
 constexpr int64_t panelElems(int64_t K) {
-  return std::is_same_v<WT, uint32_t> ? (K + 1) / 2 * 16 : K * 16;
+  return std::is_same_v<WT, uint32_t> || kPairs<WT> ? (K + 1) / 2 * 16 : K * 16;
 }
 
-// The weight pointer of the microkernels below is float, uint16_t (bf16), uint32_t (bf16 pairs
-// along k, products in bf16: gemmDot) or int8_t (with `scale`, the panel's 16 column scales; null
-// otherwise).
+// The weight pointer of the microkernels below is float, bf16x2 (bf16 pairs along k, widened),
+// uint32_t (the same pairs, products in bf16: gemmDot), WideI8 (int8 panels widened once) or
+// int8_t (with `scale`, the panel's 16 column scales; null otherwise).
 #if defined(__AVX512F__)
 // One row: four accumulators over interleaved k for instruction-level parallelism.
 template <class WT>
@@ -458,14 +483,31 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RES
                          float* PC_RESTRICT out, const float* PC_RESTRICT scale = nullptr) {
   f32x16 a = accStart<f32x16, WT>(bias), b = {}, c = {}, d = {};
   int64_t k = 0;
-  for (; k + 4 <= K; k += 4) {
-    const WT* p = w + k * 16;
-    a += splat16(x[k]) * loadw<f32x16>(p, 0, scale);
-    b += splat16(x[k + 1]) * loadw<f32x16>(p + 16, 0, scale);
-    c += splat16(x[k + 2]) * loadw<f32x16>(p + 32, 0, scale);
-    d += splat16(x[k + 3]) * loadw<f32x16>(p + 48, 0, scale);
+  if constexpr (kPairs<WT>) {
+    for (; k + 4 <= K; k += 4) {
+      f32x16 w0, w1, w2, w3;
+      loadPair(w + k / 2 * 16, 0, w0, w1);
+      loadPair(w + k / 2 * 16 + 16, 0, w2, w3);
+      a += splat16(x[k]) * w0;
+      b += splat16(x[k + 1]) * w1;
+      c += splat16(x[k + 2]) * w2;
+      d += splat16(x[k + 3]) * w3;
+    }
+    for (; k < K; ++k) {
+      f32x16 e, o;
+      loadPair(w + k / 2 * 16, 0, e, o);
+      a += splat16(x[k]) * (k % 2 ? o : e);
+    }
+  } else {
+    for (; k + 4 <= K; k += 4) {
+      const WT* p = w + k * 16;
+      a += splat16(x[k]) * loadw<f32x16>(p, 0, scale);
+      b += splat16(x[k + 1]) * loadw<f32x16>(p + 16, 0, scale);
+      c += splat16(x[k + 2]) * loadw<f32x16>(p + 32, 0, scale);
+      d += splat16(x[k + 3]) * loadw<f32x16>(p + 48, 0, scale);
+    }
+    for (; k < K; ++k) a += splat16(x[k]) * loadw<f32x16>(w + k * 16, 0, scale);
   }
-  for (; k < K; ++k) a += splat16(x[k]) * loadw<f32x16>(w + k * 16, 0, scale);
   store16(out, accEnd<f32x16, WT>((a + b) + (c + d), bias, scale));
 }
 
@@ -475,14 +517,30 @@ PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT w,
                             const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale) {
   f32x16 a = accStart<f32x16, WT>(bias), b = a, c = a, d = a;
-#pragma GCC unroll 4  // as gemm_4x2v_by
-  for (int64_t k = 0; k < K; ++k) {
-    const f32x16 wk = loadw<f32x16>(w + k * 16, 0, scale);
+  auto step = [&](int64_t k, f32x16 wk) {
     const int64_t o = at(k);
     a += splat16(x0[o]) * wk;
     b += splat16(x1[o]) * wk;
     c += splat16(x2[o]) * wk;
     d += splat16(x3[o]) * wk;
+  };
+  if constexpr (kPairs<WT>) {
+    int64_t k = 0;
+#pragma GCC unroll 2
+    for (; k + 2 <= K; k += 2) {
+      f32x16 e, o;
+      loadPair(w + k / 2 * 16, 0, e, o);
+      step(k, e);
+      step(k + 1, o);
+    }
+    if (k < K) {
+      f32x16 e, o;
+      loadPair(w + k / 2 * 16, 0, e, o);
+      step(k, e);
+    }
+  } else {
+#pragma GCC unroll 4  // as gemm_4x2v_by
+    for (int64_t k = 0; k < K; ++k) step(k, loadw<f32x16>(w + k * 16, 0, scale));
   }
   store16(out[0], accEnd<f32x16, WT>(a, bias, scale));
   store16(out[1], accEnd<f32x16, WT>(b, bias, scale));
@@ -529,20 +587,45 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RES
                          float* PC_RESTRICT out, const float* PC_RESTRICT scale = nullptr) {
   f32x8 a0 = accStart<f32x8, WT>(bias), a1 = accStart<f32x8, WT>(bias + 8), b0 = {}, b1 = {}, c0 = {}, c1 = {}, d0 = {}, d1 = {};
   int64_t k = 0;
-  for (; k + 4 <= K; k += 4) {
-    const WT* p = w + k * 16;
-    a0 += splat8(x[k]) * loadw<f32x8>(p, 0, scale);
-    a1 += splat8(x[k]) * loadw<f32x8>(p, 1, scale);
-    b0 += splat8(x[k + 1]) * loadw<f32x8>(p + 16, 0, scale);
-    b1 += splat8(x[k + 1]) * loadw<f32x8>(p + 16, 1, scale);
-    c0 += splat8(x[k + 2]) * loadw<f32x8>(p + 32, 0, scale);
-    c1 += splat8(x[k + 2]) * loadw<f32x8>(p + 32, 1, scale);
-    d0 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, 0, scale);
-    d1 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, 1, scale);
-  }
-  for (; k < K; ++k) {
-    a0 += splat8(x[k]) * loadw<f32x8>(w + k * 16, 0, scale);
-    a1 += splat8(x[k]) * loadw<f32x8>(w + k * 16, 1, scale);
+  if constexpr (kPairs<WT>) {
+    for (; k + 4 <= K; k += 4) {
+      f32x8 e0, o0, e1, o1;
+      loadPair(w + k / 2 * 16, 0, e0, o0);
+      loadPair(w + k / 2 * 16, 1, e1, o1);
+      a0 += splat8(x[k]) * e0;
+      a1 += splat8(x[k]) * e1;
+      b0 += splat8(x[k + 1]) * o0;
+      b1 += splat8(x[k + 1]) * o1;
+      loadPair(w + k / 2 * 16 + 16, 0, e0, o0);
+      loadPair(w + k / 2 * 16 + 16, 1, e1, o1);
+      c0 += splat8(x[k + 2]) * e0;
+      c1 += splat8(x[k + 2]) * e1;
+      d0 += splat8(x[k + 3]) * o0;
+      d1 += splat8(x[k + 3]) * o1;
+    }
+    for (; k < K; ++k) {
+      f32x8 e0, o0, e1, o1;
+      loadPair(w + k / 2 * 16, 0, e0, o0);
+      loadPair(w + k / 2 * 16, 1, e1, o1);
+      a0 += splat8(x[k]) * (k % 2 ? o0 : e0);
+      a1 += splat8(x[k]) * (k % 2 ? o1 : e1);
+    }
+  } else {
+    for (; k + 4 <= K; k += 4) {
+      const WT* p = w + k * 16;
+      a0 += splat8(x[k]) * loadw<f32x8>(p, 0, scale);
+      a1 += splat8(x[k]) * loadw<f32x8>(p, 1, scale);
+      b0 += splat8(x[k + 1]) * loadw<f32x8>(p + 16, 0, scale);
+      b1 += splat8(x[k + 1]) * loadw<f32x8>(p + 16, 1, scale);
+      c0 += splat8(x[k + 2]) * loadw<f32x8>(p + 32, 0, scale);
+      c1 += splat8(x[k + 2]) * loadw<f32x8>(p + 32, 1, scale);
+      d0 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, 0, scale);
+      d1 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, 1, scale);
+    }
+    for (; k < K; ++k) {
+      a0 += splat8(x[k]) * loadw<f32x8>(w + k * 16, 0, scale);
+      a1 += splat8(x[k]) * loadw<f32x8>(w + k * 16, 1, scale);
+    }
   }
   store8(out, accEnd<f32x8, WT>((a0 + b0) + (c0 + d0), bias, scale));
   store8(out + 8, accEnd<f32x8, WT>((a1 + b1) + (c1 + d1), bias + 8, scale ? scale + 8 : nullptr));

@@ -68,18 +68,6 @@ uint16_t bf16Bits(float v) {
   return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);                   // to nearest even
 }
 
-std::vector<uint16_t> toBf16(const std::vector<float>& packed) {
-  // Each 16-value panel row as pairs: the 32-bit lane c holds column c (low half) and c + 8.
-  std::vector<uint16_t> out(packed.size());
-  for (size_t row = 0; row + kPanel <= packed.size(); row += kPanel) {
-    for (size_t c = 0; c < kPanel / 2; ++c) {
-      out[row + 2 * c] = bf16Bits(packed[row + c]);
-      out[row + 2 * c + 1] = bf16Bits(packed[row + c + kPanel / 2]);
-    }
-  }
-  return out;
-}
-
 std::vector<uint16_t> toBf16Pairs(const std::vector<float>& packed, int64_t panelCount, int64_t kk) {
   const int64_t pairs = bf16PairRows(kk);
   std::vector<uint16_t> out(static_cast<size_t>(panelCount * pairs * kPanel * 2), 0);

@@ -21,20 +21,19 @@ bool packable(const KernelProgram& p, const Kernel& k);
 // The weight packed into panels: panel j holds W[j*16 + c, q] at [q][c], so a microkernel streams
 // one panel contiguously (zeros past N).
 std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k);
-// Packed panels narrowed (--precision): bf16 rounds each value to nearest even (a NaN stays a
-// NaN) and stores each panel row's 16 values as 8 pairs, column c and column c + 8 in one 32-bit
-// lane (low and high half: a shift or a mask makes either an f32; pc::loadw); int8 takes one scale per column (per output channel), max |w| / 127, and rounds w / scale
-// to nearest. `scales` gets panels * 16 floats (0 for a zero or padding column).
-std::vector<uint16_t> toBf16(const std::vector<float>& packed);
 // A value as bf16 (its upper 16 bits rounded to nearest even; a NaN stays a quiet NaN): the
 // rounding of the packed weights. (Activations multiplied in bf16 are rounded at run time by
 // vcvtneps2bf16, the same rule except that a denormal becomes zero.)
 uint16_t bf16Bits(float v);
-// Packed panels as bf16 pairs along k for products in bf16 (WeightStorage::Bf16Dot, vdpbf16ps):
-// panel j's row q holds, in 32-bit lane c, W[j*16 + c, 2q] (low half) and W[j*16 + c, 2q + 1]
-// (high half), a zero high half past an odd K. A panel is bf16PairRows(K) rows of 16 lanes.
+// Packed panels narrowed (--precision) to bf16 (each value rounded by bf16Bits) as pairs along k,
+// for both bf16 storages (WeightStorage::Bf16: widened by a shift or a mask, pc::loadPair;
+// Bf16Dot: multiplied as pairs by vdpbf16ps): panel j's row q holds, in 32-bit lane c,
+// W[j*16 + c, 2q] (low half) and W[j*16 + c, 2q + 1] (high half), a zero high half past an odd K.
+// A panel is bf16PairRows(K) rows of 16 lanes.
 std::vector<uint16_t> toBf16Pairs(const std::vector<float>& packed, int64_t panelCount, int64_t kk);
 inline int64_t bf16PairRows(int64_t kk) { return (kk + 1) / 2; }
+// int8 takes one scale per column (per output channel), max |w| / 127, and rounds w / scale to
+// nearest. `scales` gets panels * 16 floats (0 for a zero or padding column).
 std::vector<int8_t> toInt8(const std::vector<float>& packed, int64_t panelCount, int64_t kk, std::vector<float>& scales);
 // The bias padded to whole panels (zeros when the layer has none).
 std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k);

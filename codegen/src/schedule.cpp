@@ -829,10 +829,9 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     const bool generated = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !isExtern(i); });
     const std::vector<float> packed = generated ? packWeightPanels(p, k) : std::vector<float>{};
     ks.panelStride = packedK(p, k) * kPanel;
-    if (generated && ks.weightStorage == WeightStorage::Bf16) {
-      const std::vector<uint16_t> narrow = toBf16(packed);
-      ks.packedWeight = append(narrow.data(), narrow.size() * sizeof(uint16_t));
-    } else if (generated && ks.weightStorage == WeightStorage::Bf16Dot) {
+    if (generated && (ks.weightStorage == WeightStorage::Bf16 || ks.weightStorage == WeightStorage::Bf16Dot)) {
+      // Both bf16 storages are pairs along k: widened by a shift or a mask (Bf16), or multiplied
+      // as pairs by vdpbf16ps (Bf16Dot).
       const std::vector<uint16_t> pairs = toBf16Pairs(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k));
       ks.packedWeight = append(pairs.data(), pairs.size() * sizeof(uint16_t));
       ks.panelStride = bf16PairRows(packedK(p, k)) * kPanel;

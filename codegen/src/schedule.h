@@ -320,8 +320,8 @@ struct KernelSchedule {
   // accumulators by them once, at its end), -1 otherwise.
   WeightStorage weightStorage = WeightStorage::F32;
   int64_t packedScale = -1;
-  // Elements of the storage type from one packed panel to the next: K * 16, or for Bf16Dot (read
-  // as 32-bit pairs) bf16PairRows(K) * 16.
+  // Elements of the storage type from one packed panel to the next: K * 16, or for Bf16 and
+  // Bf16Dot (read as 32-bit pairs along k) bf16PairRows(K) * 16.
   int64_t panelStride = 0;
   // A Form::PackedGemm linear whose panels are narrowed and whose unit's panels (one or two,
   // K x 16 values each) fit kMaxWidenedFloats: where a run has at least widenRows rows, each chunk

@@ -186,7 +186,7 @@ std::string Emitter::emitLinear(const Kernel& k) const {
 
 std::string Emitter::packedPointers(size_t index) const {
   const KernelSchedule& ks = s_.kernels[index];
-  const char* type = ks.weightStorage == WeightStorage::Bf16      ? "uint16_t"
+  const char* type = ks.weightStorage == WeightStorage::Bf16      ? "pc::bf16x2"  // bf16 pairs along k, widened
                      : ks.weightStorage == WeightStorage::Bf16Dot ? "uint32_t"  // bf16 pairs along k: products in bf16
                      : ks.weightStorage == WeightStorage::Int8    ? "int8_t"
                                                                   : "float";

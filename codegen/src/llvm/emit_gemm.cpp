@@ -204,10 +204,10 @@ void Emitter::emitLinear(const Kernel& k) {
 
 Emitter::PanelRef Emitter::panelAt(size_t index, Value* j, const std::string& name) {
   const KernelSchedule& ks = s_.kernels[index];
-  llvm::Type* elem = ks.weightStorage == WeightStorage::Bf16      ? static_cast<llvm::Type*>(b_.getInt16Ty())
-                     : ks.weightStorage == WeightStorage::Bf16Dot ? i32_  // bf16 pairs along k
-                     : ks.weightStorage == WeightStorage::Int8    ? i8_
-                                                                  : f32_;
+  llvm::Type* elem = ks.weightStorage == WeightStorage::Bf16 || ks.weightStorage == WeightStorage::Bf16Dot
+                         ? i32_  // bf16 pairs along k
+                     : ks.weightStorage == WeightStorage::Int8 ? i8_
+                                                               : f32_;
   PanelRef r;
   r.storage = ks.weightStorage;
   r.stride = ks.panelStride;
@@ -220,26 +220,24 @@ Value* Emitter::loadPanelRow(const PanelRef& ref, Value* at) {
   llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
   switch (ref.storage) {
     case WeightStorage::F32: return b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, ref.w, at), llvm::Align(4), "w");
-    case WeightStorage::Bf16: {
-      // Pairs (packing.h): lane c of the 8 x i32 holds column c low and column c + 8 high.
-      llvm::Type* pairs = llvm::FixedVectorType::get(i32_, kLanes / 2);
-      llvm::Type* half = llvm::FixedVectorType::get(f32_, kLanes / 2);
-      Value* bits = b_.CreateAlignedLoad(pairs, b_.CreateInBoundsGEP(b_.getInt16Ty(), ref.w, at), llvm::Align(2), "wbf16");
-      Value* lo = b_.CreateBitCast(b_.CreateShl(bits, 16), half);
-      Value* hi = b_.CreateBitCast(b_.CreateAnd(bits, llvm::ConstantInt::get(pairs, 0xffff0000u)), half);
-      std::vector<int> order(kLanes);
-      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-      return b_.CreateShuffleVector(lo, hi, order, "w");
-    }
     case WeightStorage::Int8: {
       // The scales are applied once, when the tile ends (scaledEnd), not per weight.
       llvm::Type* q = llvm::FixedVectorType::get(i8_, kLanes);
       Value* bits = b_.CreateAlignedLoad(q, b_.CreateInBoundsGEP(i8_, ref.w, at), llvm::Align(1), "wint8");
       return b_.CreateSIToFP(bits, vt, "w");
     }
-    case WeightStorage::Bf16Dot: break;  // gemmDotTile multiplies the pairs as they are
+    case WeightStorage::Bf16:
+    case WeightStorage::Bf16Dot: break;  // pairs along k: loadPairRows, or gemmDotTile as they are
   }
-  fail("internal error: a bf16-dot panel read as f32 values");
+  fail("internal error: a bf16 pair panel read a row at a time");
+}
+
+std::pair<Value*, Value*> Emitter::loadPairRows(const PanelRef& ref, Value* at) {
+  llvm::Type* pairs = llvm::FixedVectorType::get(i32_, kLanes);
+  llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+  Value* bits = b_.CreateAlignedLoad(pairs, b_.CreateInBoundsGEP(i32_, ref.w, at), llvm::Align(4), "wbf16");
+  return {b_.CreateBitCast(b_.CreateShl(bits, 16), vt, "w"),
+          b_.CreateBitCast(b_.CreateAnd(bits, llvm::ConstantInt::get(pairs, 0xffff0000u)), vt, "w")};
 }
 
 std::vector<std::vector<Value*>> Emitter::gemmDotTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w,
@@ -360,13 +358,8 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
     }
   }
   tag(since, node);
-  forRange(c64(0), c64(K), "q", [&](Value* q) {
-    llvm::Instruction* s0 = mark();
-    std::vector<Value*> wv;
-    for (int p = 0; p < panels; ++p) {
-      Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * w.stride));
-      wv.push_back(loadPanelRow(w, at));
-    }
+  // Row q of every panel's weights (wv) into every row's accumulators.
+  auto step = [&](Value* q, const std::vector<Value*>& wv) {
     Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, q), "at"), i64_) : q;
     for (size_t t = 0; t < rows.size(); ++t) {
       Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, rows[t], at), "x"));
@@ -375,8 +368,36 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
         b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wv[static_cast<size_t>(p)], b_.CreateLoad(vt, a)}), a);
       }
     }
-    tag(s0, node);
-  });
+  };
+  if (w.storage == WeightStorage::Bf16) {
+    // bf16 pairs along k: rows 2q2 and 2q2 + 1 from one load per panel (pc::loadPair); an odd K's
+    // last row from the low halves of the last pair row.
+    auto pairStep = [&](Value* q2, bool both) {
+      llvm::Instruction* s0 = mark();
+      std::vector<Value*> even, odd;
+      for (int p = 0; p < panels; ++p) {
+        auto [e, o] = loadPairRows(w, b_.CreateAdd(b_.CreateMul(q2, c64(kLanes)), c64(static_cast<int64_t>(p) * w.stride)));
+        even.push_back(e);
+        odd.push_back(o);
+      }
+      step(b_.CreateMul(q2, c64(2)), even);
+      if (both) step(b_.CreateAdd(b_.CreateMul(q2, c64(2)), c64(1)), odd);
+      tag(s0, node);
+    };
+    forCount(K / 2, "q2", [&](Value* q2) { pairStep(q2, true); });
+    if (K % 2) pairStep(c64(K / 2), false);
+  } else {
+    forRange(c64(0), c64(K), "q", [&](Value* q) {
+      llvm::Instruction* s0 = mark();
+      std::vector<Value*> wv;
+      for (int p = 0; p < panels; ++p) {
+        Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * w.stride));
+        wv.push_back(loadPanelRow(w, at));
+      }
+      step(q, wv);
+      tag(s0, node);
+    });
+  }
   std::vector<std::vector<Value*>> out(rows.size());
   for (size_t t = 0; t < rows.size(); ++t) {
     for (int p = 0; p < panels; ++p) {
@@ -415,7 +436,15 @@ Value* Emitter::gemmRow(Value* row, int64_t K, const PanelRef& w, Value* bias, c
   Value* scales = w.scale ? b_.CreateAlignedLoad(vt, w.scale, llvm::Align(4), "scales") : nullptr;
   tag(since, node);
   auto step = [&](Value* q, int i) {
-    Value* wq = loadPanelRow(w, b_.CreateMul(q, c64(kLanes)));
+    Value* wq = nullptr;
+    if (w.storage == WeightStorage::Bf16) {
+      // Row q from pair row q / 2: the odd rows the high halves (q's parity folds where the
+      // unrolled loop makes it known; GVN shares the load of rows 2k and 2k + 1).
+      auto [e, o] = loadPairRows(w, b_.CreateMul(b_.CreateLShr(q, 1), c64(kLanes)));
+      wq = b_.CreateSelect(b_.CreateTrunc(q, b_.getInt1Ty()), o, e, "w");
+    } else {
+      wq = loadPanelRow(w, b_.CreateMul(q, c64(kLanes)));
+    }
     Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, q), "x"));
     llvm::AllocaInst* a = acc[static_cast<size_t>(i)];
     b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wq, b_.CreateLoad(vt, a)}), a);
@@ -548,7 +577,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             forRange(c64(0), b_.CreateSub(jEnd, j), "wp", [&](Value* p) {
               const PanelRef src = panelAt(index, b_.CreateAdd(j, p), "src");
               Value* dst = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(p, c64(K * kPanel)));
-              if (src.storage != WeightStorage::Bf16Dot) {
+              if (src.storage != WeightStorage::Bf16Dot && src.storage != WeightStorage::Bf16) {
                 forCount(K, "wk", [&](Value* q) {
                   Value* at = b_.CreateMul(q, c64(kPanel));
                   b_.CreateAlignedStore(loadPanelRow(src, at), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));

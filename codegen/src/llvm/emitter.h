@@ -165,8 +165,8 @@ class Emitter : llvmbe::Builder {
   // The general linear / gemm / matmul: one dot product per output element.
   void emitLinear(const Kernel& k);
 
-  // A packed weight panel: its first weight (f32, bf16 as i16 or int8 as i8: KernelSchedule::
-  // weightStorage) and, for int8, its first column's scale (null otherwise).
+  // A packed weight panel: its first weight (f32, bf16 pairs along k as i32, or int8 as i8:
+  // KernelSchedule::weightStorage) and, for int8, its first column's scale (null otherwise).
   struct PanelRef {
     Value* w = nullptr;
     Value* scale = nullptr;
@@ -175,9 +175,12 @@ class Emitter : llvmbe::Builder {
   };
   // Panel j of the packed weight of kernel `index`.
   PanelRef panelAt(size_t index, Value* j, const std::string& name);
-  // The 16 weights at element `at` of a panel's storage as <16 x float>: bf16 widened by a
-  // shift or a mask (pairs, packing.h), int8 converted (its scales wait for scaledEnd).
+  // The 16 weights at element `at` of a panel's storage as <16 x float>: f32, or int8 converted
+  // (its scales wait for scaledEnd). bf16 pairs go through loadPairRows.
   Value* loadPanelRow(const PanelRef& ref, Value* at);
+  // Rows 2q and 2q + 1 of a bf16 pair panel (Bf16, Bf16Dot) from the pair row at i32 element
+  // `at`, as <16 x float>: a shift and a mask of one load (pc::loadPair).
+  std::pair<Value*, Value*> loadPairRows(const PanelRef& ref, Value* at);
   // An int8 tile's accumulator (started at zero) times the panel's column scales plus the bias,
   // once at the end (as pc::accEnd); `acc` itself without scales.
   Value* scaledEnd(Value* acc, Value* scales, Value* bias);
