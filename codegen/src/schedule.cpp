@@ -845,9 +845,10 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     }
     // A unit is a pair of panels unless every generated implementation is gemm4x16 (one panel).
     const bool single = !ks.impls.empty() && std::all_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return i == Impl::Gemm4x16 || isExtern(i); });
-    if (generated && ks.form == Form::PackedGemm && ks.weightStorage != WeightStorage::F32 &&
-        (single ? 1 : 2) * packedK(p, k) * kPanel <= KernelSchedule::kMaxWidenedFloats) {
+    const bool fits = (single ? 1 : 2) * packedK(p, k) * kPanel <= KernelSchedule::kMaxWidenedFloats;
+    if (generated && ks.form == Form::PackedGemm && ks.weightStorage != WeightStorage::F32 && (fits || ks.weightStorage == WeightStorage::Bf16Dot)) {
       ks.widenRows = KernelSchedule::kWidenRows;
+      ks.widenBuffer = fits;
     }
     std::vector<float> bias = packBiasPanels(p, k);
     s.kernels[ki].packedBias = append(bias.data(), bias.size() * sizeof(float));

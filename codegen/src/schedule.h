@@ -323,17 +323,22 @@ struct KernelSchedule {
   // Elements of the storage type from one packed panel to the next: K * 16, or for Bf16 and
   // Bf16Dot (read as 32-bit pairs along k) bf16PairRows(K) * 16.
   int64_t panelStride = 0;
-  // A Form::PackedGemm linear whose panels are narrowed and whose unit's panels (one or two,
-  // K x 16 values each) fit kMaxWidenedFloats: where a run has at least widenRows rows, each chunk
-  // widens its unit's panels to f32 once (a stack buffer of at most 64 KiB), and every quad of
-  // rows multiplies those. Bf16 and Int8 (its scales still applied at each tile's end): the same
-  // products and sums as widening inside each tile, so the same bits; widened inside each tile,
-  // the conversion is repeated for every quad of rows (ppo_mlp at batch 64 ran 0.83-0.9x as fast
-  // with narrowed weights as with f32). Bf16Dot: from that many rows the layer multiplies the
-  // bf16 weights by its f32 activations with f32 FMAs, as bf16-weights does (vdpbf16ps issues half
-  // the FMA's products per cycle on Sapphire Rapids: ppo_mlp at batch 64 ran 0.67x as fast in
-  // bf16 as in f32 there); fewer rows round them to bf16 and use vdpbf16ps. 0: never.
+  // A Form::PackedGemm linear with narrowed panels, where a run has at least widenRows rows
+  // (0: never):
+  // - widenBuffer (the unit's one or two panels, K x 16 values each, fit kMaxWidenedFloats, a
+  //   stack buffer of at most 64 KiB): each chunk widens its unit's panels to f32 once, and every
+  //   quad of rows multiplies those. For Bf16 and Int8 (its scales still applied at each tile's
+  //   end) the same products and sums as widening inside each tile, so the same bits; widened
+  //   inside each tile, the conversion is repeated for every quad of rows (ppo_mlp at batch 64
+  //   ran 0.83-0.9x as fast with narrowed weights as with f32).
+  // - Bf16Dot: from that many rows the layer multiplies the bf16 weights by its f32 activations
+  //   with f32 FMAs, as bf16-weights does — through the buffer, or, where the panels do not fit
+  //   it, widening its bf16 pairs inside each tile (the Bf16 microkernels: the same layout) —
+  //   since vdpbf16ps issues half the FMA's products per cycle on Sapphire Rapids (ppo_mlp at
+  //   batch 64 ran 0.67x as fast in bf16 as in f32 there). Fewer rows round them to bf16 and
+  //   use vdpbf16ps.
   int64_t widenRows = 0;
+  bool widenBuffer = false;
   static constexpr int64_t kWidenRows = 16, kMaxWidenedFloats = 16384;
   const ThreadSplit& splitOf(std::optional<Impl> impl) const;
 };

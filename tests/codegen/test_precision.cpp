@@ -319,6 +319,25 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
     wide->setOutputs({{"out", wide->addOp(Op::Linear, {h, wide->addParam("head.w", std::move(w2))}, {}, "head")->output()}});
     CHECK(narrowedStorages(*wide, codegen::Precision::Bf16, {}, true) == Storages{{"fc", WeightStorage::Bf16}});
   }
+  {
+    // A bf16-dot layer whose panels (2048 x 16 floats each) do not fit the widening buffer: from
+    // 16 rows it widens its pairs inside each tile (the bf16-weights microkernels).
+    auto big = std::make_unique<Graph>("big_rows");
+    Value* x = big->addInput("obs", {DType::F32, {Dim::batch(), 2048}});
+    Tensor w(DType::F32, {32, 2048}), w2(DType::F32, {2, 32});
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 0.01f * static_cast<float>(i % 11);
+    Value* h = big->addOp(Op::Relu, {big->addOp(Op::Linear, {x, big->addParam("fc.w", std::move(w))}, {}, "fc")->output()}, {}, "act")->output();
+    big->setOutputs({{"out", big->addOp(Op::Linear, {h, big->addParam("head.w", std::move(w2))}, {}, "head")->output()}});
+    CHECK(narrowedStorages(*big, codegen::Precision::Bf16, {}, true) == Storages{{"fc", WeightStorage::Bf16Dot}});
+    passes::runPipeline(*big);
+    codegen::CppOptions o;
+    o.precision = codegen::Precision::Bf16;
+    o.externKernels = false;
+    o.target = "x86-64-v4-bf16";
+    const std::string source = codegen::generateCpp(*big, o).source;
+    CHECK_THAT(source, Contains("the bf16 pairs widened inside each tile") && Contains("reinterpret_cast<const pc::bf16x2*>(w)"));
+    CHECK(source.find("pc::widenPanels(") == std::string::npos);
+  }
   // Both backends emit vdpbf16ps for the target x86-64-v4-bf16 (any x86 host can compile it).
   for (bool conv : {false, true}) {
     auto model = conv ? cnn(nullptr) : mlp(nullptr);

@@ -309,12 +309,17 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   s += "  const int64_t quads = (rows + 3) / 4;\n";
   s += "  float out[4][32];\n  float out16[4][16];\n";
   const KernelSchedule& ks = s_.kernels[index];
-  if (ks.widenRows) {
+  if (ks.widenBuffer) {
     s += fmt::format("  // {} panels widened to f32 once for the many rows that pass them (KernelSchedule::widenRows)\n",
                      weightStorageName(ks.weightStorage));
-    s += fmt::format("  alignas(64) {} wide[{}];\n  const bool widened = rows >= {};\n  int64_t wideJ = -1;\n",
-                     ks.weightStorage == WeightStorage::Int8 ? "pc::WideI8" : "float", per * K * kPanel, ks.widenRows);
+    s += fmt::format("  alignas(64) {} wide[{}];\n  int64_t wideJ = -1;\n", ks.weightStorage == WeightStorage::Int8 ? "pc::WideI8" : "float",
+                     per * K * kPanel);
+  } else if (ks.widenRows) {
+    s += "  // many rows: the bf16 pairs widened inside each tile, f32 FMAs (KernelSchedule::widenRows)\n";
   }
+  if (ks.widenRows) s += fmt::format("  const bool widened = rows >= {};\n", ks.widenRows);
+  // Where many rows widen bf16-dot pairs inside each tile: the same weights as bf16x2.
+  const std::string pairs = "reinterpret_cast<const pc::bf16x2*>(w)";
   s += "  for (int64_t u = lo; u < hi; ++u) {\n";
   s += fmt::format("    const int64_t j = u / quads * {}, r = u % quads * 4;\n", per);
   s += fmt::format("    const auto* PC_RESTRICT w = wp + j*{};\n", s_.kernels[index].panelStride);
@@ -350,9 +355,11 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   };
   if (ks.widenRows) {
     s += "    if (widened) {\n";
-    s += fmt::format("      if (j != wideJ) {{\n        pc::widenPanels({}, w, {}, jEnd - j, wide);\n        wideJ = j;\n      }}\n", K,
-                     ks.panelStride);
-    s += quadTiles("wide", "      ");
+    if (ks.widenBuffer) {
+      s += fmt::format("      if (j != wideJ) {{\n        pc::widenPanels({}, w, {}, jEnd - j, wide);\n        wideJ = j;\n      }}\n", K,
+                       ks.panelStride);
+    }
+    s += quadTiles(ks.widenBuffer ? "wide" : pairs, "      ");
     s += "    }\n";
   }
   s += quadTiles("w", "    ");
@@ -361,8 +368,10 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   const std::string single = fmt::format("pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]{});", K, ks.panelStride, scaleArg(index, "jj"));
   if (ks.widenRows) {
     // the last rows from the widened panels too: every row of the run multiplies the same values
-    s += fmt::format("        if (widened) pc::gemm_1x16({}, row(t), wide + (jj - j)*{}, bp + jj*16, out16[0]{});\n        else {}\n", K,
-                     K * kPanel, scaleArg(index, "jj"), single);
+    const std::string from = ks.widenBuffer ? fmt::format("wide + (jj - j)*{}", K * kPanel)
+                                            : fmt::format("reinterpret_cast<const pc::bf16x2*>(wp + jj*{})", ks.panelStride);
+    s += fmt::format("        if (widened) pc::gemm_1x16({}, row(t), {}, bp + jj*16, out16[0]{});\n        else {}\n", K, from,
+                     scaleArg(index, "jj"), single);
   } else {
     s += "        " + single + "\n";
   }

@@ -513,12 +513,13 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   const KernelSchedule& ks = s_.kernels[index];
   llvm::AllocaInst *wide = nullptr, *wideJ = nullptr;
   Value* widened = nullptr;
-  if (ks.widenRows) {
+  if (ks.widenBuffer) {
     wide = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(per * K * kPanel)), "wide");
     wideJ = local(i64_, "wideJ");
     b_.CreateStore(c64(-1), wideJ);
-    widened = b_.CreateICmpSGE(rows, c64(ks.widenRows), "widened");
   }
+  if (ks.widenRows) widened = b_.CreateICmpSGE(rows, c64(ks.widenRows), "widened");
+  bool inWidened = false;  // printing the widened branch (its last rows read the same panels)
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
     Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(4), "r");
@@ -551,9 +552,11 @@ void Emitter::emitPackedLinear(const Kernel& k) {
               forRange(j, jEnd, "jj", [&](Value* jj) {
                 std::vector<Value*> rv = rowVars(t);
                 PanelRef wj = panelAt(index, jj, "wj");
-                if (w.w == wide) {  // the last rows from the widened panels too (as every row of the run)
+                if (inWidened && wide) {  // the last rows from the widened panels too (as every row of the run)
                   wj.w = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(b_.CreateSub(jj, j), c64(K * kPanel)), "wj");
                   wj.storage = WeightStorage::F32;
+                } else if (inWidened) {
+                  wj.storage = WeightStorage::Bf16;  // bf16-dot pairs widened inside the tile
                 }
                 Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
                 auto acc = gemmTile({rowPtr(rv)}, 1, K, wj, bj, k.anchor);
@@ -573,6 +576,14 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     ifElse(
         widened, "widened",
         [&] {
+          inWidened = true;
+          if (!wide) {  // bf16-dot pairs widened inside each tile (the Bf16 microkernels)
+            w.storage = WeightStorage::Bf16;
+            tiles();
+            w = narrow;
+            inWidened = false;
+            return;
+          }
           ifThen(b_.CreateICmpNE(j, b_.CreateLoad(i64_, wideJ)), "widen", [&] {
             forRange(c64(0), b_.CreateSub(jEnd, j), "wp", [&](Value* p) {
               const PanelRef src = panelAt(index, b_.CreateAdd(j, p), "src");
@@ -606,6 +617,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
           w.stride = K * kPanel;
           tiles();  // int8's scales (w.scale) still applied at each tile's end
           w = narrow;
+          inWidened = false;
         },
         tiles);
   });
