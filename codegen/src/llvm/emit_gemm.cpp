@@ -595,17 +595,12 @@ void Emitter::emitPackedLinear(const Kernel& k) {
                 });
                 return;
               }
-              // bf16 pairs along k (pc::widenPanels): lane c of pair q holds rows 2q (low) and 2q + 1 (high).
-              llvm::Type* pairs = llvm::FixedVectorType::get(i32_, kLanes);
-              llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
+              // bf16 pairs along k (pc::widenPanels): rows 2q and 2q + 1 from pair row q.
               auto pairRows = [&](Value* q, bool both) {
-                Value* bits = b_.CreateAlignedLoad(pairs, b_.CreateInBoundsGEP(i32_, src.w, b_.CreateMul(q, c64(kLanes))), llvm::Align(4), "pair");
+                auto [even, odd] = loadPairRows(src, b_.CreateMul(q, c64(kLanes)));
                 Value* at = b_.CreateMul(q, c64(2 * kPanel));
-                b_.CreateAlignedStore(b_.CreateBitCast(b_.CreateShl(bits, 16), vt), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
-                if (both) {
-                  b_.CreateAlignedStore(b_.CreateBitCast(b_.CreateAnd(bits, llvm::ConstantInt::get(pairs, 0xffff0000u)), vt),
-                                        b_.CreateInBoundsGEP(f32_, dst, b_.CreateAdd(at, c64(kPanel))), llvm::Align(64));
-                }
+                b_.CreateAlignedStore(even, b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
+                if (both) b_.CreateAlignedStore(odd, b_.CreateInBoundsGEP(f32_, dst, b_.CreateAdd(at, c64(kPanel))), llvm::Align(64));
               };
               forCount(K / 2, "wq", [&](Value* q) { pairRows(q, true); });
               if (K % 2) pairRows(c64(K / 2), false);
