@@ -297,23 +297,30 @@ PC_INLINE void widenPanels(int64_t K, const WT* PC_RESTRICT w, int64_t stride, i
 // bf16 on a target with AVX512_BF16, whose layers from 16 rows on multiply these f32 values by
 // their f32 activations with FMAs; vdpbf16ps issues at half the FMA's products per cycle on
 // Sapphire Rapids).
+// (Vectors of the target's width: GCC moves a wider one through the stack a lane at a time.)
 template <class DT>
-PC_INLINE void widenPanels(int64_t K, const uint32_t* PC_RESTRICT w, int64_t stride, int64_t count, DT* PC_RESTRICT dst) {
+PC_INLINE void widenPanels(int64_t K, const bf16x2* PC_RESTRICT w, int64_t stride, int64_t count, DT* PC_RESTRICT dst) {
+#if defined(__AVX512F__)
+  typedef f32x16 V;
+#else
+  typedef f32x8 V;
+#endif
+  constexpr int W = sizeof(V) / sizeof(float);
   float* PC_RESTRICT out = reinterpret_cast<float*>(dst);
   for (int64_t p = 0; p < count; ++p, out += K * 16) {
     for (int64_t q = 0; 2 * q < K; ++q) {
-      u32x16 pair;
-      std::memcpy(&pair, w + p * stride + q * 16, sizeof pair);
-      const u32x16 lo = pair << 16, hi = pair & 0xffff0000u;
-      std::memcpy(out + 2 * q * 16, &lo, sizeof lo);
-      if (2 * q + 1 < K) std::memcpy(out + (2 * q + 1) * 16, &hi, sizeof hi);
+      for (int h = 0; h < 16 / W; ++h) {
+        V even, odd;
+        loadPair(w + p * stride + q * 16, h, even, odd);
+        storev(out + 2 * q * 16 + h * W, even);
+        if (2 * q + 1 < K) storev(out + (2 * q + 1) * 16 + h * W, odd);
+      }
     }
   }
 }
-
 template <class DT>
-PC_INLINE void widenPanels(int64_t K, const bf16x2* PC_RESTRICT w, int64_t stride, int64_t count, DT* PC_RESTRICT dst) {
-  widenPanels(K, reinterpret_cast<const uint32_t*>(w), stride, count, dst);
+PC_INLINE void widenPanels(int64_t K, const uint32_t* PC_RESTRICT w, int64_t stride, int64_t count, DT* PC_RESTRICT dst) {
+  widenPanels(K, reinterpret_cast<const bf16x2*>(w), stride, count, dst);
 }
 
 // Where a microkernel's accumulators start and how they end: f32 and bf16 weights from the bias,
