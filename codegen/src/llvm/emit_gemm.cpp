@@ -519,16 +519,13 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     b_.CreateStore(c64(-1), wideJ);
   }
   if (ks.widenRows) widened = b_.CreateICmpSGE(rows, c64(ks.widenRows), "widened");
-  bool inWidened = false;  // printing the widened branch (its last rows read the same panels)
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
     Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(4), "r");
     Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(per)), c64(panels));
-    const PanelRef narrow = panelAt(index, j, "w");
-    PanelRef w = narrow;
     Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
     Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(r, c64(4)), rows);
-    auto quadTile = [&](int group) {
+    auto quadTile = [&](const PanelRef& w, int group) {
       std::vector<std::vector<Value*>> rv;
       std::vector<Value*> ptrs;
       for (int t = 0; t < 4; ++t) {
@@ -543,45 +540,42 @@ void Emitter::emitPackedLinear(const Kernel& k) {
         }
       }
     };
-    // A quad of rows by a whole group; then a quad by a last single panel; else row by row.
-    auto partial = [&] {
-      ifElse(
-          fullQuad, "quad1", [&] { quadTile(1); },
-          [&] {
-            forRange(r, rows, "t", [&](Value* t) {
-              forRange(j, jEnd, "jj", [&](Value* jj) {
-                std::vector<Value*> rv = rowVars(t);
-                PanelRef wj = panelAt(index, jj, "wj");
-                if (inWidened && wide) {  // the last rows from the widened panels too (as every row of the run)
-                  wj.w = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(b_.CreateSub(jj, j), c64(K * kPanel)), "wj");
-                  wj.storage = WeightStorage::F32;
-                } else if (inWidened) {
-                  wj.storage = WeightStorage::Bf16;  // bf16-dot pairs widened inside the tile
-                }
-                Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
-                auto acc = gemmTile({rowPtr(rv)}, 1, K, wj, bj, k.anchor);
-                finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
+    // The unit's tiles from its panels `w`: a quad of rows by a whole group; then a quad by a last
+    // single panel; else row by row, panel jj from panelOf(jj).
+    auto tiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf) {
+      auto partial = [&] {
+        ifElse(
+            fullQuad, "quad1", [&] { quadTile(w, 1); },
+            [&] {
+              forRange(r, rows, "t", [&](Value* t) {
+                forRange(j, jEnd, "jj", [&](Value* jj) {
+                  std::vector<Value*> rv = rowVars(t);
+                  Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
+                  auto acc = gemmTile({rowPtr(rv)}, 1, K, panelOf(jj), bj, k.anchor);
+                  finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
+                });
               });
             });
-          });
-    };
-    auto tiles = [&] {
+      };
       if (per == 2) {
-        ifElse(b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { quadTile(2); }, partial);
+        ifElse(b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { quadTile(w, 2); }, partial);
       } else {
         partial();
       }
     };
-    if (!ks.widenRows) return tiles();
+    const PanelRef narrow = panelAt(index, j, "w");
+    auto narrowPanel = [&](Value* jj) { return panelAt(index, jj, "wj"); };
+    if (!ks.widenRows) return tiles(narrow, narrowPanel);
+    // A widened run's last rows read the same panels as its quads (every row the same values).
     ifElse(
         widened, "widened",
         [&] {
-          inWidened = true;
           if (!wide) {  // bf16-dot pairs widened inside each tile (the Bf16 microkernels)
-            w.storage = WeightStorage::Bf16;
-            tiles();
-            w = narrow;
-            inWidened = false;
+            auto asPairs = [](PanelRef p) {
+              p.storage = WeightStorage::Bf16;
+              return p;
+            };
+            tiles(asPairs(narrow), [&](Value* jj) { return asPairs(narrowPanel(jj)); });
             return;
           }
           ifThen(b_.CreateICmpNE(j, b_.CreateLoad(i64_, wideJ)), "widen", [&] {
@@ -607,14 +601,16 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             });
             b_.CreateStore(j, wideJ);
           });
-          w.w = wide;
-          w.storage = WeightStorage::F32;
-          w.stride = K * kPanel;
-          tiles();  // int8's scales (w.scale) still applied at each tile's end
-          w = narrow;
-          inWidened = false;
+          // f32 panels from the buffer; int8's scales (the narrow panels') still end each tile
+          auto widePanel = [&](PanelRef p, Value* jj) {
+            p.w = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(b_.CreateSub(jj, j), c64(K * kPanel)), "wj");
+            p.storage = WeightStorage::F32;
+            p.stride = K * kPanel;
+            return p;
+          };
+          tiles(widePanel(narrow, j), [&](Value* jj) { return widePanel(narrowPanel(jj), jj); });
         },
-        tiles);
+        [&] { tiles(narrow, narrowPanel); });
   });
 }
 
