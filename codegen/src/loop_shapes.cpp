@@ -105,6 +105,18 @@ bool mathHeavy(const std::vector<Instr>& instrs) {
   return false;
 }
 
+bool callsLibm(const Kernel& k) {
+  for (const Instr& in : k.body) {
+    if (in.opcode != Opcode::Apply) continue;
+    switch (in.op) {
+      case Op::Sin: case Op::Cos: case Op::Tan: case Op::Asin: case Op::Acos: case Op::Atan: case Op::Sinh:
+      case Op::Cosh: case Op::Asinh: case Op::Acosh: case Op::Atanh: case Op::Pow: return true;
+      default: break;
+    }
+  }
+  return false;
+}
+
 bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis) {
   for (const Instr& in : k.body) {
     if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;

@@ -754,6 +754,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     }
     ks.collapseFrom = ks.form == Form::Pointwise ? collapseFrom(p, k, ks.split) : k.domain.size();
     ks.vectorAxis = ks.form == Form::Pointwise ? vectorAxis(k, ks.collapseFrom) : -1;
+    ks.unrollCalls = ks.form == Form::Pointwise && callsLibm(k) ? KernelSchedule::kUnrollCalls : 0;
     if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split);
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);

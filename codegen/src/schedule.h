@@ -191,6 +191,9 @@ std::optional<PadRows> padRows(const KernelProgram& p, const Kernel& k, const Th
 // loads and stores gather and scatter.
 bool mathHeavy(const Kernel& k);
 bool mathHeavy(const std::vector<Instr>& instrs);  // a body's or a prologue's instructions
+// Whether `k`'s body calls libm for each value: a trigonometric or hyperbolic function, or a pow
+// (both printers call libm for those; KernelSchedule::unrollCalls).
+bool callsLibm(const Kernel& k);
 // Whether a load or store of `k`'s body walks domain axis `axis` with a stride other than 0 or 1.
 bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis);
 // A Form::Pointwise kernel's axis to vectorise when its last axis has fewer than 16 values, no
@@ -270,6 +273,14 @@ struct KernelSchedule {
   // same bits (at batch 1 LLVM's scalar remainder took 4x its masked row).
   int vectorAxis = -1;
   static constexpr int64_t kVectorAxisMin = 16;
+  // A Form::Pointwise body that calls libm for each value (sin, cos, pow, ...; callsLibm): its
+  // innermost loop unrolled this many times by both printers (0: left to the compiler). libm's
+  // sinf branches on each value's quadrant; through one call site in a rolled loop the branch
+  // predictor missed where through eight it did not: sin over [64, 256] took 113 us rolled
+  // (GCC's choice) against 47 unrolled by 8 (LLVM's), the same libm. (GCC does not unroll a pow's
+  // loop, whose x * x for an exponent of 2 is a branch around the call.)
+  int unrollCalls = 0;
+  static constexpr int kUnrollCalls = 8;
   // A transpose's tiles (transposeTiles): the LLVM printer transposes them in registers; the C++
   // printer leaves its loop nest to GCC, whose vectoriser permutes the interleaved stores itself.
   std::optional<TransposeTiles> transpose;

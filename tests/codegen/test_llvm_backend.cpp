@@ -984,3 +984,26 @@ TEST_CASE("llvm and cpp backends: transcendental short rows vectorise across the
   options.keepUnoptimizedIr = true;
   CHECK(codegen::generateLlvm(*graph, options).unoptimizedIr().find("!\"llvm.loop.vectorize.enable\", i1 true") != std::string::npos);
 }
+
+// A body that calls libm for each value has its innermost loop unrolled 8 times by both printers
+// (KernelSchedule::unrollCalls: each call site a branch history of its own); a body without such a
+// call is left to the compilers. Results as the interpreter's.
+TEST_CASE("llvm and cpp backends: loops of libm calls unroll by 8, others do not", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph libm(%x: f32[batch,20], %z: f32[batch,20]) {
+  %s = sin(%x) : f32[batch,20]
+  %c = cos(%s) : f32[batch,20]
+  %p = pow(%z, %x) : f32[batch,20]
+  %r = relu(%x) : f32[batch,20]
+  return (c=%c, p=%p, r=%r)
+})");
+  passes::runPipeline(*graph);
+  const std::string source = checkGenerated(*graph, "libm_unroll", 53, 1e-6);
+  CHECK(occurrences(source, "#pragma GCC unroll 8\n") == 2);  // the sin-cos chain and the pow, not the relu
+  codegen::LlvmOptions options;
+  options.keepUnoptimizedIr = true;
+  const std::string ir = codegen::generateLlvm(*graph, options).unoptimizedIr();
+  const size_t hint = ir.find("= !{!\"llvm.loop.unroll.count\", i32 8}");  // one node, uniqued
+  REQUIRE(hint != std::string::npos);
+  const std::string node = ir.substr(ir.rfind('\n', hint) + 1, hint - ir.rfind('\n', hint) - 2);  // "!N"
+  CHECK(occurrences(ir, ", " + node + "}") == 2);  // the loops that name it
+}

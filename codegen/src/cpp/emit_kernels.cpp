@@ -123,6 +123,8 @@ std::string Emitter::pointwiseNest(const Kernel& k, const KernelSchedule& ks, co
       s += fmt::format("{}{{\n{}  const int64_t {} = 0;  // collapsed into {}'s loop\n", indent, indent, c.vars[d], c.vars.back());
       indent += "  ";
     } else {
+      // KernelSchedule::unrollCalls: the innermost loop's libm calls at call sites of their own.
+      if (ks.unrollCalls && li + 1 == order.size()) s += fmt::format("{}#pragma GCC unroll {}\n", indent, ks.unrollCalls);
       s += loopHeader(c.vars[d], dimStr(extents[d]), static_cast<int>(d) == axis, indent);
     }
     s += emitBody(k.body, c, indent, &at[li + 1]);

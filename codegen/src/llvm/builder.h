@@ -98,8 +98,9 @@ class Builder {
   // alone (llvm.loop.vectorize.width 1); with vectorizeRolled it is vectorised where the loop
   // vectorizer can (its cost model declined short rows) and not unrolled whole before
   // (llvm.loop.unroll.disable: a short loop unrolled whole stays scalar).
+  // unrollCount > 0: the loop unrolled that many times (llvm.loop.unroll.count).
   void forRange(Value* lo, Value* hi, const std::string& name, const std::function<void(Value*)>& body, bool vectorize = true,
-                bool vectorizeRolled = false) {
+                bool vectorizeRolled = false, int unrollCount = 0) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     llvm::BasicBlock* head = block(name + ".head");
     llvm::BasicBlock* loop = block(name + ".body");
@@ -120,6 +121,9 @@ class Builder {
     } else if (vectorizeRolled) {
       hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")}));
       hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())}));
+    }
+    if (unrollCount > 0) {
+      hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.count"), llvm::ConstantAsMetadata::get(b_.getInt32(unrollCount))}));
     }
     if (hints.size() > 1) {
       llvm::MDNode* loopId = llvm::MDNode::getDistinct(ctx_, hints);

@@ -241,7 +241,7 @@ void Emitter::domainLoops(const std::vector<ir::Dim>& domain, int split, const s
           vars[d] = i;
           level(li + 1);
         },
-        d >= scalarAxes_.size() || !scalarAxes_[d], rolledAxis_ == static_cast<int>(d));
+        d >= scalarAxes_.size() || !scalarAxes_[d], rolledAxis_ == static_cast<int>(d), li + 1 == axes.size() ? unrollInner_ : 0);
   };
   level(0);
 }

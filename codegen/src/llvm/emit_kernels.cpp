@@ -120,6 +120,7 @@ void Emitter::emitPointwise(const Kernel& k) {
   // innermost loop is unrolled the vectorizer would otherwise take an outer, strided one.
   const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
   scalarAxes_ = ks.stridedAxes;
+  unrollInner_ = ks.unrollCalls;
   // Collapsed axes (KernelSchedule::collapseFrom) loop once; the last walks their run.
   auto nest = [&](bool vectorInner) {
     rolledAxis_ = vectorInner ? ks.vectorAxis : -1;
@@ -136,6 +137,7 @@ void Emitter::emitPointwise(const Kernel& k) {
     nest(false);
   }
   scalarAxes_.clear();
+  unrollInner_ = 0;
   rolledAxis_ = -1;
   restrict_ = false;
 }

@@ -293,6 +293,7 @@ class Emitter : llvmbe::Builder {
   llvm::MDNode* aliasDomain_ = nullptr;         // restrictAccess's scopes
   bool restrict_ = false;                       // the kernel being emitted gets them
   bool disjointTemps_ = false;                  // and its temporaries get theirs
+  int unrollInner_ = 0;                         // domainLoops: the innermost loop unrolled this many times (KernelSchedule::unrollCalls)
   int rolledAxis_ = -1;                         // domainLoops: this axis's loop is vectorised, not unrolled whole
   std::map<int, llvm::MDNode*> aliasScopes_;    // by root buffer
   llvm::GlobalVariable* weightsGv_ = nullptr;
