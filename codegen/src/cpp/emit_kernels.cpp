@@ -39,25 +39,6 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
   for (const ir::Node* n : k.sources) s += fmt::format("//   {}\n", sourceStr(n));
   std::string objects = ext ? emitOnednnObject(k, index, *impl) : "";
   s += objects;
-  if (ext) {
-    s += fmt::format("PC_KERNEL bool {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
-                     "    int32_t threads) {{\n",
-                     name);
-    s += "  (void)inputs; (void)outputs;\n";
-  } else {
-    // status: where the kernel reports a value outside an operator's domain (pc::report).
-    s += fmt::format("PC_KERNEL void {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
-                     "    int* status, int64_t lo, int64_t hi) {{\n",
-                     name);
-    s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)status; (void)lo; (void)hi;\n";
-  }
-  for (const ir::Node* n : k.sources) {
-    if (faulty(n, InjectedFault::Kind::Compile)) {
-      s += fmt::format("  policyc_injected_compile_fault;  // INJECTED FAULT in {}\n", sourceStr(n));
-    } else if (faulty(n, InjectedFault::Kind::Crash)) {
-      s += fmt::format("  __builtin_trap();  // INJECTED FAULT in {}\n", sourceStr(n));
-    }
-  }
   std::set<int> roots;
   for (int id : k.reads()) roots.insert(p_.buffer(id).root);
   for (int id : k.writes()) roots.insert(p_.buffer(id).root);
@@ -65,9 +46,38 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
     roots.erase(p_.buffer(k.anchorInputs[1]).root);
     if (k.anchorInputs.size() > 2) roots.erase(p_.buffer(k.anchorInputs[2]).root);
   }
+  std::vector<RootPtr> ptrs;
   for (int r : roots) {
     if (p_.buffer(r).kind == BufferKind::Param && !s_.paramOffset.count(r)) continue;
-    s += "  " + rootDecl(r, s_.kernels[index].disjointTemps) + "\n";
+    ptrs.push_back(rootPtr(r, s_.kernels[index].disjointTemps));
+  }
+  // The kernel's body takes the root pointers as parameters, restrict where they may be: GCC
+  // honours restrict on a parameter (inlined too), not on a local pointer into the workspace, and
+  // without it neither combines a row's scalar loads and stores into vectors (SLP) nor drops a
+  // loop's run-time overlap checks. The LLVM printer's alias scopes say the same.
+  const std::string signature = "const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n    int* status, int64_t lo, int64_t hi";
+  std::string wrapper;
+  if (ext) {
+    s += fmt::format("PC_KERNEL bool {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
+                     "    int32_t threads) {{\n",
+                     name);
+    s += "  (void)inputs; (void)outputs;\n";
+    for (const RootPtr& r : ptrs) s += fmt::format("  {} {} = {};\n", r.type, r.name, r.init);
+  } else {
+    // status: where the kernel reports a value outside an operator's domain (pc::report).
+    std::vector<std::string> params, args;
+    for (const RootPtr& r : ptrs) params.push_back(fmt::format("{} {}", r.type, r.name)), args.push_back(r.init);
+    s += fmt::format("PC_INLINE void {}_body({}{}) {{\n", name, signature, params.empty() ? "" : fmt::format(",\n    {}", fmt::join(params, ",\n    ")));
+    s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)status; (void)lo; (void)hi;\n";
+    wrapper = fmt::format("PC_KERNEL void {}({}) {{\n  {}_body(inputs, outputs, batch, ws, status, lo, hi{});\n}}\n\n", name, signature, name,
+                          args.empty() ? "" : fmt::format(",\n      {}", fmt::join(args, ",\n      ")));
+  }
+  for (const ir::Node* n : k.sources) {
+    if (faulty(n, InjectedFault::Kind::Compile)) {
+      s += fmt::format("  policyc_injected_compile_fault;  // INJECTED FAULT in {}\n", sourceStr(n));
+    } else if (faulty(n, InjectedFault::Kind::Crash)) {
+      s += fmt::format("  __builtin_trap();  // INJECTED FAULT in {}\n", sourceStr(n));
+    }
   }
   const int64_t per = impl == Impl::Gemm4x16 ? 1 : 2;
   if (ext) {
@@ -87,7 +97,7 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
       case Form::Copy: s += emitCopy(k); break;
     }
   }
-  s += "}\n\n";
+  s += "}\n\n" + wrapper;
   return s;
 }
 

@@ -76,26 +76,25 @@ std::string Emitter::uniqueBufferName(const Buffer& b) {
   return name;
 }
 
-std::string Emitter::rootDecl(int root, bool restrictTemp) const {
+Emitter::RootPtr Emitter::rootPtr(int root, bool restrictTemp) const {
   const Buffer& b = p_.buffer(root);
   const char* ty = storageType(b.type.dtype);
   const std::string& n = ptrName(root);
   switch (b.kind) {
     case BufferKind::Input:
-      return fmt::format("const {}* PC_RESTRICT {} = static_cast<const {}*>(inputs[{}]);", ty, n, ty, inputIndex_.at(root));
+      return {fmt::format("const {}* PC_RESTRICT", ty), n, fmt::format("static_cast<const {}*>(inputs[{}])", ty, inputIndex_.at(root))};
     case BufferKind::Output:
-      return fmt::format("{}* PC_RESTRICT {} = static_cast<{}*>(outputs[{}]);", ty, n, ty, outputIndex_.at(root));
+      return {fmt::format("{}* PC_RESTRICT", ty), n, fmt::format("static_cast<{}*>(outputs[{}])", ty, outputIndex_.at(root))};
     case BufferKind::Param:
-      return fmt::format("const {}* PC_RESTRICT {} = reinterpret_cast<const {}*>(pc_weights + {});", ty, n, ty,
-                         s_.paramOffset.at(root));
+      return {fmt::format("const {}* PC_RESTRICT", ty), n, fmt::format("reinterpret_cast<const {}*>(pc_weights + {})", ty, s_.paramOffset.at(root))};
     case BufferKind::Temp: {
       const MemorySlot* slot = plan_.slotOf(root);
       if (!slot) fail("internal: temporary '{}' has no memory slot", b.name);
       std::string off = slot->perBatch ? fmt::format("kStaticBytes + {}*batch", slot->offset) : std::to_string(slot->offset);
-      return fmt::format("{}*{} {} = reinterpret_cast<{}*>(ws + {});", ty, restrictTemp ? " PC_RESTRICT" : "", n, ty, off);
+      return {fmt::format("{}*{}", ty, restrictTemp ? " PC_RESTRICT" : ""), n, fmt::format("reinterpret_cast<{}*>(ws + {})", ty, off)};
     }
   }
-  return "";
+  return {};
 }
 
 std::string Emitter::emitWeightsBlock() const {

@@ -79,8 +79,11 @@ class Emitter {
 
   const std::string& ptrName(int root) const { return bufferNames_[static_cast<size_t>(root)]; }
 
-  // Declaration of the pointer to a root buffer's memory.
-  std::string rootDecl(int root, bool restrictTemp) const;  // restrictTemp: KernelSchedule::disjointTemps
+  // The pointer to a root buffer's memory: its declared type, its name, where it points.
+  struct RootPtr {
+    std::string type, name, init;
+  };
+  RootPtr rootPtr(int root, bool restrictTemp) const;  // restrictTemp: KernelSchedule::disjointTemps
 
   // Element offset of `index` in buffer `id` (a view adds its offset and strides to its root's).
   std::string address(int id, const IndexMap& index, const std::vector<std::string>& vars) const;
