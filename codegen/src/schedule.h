@@ -281,6 +281,9 @@ struct KernelSchedule {
   // loop, whose x * x for an exponent of 2 is a branch around the call.)
   int unrollCalls = 0;
   static constexpr int kUnrollCalls = 8;
+  // An argmax's scan for the first index holding the row's maximum (a loop that exits early):
+  // unrolled this many times by both printers (LLVM leaves a loop of several exits rolled).
+  static constexpr int kScanUnroll = 8;
   // A transpose's tiles (transposeTiles): the LLVM printer transposes them in registers; the C++
   // printer leaves its loop nest to GCC, whose vectoriser permutes the interleaved stores itself.
   std::optional<TransposeTiles> transpose;

@@ -136,6 +136,16 @@ std::string Emitter::pointwiseNest(const Kernel& k, const KernelSchedule& ks, co
       // KernelSchedule::unrollCalls: the innermost loop's libm calls at call sites of their own.
       if (ks.unrollCalls && li + 1 == order.size()) s += fmt::format("{}#pragma GCC unroll {}\n", indent, ks.unrollCalls);
       s += loopHeader(c.vars[d], dimStr(extents[d]), static_cast<int>(d) == axis, indent);
+      // KernelSchedule::stridedAxes: an outer loop along which the accesses stride stays scalar
+      // where the innermost loop fills a vector (8 values or more, which GCC's SLP combines).
+      // GCC 12 has no pragma for it, but does not vectorise a loop holding an asm statement; it
+      // had vectorised a [batch, 10] copy across the rows, a value at a time into vectors
+      // (2.6x slower than its rows as one vector each). Rows of 4 it did better across them.
+      const ir::Dim& inner = extents[order.back()];
+      if (!ks.transpose && li + 1 < order.size() && d < ks.stridedAxes.size() && ks.stridedAxes[d] &&
+          (!inner.isStatic() || inner.value() >= 8)) {
+        s += fmt::format("{}__asm__ volatile(\"\");\n", indent);
+      }
     }
     s += emitBody(k.body, c, indent, &at[li + 1]);
   }
@@ -580,13 +590,13 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         s += fmt::format("{}  const float v = {};\n", indent, x);
         s += fmt::format("{}  best = (nanMax ? v != v : v == m) ? {} : best;\n{}}}\n", indent, xv[ax], indent);
       } else {
-        // One loop per case, so that each compares once per value; the common one unrolled (as
-        // LLVM unrolls it): 1.2x faster at a width of 256.
+        // One loop per case, so that each compares once per value; the common one unrolled
+        // (KernelSchedule::kScanUnroll): 1.2x faster at a width of 256.
         s += fmt::format("{}if (m != m) {{\n", indent);
         s += fmt::format("{}  {} {{\n", indent, scan);
         s += fmt::format("{}    if ({} != {}) {{ best = {}; break; }}\n", indent, x, x, xv[ax]);
         s += fmt::format("{}  }}\n{}}} else {{\n", indent, indent);
-        s += fmt::format("{}  #pragma GCC unroll 8\n{}  {} {{\n", indent, indent, scan);
+        s += fmt::format("{}  #pragma GCC unroll {}\n{}  {} {{\n", indent, KernelSchedule::kScanUnroll, indent, scan);
         s += fmt::format("{}    if ({} == m) {{ best = {}; break; }}\n", indent, x, xv[ax]);
         s += fmt::format("{}  }}\n{}}}\n", indent, indent);
       }

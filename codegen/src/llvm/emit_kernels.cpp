@@ -756,7 +756,7 @@ void Emitter::emitReduction(const Kernel& k) {
       llvm::AllocaInst* at = local(i64_, "at");
       b_.CreateStore(c64(0), best);
       const std::string name = "y" + std::to_string(ax);
-      auto scan = [&](const std::function<Value*(Value*)>& match) {
+      auto scan = [&](const std::function<Value*(Value*)>& match, int unroll) {
         b_.CreateStore(c64(0), at);
         llvm::BasicBlock* head = block(name + ".head");
         llvm::BasicBlock* body = block(name + ".body");
@@ -774,17 +774,24 @@ void Emitter::emitReduction(const Kernel& k) {
         b_.CreateCondBr(match(operand(k, idx)), found, next);
         b_.SetInsertPoint(next);
         b_.CreateStore(b_.CreateAdd(j, c64(1)), at);
-        b_.CreateBr(head);
+        llvm::BranchInst* latch = b_.CreateBr(head);
+        if (unroll > 1) {
+          llvm::MDNode* loopId = llvm::MDNode::getDistinct(
+              ctx_, {nullptr, llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.count"),
+                                                        llvm::ConstantAsMetadata::get(b_.getInt32(unroll))})});
+          loopId->replaceOperandWith(0, loopId);
+          latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
+        }
         b_.SetInsertPoint(found);
         b_.CreateStore(i, best);
         b_.CreateBr(done);
         b_.SetInsertPoint(done);
       };
       ifElse(
-          nanMax, "nan", [&] { scan([&](Value* v) { return isNan(v); }); },
+          nanMax, "nan", [&] { scan([&](Value* v) { return isNan(v); }, 1); },
           [&] {
             Value* m = xT == DType::F32 ? b_.CreateFPTrunc(mx, f32_) : nullptr;  // exact: mx is an f32 value
-            scan([&](Value* v) { return m ? b_.CreateFCmpOEQ(v, m) : b_.CreateFCmpOEQ(asF64(v), mx); });
+            scan([&](Value* v) { return m ? b_.CreateFCmpOEQ(v, m) : b_.CreateFCmpOEQ(asF64(v), mx); }, KernelSchedule::kScanUnroll);
           });
       emitBody(k.body, outIdx, convert(b_.CreateLoad(i64_, best), DType::I64, outT));
       return;
