@@ -51,19 +51,23 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
     if (p_.buffer(r).kind == BufferKind::Param && !s_.paramOffset.count(r)) continue;
     ptrs.push_back(rootPtr(r, s_.kernels[index].disjointTemps));
   }
-  // The kernel's body takes the root pointers as parameters, restrict where they may be: GCC
-  // honours restrict on a parameter (inlined too), not on a local pointer into the workspace, and
-  // without it neither combines a row's scalar loads and stores into vectors (SLP) nor drops a
-  // loop's run-time overlap checks. The LLVM printer's alias scopes say the same.
+  // A pointwise kernel's body takes the root pointers as parameters, restrict where they may be:
+  // GCC honours restrict on a parameter (inlined too), not on a local pointer into the
+  // workspace, and without it did not combine a row's scalar loads and stores into vectors (SLP:
+  // a [64, 8] division 4x slower). The LLVM printer's alias scopes say the same. Not the other
+  // forms: a generic average pool's loop nest so took 4x its time.
   const std::string signature = "const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n    int* status, int64_t lo, int64_t hi";
   std::string wrapper;
+  auto locals = [&] {
+    for (const RootPtr& r : ptrs) s += fmt::format("  {} {} = {};\n", r.type, r.name, r.init);
+  };
   if (ext) {
     s += fmt::format("PC_KERNEL bool {}(const void* const* inputs, void* const* outputs, int64_t batch, unsigned char* ws,\n"
                      "    int32_t threads) {{\n",
                      name);
     s += "  (void)inputs; (void)outputs;\n";
-    for (const RootPtr& r : ptrs) s += fmt::format("  {} {} = {};\n", r.type, r.name, r.init);
-  } else {
+    locals();
+  } else if (s_.kernels[index].form == Form::Pointwise) {
     // status: where the kernel reports a value outside an operator's domain (pc::report).
     std::vector<std::string> params, args;
     for (const RootPtr& r : ptrs) params.push_back(fmt::format("{} {}", r.type, r.name)), args.push_back(r.init);
@@ -71,6 +75,10 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
     s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)status; (void)lo; (void)hi;\n";
     wrapper = fmt::format("PC_KERNEL void {}({}) {{\n  {}_body(inputs, outputs, batch, ws, status, lo, hi{});\n}}\n\n", name, signature, name,
                           args.empty() ? "" : fmt::format(",\n      {}", fmt::join(args, ",\n      ")));
+  } else {
+    s += fmt::format("PC_KERNEL void {}({}) {{\n", name, signature);
+    s += "  (void)inputs; (void)outputs; (void)batch; (void)ws; (void)status; (void)lo; (void)hi;\n";
+    locals();
   }
   for (const ir::Node* n : k.sources) {
     if (faulty(n, InjectedFault::Kind::Compile)) {
@@ -307,7 +315,7 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
     for (int64_t j = 0; j < chunks; ++j) {
       const int64_t n = std::min<int64_t>(8, W - 8 * j);
       const std::string load = n == 8 ? fmt::format("pc::load8(row + {})", 8 * j) : fmt::format("pc::loadFirst8<{}>(row + {}, -pc::inf<float>())", n, 8 * j);
-      s += fmt::format("      {{ const pc::f32x8 x = {}; m{} = m{} > x ? m{} : x; n{} |= x != x; }}\n", load, j, j, j, j);
+      s += fmt::format("      {{ const pc::f32x8 x = {}; m{} = pc::maxps(m{}, x); n{} |= x != x; }}\n", load, j, j, j);
     }
   } else {
     s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]), cn[iw] |= row[iw] != row[iw];\n", W);
@@ -331,7 +339,7 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
       s += fmt::format("    {{\n      pc::f32x8 w = {};\n", lanes(taps[0], 'm', "negInf"));
       s += fmt::format("      pc::i32x8 nw = {};\n", lanes(taps[0], 'n', "pc::i32x8{}"));
       for (size_t kw = 1; kw < taps.size(); ++kw) {
-        s += fmt::format("      {{ const pc::f32x8 x = {}; w = w > x ? w : x; }}\n", lanes(taps[kw], 'm', "negInf"));
+        s += fmt::format("      {{ const pc::f32x8 x = {}; w = pc::maxps(w, x); }}\n", lanes(taps[kw], 'm', "negInf"));
         s += fmt::format("      nw |= {};\n", lanes(taps[kw], 'n', "pc::i32x8{}"));
       }
       if (vec) {
