@@ -149,9 +149,12 @@ std::string Emitter::pointwiseNest(const Kernel& k, const KernelSchedule& ks, co
       // GCC 12 has no pragma for it, but does not vectorise a loop holding an asm statement; it
       // had vectorised a [batch, 10] copy across the rows, a value at a time into vectors
       // (2.6x slower than its rows as one vector each). Rows of 4 it did better across them.
+      // So too the loops around KernelSchedule::vectorAxis moved innermost: GCC had vectorised a
+      // [batch, 6] softplus chain along its 6 (restrict made that look possible), 4x slower.
       const ir::Dim& inner = extents[order.back()];
-      if (!ks.transpose && li + 1 < order.size() && d < ks.stridedAxes.size() && ks.stridedAxes[d] &&
-          (!inner.isStatic() || inner.value() >= 8)) {
+      const bool aroundVectorAxis = ks.vectorAxis >= 0 && order.back() == static_cast<size_t>(ks.vectorAxis);
+      if (!ks.transpose && li + 1 < order.size() &&
+          (aroundVectorAxis || (d < ks.stridedAxes.size() && ks.stridedAxes[d] && (!inner.isStatic() || inner.value() >= 8)))) {
         s += fmt::format("{}__asm__ volatile(\"\");\n", indent);
       }
     }
