@@ -535,7 +535,9 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
   b_.CreateStore(b_.getFalse(), bad);
   if (whole > 0) {
     auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
-    auto* mt = llvm::FixedVectorType::get(i1_, kLanes);
+    // Per lane a NaN met (or 0): a select on floats. Flags as <16 x i1> (or sign-extended, which
+    // instcombine turns back) were packed into bytes at every step on AVX2.
+    auto* mt = vt;
     llvm::AllocaInst* lanes = local(vt, "lanes");
     llvm::AllocaInst* nanLanes = local(mt, "nan.lanes");
     b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(kLanes), llvm::ConstantFP::getInfinity(f32_, true)), lanes);
@@ -546,16 +548,20 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
       for (unsigned l = 0; l < kLanes; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
       Value* m = b_.CreateLoad(vt, lanes);
       b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(v, m), v, m), lanes);
-      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nanLanes), isNan(v)), nanLanes);
+      b_.CreateStore(b_.CreateSelect(isNan(v), v, b_.CreateLoad(mt, nanLanes)), nanLanes);
     }, false);  // already a vector loop
+    // The lanes' maximum by halving the vector, as pc::maxOf (no lane holds a NaN; any order
+    // gives the same value, a zero maximum is looked up below).
     Value* m = b_.CreateLoad(vt, lanes);
-    Value* r = llvm::ConstantFP::getInfinity(f32_, true);
-    for (unsigned l = 0; l < kLanes; ++l) {
-      Value* e = b_.CreateExtractElement(m, l);
-      r = b_.CreateSelect(b_.CreateFCmpOGT(e, r), e, r);
+    for (unsigned w = kLanes / 2; w >= 1; w /= 2) {
+      std::vector<int> lo(w), hi(w);
+      for (unsigned l = 0; l < w; ++l) lo[l] = static_cast<int>(l), hi[l] = static_cast<int>(l + w);
+      Value* a = b_.CreateShuffleVector(m, lo);
+      Value* b = b_.CreateShuffleVector(m, hi);
+      m = b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b);
     }
-    b_.CreateStore(r, top);
-    b_.CreateStore(b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes)), bad);
+    b_.CreateStore(b_.CreateExtractElement(m, uint64_t{0}), top);
+    b_.CreateStore(b_.CreateOrReduce(isNan(b_.CreateLoad(mt, nanLanes))), bad);
   }
   forRange(c64(whole), c64(n), "t", [&](Value* i) {
     Value* v = f(i);
