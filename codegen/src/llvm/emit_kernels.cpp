@@ -535,9 +535,7 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
   b_.CreateStore(b_.getFalse(), bad);
   if (whole > 0) {
     auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
-    // Per lane a NaN met (or 0): a select on floats. Flags as <16 x i1> (or sign-extended, which
-    // instcombine turns back) were packed into bytes at every step on AVX2.
-    auto* mt = vt;
+    auto* mt = llvm::FixedVectorType::get(i1_, kLanes);
     llvm::AllocaInst* lanes = local(vt, "lanes");
     llvm::AllocaInst* nanLanes = local(mt, "nan.lanes");
     b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(kLanes), llvm::ConstantFP::getInfinity(f32_, true)), lanes);
@@ -548,7 +546,7 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
       for (unsigned l = 0; l < kLanes; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
       Value* m = b_.CreateLoad(vt, lanes);
       b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(v, m), v, m), lanes);
-      b_.CreateStore(b_.CreateSelect(isNan(v), v, b_.CreateLoad(mt, nanLanes)), nanLanes);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nanLanes), isNan(v)), nanLanes);
     }, false);  // already a vector loop
     // The lanes' maximum by halving the vector, as pc::maxOf (no lane holds a NaN; any order
     // gives the same value, a zero maximum is looked up below).
@@ -561,7 +559,7 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
       m = b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b);
     }
     b_.CreateStore(b_.CreateExtractElement(m, uint64_t{0}), top);
-    b_.CreateStore(b_.CreateOrReduce(isNan(b_.CreateLoad(mt, nanLanes))), bad);
+    b_.CreateStore(b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes)), bad);
   }
   forRange(c64(whole), c64(n), "t", [&](Value* i) {
     Value* v = f(i);
