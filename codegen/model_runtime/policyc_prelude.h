@@ -1013,7 +1013,7 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
     }
 #if defined(__AVX__) && !defined(__AVX512F__) && !defined(__clang__)
     // By halving the vector (no lane holds a NaN: maxps keeps the running maximum over one), and
-    // the NaN flags by one movemask: the eight lanes one at a time took as long as a row of 64.
+    // the NaN flags by one movemask, where the eight lanes went one at a time through maxSel.
     typedef float f32x4 __attribute__((vector_size(16)));
     f32x4 h = __builtin_ia32_maxps(__builtin_shufflevector(m0, m0, 0, 1, 2, 3), __builtin_shufflevector(m0, m0, 4, 5, 6, 7));
     h = __builtin_ia32_maxps(h, __builtin_shufflevector(h, h, 2, 3, 0, 1));
