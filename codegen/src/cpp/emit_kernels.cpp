@@ -493,7 +493,8 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       int64_t cols = 1;
       for (size_t d : reduced) cols *= k.domain[d].value();
       s += fmt::format("{}double mean = 0, var = 0;\n", indent);
-      if (s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].normRow) {
+      const bool normRow = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].normRow != 0;
+      if (normRow) {
         // KernelSchedule::normRow: both sums through pc::sumOf.
         const std::string v = vars[reduced[0]];
         s += fmt::format("{}mean = pc::sumOf({}, [&](int64_t {}) {{ return {}; }});\n", indent, cols, v, x);
@@ -521,7 +522,6 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       };
       std::string y = fmt::format("double y = ({} - mean) * invStd * {};", x, paramAt(k.anchorInputs[1]));
       if (k.anchorInputs.size() > 2) y += fmt::format(" y += {};", paramAt(k.anchorInputs[2]));
-      const bool normRow = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].normRow != 0;
       if (normRow && cols % 4 == 0 && !mathHeavy(k)) {
         // Blocks of 4 values, the block's loop kept scalar: GCC then converts 4 floats to a
         // vector of doubles and back, as LLVM does. Vectorising the row's loop 8 floats at a

@@ -115,22 +115,29 @@ class Builder {
     Value* next = b_.CreateAdd(i, c64(1), name + ".next", false, true);  // nsw only: loops may start below 0
     i->addIncoming(next, b_.GetInsertBlock());
     llvm::BranchInst* latch = b_.CreateBr(head);
-    std::vector<llvm::Metadata*> hints = {nullptr};
+    std::vector<llvm::Metadata*> hints;
     if (!vectorize) {
-      hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"), llvm::ConstantAsMetadata::get(b_.getInt32(1))}));
+      hints.push_back(loopHint("llvm.loop.vectorize.width", b_.getInt32(1)));
     } else if (vectorizeRolled) {
-      hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")}));
-      hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())}));
+      hints.push_back(loopHint("llvm.loop.unroll.disable"));
+      hints.push_back(loopHint("llvm.loop.vectorize.enable", b_.getTrue()));
     }
-    if (unrollCount > 0) {
-      hints.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.count"), llvm::ConstantAsMetadata::get(b_.getInt32(unrollCount))}));
-    }
-    if (hints.size() > 1) {
-      llvm::MDNode* loopId = llvm::MDNode::getDistinct(ctx_, hints);
-      loopId->replaceOperandWith(0, loopId);
-      latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
-    }
+    if (unrollCount > 0) hints.push_back(loopHint("llvm.loop.unroll.count", b_.getInt32(unrollCount)));
+    setLoopHints(latch, hints);
     b_.SetInsertPoint(exit);
+  }
+  // One llvm.loop hint: its name and, for most, a value.
+  llvm::MDNode* loopHint(const char* name, llvm::Constant* value = nullptr) {
+    if (!value) return llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, name)});
+    return llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, name), llvm::ConstantAsMetadata::get(value)});
+  }
+  // A loop's hints on its latch, as its distinct loop ID (none: nothing attached).
+  void setLoopHints(llvm::BranchInst* latch, std::vector<llvm::Metadata*> hints) {
+    if (hints.empty()) return;
+    hints.insert(hints.begin(), nullptr);
+    llvm::MDNode* loopId = llvm::MDNode::getDistinct(ctx_, hints);
+    loopId->replaceOperandWith(0, loopId);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
   }
   void forCount(int64_t n, const std::string& name, const std::function<void(Value*)>& body) { forRange(c64(0), c64(n), name, body); }
   void ifThen(Value* cond, const std::string& name, const std::function<void()>& then) {

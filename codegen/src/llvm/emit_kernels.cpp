@@ -779,13 +779,7 @@ void Emitter::emitReduction(const Kernel& k) {
         b_.SetInsertPoint(next);
         b_.CreateStore(b_.CreateAdd(j, c64(1)), at);
         llvm::BranchInst* latch = b_.CreateBr(head);
-        if (unroll > 1) {
-          llvm::MDNode* loopId = llvm::MDNode::getDistinct(
-              ctx_, {nullptr, llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.count"),
-                                                        llvm::ConstantAsMetadata::get(b_.getInt32(unroll))})});
-          loopId->replaceOperandWith(0, loopId);
-          latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
-        }
+        if (unroll > 1) setLoopHints(latch, {loopHint("llvm.loop.unroll.count", b_.getInt32(unroll))});
         b_.SetInsertPoint(found);
         b_.CreateStore(i, best);
         b_.CreateBr(done);
