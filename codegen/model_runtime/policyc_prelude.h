@@ -164,6 +164,16 @@ template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* x
 }
 PC_INLINE void storeChunk(float* p, RowChunk r) { store16(p, r); }
 template <int A, int B> PC_INLINE RowChunk fmaLanesZ(RowChunk acc, const float* xa, float w) { return fmaLanes<A, B>(acc, xa, w); }
+template <int A, int B> PC_INLINE RowChunk loadChunk(const float* xa) {
+  static_assert(0 <= A && A < B && B <= 16, "lanes of one chunk");
+  if constexpr (A == 0 && B == 16) {
+    return load16(xa);
+  } else {
+    const unsigned short m = static_cast<unsigned short>(((1u << (B - A)) - 1u) << A);
+    return __builtin_ia32_loadups512_mask(xa - A, f32x16{}, m);
+  }
+}
+PC_INLINE RowChunk fmaChunk(RowChunk acc, RowChunk x, float w) { return acc + x * splat16(w); }
 #elif defined(__AVX__)
 struct RowChunk {
   f32x8 lo, hi;
@@ -185,6 +195,27 @@ template <int A, int B> PC_INLINE RowChunk fmaLanesZ(RowChunk acc, const float* 
   if constexpr (B > 8) acc.hi = fmaLanesZ8<(A > 8 ? A : 8) - 8, B - 8>(acc.hi, xa + ((A > 8 ? A : 8) - A), w);
   return acc;
 }
+// Lanes [A, B) of the 8 floats at p, the others 0: vmaskmovps zeroes them itself (loadLanes8's
+// select after it is an extra blend per load).
+template <int A, int B> PC_INLINE f32x8 loadLanesZero8(const float* p) {
+  if constexpr (A == 0 && B == 8) {
+    return load8(p);
+  } else {
+    const i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    return __builtin_ia32_maskloadps256(reinterpret_cast<const f32x8*>(p), (lane >= A) & (lane < B));
+  }
+}
+template <int A, int B> PC_INLINE RowChunk loadChunk(const float* xa) {
+  static_assert(0 <= A && A < B && B <= 16, "lanes of one chunk");
+  RowChunk r{f32x8{}, f32x8{}};
+  if constexpr (A < 8) r.lo = loadLanesZero8<A, (B < 8 ? B : 8)>(xa - A);
+  if constexpr (B > 8) r.hi = loadLanesZero8<(A > 8 ? A : 8) - 8, B - 8>(xa - A + 8);
+  return r;
+}
+PC_INLINE RowChunk fmaChunk(RowChunk acc, RowChunk x, float w) {
+  const f32x8 wv = splat8(w);
+  return {acc.lo + x.lo * wv, acc.hi + x.hi * wv};
+}
 #else
 // No masked loads (SSE): the chunk in memory, each tap a loop over its lanes.
 struct RowChunk {
@@ -196,7 +227,19 @@ template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* x
 }
 PC_INLINE void storeChunk(float* p, RowChunk r) { std::memcpy(p, r.v, sizeof r.v); }
 template <int A, int B> PC_INLINE RowChunk fmaLanesZ(RowChunk acc, const float* xa, float w) { return fmaLanes<A, B>(acc, xa, w); }
+template <int A, int B> PC_INLINE RowChunk loadChunk(const float* xa) {
+  RowChunk r{};
+  for (int l = A; l < B; ++l) r.v[l] = xa[l - A];
+  return r;
+}
+PC_INLINE RowChunk fmaChunk(RowChunk acc, RowChunk x, float w) {
+  for (int l = 0; l < 16; ++l) acc.v[l] += x.v[l] * w;
+  return acc;
+}
 #endif
+// conv_rows (ConvRowTiles in the schedule): loadChunk<A, B>(xa) is lanes [A, B) of a chunk of
+// 16 columns (xa at lane A's value), the other lanes 0 and never read; fmaChunk(acc, x, w) is
+// acc + x * w on every lane. One input chunk serves a block of output channels.
 
 // ---- GEMM microkernels over weights packed in panels of 16 output columns: panel[k][c] is the
 // weight of column c for input k. Each computes out[t][c] = bias[c] + sum_k x_t[k] * panel[k][c].

@@ -328,9 +328,11 @@ std::optional<PadRows> padRows(const KernelProgram& p, const Kernel& k, const Th
   return PadRows{pads[r - 1], X.type.shape[r - 1].value()};
 }
 
-std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+namespace {
+
+// A 2-D conv's taps by rows (RowTaps), whatever its form and split.
+RowTaps rowTapsOf(const KernelProgram& p, const Kernel& k) {
   const Buffer& X = p.buffer(k.anchorInputs[0]);
-  if (formOf(p, k) != Form::DirectConv || X.type.rank() != 4 || split.axis == 3) return std::nullopt;
   const ir::Node& n = *k.anchor;
   const int64_t stride = spatialList(n, "strides", 2, 1)[1], dil = spatialList(n, "dilations", 2, 1)[1];
   const int64_t pad = spatialList(n, "pads", 4, 0)[1], W = X.type.shape[3].value(), OW = k.domain[3].value();
@@ -347,6 +349,28 @@ std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, cons
     const float* w = data.data<float>();
     t.finiteWeights = std::all_of(w, w + data.numel(), [](float v) { return std::isfinite(v); });
   }
+  return t;
+}
+
+}  // namespace
+
+std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  if (formOf(p, k) != Form::DirectConv || X.type.rank() != 4 || split.axis == 3) return std::nullopt;
+  return rowTapsOf(p, k);
+}
+
+std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k) {
+  if (k.kind != KernelKind::Conv || !packable(p, k)) return std::nullopt;
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  if (X.strides[3] != 1 || !k.domain[0].isBatch()) return std::nullopt;
+  ConvRowTiles t;
+  t.taps = rowTapsOf(p, k);
+  // Lanes past the row are loaded as zeros and multiplied by every channel's weight: only
+  // finite weights leave the sums as they are.
+  if (t.taps.chunks == 0 || !t.taps.finiteWeights) return std::nullopt;
+  t.channels = kConvRowsChannels;
+  t.blocks = (k.domain[1].value() + t.channels - 1) / t.channels;
   return t;
 }
 

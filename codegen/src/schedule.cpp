@@ -25,7 +25,7 @@ using ir::Op;
 
 namespace {
 
-constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops"};
+constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows"};
 constexpr size_t kWeightAlign = 64;
 
 std::string upper(std::string s) {
@@ -81,8 +81,9 @@ bool hasAccuracyFault(const Kernel& k, const std::optional<InjectedFault>& fault
 
 const char* implName(Impl i) { return kImplNames[static_cast<int>(i)]; }
 bool isExtern(Impl i) { return i == Impl::Onednn || i == Impl::OnednnPostOps; }
+bool usesPanels(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm4x16; }
 std::optional<Impl> implByName(const std::string& name) {
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < static_cast<int>(std::size(kImplNames)); ++i) {
     if (name == kImplNames[i]) return static_cast<Impl>(i);
   }
   return std::nullopt;
@@ -207,9 +208,10 @@ std::optional<PostOpPlan> postOpPlan(const KernelProgram& p, const Kernel& k) {
 }
 
 std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern,
-                               const std::optional<InjectedFault>& fault) {
+                               const std::optional<InjectedFault>& fault, Precision precision) {
   if (!packable(p, k)) return {};
   std::vector<Impl> v = {Impl::Gemm4x32, Impl::Gemm4x16};
+  if (precision == Precision::Fp32 && convRowTiles(p, k)) v.push_back(Impl::ConvRows);
   if (allowExtern && onednnEligible(p, k)) {
     v.push_back(Impl::Onednn);
     // An injected fault lives in the generated epilogue: keep the epilogue generated.
@@ -221,7 +223,8 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
 namespace {
 
 // The heuristic of --mode default for a kernel at batch sizes around `batch` (measured on the
-// reference policies, docs/performance.md): oneDNN's convolution for convs (its direct kernels
+// reference policies, docs/performance.md): conv_rows for the convs it runs on well-filled rows
+// (below); else oneDNN's convolution for convs (its direct kernels
 // beat the generated implicit GEMM at every batch size, the layout copies included), with the
 // epilogue as post-ops (and oneDNN's own layouts) when those are cheap ones — relu, x*a+b, a
 // residual sum — and as generated code otherwise (oneDNN 2.6's tanh post-op, for one, is several
@@ -230,10 +233,17 @@ namespace {
 // AVX-512 the one-panel microkernel: the two-panel one's accumulators fill its 16 registers (on an
 // AVX2 host wide_mlp's 1024x1024 layer at batch 64 took 4281 us with gemm4x32, 2043 with gemm4x16).
 Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern,
-                   const std::optional<InjectedFault>& fault, bool narrowVectors) {
+                   const std::optional<InjectedFault>& fault, bool narrowVectors, Precision precision) {
   (void)batch;
-  std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault);
+  std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault, precision);
   auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
+  if (has(Impl::ConvRows)) {
+    // Rows whose chunks of 16 columns are mostly filled: conv_rows beat oneDNN at batch 1 and 64
+    // on IMPALA's 64- to 16-column convs (no layout copies); on its 8-column ones, half of every
+    // FMA is idle and oneDNN stays ahead. Without oneDNN it beats the implicit GEMM everywhere.
+    const int64_t OW = k.domain[3].value();
+    if (!has(Impl::Onednn) || 4 * OW >= 3 * 16 * ((OW + 15) / 16)) return Impl::ConvRows;
+  }
   if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return narrowVectors ? Impl::Gemm4x16 : Impl::Gemm4x32;
   if (has(Impl::OnednnPostOps)) {
     bool cheap = true;
@@ -273,9 +283,9 @@ void layoutWeightUpdates(Schedule& s, const std::vector<ir::Graph::UpdatableWeig
 }  // namespace
 
 std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
-                                        const std::optional<InjectedFault>& fault) {
+                                        const std::optional<InjectedFault>& fault, Precision precision) {
   std::vector<std::string> names;
-  for (Impl i : candidatesOf(program, kernel, allowExtern, fault)) names.push_back(implName(i));
+  for (Impl i : candidatesOf(program, kernel, allowExtern, fault, precision)) names.push_back(implName(i));
   return names;
 }
 
@@ -339,14 +349,14 @@ bool bf16DotTarget(const std::string& cppTarget) {
 }
 
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
-                           const std::optional<InjectedFault>& fault, bool narrowVectors) {
+                           const std::optional<InjectedFault>& fault, bool narrowVectors, Precision precision) {
   ImplChoice choice;
   std::vector<int64_t> bounds = batchRangeBounds(batches);
   for (const Kernel& k : program.kernels) {
-    if (candidatesOf(program, k, allowExtern, fault).empty()) continue;
+    if (candidatesOf(program, k, allowExtern, fault, precision).empty()) continue;
     ImplDispatch d;
     for (size_t i = 0; i < batches.size(); ++i) {
-      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern, fault, narrowVectors));
+      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern, fault, narrowVectors, precision));
       if (!d.empty() && d.back().impl == impl) {
         d.back().maxBatch = bounds[i];
       } else {
@@ -496,7 +506,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
       // oneDNN runs it (on every batch, or some): narrowed only to multiply in bf16, oneDNN's
       // bf16 convolutions (AMX where the CPU has it), whatever the layer's size: the gain is
       // arithmetic, not memory. A generated implementation beside it reads bf16 pairs.
-      const bool generated = std::any_of(ks[i].impls.begin(), ks[i].impls.end(), [](Impl im) { return !isExtern(im); });
+      const bool generated = std::any_of(ks[i].impls.begin(), ks[i].impls.end(), usesPanels);
       if (o.precision == Precision::Bf16 && o.bf16Dot && k.kind == KernelKind::Conv && !w.isUpdatable() && (!generated || dotFits)) {
         ks[i].weightStorage = WeightStorage::Bf16Dot;
       }
@@ -605,6 +615,11 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
     if (k.kind == KernelKind::Linear) return perRowSplit(k, 1, packedN(p, k) * bodyCost);
     const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value();
     return perRowSplit(k, M, P * bodyCost);  // (image, channel) pairs, each over the positions
+  }
+  if (impl == Impl::ConvRows) {
+    // An output row of one image by a block of channels (ConvRowTiles).
+    const ConvRowTiles t = *convRowTiles(p, k);
+    return perRowSplit(k, t.blocks * k.domain[2].value(), t.channels * k.domain[3].value() * packedK(p, k));
   }
   switch (formOf(p, k)) {
     case Form::Pointwise: return domainSplit(k.domain, bodyCost / 4);
@@ -719,7 +734,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     if (!forced) fail("unknown implementation '{}' (valid: {})", o.forceImpl, implNames());
   }
   s.kernels.resize(p.kernels.size());
-  const ImplChoice heuristic = heuristicChoice(p, batches, o.externKernels, o.fault, o.narrowVectors);
+  const ImplChoice heuristic = heuristicChoice(p, batches, o.externKernels, o.fault, o.narrowVectors, o.precision);
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const Kernel& k = p.kernels[ki];
     KernelSchedule& ks = s.kernels[ki];
@@ -735,6 +750,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     switch (ks.form) {
       case Form::PackedGemm: wholeChunks = packedN(p, k) % kPanel == 0; break;
       case Form::DirectConv: wholeChunks = rows && rows->chunks > 0 && k.domain[3].value() % 16 == 0; break;
+      case Form::PackedConv: wholeChunks = convRowTiles(p, k) && k.domain[3].value() % 16 == 0; break;  // conv_rows' chunks
       case Form::MaxPoolRows: wholeChunks = !rowPoolGeometry(p, k).window.empty() && k.domain[3].value() % 8 == 0; break;
       case Form::Copy: wholeChunks = padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32; break;
       default: break;
@@ -757,7 +773,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.unrollCalls = ks.form == Form::Pointwise && callsLibm(k) ? KernelSchedule::kUnrollCalls : 0;
     if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split);
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
-    std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault);
+    std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault, o.precision);
     if (c.empty()) continue;
     if (o.tuning) {
       ks.impls = c;
@@ -778,8 +794,8 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       ks.dispatch = d;
     }
     for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im));
-    ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), isExtern);
-    s.usesExtern = s.usesExtern || ks.rawWeight;
+    ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !usesPanels(i); });
+    s.usesExtern = s.usesExtern || std::any_of(ks.impls.begin(), ks.impls.end(), isExtern);
     for (Impl im : ks.impls) {
       if (isExtern(im)) s.externPerBatch = std::max(s.externPerBatch, externKernel(p, k, implName(im))->scratchBytesPerRow);
     }
@@ -827,7 +843,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     const Kernel& k = p.kernels[ki];
     if (!packable(p, k)) continue;
     KernelSchedule& ks = s.kernels[ki];
-    const bool generated = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !isExtern(i); });
+    const bool generated = std::any_of(ks.impls.begin(), ks.impls.end(), usesPanels);
     const std::vector<float> packed = generated ? packWeightPanels(p, k) : std::vector<float>{};
     ks.panelStride = packedK(p, k) * kPanel;
     if (generated && (ks.weightStorage == WeightStorage::Bf16 || ks.weightStorage == WeightStorage::Bf16Dot)) {

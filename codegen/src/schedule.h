@@ -21,15 +21,18 @@ namespace policyc::codegen {
 
 // ---- implementations of GEMM/conv kernels (cpp_backend.h lists them)
 
-enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps };
+// ConvRows: a 2-D conv by output rows, kConvRowsChannels output channels at a time (ConvRowTiles).
+enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps, ConvRows };
 const char* implName(Impl i);
 bool isExtern(Impl i);  // a oneDNN primitive: the model links libdnnl
+bool usesPanels(Impl i);  // reads the weight packed as panels (gemm4x32, gemm4x16)
 std::optional<Impl> implByName(const std::string& name);
-std::string implNames();  // "gemm4x32, gemm4x16, onednn, onednn_postops"
+std::string implNames();  // "gemm4x32, gemm4x16, onednn, onednn_postops, conv_rows"
 
-// The implementations kernel `k` has (none: it is not a packed linear/conv kernel).
+// The implementations kernel `k` has (none: it is not a packed linear/conv kernel). conv_rows
+// reads the f32 weight as it is, so it is one only with f32 weights (`precision` fp32).
 std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern,
-                               const std::optional<InjectedFault>& fault = std::nullopt);
+                               const std::optional<InjectedFault>& fault = std::nullopt, Precision precision = Precision::Fp32);
 
 // The epilogue as oneDNN post-ops: eltwise ops and x*a+b on the running value, at most one
 // residual add (a sum post-op: the residual is copied into the destination first), then one
@@ -121,6 +124,25 @@ struct ShuffledLanes {
 };
 // The shuffles that put source `sources[l]` in lane l (register * 8 + lane, or LaneShuffle::kFill).
 ShuffledLanes shuffledLanes(const std::array<int, 8>& sources);
+
+// Impl::ConvRows: a unit is an output row of one image and a block of kConvRowsChannels output
+// channels (the last block may be narrower). Each chunk of 16 output columns keeps one
+// accumulator per channel of the block in registers (12 of AVX2's 16 vector registers with two
+// per chunk); per input channel, window row and window column, the input's lanes of that chunk
+// are loaded once (masked where the window reaches past the row: those lanes read 0, and the
+// weights are finite, so their products add only zeros) and multiplied by each channel's weight.
+// The implicit GEMM gathers and packs windows and its microkernel broadcasts one input per FMA
+// pair; here an input vector serves six FMAs and the output row stays NCHW (no layout copies,
+// as around oneDNN's convolutions).
+struct ConvRowTiles {
+  RowTaps taps;          // the columns each window column reaches, chunks of 16
+  int64_t channels = 0;  // kConvRowsChannels
+  int64_t blocks = 0;    // ceil(M / channels)
+};
+constexpr int64_t kConvRowsChannels = 6;
+// nullopt where conv_rows cannot run `k` (not a 2-D group-1 conv with f32 operands and finite
+// weights, column stride 1, rows of at most 256 columns).
+std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k);
 
 // A Form::MaxPoolRows or AvgPoolRows kernel's geometry: window, strides, dilations and pads of
 // its two spatial axes, its sizes, and the padded input row both emitters hold on the stack for
@@ -253,8 +275,8 @@ struct KernelSchedule {
   // value is miscompiled (plus one) where the epilogue reads it.
   bool anchorFault = false;
   // Vectorisation, decided here for both printers. A Form::PackedGemm kernel's epilogue runs on
-  // whole 16-column panels, a direct conv's kept in registers (RowTaps::chunks) on whole
-  // chunks of its rows, a max pool's whose window step runs on registers (RowPoolGeometry::window)
+  // whole 16-column panels, a direct conv's kept in registers (RowTaps::chunks) and a conv_rows
+  // one's (ConvRowTiles) on whole chunks of their rows, a max pool's whose window step runs on registers (RowPoolGeometry::window)
   // on whole 8-column chunks of its output rows, an f32 pad by rows (PadRows) on the copied part of a row 16 values at a
   // time (vectorBody on an f32 result, no injected accuracy fault on the anchor, which the scalar
   // epilogue carries). The C++ printer leaves the pad's plain loop to GCC's vectoriser.
@@ -327,7 +349,7 @@ struct KernelSchedule {
   // window loops without bounds checks, an average divided by the window's size. The checks kept
   // LLVM from vectorising across the outputs (a 2x2 average pool of stride 2 ran 1.8x behind GCC's).
   bool windowInside = false;
-  bool rawWeight = false;   // an extern implementation reads the plain weight (oneDNN reorders it)
+  bool rawWeight = false;   // an extern implementation or conv_rows reads the plain weight (oneDNN reorders it)
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
   // The packed weight's element type (CodegenOptions::precision, the rule in codegen.h); Int8's
   // per-column scales are f32 panels at packedScale (the microkernels multiply each tile's

@@ -474,6 +474,91 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) 
   return s;
 }
 
+std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  const ConvRowTiles t = *convRowTiles(p_, k);
+  const std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1),
+                             pads = spatialList(n, "pads", 4, 0);
+  const int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), KH = W.type.shape[2].value();
+  const int64_t M = k.domain[1].value(), OH = k.domain[2].value(), OW = k.domain[3].value();
+  const bool bias = k.anchorInputs.size() > 2;
+  const bool vec = s_.kernels[index].vectorEpilogue && vectorEpilogue(k, axisVars("i", 4), "0");
+  std::string s = emitEpilogueLambda(k, accType(k));
+  s += anchorComment(k);
+  s += fmt::format("  // conv_rows: an output row by {} output channels at a time, {} chunk(s) of 16 columns\n", t.channels, t.taps.chunks);
+  if (bias) s += fmt::format("  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n", s_.kernels[index].packedBias);
+  s += "  for (int64_t u = lo; u < hi; ++u) {\n";
+  s += fmt::format("    const int64_t i0 = u / {}, m0 = u % {} / {} * {}, oh = u % {};\n", t.blocks * OH, t.blocks * OH, OH, t.channels, OH);
+  // A block of `cb` channels from m0 (the full ones, then a narrower last one).
+  auto block = [&](int64_t cb, const std::string& in) {
+    std::string b;
+    for (int64_t j = 0; j < t.taps.chunks; ++j) {
+      b += in + "{\n";
+      std::vector<std::string> regs;
+      for (int64_t o = 0; o < cb; ++o) regs.push_back(fmt::format("a{}{{}}", o));
+      b += fmt::format("{}  pc::RowChunk {};\n", in, fmt::join(regs, ", "));
+      b += fmt::format("{}  for (int64_t c = 0; c < {}; ++c) {{\n", in, C);
+      b += fmt::format("{}    for (int64_t k0 = 0; k0 < {}; ++k0) {{\n", in, KH);
+      b += fmt::format("{}      const int64_t p0 = oh*{} + k0*{} - {};\n", in, st[0], dil[0], pads[0]);
+      b += fmt::format("{}      if (p0 < 0 || p0 >= {}) continue;\n", in, H);
+      b += fmt::format("{}      const float* PC_RESTRICT xr = {} + {};\n", in, ptrName(X.root), addressOf(X.id, {"i0", "c", "p0", "0"}));
+      b += fmt::format("{}      const float* PC_RESTRICT wr = {} + {};\n", in, ptrName(W.root), addressOf(W.id, {"m0", "c", "k0", "0"}));
+      for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
+        const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
+        for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
+          if (l.chunk != j) continue;
+          b += fmt::format("{}      {{\n{}        const pc::RowChunk x = pc::loadChunk<{}, {}>(xr + {});\n", in, in, l.first, l.last,
+                           16 * j + l.first + off);
+          for (int64_t o = 0; o < cb; ++o) {
+            b += fmt::format("{}        a{} = pc::fmaChunk(a{}, x, wr[{}]);\n", in, o, o, o * W.strides[0] + static_cast<int64_t>(k1) * W.strides[3]);
+          }
+          b += in + "      }\n";
+        }
+      }
+      b += in + "    }\n" + in + "  }\n";
+      // The epilogue along the chunk's columns, a channel at a time.
+      b += fmt::format("{}  alignas(64) float row[16];\n", in);
+      const int64_t cols = std::min<int64_t>(16, OW - 16 * j);
+      for (int64_t o = 0; o < cb; ++o) {
+        b += fmt::format("{}  pc::storeChunk(row, a{});\n", in, o);
+        if (bias) b += fmt::format("{}  {{\n{}    const float bias = bp[m0 + {}];\n", in, in, o);
+        else b += in + "  {\n";
+        if (vec) {
+          // The epilogue on the whole chunk (KernelSchedule::vectorEpilogue).
+          b += fmt::format("{}    const int64_t i1 = m0 + {}, i2 = oh;\n{}    pc::f32x16 v = pc::load16(row){};\n", in, o, in,
+                           bias ? " + pc::splat16(bias)" : "");
+          const std::string code = *vectorEpilogue(k, axisVars("i", 4), std::to_string(16 * j));
+          for (size_t p0 = 0, p1; p0 < code.size(); p0 = p1 + 1) {
+            p1 = code.find('\n', p0);
+            if (p1 == std::string::npos) p1 = code.size();
+            b += fmt::format("{}    {}\n", in, code.substr(p0, p1 - p0));
+          }
+        } else {
+          b += fmt::format("{}    for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh, {} + c, row[c]{});\n", in, cols, o, 16 * j,
+                           bias ? " + bias" : "");
+        }
+        b += in + "  }\n";
+      }
+      b += in + "}\n";
+    }
+    return b;
+  };
+  const int64_t full = M / t.channels, last = M % t.channels;
+  if (last == 0) {
+    s += block(t.channels, "    ");
+  } else {
+    s += fmt::format("    if (m0 < {}) {{\n", full * t.channels);
+    s += block(t.channels, "      ");
+    s += "    } else {\n";
+    s += block(last, "      ");
+    s += "    }\n";
+  }
+  s += "  }\n";
+  return s;
+}
+
 std::string Emitter::emitConv(const Kernel& k, size_t index) const {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);

@@ -43,7 +43,8 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
   for (int id : k.reads()) roots.insert(p_.buffer(id).root);
   for (int id : k.writes()) roots.insert(p_.buffer(id).root);
   if (packable(k)) {
-    roots.erase(p_.buffer(k.anchorInputs[1]).root);
+    // Read through their packed copies (conv_rows reads the weight as it is).
+    if (impl != Impl::ConvRows) roots.erase(p_.buffer(k.anchorInputs[1]).root);
     if (k.anchorInputs.size() > 2) roots.erase(p_.buffer(k.anchorInputs[2]).root);
   }
   std::vector<RootPtr> ptrs;
@@ -96,7 +97,7 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
       case Form::Gemm: s += emitLinear(k); break;
       case Form::PackedGemm: s += emitPackedLinear(k, index, per); break;
       case Form::DirectConv: s += emitConv(k, index); break;
-      case Form::PackedConv: s += emitPackedConv(k, index, per); break;
+      case Form::PackedConv: s += impl == Impl::ConvRows ? emitConvRows(k, index) : emitPackedConv(k, index, per); break;
       case Form::Pool: s += emitPool(k); break;
       case Form::MaxPoolRows: s += emitMaxPoolRows(k); break;
       case Form::AvgPoolRows: s += emitAvgPoolRows(k); break;

@@ -210,6 +210,9 @@ class Emitter {
   std::string emitPackedConv(const Kernel& k, size_t index, int64_t per = 2) const;
 
   std::string emitConv(const Kernel& k, size_t index) const;
+  // 2-D conv as Impl::ConvRows (schedule.h, ConvRowTiles): an output row by a block of output
+  // channels, each chunk of 16 columns a RowChunk per channel.
+  std::string emitConvRows(const Kernel& k, size_t index) const;
 
   std::string emitPool(const Kernel& k) const;
 

@@ -765,6 +765,93 @@ void Emitter::addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, 
   b_.CreateStore(r, reg);
 }
 
+void Emitter::emitConvRows(const Kernel& k) {
+  const size_t index = static_cast<size_t>(&k - p_.kernels.data());
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  const ConvRowTiles t = *convRowTiles(p_, k);
+  const std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1),
+                             pads = spatialList(n, "pads", 4, 0);
+  const int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), KH = W.type.shape[2].value();
+  const int64_t M = k.domain[1].value(), OH = k.domain[2].value(), OW = k.domain[3].value();
+  const bool bias = k.anchorInputs.size() > 2;
+  const bool vec = s_.kernels[index].vectorEpilogue;
+  const DType accT = accType(k);
+  llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
+  Value* bp = bias ? weightsAt(s_.kernels[index].packedBias, "bp") : nullptr;
+  // A block of `cb` channels from m0 (the full ones, then a narrower last one), as the C++ printer.
+  auto block = [&](Value* i0, Value* m0, Value* oh, int64_t cb) {
+    for (int64_t j = 0; j < t.taps.chunks; ++j) {
+      std::vector<llvm::AllocaInst*> acc;
+      for (int64_t o = 0; o < cb; ++o) {
+        acc.push_back(local(v16, fmt::format("a{}", o)));
+        b_.CreateStore(llvm::Constant::getNullValue(v16), acc.back());
+      }
+      forCount(C, "c", [&](Value* c) {
+        forCount(KH, "k0", [&](Value* k0) {
+          Value* p0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(st[0])), b_.CreateMul(k0, c64(dil[0]))), c64(pads[0]));
+          ifThen(b_.CreateAnd(b_.CreateICmpSGE(p0, c64(0)), b_.CreateICmpSLT(p0, c64(H))), "inside", [&] {
+            for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
+              const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
+              for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
+                if (l.chunk != j) continue;
+                // lane 0's column: may lie outside the row; the lanes past it read 0 (pc::loadChunk)
+                Value* at = elemPtr(X.id, {i0, c, p0, c64(16 * j + off)});
+                Value* x = nullptr;
+                if (l.first == 0 && l.last == 16) {
+                  x = b_.CreateAlignedLoad(v16, at, llvm::Align(4), "x");
+                } else {
+                  std::vector<llvm::Constant*> on;
+                  for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i >= l.first && i < l.last));
+                  x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), llvm::ConstantVector::get(on), llvm::Constant::getNullValue(v16), "x");
+                }
+                for (int64_t o = 0; o < cb; ++o) {
+                  Value* w = loadElem(W.id, {b_.CreateAdd(m0, c64(o)), c, k0, c64(static_cast<int64_t>(k1))}, W.name);
+                  llvm::AllocaInst* a = acc[static_cast<size_t>(o)];
+                  b_.CreateStore(fma(x, b_.CreateVectorSplat(16, w), b_.CreateLoad(v16, a)), a);
+                }
+              }
+            }
+          });
+        });
+      });
+      // The epilogue along the chunk's columns, a channel at a time.
+      const int64_t cols = std::min<int64_t>(16, OW - 16 * j);
+      for (int64_t o = 0; o < cb; ++o) {
+        Value* m = b_.CreateAdd(m0, c64(o));
+        Value* r = b_.CreateLoad(v16, acc[static_cast<size_t>(o)]);
+        Value* bv = bias ? b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, bp, m), "bias") : nullptr;
+        if (vec) {
+          if (bv) r = b_.CreateFAdd(r, b_.CreateVectorSplat(16, bv), nodeLabel(&n));
+          emitBody(k.body, {i0, m, oh, c64(16 * j)}, r, 16);
+          continue;
+        }
+        llvm::AllocaInst* row = local(llvm::ArrayType::get(f32_, 16), "row");
+        b_.CreateAlignedStore(r, row, llvm::Align(4));
+        forCount(cols, "i3", [&](Value* i3) {
+          Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, i3), "acc");
+          if (bv) a = b_.CreateFAdd(a, bv, nodeLabel(&n));
+          emitBody(k.body, {i0, m, oh, b_.CreateAdd(i3, c64(16 * j))}, convert(a, DType::F32, accT));
+        });
+      }
+    }
+  };
+  forRange(lo_, hi_, "u", [&](Value* u) {
+    Value* i0 = b_.CreateSDiv(u, c64(t.blocks * OH), "i0");
+    Value* m0 = b_.CreateMul(b_.CreateSDiv(b_.CreateSRem(u, c64(t.blocks * OH)), c64(OH)), c64(t.channels), "m0");
+    Value* oh = b_.CreateSRem(u, c64(OH), "oh");
+    const int64_t full = M / t.channels, last = M % t.channels;
+    if (last == 0) {
+      block(i0, m0, oh, t.channels);
+    } else {
+      ifElse(
+          b_.CreateICmpSLT(m0, c64(full * t.channels)), "full", [&] { block(i0, m0, oh, t.channels); },
+          [&] { block(i0, m0, oh, last); });
+    }
+  });
+}
+
 void Emitter::emitConv(const Kernel& k) {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);

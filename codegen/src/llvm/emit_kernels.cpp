@@ -92,7 +92,7 @@ llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, 
       case Form::Gemm: emitLinear(k); break;
       case Form::PackedGemm: emitPackedLinear(k); break;
       case Form::DirectConv: emitConv(k); break;
-      case Form::PackedConv: emitPackedConv(k); break;
+      case Form::PackedConv: impl_ == Impl::ConvRows ? emitConvRows(k) : emitPackedConv(k); break;
       case Form::Pool: emitPool(k); break;
       case Form::MaxPoolRows: emitMaxPoolRows(k); break;
       case Form::AvgPoolRows: emitAvgPoolRows(k); break;

@@ -228,6 +228,9 @@ class Emitter : llvmbe::Builder {
 
   // Any conv (groups, 1-D/3-D, non-constant weights): direct loops.
   void emitConv(const Kernel& k);
+  // 2-D conv as Impl::ConvRows (schedule.h, ConvRowTiles): an output row by a block of output
+  // channels, each chunk of 16 columns a <16 x float> per channel.
+  void emitConvRows(const Kernel& k);
   // *reg (16 floats of an output row in registers, RowTaps::chunks) plus the 16 values at `at`
   // times wv, on lanes [l.first, l.last) only: the others neither read nor changed.
   void addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id, bool finiteWeight);

@@ -28,6 +28,19 @@ InjectedFault parseInjectedFault(const std::string& spec);
 // The fault POLICYC_INJECT_FAULT asks for; nullopt when it is unset or empty.
 std::optional<InjectedFault> injectedFaultFromEnv();
 
+// ---- reduced precision (--precision, docs/precision.md)
+//
+// How the packed weights of linear and conv layers are stored: fp32; bf16-weights (bf16, widened
+// to f32 inside the microkernels, f32 arithmetic); bf16 (bf16 products with f32 accumulation on a
+// target with AVX512_BF16: each tile rounds its rows' activations to bf16 and multiplies them by
+// the weights with vdpbf16ps; elsewhere the same as bf16-weights); int8-weights (int8 with one f32
+// scale per output channel, widened and scaled inside the microkernels). Activations stay f32
+// between kernels.
+enum class Precision : uint8_t { Fp32, Bf16Weights, Bf16, Int8Weights };
+const char* precisionName(Precision p);  // fp32 | bf16-weights | bf16 | int8-weights
+// Error naming the valid values otherwise.
+Precision parsePrecision(const std::string& name);
+
 // ---- implementations of GEMM and conv kernels (--mode, --no-extern, max-autotune)
 //
 // A linear or 2-D conv kernel with a constant f32 weight can run as one of several
@@ -37,10 +50,13 @@ std::optional<InjectedFault> injectedFaultFromEnv();
 //   onednn          a oneDNN primitive (conv on NHWC copies), the epilogue as generated code
 //   onednn_postops  a oneDNN primitive with the epilogue as oneDNN post-ops (eltwise, sum);
 //                   only for epilogues that are a chain of such ops ending in a plain store
+//   conv_rows       a 2-D conv only: generated, by output rows, 6 output channels at a time
+//                   on the plain NCHW buffers (column stride 1, finite f32 weights, fp32 only)
 // The oneDNN ones are extern kernels: the model then links libdnnl. A kernel with an injected
 // accuracy fault (`fault`) has no onednn_postops: the fault lives in the generated epilogue.
 std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
-                                        const std::optional<InjectedFault>& fault = std::nullopt);
+                                        const std::optional<InjectedFault>& fault = std::nullopt,
+                                        Precision precision = Precision::Fp32);
 
 // Which implementation a kernel runs for a range of batch sizes: `impl` up to `maxBatch`
 // (inclusive; -1: every larger batch). Ranges are in increasing order, the last unbounded.
@@ -59,7 +75,8 @@ std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
 // `--mode default`: the cheap heuristic's choice for every tunable kernel, per range of `batches`.
 // `narrowVectors`: a target without AVX-512 (16 vector registers of at most 256 bits).
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
-                           const std::optional<InjectedFault>& fault = std::nullopt, bool narrowVectors = false);
+                           const std::optional<InjectedFault>& fault = std::nullopt, bool narrowVectors = false,
+                           Precision precision = Precision::Fp32);
 // Whether the C++ backend's target (a cppTargets() name) lacks AVX-512; "native" asks the host.
 // (The LLVM backend reads it from its resolved target: LlvmTarget::avx512.)
 bool narrowVectorTarget(const std::string& cppTarget);
@@ -88,18 +105,6 @@ struct ExternKernel {
 // nullopt when `impl` is not a oneDNN implementation of this kernel.
 std::optional<ExternKernel> externKernel(const KernelProgram& program, const Kernel& kernel, const std::string& impl);
 
-// ---- reduced precision (--precision, docs/precision.md)
-//
-// How the packed weights of linear and conv layers are stored: fp32; bf16-weights (bf16, widened
-// to f32 inside the microkernels, f32 arithmetic); bf16 (bf16 products with f32 accumulation on a
-// target with AVX512_BF16: each tile rounds its rows' activations to bf16 and multiplies them by
-// the weights with vdpbf16ps; elsewhere the same as bf16-weights); int8-weights (int8 with one f32
-// scale per output channel, widened and scaled inside the microkernels). Activations stay f32
-// between kernels.
-enum class Precision : uint8_t { Fp32, Bf16Weights, Bf16, Int8Weights };
-const char* precisionName(Precision p);  // fp32 | bf16-weights | bf16 | int8-weights
-// Error naming the valid values otherwise.
-Precision parsePrecision(const std::string& name);
 // The storage a layer's packed weight gets.
 // Bf16Dot: bf16 in pairs along K (packing.h: toBf16Pairs) for products in bf16 (vdpbf16ps);
 // Bf16: bf16 in pairs of columns, widened to f32.
