@@ -142,17 +142,41 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   for (const codegen::Kernel& k : a.kernels) {
     if (k.kind == codegen::KernelKind::Conv) {
       ++convs;
+      // The strided convs have no conv_rows; the last one (3x3, stride 1) has, on rows of 7
+      // columns: less than 3/4 of its chunk, so oneDNN where it may, conv_rows without it.
+      const bool rows = convs == 3;
       // conv + bias + relu: the cheap post-op chain the heuristic gives to oneDNN.
       CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, "onednn_postops"}});
-      CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, "gemm4x32"}});
+      CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, rows ? "conv_rows" : "gemm4x32"}});
       // oneDNN's convolution whatever the vector width.
       CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, true).at(k.name) ==
             codegen::ImplDispatch{{-1, "onednn_postops"}});
       // conv + bias + relu stored plainly: the whole epilogue can be oneDNN post-ops.
-      CHECK(codegen::implCandidates(a, k, true) == kImpls);
+      const std::vector<std::string> all = {"gemm4x32", "gemm4x16", "conv_rows", "onednn", "onednn_postops"};
+      CHECK(codegen::implCandidates(a, k, true) == (rows ? all : kImpls));
+      // Narrowed weights: no conv_rows (it reads the weight as it is).
+      CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Int8Weights) == kImpls);
     }
   }
   CHECK(convs == 3);
+  // impala_cnn: conv_rows where its rows fill 3/4 of their chunks (64, 32 and 16 columns), oneDNN
+  // on the 8-column ones; with narrowed weights oneDNN everywhere.
+  auto impala = driver::loadModel(testing::sourcePath("examples/models/impala_cnn.onnx"));
+  passes::runPipeline(*impala);
+  codegen::KernelProgram ip = codegen::lowerGraph(*impala);
+  codegen::fuseKernels(ip);
+  const codegen::ImplChoice chosen = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true);
+  const codegen::ImplChoice narrowed = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true, codegen::Precision::Bf16Weights);
+  int rowsConvs = 0;
+  for (const codegen::Kernel& k : ip.kernels) {
+    if (k.kind != codegen::KernelKind::Conv) continue;
+    INFO(k.name << " " << k.domain[3].value() << " columns");
+    const std::string impl = chosen.at(k.name).front().impl;
+    CHECK((impl == "conv_rows") == (k.domain[3].value() >= 16));
+    CHECK(narrowed.at(k.name).front().impl.rfind("onednn", 0) == 0);
+    rowsConvs += impl == "conv_rows";
+  }
+  CHECK(rowsConvs == 11);
 }
 
 TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact, extern kernels link libdnnl", "[extern]") {
@@ -167,7 +191,7 @@ TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact, extern kernels 
   CHECK(without.libraries.empty());
   CHECK(without.source.find("dnnl") == std::string::npos);
   for (const auto& [name, d] : without.dispatch) {
-    for (const codegen::ImplRange& r : d) CHECK(r.impl.rfind("gemm", 0) == 0);
+    for (const codegen::ImplRange& r : d) CHECK(r.impl.rfind("onednn", 0) == std::string::npos);
   }
 }
 
@@ -245,10 +269,10 @@ TEST_CASE("extern: ppo_mlp with every implementation matches the interpreter", "
   checkImpls("ppo_mlp", {"gemm4x16", "onednn", "onednn_postops"});
 }
 TEST_CASE("extern: atari_cnn with every implementation matches the interpreter", "[extern][parity]") {
-  checkImpls("atari_cnn", {"gemm4x16", "onednn", "onednn_postops"});
+  checkImpls("atari_cnn", {"gemm4x16", "onednn", "onednn_postops", "conv_rows"});
 }
 TEST_CASE("extern: impala_cnn with every implementation matches the interpreter", "[extern][parity]") {
-  checkImpls("impala_cnn", {"gemm4x16", "onednn_postops"}, true);
+  checkImpls("impala_cnn", {"gemm4x16", "onednn_postops", "conv_rows"}, true);
 }
 
 TEST_CASE("extern: changing the thread count between calls keeps oneDNN results right", "[extern]") {

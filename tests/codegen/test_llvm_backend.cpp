@@ -607,6 +607,85 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
   checkBothBackends(*graph, so, llvm, 11, 1e-5);
 }
 
+// conv_rows (schedule.h, ConvRowTiles): six output channels per input chunk, both printers.
+// Channel counts that leave a narrower last block (13: 6 + 6 + 1; 7: 6 + 1), rows of 20 and 19
+// columns (a second, partial chunk), taps cut at both ends by asymmetric pads, a dilated window,
+// a row stride of 2, no bias, and rows of 32 with the epilogue on whole chunks; a column stride
+// of 2 has no conv_rows. Both backends against the interpreter, 1, 2 and 3 threads bit for bit,
+// and the two backends bit for bit.
+TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each other bit for bit", "[llvm][cpp]") {
+  auto weights = [](int64_t n) {
+    std::string s;
+    for (int64_t i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", 0.125 * static_cast<double>((i * 7) % 13) - 0.75);
+    return s;
+  };
+  const std::string text = fmt::format(R"(graph rows(%x: f32[batch,5,9,20], %x3: f32[batch,3,4,32]) {{
+  %w = param f32[13,5,3,3] [{}]
+  %b = param f32[13] [{}]
+  %c = conv(%x, %w, %b) {{pads=[1, 1, 1, 1]}} : f32[batch,13,9,20]
+  %r = relu(%c) : f32[batch,13,9,20]
+  %v = param f32[7,5,3,3] [{}]
+  %d = conv(%x, %v) {{strides=[2, 1], dilations=[2, 2], pads=[2, 0, 1, 3]}} : f32[batch,7,4,19]
+  %k3 = param f32[6,3,1,5] [{}]
+  %b3 = param f32[6] [0.25, -0.5, 0, 1, -1, 0.125]
+  %e = conv(%x3, %k3, %b3) {{pads=[0, 2, 0, 2]}} : f32[batch,6,4,32]
+  %t = tanh(%e) : f32[batch,6,4,32]
+  %s = param f32[4,5,3,3] [{}]
+  %f = conv(%x, %s) {{strides=[1, 2], pads=[1, 1, 1, 1]}} : f32[batch,4,9,10]
+  return (r=%r, d=%d, t=%t, f=%f)
+}})", weights(13 * 45), weights(13), weights(7 * 45), weights(90), weights(4 * 45));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  const codegen::PlannedProgram planned = codegen::planGraph(*graph);
+  std::vector<size_t> rows;
+  for (const codegen::Kernel& k : planned.program.kernels) {
+    if (k.kind != codegen::KernelKind::Conv) continue;
+    const std::vector<std::string> c = codegen::implCandidates(planned.program, k, true);
+    const bool has = std::find(c.begin(), c.end(), "conv_rows") != c.end();
+    INFO(k.name);
+    CHECK(has == (k.domain[3].value() != 10));  // not the column stride of 2
+    // Not with narrowed weights: conv_rows reads the weight as it is.
+    const std::vector<std::string> narrow = codegen::implCandidates(planned.program, k, true, std::nullopt, codegen::Precision::Bf16Weights);
+    CHECK(std::find(narrow.begin(), narrow.end(), "conv_rows") == narrow.end());
+  }
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  cpp.forceImpl = "conv_rows";
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  CHECK(generated.source.find("implementation conv_rows") != std::string::npos);
+  CHECK(generated.source.find("pc::loadChunk<1, 16>(xr + 0)") != std::string::npos);  // the left pad's tap
+  CHECK(generated.source.find("a5 = pc::fmaChunk(a5, x, wr[") != std::string::npos);
+  CHECK(generated.source.find("pc::f32x16 v = pc::load16(row) + pc::splat16(bias);") != std::string::npos);  // rows of 32
+  const fs::path so = scratch() / "convrows.so";
+  codegen::buildSharedObject(generated, so.string(), {});
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  llvm.forceImpl = "conv_rows";
+  llvm.keepUnoptimizedIr = true;
+  const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
+  CHECK(ir.find("%a5 = alloca <16 x float>") != std::string::npos);  // six accumulators a block
+  CHECK(ir.find("@llvm.masked.load.v16f32") != std::string::npos);
+  runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
+  for (int64_t batch : {1, 3, 5}) {
+    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 21);
+    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+    std::vector<ir::Tensor> one = driver::runModel(c, inputs, 1), fromLlvm = driver::runModel(l, inputs, 1);
+    for (int threads : {2, 3}) {
+      std::vector<ir::Tensor> cppN = driver::runModel(c, inputs, threads), llvmN = driver::runModel(l, inputs, threads);
+      for (size_t o = 0; o < want.size(); ++o) {
+        INFO("batch " << batch << " threads " << threads << " output " << o);
+        CHECK(std::memcmp(one[o].bytes(), cppN[o].bytes(), one[o].nbytes()) == 0);
+        CHECK(std::memcmp(fromLlvm[o].bytes(), llvmN[o].bytes(), one[o].nbytes()) == 0);
+      }
+    }
+    for (size_t o = 0; o < want.size(); ++o) {
+      INFO("batch " << batch << " output " << o);
+      CHECK(driver::compareTensors("", one[o], want[o], 1e-5, 1e-5).pass);
+      CHECK(std::memcmp(one[o].bytes(), fromLlvm[o].bytes(), one[o].nbytes()) == 0);
+    }
+  }
+}
+
 // A constant pad runs by rows in both backends (schedule.h, PadRows): a row all padding, or a
 // padded head, the copied input row (LLVM: 16 values at a time where the schedule says so) and a
 // padded tail. Pads on an outer axis and both ends of the last, a fused epilogue, a u8 input
