@@ -339,6 +339,8 @@ RowTaps rowTapsOf(const KernelProgram& p, const Kernel& k) {
   const int64_t KW = p.buffer(k.anchorInputs[1]).type.shape[3].value();
   RowTaps t;
   rowTaps(W, OW, KW, stride, dil, pad, t.lo, t.hi);
+  t.dilation = dil;
+  t.pad = pad;
   const Buffer& weight = p.buffer(k.anchorInputs[1]);
   const bool f32 = X.type.dtype == DType::F32 && weight.type.dtype == DType::F32;
   if (stride == 1 && f32 && OW <= 256) t.chunks = (OW + 15) / 16;
@@ -371,6 +373,16 @@ std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k
   if (t.taps.chunks == 0 || !t.taps.finiteWeights) return std::nullopt;
   t.channels = kConvRowsChannels;
   t.blocks = (k.domain[1].value() + t.channels - 1) / t.channels;
+  t.C = X.type.shape[1].value();
+  t.H = X.type.shape[2].value();
+  t.KH = p.buffer(k.anchorInputs[1]).type.shape[2].value();
+  t.M = k.domain[1].value();
+  t.OH = k.domain[2].value();
+  t.OW = k.domain[3].value();
+  t.strideH = spatialList(*k.anchor, "strides", 2, 1)[0];
+  t.dilationH = spatialList(*k.anchor, "dilations", 2, 1)[0];
+  t.padTop = spatialList(*k.anchor, "pads", 4, 0)[0];
+  t.bias = k.anchorInputs.size() > 2;
   return t;
 }
 

@@ -108,6 +108,9 @@ struct RowTaps {
   bool finiteWeights = false;
   // The chunks window column k1 reaches, and on which lanes (chunks > 0).
   std::vector<Lanes> lanesOf(size_t k1) const;
+  // Window column k1's input column minus its output column (stride 1): k1 * dilation - pad.
+  int64_t dilation = 1, pad = 0;
+  int64_t offset(size_t k1) const { return static_cast<int64_t>(k1) * dilation - pad; }
 };
 // 8 lanes gathered from 8-lane registers by shuffles (lanes numbered as __builtin_shufflevector and
 // shufflevector number them: 0-7 the first operand's, 8-15 the second's). The first step picks
@@ -138,6 +141,11 @@ struct ConvRowTiles {
   RowTaps taps;          // the columns each window column reaches, chunks of 16
   int64_t channels = 0;  // kConvRowsChannels
   int64_t blocks = 0;    // ceil(M / channels)
+  // The conv's geometry both printers read: input channels and rows, window rows, output
+  // channels, rows and columns; the row axis's stride, dilation and top pad; a bias or not.
+  int64_t C = 0, H = 0, KH = 0, M = 0, OH = 0, OW = 0;
+  int64_t strideH = 1, dilationH = 1, padTop = 0;
+  bool bias = false;
 };
 constexpr int64_t kConvRowsChannels = 6;
 // nullopt where conv_rows cannot run `k` (not a 2-D group-1 conv with f32 operands and finite

@@ -157,7 +157,7 @@ TEST_CASE("llvm backend: the CNNs without oneDNN (--no-extern) match the interpr
 // choice may change the implementation between batch ranges (the run function dispatches on the
 // batch size), and a choice a kernel cannot take is one clear error.
 TEST_CASE("llvm backend: every implementation, forced or chosen per batch range, matches the interpreter", "[llvm]") {
-  for (const std::string impl : {"gemm4x32", "gemm4x16", "onednn", "onednn_postops"}) {
+  for (const std::string impl : {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows"}) {
     INFO(impl);
     codegen::LlvmOptions forced;
     forced.forceImpl = impl;

@@ -217,8 +217,42 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
   std::string code;
   int current = 0;  // the instruction whose value v holds
   bool stored = false;
+  // Operands loaded densely along the output's last axis (a residual): instruction -> vector.
+  std::map<int, std::string> loaded;
+  auto dense = [&](const Instr& in) {
+    const Buffer& buf = p_.buffer(in.buffer);
+    if (buf.type.dtype != DType::F32 || buf.strides.back() != 1 || in.index.size() != vars.size()) return false;
+    for (size_t d = 0; d < in.index.size(); ++d) {
+      if (in.index[d].axis != static_cast<int>(d) || in.index[d].scale != 1 || in.index[d].offset != 0) return false;
+    }
+    return true;
+  };
   for (size_t i = 1; i < b.size(); ++i) {
     const Instr& in = b[i];
+    if (in.opcode == Opcode::Load) {
+      if (!dense(in)) return std::nullopt;
+      std::vector<std::string> at(vars.begin(), vars.end() - 1);
+      at.push_back(col);
+      loaded[static_cast<int>(i)] = fmt::format("l{}", i);
+      code += fmt::format("const pc::f32x{} l{} = pc::load{}({} + {});\n", width, i, width, ptrName(p_.buffer(in.buffer).root),
+                          address(in.buffer, in.index, at));
+      continue;
+    }
+    // v + a residual, or the difference of the two (no product: a sum after it could contract
+    // into an FMA here and not in the scalar form).
+    if (in.opcode == Opcode::Apply && (in.op == Op::Add || in.op == Op::Sub) && in.args.size() == 2 && in.dtype == DType::F32 &&
+        !faulty(in.node, InjectedFault::Kind::Accuracy)) {
+      auto name = [&](int a) -> std::optional<std::string> {
+        if (a == current) return std::string("v");
+        if (loaded.count(a)) return loaded.at(a);
+        return std::nullopt;
+      };
+      const std::optional<std::string> x = name(in.args[0]), y = name(in.args[1]);
+      if (!x || !y || (*x != "v" && *y != "v")) return std::nullopt;
+      code += fmt::format("// {}\nv = {} {} {};\n", sourceStr(in.node), *x, in.op == Op::Add ? '+' : '-', *y);
+      current = static_cast<int>(i);
+      continue;
+    }
     if (in.opcode == Opcode::Store) {
       // v stored densely along the output's last axis from column `col`.
       const Buffer& out = p_.buffer(in.buffer);
@@ -475,15 +509,11 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) 
 }
 
 std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
-  const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
   const ConvRowTiles t = *convRowTiles(p_, k);
-  const std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1),
-                             pads = spatialList(n, "pads", 4, 0);
-  const int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), KH = W.type.shape[2].value();
-  const int64_t M = k.domain[1].value(), OH = k.domain[2].value(), OW = k.domain[3].value();
-  const bool bias = k.anchorInputs.size() > 2;
+  const int64_t C = t.C, H = t.H, KH = t.KH, M = t.M, OH = t.OH, OW = t.OW;
+  const bool bias = t.bias;
   const bool vec = s_.kernels[index].vectorEpilogue && vectorEpilogue(k, axisVars("i", 4), "0");
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
@@ -501,12 +531,12 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
       b += fmt::format("{}  pc::RowChunk {};\n", in, fmt::join(regs, ", "));
       b += fmt::format("{}  for (int64_t c = 0; c < {}; ++c) {{\n", in, C);
       b += fmt::format("{}    for (int64_t k0 = 0; k0 < {}; ++k0) {{\n", in, KH);
-      b += fmt::format("{}      const int64_t p0 = oh*{} + k0*{} - {};\n", in, st[0], dil[0], pads[0]);
+      b += fmt::format("{}      const int64_t p0 = oh*{} + k0*{} - {};\n", in, t.strideH, t.dilationH, t.padTop);
       b += fmt::format("{}      if (p0 < 0 || p0 >= {}) continue;\n", in, H);
       b += fmt::format("{}      const float* PC_RESTRICT xr = {} + {};\n", in, ptrName(X.root), addressOf(X.id, {"i0", "c", "p0", "0"}));
       b += fmt::format("{}      const float* PC_RESTRICT wr = {} + {};\n", in, ptrName(W.root), addressOf(W.id, {"m0", "c", "k0", "0"}));
       for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
-        const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
+        const int64_t off = t.taps.offset(k1);
         for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
           if (l.chunk != j) continue;
           b += fmt::format("{}      {{\n{}        const pc::RowChunk x = pc::loadChunk<{}, {}>(xr + {});\n", in, in, l.first, l.last,

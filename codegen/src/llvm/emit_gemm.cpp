@@ -771,11 +771,8 @@ void Emitter::emitConvRows(const Kernel& k) {
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
   const ConvRowTiles t = *convRowTiles(p_, k);
-  const std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1),
-                             pads = spatialList(n, "pads", 4, 0);
-  const int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), KH = W.type.shape[2].value();
-  const int64_t M = k.domain[1].value(), OH = k.domain[2].value(), OW = k.domain[3].value();
-  const bool bias = k.anchorInputs.size() > 2;
+  const int64_t C = t.C, H = t.H, KH = t.KH, M = t.M, OH = t.OH, OW = t.OW;
+  const bool bias = t.bias;
   const bool vec = s_.kernels[index].vectorEpilogue;
   const DType accT = accType(k);
   llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
@@ -790,10 +787,10 @@ void Emitter::emitConvRows(const Kernel& k) {
       }
       forCount(C, "c", [&](Value* c) {
         forCount(KH, "k0", [&](Value* k0) {
-          Value* p0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(st[0])), b_.CreateMul(k0, c64(dil[0]))), c64(pads[0]));
+          Value* p0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(t.strideH)), b_.CreateMul(k0, c64(t.dilationH))), c64(t.padTop));
           ifThen(b_.CreateAnd(b_.CreateICmpSGE(p0, c64(0)), b_.CreateICmpSLT(p0, c64(H))), "inside", [&] {
             for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
-              const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
+              const int64_t off = t.taps.offset(k1);
               for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
                 if (l.chunk != j) continue;
                 // lane 0's column: may lie outside the row; the lanes past it read 0 (pc::loadChunk)
