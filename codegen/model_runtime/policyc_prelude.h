@@ -174,6 +174,12 @@ template <int A, int B> PC_INLINE RowChunk loadChunk(const float* xa) {
   }
 }
 PC_INLINE RowChunk fmaChunk(RowChunk acc, RowChunk x, float w) { return acc + x * splat16(w); }
+template <int A, int B> PC_INLINE RowChunk loadRows2(const float* x0, const float* x1, bool in0, bool in1) {
+  static_assert(0 <= A && A < B && B <= 8, "lanes of one half");
+  const unsigned short m = static_cast<unsigned short>(((1u << (B - A)) - 1u) << A);
+  RowChunk r = in0 ? __builtin_ia32_loadups512_mask(x0 - A, f32x16{}, m) : f32x16{};
+  return in1 ? __builtin_ia32_loadups512_mask(x1 - A - 8, r, static_cast<unsigned short>(m << 8)) : r;
+}
 #elif defined(__AVX__)
 struct RowChunk {
   f32x8 lo, hi;
@@ -216,6 +222,10 @@ PC_INLINE RowChunk fmaChunk(RowChunk acc, RowChunk x, float w) {
   const f32x8 wv = splat8(w);
   return {acc.lo + x.lo * wv, acc.hi + x.hi * wv};
 }
+template <int A, int B> PC_INLINE RowChunk loadRows2(const float* x0, const float* x1, bool in0, bool in1) {
+  static_assert(0 <= A && A < B && B <= 8, "lanes of one half");
+  return {in0 ? loadLanesZero8<A, B>(x0 - A) : f32x8{}, in1 ? loadLanesZero8<A, B>(x1 - A) : f32x8{}};
+}
 #else
 // No masked loads (SSE): the chunk in memory, each tap a loop over its lanes.
 struct RowChunk {
@@ -236,10 +246,20 @@ PC_INLINE RowChunk fmaChunk(RowChunk acc, RowChunk x, float w) {
   for (int l = 0; l < 16; ++l) acc.v[l] += x.v[l] * w;
   return acc;
 }
+template <int A, int B> PC_INLINE RowChunk loadRows2(const float* x0, const float* x1, bool in0, bool in1) {
+  RowChunk r{};
+  for (int l = A; l < B; ++l) {
+    if (in0) r.v[l] = x0[l - A];
+    if (in1) r.v[8 + l] = x1[l - A];
+  }
+  return r;
+}
 #endif
 // conv_rows (ConvRowTiles in the schedule): loadChunk<A, B>(xa) is lanes [A, B) of a chunk of
 // 16 columns (xa at lane A's value), the other lanes 0 and never read; fmaChunk(acc, x, w) is
-// acc + x * w on every lane. One input chunk serves a block of output channels.
+// acc + x * w on every lane. One input chunk serves a block of output channels. loadRows2<A, B>
+// (x0, x1, in0, in1): two rows of at most 8 columns in one chunk, lanes [A, B) of row 0 (x0 at
+// lane A's value; zeros unless in0) in lanes A..B-1 and of row 1 in lanes 8+A..8+B-1.
 
 // ---- GEMM microkernels over weights packed in panels of 16 output columns: panel[k][c] is the
 // weight of column c for input k. Each computes out[t][c] = bias[c] + sum_k x_t[k] * panel[k][c].

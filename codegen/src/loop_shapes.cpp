@@ -383,6 +383,8 @@ std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k
   t.dilationH = spatialList(*k.anchor, "dilations", 2, 1)[0];
   t.padTop = spatialList(*k.anchor, "pads", 4, 0)[0];
   t.bias = k.anchorInputs.size() > 2;
+  t.rows = t.OW <= 8 ? 2 : 1;
+  t.rowUnits = (t.OH + t.rows - 1) / t.rows;
   return t;
 }
 

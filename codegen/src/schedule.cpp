@@ -238,11 +238,11 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault, precision);
   auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
   if (has(Impl::ConvRows)) {
-    // Rows whose chunks of 16 columns are mostly filled: conv_rows beat oneDNN at batch 1 and 64
-    // on IMPALA's 64- to 16-column convs (no layout copies); on its 8-column ones, half of every
-    // FMA is idle and oneDNN stays ahead. Without oneDNN it beats the implicit GEMM everywhere.
-    const int64_t OW = k.domain[3].value();
-    if (!has(Impl::Onednn) || 4 * OW >= 3 * 16 * ((OW + 15) / 16)) return Impl::ConvRows;
+    // Rows whose chunks of 16 lanes are mostly filled (rows of at most 8 columns two to a chunk):
+    // conv_rows beat oneDNN at batch 1 and 64 on IMPALA's convs (no layout copies); where a
+    // quarter of every FMA would be idle, oneDNN stays. Without oneDNN it beats the implicit GEMM.
+    const ConvRowTiles t = *convRowTiles(p, k);
+    if (!has(Impl::Onednn) || 4 * t.rows * t.OW >= 3 * 16 * t.taps.chunks) return Impl::ConvRows;
   }
   if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return narrowVectors ? Impl::Gemm4x16 : Impl::Gemm4x32;
   if (has(Impl::OnednnPostOps)) {
@@ -619,7 +619,7 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
   if (impl == Impl::ConvRows) {
     // An output row of one image by a block of channels (ConvRowTiles).
     const ConvRowTiles t = *convRowTiles(p, k);
-    return perRowSplit(k, t.blocks * k.domain[2].value(), t.channels * k.domain[3].value() * packedK(p, k));
+    return perRowSplit(k, t.blocks * t.rowUnits, t.channels * t.rows * k.domain[3].value() * packedK(p, k));
   }
   switch (formOf(p, k)) {
     case Form::Pointwise: return domainSplit(k.domain, bodyCost / 4);

@@ -137,10 +137,15 @@ ShuffledLanes shuffledLanes(const std::array<int, 8>& sources);
 // The implicit GEMM gathers and packs windows and its microkernel broadcasts one input per FMA
 // pair; here an input vector serves six FMAs and the output row stays NCHW (no layout copies,
 // as around oneDNN's convolutions).
+// Rows of at most 8 columns go two to a chunk (`rows` 2): lanes 0-7 hold output row oh, lanes
+// 8-15 row oh + 1, each half loaded from its own input row (a row past the image or the output
+// reads zeros); a unit is then a pair of output rows.
 struct ConvRowTiles {
   RowTaps taps;          // the columns each window column reaches, chunks of 16
   int64_t channels = 0;  // kConvRowsChannels
   int64_t blocks = 0;    // ceil(M / channels)
+  int64_t rows = 1;      // output rows per chunk (1, or 2 for rows of at most 8 columns)
+  int64_t rowUnits = 0;  // ceil(OH / rows): units per block and image
   // The conv's geometry both printers read: input channels and rows, window rows, output
   // channels, rows and columns; the row axis's stride, dilation and top pad; a bias or not.
   int64_t C = 0, H = 0, KH = 0, M = 0, OH = 0, OW = 0;

@@ -142,15 +142,14 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   for (const codegen::Kernel& k : a.kernels) {
     if (k.kind == codegen::KernelKind::Conv) {
       ++convs;
-      // The strided convs have no conv_rows; the last one (3x3, stride 1) has, on rows of 7
-      // columns: less than 3/4 of its chunk, so oneDNN where it may, conv_rows without it.
+      // The strided convs have no conv_rows: conv + bias + relu, the cheap post-op chain the
+      // heuristic gives to oneDNN, whatever the vector width. The last one (3x3, stride 1) has, on
+      // rows of 7 columns two to a chunk (14 of 16 lanes): conv_rows.
       const bool rows = convs == 3;
-      // conv + bias + relu: the cheap post-op chain the heuristic gives to oneDNN.
-      CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, "onednn_postops"}});
+      const std::string extern_ = rows ? "conv_rows" : "onednn_postops";
+      CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, extern_}});
       CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, rows ? "conv_rows" : "gemm4x32"}});
-      // oneDNN's convolution whatever the vector width.
-      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, true).at(k.name) ==
-            codegen::ImplDispatch{{-1, "onednn_postops"}});
+      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, true).at(k.name) == codegen::ImplDispatch{{-1, extern_}});
       // conv + bias + relu stored plainly: the whole epilogue can be oneDNN post-ops.
       const std::vector<std::string> all = {"gemm4x32", "gemm4x16", "conv_rows", "onednn", "onednn_postops"};
       CHECK(codegen::implCandidates(a, k, true) == (rows ? all : kImpls));
@@ -159,8 +158,8 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
     }
   }
   CHECK(convs == 3);
-  // impala_cnn: conv_rows where its rows fill 3/4 of their chunks (64, 32 and 16 columns), oneDNN
-  // on the 8-column ones; with narrowed weights oneDNN everywhere.
+  // impala_cnn: conv_rows for every conv (rows of 64, 32 and 16 columns, and of 8 two to a chunk);
+  // with narrowed weights oneDNN everywhere.
   auto impala = driver::loadModel(testing::sourcePath("examples/models/impala_cnn.onnx"));
   passes::runPipeline(*impala);
   codegen::KernelProgram ip = codegen::lowerGraph(*impala);
@@ -172,11 +171,11 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
     if (k.kind != codegen::KernelKind::Conv) continue;
     INFO(k.name << " " << k.domain[3].value() << " columns");
     const std::string impl = chosen.at(k.name).front().impl;
-    CHECK((impl == "conv_rows") == (k.domain[3].value() >= 16));
+    CHECK(impl == "conv_rows");
     CHECK(narrowed.at(k.name).front().impl.rfind("onednn", 0) == 0);
     rowsConvs += impl == "conv_rows";
   }
-  CHECK(rowsConvs == 11);
+  CHECK(rowsConvs == 15);
 }
 
 TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact, extern kernels link libdnnl", "[extern]") {

@@ -611,15 +611,16 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
 // Channel counts that leave a narrower last block (13: 6 + 6 + 1; 7: 6 + 1), rows of 20 and 19
 // columns (a second, partial chunk), taps cut at both ends by asymmetric pads, a dilated window,
 // a row stride of 2, no bias, and rows of 32 with the epilogue on whole chunks; a column stride
-// of 2 has no conv_rows. Both backends against the interpreter, 1, 2 and 3 threads bit for bit,
-// and the two backends bit for bit.
+// of 2 has no conv_rows. Rows of 7 columns go two to a chunk: an odd count of output rows (the
+// last pair half empty), a row stride of 2 between the pair's input rows, 9 channels. Both
+// backends against the interpreter, 1, 2 and 3 threads bit for bit, and the two backends bit for bit.
 TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each other bit for bit", "[llvm][cpp]") {
   auto weights = [](int64_t n) {
     std::string s;
     for (int64_t i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", 0.125 * static_cast<double>((i * 7) % 13) - 0.75);
     return s;
   };
-  const std::string text = fmt::format(R"(graph rows(%x: f32[batch,5,9,20], %x3: f32[batch,3,4,32]) {{
+  const std::string text = fmt::format(R"(graph rows(%x: f32[batch,5,9,20], %x3: f32[batch,3,4,32], %x4: f32[batch,4,7,7]) {{
   %w = param f32[13,5,3,3] [{}]
   %b = param f32[13] [{}]
   %c = conv(%x, %w, %b) {{pads=[1, 1, 1, 1]}} : f32[batch,13,9,20]
@@ -632,8 +633,12 @@ TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each
   %t = tanh(%e) : f32[batch,6,4,32]
   %s = param f32[4,5,3,3] [{}]
   %f = conv(%x, %s) {{strides=[1, 2], pads=[1, 1, 1, 1]}} : f32[batch,4,9,10]
-  return (r=%r, d=%d, t=%t, f=%f)
-}})", weights(13 * 45), weights(13), weights(7 * 45), weights(90), weights(4 * 45));
+  %q = param f32[9,4,3,3] [{}]
+  %qb = param f32[9] [{}]
+  %g = conv(%x4, %q, %qb) {{pads=[1, 1, 1, 1]}} : f32[batch,9,7,7]
+  %h = conv(%x4, %q) {{strides=[2, 1], pads=[1, 0, 1, 2]}} : f32[batch,9,4,7]
+  return (r=%r, d=%d, t=%t, f=%f, g=%g, h=%h)
+}})", weights(13 * 45), weights(13), weights(7 * 45), weights(90), weights(4 * 45), weights(9 * 36), weights(9));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
   const codegen::PlannedProgram planned = codegen::planGraph(*graph);
@@ -656,6 +661,7 @@ TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each
   CHECK(generated.source.find("pc::loadChunk<1, 16>(xr + 0)") != std::string::npos);  // the left pad's tap
   CHECK(generated.source.find("a5 = pc::fmaChunk(a5, x, wr[") != std::string::npos);
   CHECK(generated.source.find("pc::f32x16 v = pc::load16(row) + pc::splat16(bias);") != std::string::npos);  // rows of 32
+  CHECK(generated.source.find("pc::loadRows2<1, 7>(xr + 0, xr1 + 0, in0, in1)") != std::string::npos);  // rows of 7 in pairs
   const fs::path so = scratch() / "convrows.so";
   codegen::buildSharedObject(generated, so.string(), {});
   codegen::LlvmOptions llvm;

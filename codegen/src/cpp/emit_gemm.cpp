@@ -517,10 +517,13 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
   const bool vec = s_.kernels[index].vectorEpilogue && vectorEpilogue(k, axisVars("i", 4), "0");
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
-  s += fmt::format("  // conv_rows: an output row by {} output channels at a time, {} chunk(s) of 16 columns\n", t.channels, t.taps.chunks);
+  const bool pair = t.rows == 2;
+  s += fmt::format("  // conv_rows: {} by {} output channels at a time, {} chunk(s) of 16 lanes\n", pair ? "two output rows" : "an output row",
+                   t.channels, t.taps.chunks);
   if (bias) s += fmt::format("  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n", s_.kernels[index].packedBias);
   s += "  for (int64_t u = lo; u < hi; ++u) {\n";
-  s += fmt::format("    const int64_t i0 = u / {}, m0 = u % {} / {} * {}, oh = u % {};\n", t.blocks * OH, t.blocks * OH, OH, t.channels, OH);
+  s += fmt::format("    const int64_t i0 = u / {}, m0 = u % {} / {} * {}, oh = u % {} * {};\n", t.blocks * t.rowUnits, t.blocks * t.rowUnits,
+                   t.rowUnits, t.channels, t.rowUnits, t.rows);
   // A block of `cb` channels from m0 (the full ones, then a narrower last one).
   auto block = [&](int64_t cb, const std::string& in) {
     std::string b;
@@ -532,15 +535,26 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
       b += fmt::format("{}  for (int64_t c = 0; c < {}; ++c) {{\n", in, C);
       b += fmt::format("{}    for (int64_t k0 = 0; k0 < {}; ++k0) {{\n", in, KH);
       b += fmt::format("{}      const int64_t p0 = oh*{} + k0*{} - {};\n", in, t.strideH, t.dilationH, t.padTop);
-      b += fmt::format("{}      if (p0 < 0 || p0 >= {}) continue;\n", in, H);
-      b += fmt::format("{}      const float* PC_RESTRICT xr = {} + {};\n", in, ptrName(X.root), addressOf(X.id, {"i0", "c", "p0", "0"}));
+      if (pair) {
+        // The second row's input row, and which of the two lie inside (the second also inside the output).
+        b += fmt::format("{}      const int64_t p1 = p0 + {};\n", in, t.strideH);
+        b += fmt::format("{}      const bool in0 = p0 >= 0 && p0 < {}, in1 = oh + 1 < {} && p1 >= 0 && p1 < {};\n", in, H, OH, H);
+        b += fmt::format("{}      if (!in0 && !in1) continue;\n", in);
+        b += fmt::format("{}      const float* xr = {} + {};\n", in, ptrName(X.root), addressOf(X.id, {"i0", "c", "p0", "0"}));
+        b += fmt::format("{}      const float* xr1 = {} + {};\n", in, ptrName(X.root), addressOf(X.id, {"i0", "c", "p1", "0"}));
+      } else {
+        b += fmt::format("{}      if (p0 < 0 || p0 >= {}) continue;\n", in, H);
+        b += fmt::format("{}      const float* PC_RESTRICT xr = {} + {};\n", in, ptrName(X.root), addressOf(X.id, {"i0", "c", "p0", "0"}));
+      }
       b += fmt::format("{}      const float* PC_RESTRICT wr = {} + {};\n", in, ptrName(W.root), addressOf(W.id, {"m0", "c", "k0", "0"}));
       for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
         const int64_t off = t.taps.offset(k1);
         for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
           if (l.chunk != j) continue;
-          b += fmt::format("{}      {{\n{}        const pc::RowChunk x = pc::loadChunk<{}, {}>(xr + {});\n", in, in, l.first, l.last,
-                           16 * j + l.first + off);
+          const std::string load = pair ? fmt::format("pc::loadRows2<{}, {}>(xr + {}, xr1 + {}, in0, in1)", l.first, l.last, l.first + off,
+                                                      l.first + off)
+                                        : fmt::format("pc::loadChunk<{}, {}>(xr + {})", l.first, l.last, 16 * j + l.first + off);
+          b += fmt::format("{}      {{\n{}        const pc::RowChunk x = {};\n", in, in, load);
           for (int64_t o = 0; o < cb; ++o) {
             b += fmt::format("{}        a{} = pc::fmaChunk(a{}, x, wr[{}]);\n", in, o, o, o * W.strides[0] + static_cast<int64_t>(k1) * W.strides[3]);
           }
@@ -565,6 +579,10 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
             if (p1 == std::string::npos) p1 = code.size();
             b += fmt::format("{}    {}\n", in, code.substr(p0, p1 - p0));
           }
+        } else if (pair) {
+          b += fmt::format("{}    for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh, c, row[c]{});\n", in, OW, o, bias ? " + bias" : "");
+          b += fmt::format("{}    if (oh + 1 < {}) for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh + 1, c, row[8 + c]{});\n", in, OH, OW, o,
+                           bias ? " + bias" : "");
         } else {
           b += fmt::format("{}    for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh, {} + c, row[c]{});\n", in, cols, o, 16 * j,
                            bias ? " + bias" : "");

@@ -1,0 +1,399 @@
+// The LLVM emitter's convolution templates: the implicit GEMM over packed panels (gemm4x32,
+// gemm4x16), conv_rows (ConvRowTiles), and the direct convs by rows or by output element.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+
+#include "emitter.h"
+
+namespace policyc::codegen::llvmemit {
+
+void Emitter::emitPackedConv(const Kernel& k) {
+  const size_t index = static_cast<size_t>(&k - p_.kernels.data());
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  std::vector<int64_t> st = spatialList(n, "strides", 2, 1), dil = spatialList(n, "dilations", 2, 1), pads = spatialList(n, "pads", 4, 0);
+  const int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), Wd = X.type.shape[3].value();
+  const int64_t KH = W.type.shape[2].value(), KW = W.type.shape[3].value();
+  const int64_t M = packedN(p_, k), K = packedK(p_, k), OW = k.domain[3].value(), P = k.domain[2].value() * OW;
+  const int64_t panels = (M + kPanel - 1) / kPanel, quads = (P + 3) / 4;
+  Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
+  llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(4 * K)), "patch");
+  const DType t = accType(k);
+  // Windows inside the input are read in place through a table of offsets (c, kh, kw order);
+  // gathered patches (windows over the padding) through the identity table.
+  std::vector<int32_t> window, identity;
+  const std::vector<int64_t>& xs = X.strides;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        window.push_back(static_cast<int32_t>(c * xs[1] + kh * dil[0] * xs[2] + kw * dil[1] * xs[3]));
+        identity.push_back(static_cast<int32_t>(identity.size()));
+      }
+  llvm::Constant* windowTable = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int32_t>(window)), k.name + ".window");
+  llvm::Constant* identityTable = constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int32_t>(identity)), k.name + ".patch");
+  // Whether output position `pos`'s window lies inside the input, and where it starts.
+  auto inside = [&](Value* pos) {
+    Value* ih = b_.CreateSub(b_.CreateMul(b_.CreateSDiv(pos, c64(OW)), c64(st[0])), c64(pads[0]));
+    Value* iw = b_.CreateSub(b_.CreateMul(b_.CreateSRem(pos, c64(OW)), c64(st[1])), c64(pads[1]));
+    Value* okH = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(b_.CreateAdd(ih, c64((KH - 1) * dil[0])), c64(H)));
+    Value* okW = b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(b_.CreateAdd(iw, c64((KW - 1) * dil[1])), c64(Wd)));
+    return b_.CreateAnd(okH, okW);
+  };
+  auto origin = [&](Value* i0, Value* pos) {
+    Value* ih = b_.CreateSub(b_.CreateMul(b_.CreateSDiv(pos, c64(OW)), c64(st[0])), c64(pads[0]));
+    Value* iw = b_.CreateSub(b_.CreateMul(b_.CreateSRem(pos, c64(OW)), c64(st[1])), c64(pads[1]));
+    return elemPtr(X.id, {i0, nullptr, ih, iw});
+  };
+  // patch row `slot` = the window of output position `pos` of image i0 (c, kh, kw order).
+  auto gather = [&](Value* i0, Value* pos, int64_t slot) {
+    Value* oh = b_.CreateSDiv(pos, c64(OW));
+    Value* ow = b_.CreateSRem(pos, c64(OW));
+    Value* dst = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(slot * K));
+    forCount(C, "c", [&](Value* c) {
+      forCount(KH, "kh", [&](Value* kh) {
+        Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
+        Value* okH = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H)));
+        forCount(KW, "kw", [&](Value* kw) {
+          Value* iw = b_.CreateSub(b_.CreateAdd(b_.CreateMul(ow, c64(st[1])), b_.CreateMul(kw, c64(dil[1]))), c64(pads[1]));
+          Value* ok = b_.CreateAnd(okH, b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(iw, c64(Wd))));
+          Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(KH)), kh), c64(KW)), kw);
+          Value* slotPtr = b_.CreateInBoundsGEP(f32_, dst, at);
+          b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), slotPtr);
+          ifThen(ok, "inside", [&] {
+            Value* ihc = b_.CreateSelect(ok, ih, c64(0));
+            Value* iwc = b_.CreateSelect(ok, iw, c64(0));
+            b_.CreateStore(loadElem(X.id, {i0, c, ihc, iwc}, X.name), slotPtr);
+          });
+        });
+      });
+    });
+  };
+  auto finish = [&](Value* i0, Value* pos, Value* j, Value* acc) {
+    llvm::AllocaInst* tmp = local(llvm::ArrayType::get(f32_, kLanes), "panel");
+    b_.CreateAlignedStore(acc, tmp, llvm::Align(64));
+    Value* n0 = b_.CreateMul(j, c64(kPanel));
+    Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(n0, c64(kLanes)), c64(M));
+    Value* oh = b_.CreateSDiv(pos, c64(OW));
+    Value* ow = b_.CreateSRem(pos, c64(OW));
+    forRange(n0, end, "n", [&](Value* nn) {
+      Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, tmp, b_.CreateSub(nn, n0)), "acc");
+      emitBody(k.body, {i0, nn, oh, ow}, convert(a, DType::F32, t));
+    });
+  };
+  forRange(lo_, hi_, "u", [&](Value* u) {
+    Value* i0 = b_.CreateSDiv(u, c64(quads), "i0");
+    Value* pos = b_.CreateMul(b_.CreateSRem(u, c64(quads)), c64(4), "pos");
+    ifElse(
+        b_.CreateICmpSLE(b_.CreateAdd(pos, c64(4)), c64(P)), "quad",
+        [&] {
+          Value* direct = b_.getTrue();
+          for (int tq = 0; tq < 4; ++tq) direct = b_.CreateAnd(direct, inside(b_.CreateAdd(pos, c64(tq))));
+          direct->setName("direct");
+          ifThen(b_.CreateNot(direct), "gather", [&] {
+            for (int tq = 0; tq < 4; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+          });
+          std::vector<Value*> rows;
+          for (int tq = 0; tq < 4; ++tq) {
+            Value* row = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K));
+            rows.push_back(b_.CreateSelect(direct, origin(i0, b_.CreateAdd(pos, c64(tq))), row));
+          }
+          Value* offsets = b_.CreateSelect(direct, windowTable, identityTable, "offsets");
+          auto tile = [&](Value* j, int per) {
+            const PanelRef w = panelAt(index, j, "w");
+            Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+            auto acc = gemmTile(rows, per, K, w, bias, &n, offsets);
+            for (int p = 0; p < per; ++p) {
+              for (int tq = 0; tq < 4; ++tq) {
+                finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
+              }
+            }
+          };
+          if (panelGroup() == 1) {
+            forRange(c64(0), c64(panels), "j", [&](Value* j) { tile(j, 1); });
+          } else {
+            if (panels >= 2) {
+              forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
+            }
+            if (panels % 2) tile(c64(panels - 1), 1);
+          }
+        },
+        [&] {
+          forRange(pos, c64(P), "t0", [&](Value* t0) {
+            gather(i0, t0, 0);
+            forCount(panels, "j", [&](Value* j) {
+              const PanelRef w = panelAt(index, j, "w");
+              Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+              auto acc = gemmTile({b_.CreateConstInBoundsGEP1_64(f32_, patch, 0)}, 1, K, w, bias, &n);
+              finish(i0, t0, j, acc[0][0]);
+            });
+          });
+        });
+  });
+}
+
+void Emitter::addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id, bool finiteWeight) {
+  llvm::Type* v16 = reg->getAllocatedType();
+  Value* acc = b_.CreateLoad(v16, reg);
+  Value* r = nullptr;
+  llvm::Instruction* x = nullptr;
+  if (l.first == 0 && l.last == 16) {
+    x = b_.CreateAlignedLoad(v16, at, llvm::Align(4));
+    r = fma(x, wv, acc);
+  } else {
+    std::vector<llvm::Constant*> on;
+    for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i >= l.first && i < l.last));
+    Value* mask = llvm::ConstantVector::get(on);
+    if (finiteWeight) {
+      // Lanes past the row read copysign(0, -w): their products are -0 (RowTaps::finiteWeights).
+      Value* zero = b_.CreateCopySign(llvm::Constant::getNullValue(v16), b_.CreateFNeg(wv));
+      x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, zero);
+      r = fma(x, wv, acc);
+    } else {
+      x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, llvm::PoisonValue::get(v16));
+      r = b_.CreateSelect(mask, fma(x, wv, acc), acc);
+    }
+  }
+  restrictAccess(x, id);
+  b_.CreateStore(r, reg);
+}
+
+void Emitter::emitConvRows(const Kernel& k) {
+  const size_t index = static_cast<size_t>(&k - p_.kernels.data());
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  const ConvRowTiles t = *convRowTiles(p_, k);
+  const int64_t C = t.C, H = t.H, KH = t.KH, M = t.M, OH = t.OH, OW = t.OW;
+  const bool bias = t.bias;
+  const bool vec = s_.kernels[index].vectorEpilogue;
+  const DType accT = accType(k);
+  llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
+  Value* bp = bias ? weightsAt(s_.kernels[index].packedBias, "bp") : nullptr;
+  // A block of `cb` channels from m0 (the full ones, then a narrower last one), as the C++ printer.
+  auto block = [&](Value* i0, Value* m0, Value* oh, int64_t cb) {
+    for (int64_t j = 0; j < t.taps.chunks; ++j) {
+      std::vector<llvm::AllocaInst*> acc;
+      for (int64_t o = 0; o < cb; ++o) {
+        acc.push_back(local(v16, fmt::format("a{}", o)));
+        b_.CreateStore(llvm::Constant::getNullValue(v16), acc.back());
+      }
+      auto lanes = [&](int64_t first, int64_t last) {
+        std::vector<llvm::Constant*> on;
+        for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i >= first && i < last));
+        return llvm::ConstantVector::get(on);
+      };
+      forCount(C, "c", [&](Value* c) {
+        forCount(KH, "k0", [&](Value* k0) {
+          Value* p0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(t.strideH)), b_.CreateMul(k0, c64(t.dilationH))), c64(t.padTop));
+          Value* in0 = b_.CreateAnd(b_.CreateICmpSGE(p0, c64(0)), b_.CreateICmpSLT(p0, c64(H)), "in0");
+          Value* p1 = nullptr;
+          Value* in1 = nullptr;
+          Value* inside = in0;
+          if (t.rows == 2) {
+            // The second output row's input row (pc::loadRows2): inside the input and the output.
+            p1 = b_.CreateAdd(p0, c64(t.strideH));
+            in1 = b_.CreateAnd(b_.CreateICmpSLT(b_.CreateAdd(oh, c64(1)), c64(OH)),
+                               b_.CreateAnd(b_.CreateICmpSGE(p1, c64(0)), b_.CreateICmpSLT(p1, c64(H))), "in1");
+            inside = b_.CreateOr(in0, in1);
+          }
+          ifThen(inside, "inside", [&] {
+            for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
+              const int64_t off = t.taps.offset(k1);
+              for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
+                if (l.chunk != j) continue;
+                // lane 0's column: may lie outside the row; the lanes past it read 0 (pc::loadChunk)
+                Value* at = elemPtr(X.id, {i0, c, p0, c64(16 * j + off)});
+                Value* x = nullptr;
+                if (t.rows == 2) {
+                  // Lanes 8.. from the second row (its lane 8's column at lane 0's - 8), each half
+                  // loaded on its own and the two joined by a shuffle. (The second load taking the
+                  // first as its pass-through, LLVM 19's x86 lowering read the first row one
+                  // float early: the two pointers lie one float apart in a 7-column image.)
+                  Value* zero = llvm::Constant::getNullValue(v16);
+                  Value* m0v = b_.CreateAnd(lanes(l.first, l.last), b_.CreateVectorSplat(16, in0));
+                  Value* m1v = b_.CreateAnd(lanes(8 + l.first, 8 + l.last), b_.CreateVectorSplat(16, in1));
+                  Value* x0 = b_.CreateMaskedLoad(v16, at, llvm::Align(4), m0v, zero, "x0");
+                  Value* x1 = b_.CreateMaskedLoad(v16, elemPtr(X.id, {i0, c, p1, c64(off - 8)}), llvm::Align(4), m1v, zero, "x1");
+                  x = b_.CreateShuffleVector(x0, x1, {0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31}, "x");
+                } else if (l.first == 0 && l.last == 16) {
+                  x = b_.CreateAlignedLoad(v16, at, llvm::Align(4), "x");
+                } else {
+                  x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), lanes(l.first, l.last), llvm::Constant::getNullValue(v16), "x");
+                }
+                for (int64_t o = 0; o < cb; ++o) {
+                  Value* w = loadElem(W.id, {b_.CreateAdd(m0, c64(o)), c, k0, c64(static_cast<int64_t>(k1))}, W.name);
+                  llvm::AllocaInst* a = acc[static_cast<size_t>(o)];
+                  b_.CreateStore(fma(x, b_.CreateVectorSplat(16, w), b_.CreateLoad(v16, a)), a);
+                }
+              }
+            }
+          });
+        });
+      });
+      // The epilogue along the chunk's columns, a channel at a time.
+      const int64_t cols = std::min<int64_t>(16, OW - 16 * j);
+      for (int64_t o = 0; o < cb; ++o) {
+        Value* m = b_.CreateAdd(m0, c64(o));
+        Value* r = b_.CreateLoad(v16, acc[static_cast<size_t>(o)]);
+        Value* bv = bias ? b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, bp, m), "bias") : nullptr;
+        if (vec) {
+          if (bv) r = b_.CreateFAdd(r, b_.CreateVectorSplat(16, bv), nodeLabel(&n));
+          emitBody(k.body, {i0, m, oh, c64(16 * j)}, r, 16);
+          continue;
+        }
+        llvm::AllocaInst* row = local(llvm::ArrayType::get(f32_, 16), "row");
+        b_.CreateAlignedStore(r, row, llvm::Align(4));
+        // A row's columns from lane `from` (the second of a pair from lane 8).
+        auto finishRow = [&](Value* r2, int64_t from, int64_t count, int64_t col0) {
+          forCount(count, "i3", [&](Value* i3) {
+            Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, b_.CreateAdd(i3, c64(from))), "acc");
+            if (bv) a = b_.CreateFAdd(a, bv, nodeLabel(&n));
+            emitBody(k.body, {i0, m, r2, b_.CreateAdd(i3, c64(col0))}, convert(a, DType::F32, accT));
+          });
+        };
+        if (t.rows == 2) {
+          finishRow(oh, 0, OW, 0);
+          Value* oh1 = b_.CreateAdd(oh, c64(1));
+          ifThen(b_.CreateICmpSLT(oh1, c64(OH)), "second", [&] { finishRow(oh1, 8, OW, 0); });
+        } else {
+          finishRow(oh, 0, cols, 16 * j);
+        }
+      }
+    }
+  };
+  forRange(lo_, hi_, "u", [&](Value* u) {
+    Value* i0 = b_.CreateSDiv(u, c64(t.blocks * t.rowUnits), "i0");
+    Value* m0 = b_.CreateMul(b_.CreateSDiv(b_.CreateSRem(u, c64(t.blocks * t.rowUnits)), c64(t.rowUnits)), c64(t.channels), "m0");
+    Value* oh = b_.CreateMul(b_.CreateSRem(u, c64(t.rowUnits)), c64(t.rows), "oh");
+    const int64_t full = M / t.channels, last = M % t.channels;
+    if (last == 0) {
+      block(i0, m0, oh, t.channels);
+    } else {
+      ifElse(
+          b_.CreateICmpSLT(m0, c64(full * t.channels)), "full", [&] { block(i0, m0, oh, t.channels); },
+          [&] { block(i0, m0, oh, last); });
+    }
+  });
+}
+
+void Emitter::emitConv(const Kernel& k) {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  const size_t nsp = X.type.rank() - 2;
+  std::vector<int64_t> strides = spatialList(n, "strides", nsp, 1), dil = spatialList(n, "dilations", nsp, 1),
+                       pads = spatialList(n, "pads", nsp * 2, 0);
+  const int64_t group = n.attrInt("group"), C = X.type.shape[1].value(), M = k.domain[1].value();
+  const int64_t gc = C / group, gm = M / group;
+  const int axis = split_->axis;
+  const DType t = accType(k);
+  if (const std::optional<RowTaps> taps = convRowTaps(p_, k, *split_)) {
+    // An output row at a time (schedule.h, RowTaps): per tap, one loop over the columns it
+    // reaches, which the loop vectorizer takes; then the epilogue along the row.
+    const int64_t OW = k.domain[3].value(), H = X.type.shape[2].value();
+    std::vector<Value*> vars(4, nullptr);
+    domainLoops(k.domain, axis, [&](const std::vector<Value*>& rv) {
+      vars = rv;
+      // taps->chunks: the row as chunks of 16 columns (allocas SROA keeps in registers), each
+      // tap added on the lanes it reaches by a masked load and FMA; else the row in memory.
+      const int64_t chunks = taps->chunks;
+      llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
+      std::vector<llvm::AllocaInst*> regs;
+      for (int64_t j = 0; j < chunks; ++j) {
+        regs.push_back(local(v16, "row" + std::to_string(j)));
+        b_.CreateStore(llvm::Constant::getNullValue(v16), regs.back());
+      }
+      llvm::AllocaInst* row = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(chunks ? chunks * 16 : OW)), "row");
+      if (!chunks) b_.CreateMemSet(row, b_.getInt8(0), c64(OW * 4), llvm::Align(4));
+      Value* g = b_.CreateSDiv(vars[1], c64(gm));
+      forCount(gc, "c", [&](Value* c) {
+        Value* ch = b_.CreateAdd(b_.CreateMul(g, c64(gc)), c);
+        forCount(W.type.shape[2].value(), "k0", [&](Value* k0) {
+          Value* p0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(vars[2], c64(strides[0])), b_.CreateMul(k0, c64(dil[0]))), c64(pads[0]));
+          ifThen(b_.CreateAnd(b_.CreateICmpSGE(p0, c64(0)), b_.CreateICmpSLT(p0, c64(H))), "inside", [&] {
+            for (size_t k1 = 0; k1 < taps->lo.size(); ++k1) {
+              if (taps->lo[k1] >= taps->hi[k1]) continue;  // this window column never lies inside the input
+              Value* w = convert(loadElem(W.id, {vars[1], c, k0, c64(static_cast<int64_t>(k1))}, W.name), W.type.dtype, DType::F32);
+              const int64_t off = static_cast<int64_t>(k1) * dil[1] - pads[1];
+              if (chunks) {
+                Value* wv = b_.CreateVectorSplat(16, w);
+                for (const RowTaps::Lanes& l : taps->lanesOf(k1)) {
+                  // lane 0's column: may lie outside the row
+                  addTap(regs[static_cast<size_t>(l.chunk)], elemPtr(X.id, {vars[0], ch, p0, c64(16 * l.chunk + off)}), l, wv, X.id,
+                         taps->finiteWeights);
+                }
+                continue;
+              }
+              forRange(c64(taps->lo[k1]), c64(taps->hi[k1]), "i3", [&](Value* i3) {
+                Value* p1 = b_.CreateAdd(b_.CreateMul(i3, c64(strides[1])), c64(off));
+                Value* x = convert(loadElem(X.id, {vars[0], ch, p0, p1}, X.name), X.type.dtype, DType::F32);
+                Value* at = b_.CreateInBoundsGEP(f32_, row, i3);
+                b_.CreateStore(fma(x, w, b_.CreateLoad(f32_, at)), at);
+              });
+            }
+          });
+        });
+      });
+      for (int64_t j = 0; j < chunks; ++j) {
+        b_.CreateAlignedStore(b_.CreateLoad(v16, regs[static_cast<size_t>(j)]), b_.CreateInBoundsGEP(f32_, row, c64(16 * j)), llvm::Align(4));
+      }
+      forCount(OW, "i3", [&](Value* i3) {
+        Value* r = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, i3), "acc");
+        if (k.anchorInputs.size() > 2) {
+          const Buffer& Bv = p_.buffer(k.anchorInputs[2]);
+          r = b_.CreateFAdd(r, convert(loadElem(Bv.id, {vars[1]}, Bv.name), Bv.type.dtype, DType::F32), nodeLabel(&n));
+        }
+        std::vector<Value*> v = vars;
+        v[3] = i3;
+        emitBody(k.body, v, convert(r, DType::F32, t));
+      });
+    }, {0, 1, 2}, std::vector<Value*>(4, nullptr));
+    return;
+  }
+  domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
+    llvm::AllocaInst* acc = local(f32_, "acc");
+    b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), acc);
+    Value* g = b_.CreateSDiv(vars[1], c64(gm));
+    forCount(gc, "c", [&](Value* c) {
+      std::vector<Value*> xIdx = {vars[0], b_.CreateAdd(b_.CreateMul(g, c64(gc)), c)};
+      std::vector<Value*> wIdx = {vars[1], c};
+      std::function<void(size_t)> spatial = [&](size_t d) {
+        if (d == nsp) {
+          Value* x = convert(loadElem(X.id, xIdx, X.name), X.type.dtype, DType::F32);
+          Value* w = convert(loadElem(W.id, wIdx, W.name), W.type.dtype, DType::F32);
+          b_.CreateStore(fma(x, w, b_.CreateLoad(f32_, acc)), acc);
+          return;
+        }
+        forCount(W.type.shape[2 + d].value(), "k" + std::to_string(d), [&](Value* kd) {
+          Value* pd = b_.CreateSub(b_.CreateAdd(b_.CreateMul(vars[2 + d], c64(strides[d])), b_.CreateMul(kd, c64(dil[d]))), c64(pads[d]));
+          Value* ok = b_.CreateAnd(b_.CreateICmpSGE(pd, c64(0)), b_.CreateICmpSLT(pd, c64(X.type.shape[2 + d].value())));
+          ifThen(ok, "inside", [&] {
+            xIdx.push_back(pd);
+            wIdx.push_back(kd);
+            spatial(d + 1);
+            xIdx.pop_back();
+            wIdx.pop_back();
+          });
+        });
+      };
+      spatial(0);
+    });
+    Value* r = b_.CreateLoad(f32_, acc);
+    if (k.anchorInputs.size() > 2) {
+      const Buffer& Bv = p_.buffer(k.anchorInputs[2]);
+      r = b_.CreateFAdd(r, convert(loadElem(Bv.id, {vars[1]}, Bv.name), Bv.type.dtype, DType::F32), nodeLabel(&n));
+    }
+    emitBody(k.body, vars, convert(r, DType::F32, t));
+  });
+}
+
+}  // namespace policyc::codegen::llvmemit
