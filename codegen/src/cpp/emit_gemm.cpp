@@ -547,19 +547,31 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
         b += fmt::format("{}      const float* PC_RESTRICT xr = {} + {};\n", in, ptrName(X.root), addressOf(X.id, {"i0", "c", "p0", "0"}));
       }
       b += fmt::format("{}      const float* PC_RESTRICT wr = {} + {};\n", in, ptrName(W.root), addressOf(W.id, {"m0", "c", "k0", "0"}));
-      for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
-        const int64_t off = t.taps.offset(k1);
-        for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
-          if (l.chunk != j) continue;
-          const std::string load = pair ? fmt::format("pc::loadRows2<{}, {}>(xr + {}, xr1 + {}, in0, in1)", l.first, l.last, l.first + off,
-                                                      l.first + off)
-                                        : fmt::format("pc::loadChunk<{}, {}>(xr + {})", l.first, l.last, 16 * j + l.first + off);
-          b += fmt::format("{}      {{\n{}        const pc::RowChunk x = {};\n", in, in, load);
-          for (int64_t o = 0; o < cb; ++o) {
-            b += fmt::format("{}        a{} = pc::fmaChunk(a{}, x, wr[{}]);\n", in, o, o, o * W.strides[0] + static_cast<int64_t>(k1) * W.strides[3]);
+      // The taps of this window row (`flags`: a pair's row flags, constants where both rows lie
+      // inside, the common case, so that no select remains there; as the LLVM printer).
+      auto taps = [&](const std::string& flags, const std::string& tin) {
+        std::string r;
+        for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
+          const int64_t off = t.taps.offset(k1);
+          for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
+            if (l.chunk != j) continue;
+            const std::string load = pair ? fmt::format("pc::loadRows2<{}, {}>(xr + {}, xr1 + {}, {})", l.first, l.last, l.first + off,
+                                                        l.first + off, flags)
+                                          : fmt::format("pc::loadChunk<{}, {}>(xr + {})", l.first, l.last, 16 * j + l.first + off);
+            r += fmt::format("{}{{\n{}  const pc::RowChunk x = {};\n", tin, tin, load);
+            for (int64_t o = 0; o < cb; ++o) {
+              r += fmt::format("{}  a{} = pc::fmaChunk(a{}, x, wr[{}]);\n", tin, o, o, o * W.strides[0] + static_cast<int64_t>(k1) * W.strides[3]);
+            }
+            r += tin + "}\n";
           }
-          b += in + "      }\n";
         }
+        return r;
+      };
+      if (pair) {
+        b += fmt::format("{}      if (in0 && in1) {{\n{}{}      }} else {{\n{}{}      }}\n", in, taps("true, true", in + "        "), in,
+                         taps("in0, in1", in + "        "), in);
+      } else {
+        b += taps("", in + "      ");
       }
       b += in + "    }\n" + in + "  }\n";
       // The epilogue along the chunk's columns, a channel at a time.

@@ -205,7 +205,8 @@ void Emitter::emitConvRows(const Kernel& k) {
                                b_.CreateAnd(b_.CreateICmpSGE(p1, c64(0)), b_.CreateICmpSLT(p1, c64(H))), "in1");
             inside = b_.CreateOr(in0, in1);
           }
-          ifThen(inside, "inside", [&] {
+          // The taps of this window row; `both`: a pair whose two input rows lie inside.
+          auto taps = [&](bool both) {
             for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
               const int64_t off = t.taps.offset(k1);
               for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
@@ -215,14 +216,19 @@ void Emitter::emitConvRows(const Kernel& k) {
                 Value* x = nullptr;
                 if (t.rows == 2) {
                   // Lanes 8.. from the second row (its lane 8's column at lane 0's - 8), each half
-                  // loaded on its own and the two joined by a shuffle. (The second load taking the
-                  // first as its pass-through, LLVM 19's x86 lowering read the first row one
-                  // float early: the two pointers lie one float apart in a 7-column image.)
+                  // by a masked load with a constant mask, joined by a shuffle. Where a row lies
+                  // outside, its half is loaded from a row clamped into the input and zeroed: a
+                  // mask computed at run time made LLVM scalarise the loads (2 GFLOP/s), and one
+                  // masked load taking the other as its pass-through read the first row a float
+                  // early. Both rows inside (the common case) need neither.
                   Value* zero = llvm::Constant::getNullValue(v16);
-                  Value* m0v = b_.CreateAnd(lanes(l.first, l.last), b_.CreateVectorSplat(16, in0));
-                  Value* m1v = b_.CreateAnd(lanes(8 + l.first, 8 + l.last), b_.CreateVectorSplat(16, in1));
-                  Value* x0 = b_.CreateMaskedLoad(v16, at, llvm::Align(4), m0v, zero, "x0");
-                  Value* x1 = b_.CreateMaskedLoad(v16, elemPtr(X.id, {i0, c, p1, c64(off - 8)}), llvm::Align(4), m1v, zero, "x1");
+                  auto half = [&](Value* p, Value* in, int64_t base, int64_t col) {
+                    Value* row = both ? p : b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, p, c64(H - 1)), c64(0));
+                    Value* v = b_.CreateMaskedLoad(v16, elemPtr(X.id, {i0, c, row, c64(col)}), llvm::Align(4), lanes(base + l.first, base + l.last), zero);
+                    return both ? v : b_.CreateSelect(in, v, zero);
+                  };
+                  Value* x0 = half(p0, in0, 0, 16 * j + off);
+                  Value* x1 = half(p1, in1, 8, off - 8);
                   x = b_.CreateShuffleVector(x0, x1, {0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31}, "x");
                 } else if (l.first == 0 && l.last == 16) {
                   x = b_.CreateAlignedLoad(v16, at, llvm::Align(4), "x");
@@ -236,7 +242,12 @@ void Emitter::emitConvRows(const Kernel& k) {
                 }
               }
             }
-          });
+          };
+          if (t.rows == 2) {
+            ifElse(b_.CreateAnd(in0, in1), "both", [&] { taps(true); }, [&] { ifThen(inside, "inside", [&] { taps(false); }); });
+          } else {
+            ifThen(inside, "inside", [&] { taps(false); });
+          }
         });
       });
       // The epilogue along the chunk's columns, a channel at a time.
