@@ -238,11 +238,12 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault, precision);
   auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
   if (has(Impl::ConvRows)) {
-    // Rows whose chunks of 16 lanes are mostly filled (rows of at most 8 columns two to a chunk):
-    // conv_rows beat oneDNN at batch 1 and 64 on IMPALA's convs (no layout copies); where a
-    // quarter of every FMA would be idle, oneDNN stays. Without oneDNN it beats the implicit GEMM.
+    // Output rows that fill at least 7/8 of their chunks' lanes (rows of at most 8 columns two to
+    // a chunk): conv_rows beat oneDNN at batch 1 and 64 on every IMPALA conv (no layout copies);
+    // NatureCNN's 7x7 (3/4 of the lanes: seven rows in four pairs of seven columns) ran 1.25x
+    // behind oneDNN at batch 1. Without oneDNN it beats the implicit GEMM everywhere.
     const ConvRowTiles t = *convRowTiles(p, k);
-    if (!has(Impl::Onednn) || 4 * t.rows * t.OW >= 3 * 16 * t.taps.chunks) return Impl::ConvRows;
+    if (!has(Impl::Onednn) || 8 * t.OH * t.OW >= 7 * 16 * t.rowUnits * t.taps.chunks) return Impl::ConvRows;
   }
   if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return narrowVectors ? Impl::Gemm4x16 : Impl::Gemm4x32;
   if (has(Impl::OnednnPostOps)) {
