@@ -81,6 +81,13 @@ std::string checkGenerated(const ir::Graph& graph, const std::string& name, uint
   return generated.source;
 }
 
+// n param values for a .pir text: scale * ((i * 7) % mod) + offset, comma-separated.
+std::string paramValues(int64_t n, double scale, int64_t mod, double offset) {
+  std::string s;
+  for (int64_t i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", scale * static_cast<double>((i * 7) % mod) + offset);
+  return s;
+}
+
 size_t occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; ++at) ++n;
@@ -558,11 +565,7 @@ TEST_CASE("llvm and cpp backends: a packed epilogue runs on whole panels where t
 // 2, stride 2, one output column) and a grouped conv with two channels per group and a fused
 // tanh, against the interpreter at 1 and 2 threads (bitwise equal).
 TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "[llvm][cpp]") {
-  auto weights = [](int64_t n) {
-    std::string s;
-    for (int64_t i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", 0.25 * static_cast<double>((i * 7) % 11) - 1.0);
-    return s;
-  };
+  auto weights = [](int64_t n) { return paramValues(n, 0.25, 11, -1.0); };
   // Row kept in memory (column stride 2), in one partial chunk of registers (3 columns), in
   // three chunks with taps cut at both ends (35), and in two whole chunks with a vector epilogue
   // (storing to a buffer whose name holds "n0", the packed epilogue's column variable).
@@ -615,11 +618,7 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
 // last pair half empty), a row stride of 2 between the pair's input rows, 9 channels. Both
 // backends against the interpreter, 1, 2 and 3 threads bit for bit, and the two backends bit for bit.
 TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each other bit for bit", "[llvm][cpp]") {
-  auto weights = [](int64_t n) {
-    std::string s;
-    for (int64_t i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", 0.125 * static_cast<double>((i * 7) % 13) - 0.75);
-    return s;
-  };
+  auto weights = [](int64_t n) { return paramValues(n, 0.125, 13, -0.75); };
   const std::string text = fmt::format(R"(graph rows(%x: f32[batch,5,9,20], %x3: f32[batch,3,4,32], %x4: f32[batch,4,7,7]) {{
   %w = param f32[13,5,3,3] [{}]
   %b = param f32[13] [{}]
