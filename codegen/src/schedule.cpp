@@ -795,6 +795,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       ks.dispatch = d;
     }
     for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im));
+    if (std::find(ks.impls.begin(), ks.impls.end(), Impl::ConvRows) != ks.impls.end()) ks.convRows = convRowTiles(p, k);
     ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !usesPanels(i); });
     s.usesExtern = s.usesExtern || std::any_of(ks.impls.begin(), ks.impls.end(), isExtern);
     for (Impl im : ks.impls) {

@@ -363,6 +363,7 @@ struct KernelSchedule {
   // LLVM from vectorising across the outputs (a 2x2 average pool of stride 2 ran 1.8x behind GCC's).
   bool windowInside = false;
   bool rawWeight = false;   // an extern implementation or conv_rows reads the plain weight (oneDNN reorders it)
+  std::optional<ConvRowTiles> convRows;  // where conv_rows is among impls: its tiles, for both printers
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
   // The packed weight's element type (CodegenOptions::precision, the rule in codegen.h); Int8's
   // per-column scales are f32 panels at packedScale (the microkernels multiply each tile's

@@ -508,10 +508,15 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) 
   return s;
 }
 
+std::string Emitter::chunkEpilogue(const Kernel& k, const std::string& row, int64_t col, bool bias, const std::string& indent) const {
+  std::string s = fmt::format("{}pc::f32x16 v = pc::load16({}){};\n", indent, row, bias ? " + pc::splat16(bias)" : "");
+  return s + indented(*vectorEpilogue(k, axisVars("i", k.domain.size()), std::to_string(col)), indent);
+}
+
 std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
-  const ConvRowTiles t = *convRowTiles(p_, k);
+  const ConvRowTiles& t = *s_.kernels[index].convRows;
   const int64_t C = t.C, H = t.H, KH = t.KH, M = t.M, OH = t.OH, OW = t.OW;
   const bool bias = t.bias;
   const bool vec = s_.kernels[index].vectorEpilogue && vectorEpilogue(k, axisVars("i", 4), "0");
@@ -583,14 +588,8 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
         else b += in + "  {\n";
         if (vec) {
           // The epilogue on the whole chunk (KernelSchedule::vectorEpilogue).
-          b += fmt::format("{}    const int64_t i1 = m0 + {}, i2 = oh;\n{}    pc::f32x16 v = pc::load16(row){};\n", in, o, in,
-                           bias ? " + pc::splat16(bias)" : "");
-          const std::string code = *vectorEpilogue(k, axisVars("i", 4), std::to_string(16 * j));
-          for (size_t p0 = 0, p1; p0 < code.size(); p0 = p1 + 1) {
-            p1 = code.find('\n', p0);
-            if (p1 == std::string::npos) p1 = code.size();
-            b += fmt::format("{}    {}\n", in, code.substr(p0, p1 - p0));
-          }
+          b += fmt::format("{}    const int64_t i1 = m0 + {}, i2 = oh;\n", in, o);
+          b += chunkEpilogue(k, "row", 16 * j, bias, in + "    ");
         } else if (pair) {
           b += fmt::format("{}    for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh, c, row[c]{});\n", in, OW, o, bias ? " + bias" : "");
           b += fmt::format("{}    if (oh + 1 < {}) for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh + 1, c, row[8 + c]{});\n", in, OH, OW, o,
@@ -693,14 +692,7 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
     }
     if (vec) {
       for (int64_t j = 0; j < chunks; ++j) {
-        const std::string code = *vectorEpilogue(k, vars, std::to_string(16 * j));
-        s += fmt::format("{}{{\n{}  pc::f32x16 v = pc::load16(row + {}){};\n", indent, indent, 16 * j,
-                         k.anchorInputs.size() > 2 ? " + pc::splat16(bias)" : "");
-        for (size_t p0 = 0, p1; p0 < code.size(); p0 = p1 + 1) {
-          p1 = code.find('\n', p0);
-          if (p1 == std::string::npos) p1 = code.size();
-          s += fmt::format("{}  {}\n", indent, code.substr(p0, p1 - p0));
-        }
+        s += indent + "{\n" + chunkEpilogue(k, fmt::format("row + {}", 16 * j), 16 * j, k.anchorInputs.size() > 2, indent + "  ");
         s += indent + "}\n";
       }
       s += closeLoops(3, indent);

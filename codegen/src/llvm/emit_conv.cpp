@@ -171,7 +171,7 @@ void Emitter::emitConvRows(const Kernel& k) {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
-  const ConvRowTiles t = *convRowTiles(p_, k);
+  const ConvRowTiles& t = *s_.kernels[index].convRows;
   const int64_t C = t.C, H = t.H, KH = t.KH, M = t.M, OH = t.OH, OW = t.OW;
   const bool bias = t.bias;
   const bool vec = s_.kernels[index].vectorEpilogue;
@@ -211,8 +211,6 @@ void Emitter::emitConvRows(const Kernel& k) {
               const int64_t off = t.taps.offset(k1);
               for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
                 if (l.chunk != j) continue;
-                // lane 0's column: may lie outside the row; the lanes past it read 0 (pc::loadChunk)
-                Value* at = elemPtr(X.id, {i0, c, p0, c64(16 * j + off)});
                 Value* x = nullptr;
                 if (t.rows == 2) {
                   // Lanes 8.. from the second row (its lane 8's column at lane 0's - 8), each half
@@ -230,10 +228,12 @@ void Emitter::emitConvRows(const Kernel& k) {
                   Value* x0 = half(p0, in0, 0, 16 * j + off);
                   Value* x1 = half(p1, in1, 8, off - 8);
                   x = b_.CreateShuffleVector(x0, x1, {0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31}, "x");
-                } else if (l.first == 0 && l.last == 16) {
-                  x = b_.CreateAlignedLoad(v16, at, llvm::Align(4), "x");
                 } else {
-                  x = b_.CreateMaskedLoad(v16, at, llvm::Align(4), lanes(l.first, l.last), llvm::Constant::getNullValue(v16), "x");
+                  // lane 0's column: may lie outside the row; the lanes past it read 0 (pc::loadChunk)
+                  Value* at = elemPtr(X.id, {i0, c, p0, c64(16 * j + off)});
+                  x = l.first == 0 && l.last == 16
+                          ? static_cast<Value*>(b_.CreateAlignedLoad(v16, at, llvm::Align(4), "x"))
+                          : b_.CreateMaskedLoad(v16, at, llvm::Align(4), lanes(l.first, l.last), llvm::Constant::getNullValue(v16), "x");
                 }
                 for (int64_t o = 0; o < cb; ++o) {
                   Value* w = loadElem(W.id, {b_.CreateAdd(m0, c64(o)), c, k0, c64(static_cast<int64_t>(k1))}, W.name);
