@@ -976,7 +976,7 @@ TEST_CASE("llvm and cpp backends: mod, logical ops, libm's functions and roundin
   passes::runPipeline(*graph);
   const std::string source = checkGenerated(*graph, "mod_logic_libm", 11, 1e-5);
   CHECK(source.find("pc::mod<int32_t>") != std::string::npos);
-  CHECK(source.find("std::nearbyint(") != std::string::npos);
+  CHECK(source.find("pc::nearbyint(") != std::string::npos);
 }
 
 // An integer remainder by zero is an error of the run in both backends, as the interpreter's.

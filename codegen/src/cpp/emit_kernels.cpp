@@ -508,7 +508,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         s += innerLoops(fmt::format("{{ const double d = {} - mean; var += d * d; }}", x));
       }
       s += fmt::format("{}var /= {};\n", indent, cols);
-      s += fmt::format("{}const double invStd = 1.0 / std::sqrt(var + {});\n", indent, literal(n.attrFloat("epsilon"), DType::F64));
+      s += fmt::format("{}const double invStd = 1.0 / pc::sqrt(var + {});\n", indent, literal(n.attrFloat("epsilon"), DType::F64));
       // scale and bias broadcast against the normalised shape.
       auto paramAt = [&](int id) {
         const Buffer& P = p_.buffer(id);
@@ -558,13 +558,13 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         s += fmt::format("{}sum = pc::sumOf({}, [&](int64_t {}) {{ return e[{}]; }});\n", indent, kept, j, j);
       } else if (kept) {
         s += fmt::format("{}double e[{}];\n", indent, kept);
-        s += innerLoops(fmt::format("{{ const double t = std::exp(double({}) - maxValue); e[{}] = t; sum += t; }}", x, vars[reduced[0]]));
+        s += innerLoops(fmt::format("{{ const double t = pc::exp(double({}) - maxValue); e[{}] = t; sum += t; }}", x, vars[reduced[0]]));
       } else {
-        s += innerLoops(fmt::format("sum += std::exp(double({}) - maxValue);", x));
+        s += innerLoops(fmt::format("sum += pc::exp(double({}) - maxValue);", x));
       }
-      std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - std::log(sum)", x)
+      std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - pc::log(sum)", x)
                       : kept                 ? fmt::format("double(e[{}]) / sum", vars[reduced[0]])
-                                             : fmt::format("std::exp(double({}) - maxValue) / sum", x);
+                                             : fmt::format("pc::exp(double({}) - maxValue) / sum", x);
       s += innerLoops(callEpilogue(vars, fmt::format("static_cast<{}>({})", OT, y)));
     }
     for (size_t i = 0; i < outer.size(); ++i) {
@@ -702,7 +702,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
     if (isMax && X.type.dtype == DType::F32 && !vecMax) s += fmt::format("{}if (nanSeen) acc = pc::nan<double>();\n", indent);
     if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
       s += fmt::format("{}acc /= {};\n", indent, static_cast<double>(count) == 0 ? "0.0" : std::to_string(count));
-      if (!ir::isFloat(outT)) s += fmt::format("{}acc = std::trunc(acc);\n", indent);
+      if (!ir::isFloat(outT)) s += fmt::format("{}acc = pc::trunc(acc);\n", indent);
     }
     s += fmt::format("{}{}\n", indent, callEpilogue(outIdx, fmt::format("pc::cast<{}, double>(acc)", OT)));
   }
