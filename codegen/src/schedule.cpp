@@ -246,6 +246,12 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
     if (!has(Impl::Onednn) || 8 * t.OH * t.OW >= 7 * 16 * t.rowUnits * t.taps.chunks) return Impl::ConvRows;
   }
   if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return narrowVectors ? Impl::Gemm4x16 : Impl::Gemm4x32;
+  // Without AVX-512, convs of 32 output channels or more run faster as the generated implicit
+  // GEMM than in oneDNN 2.6 (its AVX2 kernels and layout copies), whatever the stride, batch or
+  // weight precision: NatureCNN's three convs 1.2-1.7x at batch 1 and 64, the strided 3x3s of a
+  // GAP CNN 1.1-1.4x (docs/performance.md). With 16 channels (IMPALA's first stack; one
+  // half-filled tile row) the GEMM ran 2-3x behind.
+  if (narrowVectors && packedN(p, k) >= 32) return Impl::Gemm4x16;
   if (has(Impl::OnednnPostOps)) {
     bool cheap = true;
     const std::optional<PostOpPlan> plan = postOpPlan(p, k);
