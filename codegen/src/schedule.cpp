@@ -25,7 +25,7 @@ using ir::Op;
 
 namespace {
 
-constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows"};
+constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16"};
 constexpr size_t kWeightAlign = 64;
 
 std::string upper(std::string s) {
@@ -81,7 +81,9 @@ bool hasAccuracyFault(const Kernel& k, const std::optional<InjectedFault>& fault
 
 const char* implName(Impl i) { return kImplNames[static_cast<int>(i)]; }
 bool isExtern(Impl i) { return i == Impl::Onednn || i == Impl::OnednnPostOps; }
-bool usesPanels(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm4x16; }
+bool usesPanels(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm4x16 || i == Impl::Gemm6x16; }
+int64_t panelsPerTile(Impl i) { return i == Impl::Gemm4x32 ? 2 : 1; }
+int64_t rowsPerTile(Impl i) { return i == Impl::Gemm6x16 ? 6 : 4; }
 std::optional<Impl> implByName(const std::string& name) {
   for (int i = 0; i < static_cast<int>(std::size(kImplNames)); ++i) {
     if (name == kImplNames[i]) return static_cast<Impl>(i);
@@ -217,6 +219,8 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
     // An injected fault lives in the generated epilogue: keep the epilogue generated.
     if (postOpPlan(p, k) && !hasAccuracyFault(k, fault)) v.push_back(Impl::OnednnPostOps);
   }
+  // Convs' six-position tiles, on f32, bf16 and int8 panels (not bf16 pairs for vdpbf16ps).
+  if (k.kind == KernelKind::Conv && precision != Precision::Bf16) v.push_back(Impl::Gemm6x16);
   return v;
 }
 
@@ -245,13 +249,16 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
     const ConvRowTiles t = *convRowTiles(p, k);
     if (!has(Impl::Onednn) || 8 * t.OH * t.OW >= 7 * 16 * t.rowUnits * t.taps.chunks) return Impl::ConvRows;
   }
-  if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return narrowVectors ? Impl::Gemm4x16 : Impl::Gemm4x32;
+  // Without AVX-512 a conv's implicit GEMM by six positions (twelve accumulators; 1.15x gemm4x16's
+  // rate on NatureCNN's first conv).
+  const Impl narrow = has(Impl::Gemm6x16) ? Impl::Gemm6x16 : Impl::Gemm4x16;
+  if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return narrowVectors ? narrow : Impl::Gemm4x32;
   // Without AVX-512, convs of 32 output channels or more run faster as the generated implicit
   // GEMM than in oneDNN 2.6 (its AVX2 kernels and layout copies), whatever the stride, batch or
   // weight precision: NatureCNN's three convs 1.2-1.7x at batch 1 and 64, the strided 3x3s of a
   // GAP CNN 1.1-1.4x (docs/performance.md). With 16 channels (IMPALA's first stack; one
   // half-filled tile row) the GEMM ran 2-3x behind.
-  if (narrowVectors && packedN(p, k) >= 32) return Impl::Gemm4x16;
+  if (narrowVectors && packedN(p, k) >= 32) return narrow;
   if (has(Impl::OnednnPostOps)) {
     bool cheap = true;
     const std::optional<PostOpPlan> plan = postOpPlan(p, k);
@@ -639,7 +646,7 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
     case Form::PackedGemm: {
       // A quad of rows (all leading dims flattened) times a group of panels (a pair for gemm4x32,
       // one for gemm4x16), group-major so that the panels stay in cache while every row passes.
-      const int64_t per = impl == Impl::Gemm4x16 ? 1 : 2;
+      const int64_t per = panelsPerTile(impl.value_or(Impl::Gemm4x32));
       const int64_t panels = (packedN(p, k) + kPanel - 1) / kPanel;
       ThreadSplit sp;
       sp.rowsPerBatch = 0;
@@ -660,9 +667,10 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
       return sp;
     }
     case Form::PackedConv: {
-      // A quad of output positions of one image by every panel.
+      // A tile of output positions (4, or 6 for gemm6x16) of one image by every panel.
+      const int64_t R = rowsPerTile(impl.value_or(Impl::Gemm4x32));
       const int64_t panels = (packedN(p, k) + kPanel - 1) / kPanel, P = k.domain[2].value() * k.domain[3].value();
-      return perRowSplit(k, (P + 3) / 4, 4 * kPanel * packedK(p, k) * panels);
+      return perRowSplit(k, (P + R - 1) / R, R * kPanel * packedK(p, k) * panels);
     }
     case Form::DirectConv: return domainSplit(k.domain, packedK(p, k));
     case Form::Pool: {

@@ -150,14 +150,16 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
       CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, "onednn_postops"}});
       CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, rows ? "conv_rows" : "gemm4x32"}});
       CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, true).at(k.name) ==
-            codegen::ImplDispatch{{-1, "gemm4x16"}});
+            codegen::ImplDispatch{{-1, "gemm6x16"}});
       CHECK(codegen::heuristicChoice(a, {1, 16, 64}, false, std::nullopt, true).at(k.name) ==
-            codegen::ImplDispatch{{-1, rows ? "conv_rows" : "gemm4x16"}});
+            codegen::ImplDispatch{{-1, rows ? "conv_rows" : "gemm6x16"}});
       // conv + bias + relu stored plainly: the whole epilogue can be oneDNN post-ops.
-      const std::vector<std::string> all = {"gemm4x32", "gemm4x16", "conv_rows", "onednn", "onednn_postops"};
-      CHECK(codegen::implCandidates(a, k, true) == (rows ? all : kImpls));
-      // Narrowed weights: no conv_rows (it reads the weight as it is).
-      CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Int8Weights) == kImpls);
+      const std::vector<std::string> all = {"gemm4x32", "gemm4x16", "conv_rows", "onednn", "onednn_postops", "gemm6x16"};
+      const std::vector<std::string> convImpls = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "gemm6x16"};
+      CHECK(codegen::implCandidates(a, k, true) == (rows ? all : convImpls));
+      // Narrowed weights: no conv_rows (it reads the weight as it is); no gemm6x16 for bf16 pairs.
+      CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Int8Weights) == convImpls);
+      CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Bf16) == kImpls);
     }
   }
   CHECK(convs == 3);
@@ -177,7 +179,7 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
     const std::string impl = chosen.at(k.name).front().impl;
     CHECK(impl == "conv_rows");
     if (k.domain[1].value() >= 32) {
-      CHECK(narrowed.at(k.name).front().impl == "gemm4x16");
+      CHECK(narrowed.at(k.name).front().impl == "gemm6x16");
     } else {
       CHECK(narrowed.at(k.name).front().impl.rfind("onednn", 0) == 0);
     }

@@ -164,12 +164,16 @@ TEST_CASE("llvm backend: the CNNs without oneDNN (--no-extern) match the interpr
 // choice may change the implementation between batch ranges (the run function dispatches on the
 // batch size), and a choice a kernel cannot take is one clear error.
 TEST_CASE("llvm backend: every implementation, forced or chosen per batch range, matches the interpreter", "[llvm]") {
-  for (const std::string impl : {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows"}) {
+  for (const std::string impl : {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16"}) {
     INFO(impl);
     codegen::LlvmOptions forced;
     forced.forceImpl = impl;
     checkParity("atari_cnn", forced, {1, 3}, impl.rfind("gemm", 0) == 0);
   }
+  // Six-position tiles over padded windows (gathered patches) and a last partial tile.
+  codegen::LlvmOptions six;
+  six.forceImpl = "gemm6x16";
+  checkParity("impala_cnn", six, {1, 2}, true);
   codegen::LlvmOptions narrow;
   narrow.forceImpl = "gemm4x16";
   checkParity("ppo_mlp", narrow, {1, 6});
@@ -617,7 +621,9 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
 // of 2 has no conv_rows. Rows of 7 columns go two to a chunk: an odd count of output rows (the
 // last pair half empty), a row stride of 2 between the pair's input rows, 9 channels. Both
 // backends against the interpreter, 1, 2 and 3 threads bit for bit, and the two backends bit for bit.
-TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each other bit for bit", "[llvm][cpp]") {
+// Convs of many shapes: padded, strided, dilated, rows of 20, 32, 7 and 10 columns, 4 to 13 output
+// channels (not multiples of a panel), plane sizes that do not fill the tiles.
+std::unique_ptr<ir::Graph> convShapesGraph() {
   auto weights = [](int64_t n) { return paramValues(n, 0.125, 13, -0.75); };
   const std::string text = fmt::format(R"(graph rows(%x: f32[batch,5,9,20], %x3: f32[batch,3,4,32], %x4: f32[batch,4,7,7]) {{
   %w = param f32[13,5,3,3] [{}]
@@ -640,6 +646,11 @@ TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each
 }})", weights(13 * 45), weights(13), weights(7 * 45), weights(90), weights(4 * 45), weights(9 * 36), weights(9));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
+  return graph;
+}
+
+TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each other bit for bit", "[llvm][cpp]") {
+  auto graph = convShapesGraph();
   const codegen::PlannedProgram planned = codegen::planGraph(*graph);
   std::vector<size_t> rows;
   for (const codegen::Kernel& k : planned.program.kernels) {
@@ -687,6 +698,54 @@ TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each
       INFO("batch " << batch << " output " << o);
       CHECK(driver::compareTensors("", one[o], want[o], 1e-5, 1e-5).pass);
       CHECK(std::memcmp(one[o].bytes(), fromLlvm[o].bytes(), one[o].nbytes()) == 0);
+    }
+  }
+}
+
+// gemm6x16 sums every output of a tile over k in the order gemm4x16's tiles do (the positions
+// past the last whole tile go through the one-row kernel, whose four partial sums differ in the
+// last bits): both backends the same bits with 1-3 threads, on f32 and int8 panels.
+TEST_CASE("llvm and cpp backends: gemm6x16 convs match gemm4x16 and each other bit for bit", "[llvm][cpp]") {
+  auto graph = convShapesGraph();
+  for (codegen::Precision precision : {codegen::Precision::Fp32, codegen::Precision::Int8Weights}) {
+    std::vector<runtime::Model> models;
+    for (const std::string impl : {"gemm4x16", "gemm6x16"}) {
+      codegen::CppOptions cpp;
+      cpp.minChunkCost = 0;
+      cpp.forceImpl = impl;
+      cpp.precision = precision;
+      const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+      CHECK((generated.source.find("pc::gemm_6x16_at(") != std::string::npos) == (impl == "gemm6x16"));
+      const fs::path so = scratch() / fmt::format("six_{}_{}.so", impl, codegen::precisionName(precision));
+      codegen::buildSharedObject(generated, so.string(), {});
+      models.push_back(runtime::Model::load(so.string()));
+      codegen::LlvmOptions llvm;
+      llvm.minChunkCost = 0;
+      llvm.forceImpl = impl;
+      llvm.precision = precision;
+      models.push_back(jitModel(*graph, llvm));
+    }
+    for (int64_t batch : {1, 3}) {
+      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 5);
+      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+      std::vector<ir::Tensor> quads = driver::runModel(models[0], inputs, 1), six = driver::runModel(models[2], inputs, 1);
+      for (size_t o = 0; o < want.size(); ++o) {
+        INFO("batch " << batch << " output " << o);
+        if (precision == codegen::Precision::Fp32) CHECK(driver::compareTensors("", six[o], want[o], 1e-5, 1e-5).pass);
+        CHECK(driver::compareTensors("", six[o], quads[o], 1e-5, 1e-5).pass);
+        // 180 positions a plane: whole tiles of both sizes, no one-row kernel.
+        if (o == 0) CHECK(std::memcmp(six[o].bytes(), quads[o].bytes(), six[o].nbytes()) == 0);
+      }
+      for (size_t m = 0; m < models.size(); ++m) {
+        const std::vector<ir::Tensor>& first = m < 2 ? quads : six;
+        for (int threads : {1, 2, 3}) {
+          std::vector<ir::Tensor> got = driver::runModel(models[m], inputs, threads);
+          for (size_t o = 0; o < want.size(); ++o) {
+            INFO(codegen::precisionName(precision) << " model " << m << " batch " << batch << " threads " << threads << " output " << o);
+            CHECK(std::memcmp(first[o].bytes(), got[o].bytes(), first[o].nbytes()) == 0);
+          }
+        }
+      }
     }
   }
 }

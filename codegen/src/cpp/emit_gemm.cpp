@@ -414,7 +414,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   return s;
 }
 
-std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) const {
+std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per, int64_t R) const {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
@@ -426,6 +426,7 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) 
   int64_t M = packedN(k), K = packedK(k);
   int64_t OH = k.domain[2].value(), OW = k.domain[3].value();
   int64_t panels = (M + kPanel - 1) / kPanel;
+  if (R != 4 && per != 1) fail("internal: kernel '{}': tiles of {} positions span one panel", k.name, R);
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   s += fmt::format("  // implicit GEMM: [{} positions, K={}] patches times the weight packed as [{} panels][{}][16].\n",
@@ -455,32 +456,42 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per) 
   s += fmt::format("  auto origin = [&](int64_t i0, int64_t pos) {{ const int64_t ih = pos / {} * {} - {}, iw = pos % {} * {} - {}, c = 0; "
                    "return {} + {}; }};\n",
                    OW, st[0], pads[0], OW, st[1], pads[1], ptrName(X.root), addressOf(X.id, {"i0", "c", "ih", "iw"}));
-  s += fmt::format("  alignas(32) float patch[4][{}];\n  float out[4][32];\n", K);
-  if (panels % 2 || per == 1) s += "  float out16[4][16];\n";
-  // Units of work: a quad of output positions of one image, every panel. The last positions
-  // that do not fill a quad run one by one, whichever chunk they fall in.
-  int64_t P = OH * OW, quads = (P + 3) / 4;
+  s += fmt::format("  alignas(32) float patch[{}][{}];\n  float out[{}][32];\n", R, K, R);
+  if (panels % 2 || per == 1) s += fmt::format("  float out16[{}][16];\n", R);
+  // Units of work: a tile of R output positions (4, or 6 for gemm6x16) of one image, every panel.
+  // The last positions that do not fill a tile run one by one, whichever chunk they fall in.
+  int64_t P = OH * OW, tiles = (P + R - 1) / R;
+  std::vector<std::string> positions;
+  for (int64_t t = 0; t < R; ++t) positions.push_back(t ? fmt::format("pos + {}", t) : "pos");
   s += "  for (int64_t u = lo; u < hi; ++u) {\n";
-  s += fmt::format("    const int64_t i0 = u / {}, pos = u % {} * 4;\n", quads, quads);
-  s += fmt::format("    if (pos + 4 <= {}) {{\n", P);
-  s += "      const bool direct = inside(pos) && inside(pos + 1) && inside(pos + 2) && inside(pos + 3);\n";
-  s += "      if (!direct) for (int64_t t = 0; t < 4; ++t) gather(i0, pos + t, patch[t]);\n";
+  s += fmt::format("    const int64_t i0 = u / {}, pos = u % {} * {};\n", tiles, tiles, R);
+  s += fmt::format("    if (pos + {} <= {}) {{\n", R, P);
+  s += fmt::format("      const bool direct = inside({});\n", fmt::join(positions, ") && inside("));
+  s += fmt::format("      if (!direct) for (int64_t t = 0; t < {}; ++t) gather(i0, pos + t, patch[t]);\n", R);
+  if (R != 4) {
+    // The tile's rows as arrays: the window origins in the input, or the gathered patches.
+    s += fmt::format("      const float* origins[{}] = {{origin(i0, {})}};\n", R, fmt::join(positions, "), origin(i0, "));
+    std::vector<std::string> rows;
+    for (int64_t t = 0; t < R; ++t) rows.push_back(fmt::format("patch[{}]", t));
+    s += fmt::format("      const float* gathered[{}] = {{{}}};\n", R, fmt::join(rows, ", "));
+  }
   // Panels two at a time (pc::gemm_4x32: twice the accumulators), an odd last one alone.
   // Channel outer, position inner in the epilogue: the four positions of a channel are adjacent
   // in memory, while channels are a plane apart (often 4 KB: every channel in one cache set).
   auto block = [&](const std::string& j, int width) {
-    const std::string kern = width == 32 ? "4x32" : "4x16";
+    const std::string kern = fmt::format("{}x{}", R, width);
     const std::string o = width == 32 ? "out" : "out16";
-    std::string t = fmt::format("        if (direct) {{\n          pc::gemm_{}_at({}, window, origin(i0, pos), origin(i0, pos + 1), "
-                                "origin(i0, pos + 2), origin(i0, pos + 3), wp + {}*{}, bp + {}*16, {}{});\n",
-                                kern, K, j, s_.kernels[index].panelStride, j, o, scaleArg(index, j));
-    t += fmt::format("        }} else {{\n          pc::gemm_{}({}, patch[0], patch[1], patch[2], patch[3], wp + {}*{}, bp + {}*16, {}{});\n        }}\n",
-                     kern, K, j, s_.kernels[index].panelStride, j, o, scaleArg(index, j));
+    const std::string direct = R == 4 ? "origin(i0, pos), origin(i0, pos + 1), origin(i0, pos + 2), origin(i0, pos + 3)" : "origins";
+    const std::string gathered = R == 4 ? "patch[0], patch[1], patch[2], patch[3]" : "gathered";
+    std::string t = fmt::format("        if (direct) {{\n          pc::gemm_{}_at({}, window, {}, wp + {}*{}, bp + {}*16, {}{});\n", kern, K,
+                                direct, j, s_.kernels[index].panelStride, j, o, scaleArg(index, j));
+    t += fmt::format("        }} else {{\n          pc::gemm_{}({}, {}, wp + {}*{}, bp + {}*16, {}{});\n        }}\n", kern, K, gathered, j,
+                     s_.kernels[index].panelStride, j, o, scaleArg(index, j));
     const std::string value = o + "[t][n - j*16]";
     t += fmt::format("        const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
-    t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < 4; ++t) "
+    t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < {}; ++t) "
                      "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {});\n        }}\n",
-                     j, OW, OW, value);
+                     j, R, OW, OW, value);
     return t;
   };
   if (per == 1) {

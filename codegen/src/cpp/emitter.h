@@ -207,7 +207,7 @@ class Emitter {
   // 2-D conv with a constant weight as an implicit GEMM: the patches of four output positions are
   // gathered (im2col, zeros for padding) into a stack buffer and multiplied by the weight panels.
   // `per` panels per microkernel call: 2 runs the 4x32 microkernel (an odd last panel 4x16), 1 only 4x16.
-  std::string emitPackedConv(const Kernel& k, size_t index, int64_t per = 2) const;
+  std::string emitPackedConv(const Kernel& k, size_t index, int64_t per = 2, int64_t rows = 4) const;
 
   std::string emitConv(const Kernel& k, size_t index) const;
   // A conv row chunk's epilogue on 16 columns from `col` (KernelSchedule::vectorEpilogue): v =

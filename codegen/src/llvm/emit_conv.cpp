@@ -24,9 +24,11 @@ void Emitter::emitPackedConv(const Kernel& k) {
   const int64_t C = X.type.shape[1].value(), H = X.type.shape[2].value(), Wd = X.type.shape[3].value();
   const int64_t KH = W.type.shape[2].value(), KW = W.type.shape[3].value();
   const int64_t M = packedN(p_, k), K = packedK(p_, k), OW = k.domain[3].value(), P = k.domain[2].value() * OW;
-  const int64_t panels = (M + kPanel - 1) / kPanel, quads = (P + 3) / 4;
+  // Tiles of R output positions (4, or 6 for gemm6x16) by one panel group.
+  const int64_t R = impl_ ? rowsPerTile(*impl_) : 4;
+  const int64_t panels = (M + kPanel - 1) / kPanel, tiles = (P + R - 1) / R;
   Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
-  llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(4 * K)), "patch");
+  llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(R * K)), "patch");
   const DType t = accType(k);
   // Windows inside the input are read in place through a table of offsets (c, kh, kw order);
   // gathered patches (windows over the padding) through the identity table.
@@ -90,19 +92,19 @@ void Emitter::emitPackedConv(const Kernel& k) {
     });
   };
   forRange(lo_, hi_, "u", [&](Value* u) {
-    Value* i0 = b_.CreateSDiv(u, c64(quads), "i0");
-    Value* pos = b_.CreateMul(b_.CreateSRem(u, c64(quads)), c64(4), "pos");
+    Value* i0 = b_.CreateSDiv(u, c64(tiles), "i0");
+    Value* pos = b_.CreateMul(b_.CreateSRem(u, c64(tiles)), c64(R), "pos");
     ifElse(
-        b_.CreateICmpSLE(b_.CreateAdd(pos, c64(4)), c64(P)), "quad",
+        b_.CreateICmpSLE(b_.CreateAdd(pos, c64(R)), c64(P)), "tile",
         [&] {
           Value* direct = b_.getTrue();
-          for (int tq = 0; tq < 4; ++tq) direct = b_.CreateAnd(direct, inside(b_.CreateAdd(pos, c64(tq))));
+          for (int64_t tq = 0; tq < R; ++tq) direct = b_.CreateAnd(direct, inside(b_.CreateAdd(pos, c64(tq))));
           direct->setName("direct");
           ifThen(b_.CreateNot(direct), "gather", [&] {
-            for (int tq = 0; tq < 4; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+            for (int64_t tq = 0; tq < R; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
           });
           std::vector<Value*> rows;
-          for (int tq = 0; tq < 4; ++tq) {
+          for (int64_t tq = 0; tq < R; ++tq) {
             Value* row = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K));
             rows.push_back(b_.CreateSelect(direct, origin(i0, b_.CreateAdd(pos, c64(tq))), row));
           }
@@ -112,7 +114,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
             Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
             auto acc = gemmTile(rows, per, K, w, bias, &n, offsets);
             for (int p = 0; p < per; ++p) {
-              for (int tq = 0; tq < 4; ++tq) {
+              for (int64_t tq = 0; tq < R; ++tq) {
                 finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
               }
             }

@@ -218,7 +218,7 @@ class Emitter : llvmbe::Builder {
   // stays in cache while every row passes).
   void emitPackedLinear(const Kernel& k);
   // The panels a microkernel call covers in implementation impl_ (gemm4x16: 1, else 2).
-  int panelGroup() const { return impl_ == Impl::Gemm4x16 ? 1 : 2; }
+  int panelGroup() const { return impl_ ? static_cast<int>(panelsPerTile(*impl_)) : 2; }
 
   // ---- conv
 
