@@ -354,7 +354,7 @@ std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches) {
 
 bool narrowVectorTarget(const std::string& cppTarget) {
   if (cppTarget == "native") return !__builtin_cpu_supports("avx512f");
-  return cppTarget != "x86-64-v4";
+  return cppTarget != "x86-64-v4" && cppTarget != "x86-64-v4-bf16";
 }
 
 bool bf16DotTarget(const std::string& cppTarget) {

@@ -130,6 +130,7 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   CHECK(codegen::narrowVectorTarget("x86-64-v3"));
   CHECK(codegen::narrowVectorTarget("generic"));
   CHECK_FALSE(codegen::narrowVectorTarget("x86-64-v4"));
+  CHECK_FALSE(codegen::narrowVectorTarget("x86-64-v4-bf16"));
   CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "", "+avx2,+fma,-avx512f"}).avx512);
   CHECK(codegen::resolveLlvmTarget({"x86-64-v3", "", "+avx2,+avx512f,+avx512bw"}).avx512);
   auto atari = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
