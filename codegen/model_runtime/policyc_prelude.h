@@ -828,7 +828,28 @@ __attribute__((noinline)) static void gemm_rx16_by(int64_t K, At at, const float
   for (int t = 0; t < R; ++t)
     for (int h = 0; h < H; ++h) storev(out[t] + 8 * h, accEnd<V, WT>(acc[t][h], bias + 8 * h, scale ? scale + 8 * h : nullptr));
 }
-// Six rows at x[t][off[k]] (a conv's windows inside the input), or contiguous (gathered patches).
+// A conv tile's rows as an array (emitPackedConv): four rows at x[t][off[k]] (the windows inside
+// the input) or contiguous (gathered patches), one or two panels; then six rows, one panel.
+template <class WT>
+PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* const* x, const WT* PC_RESTRICT w,
+                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x16_at(K, off, x[0], x[1], x[2], x[3], w, bias, out, scale);
+}
+template <class WT>
+PC_INLINE void gemm_4x32_at(int64_t K, const int32_t* PC_RESTRICT off, const float* const* x, const WT* PC_RESTRICT w,
+                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32], const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x32_at(K, off, x[0], x[1], x[2], x[3], w, bias, out, scale);
+}
+template <class WT>
+PC_INLINE void gemm_4x16(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
+                         float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x16(K, x[0], x[1], x[2], x[3], w, bias, out, scale);
+}
+template <class WT>
+PC_INLINE void gemm_4x32(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
+                         float (*PC_RESTRICT out)[32], const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x32(K, x[0], x[1], x[2], x[3], w, bias, out, scale);
+}
 template <class WT>
 PC_INLINE void gemm_6x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* const* x, const WT* PC_RESTRICT w,
                             const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale = nullptr) {

@@ -414,7 +414,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   return s;
 }
 
-std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per, int64_t R) const {
+std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional<Impl> impl) const {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
@@ -426,7 +426,9 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per, 
   int64_t M = packedN(k), K = packedK(k);
   int64_t OH = k.domain[2].value(), OW = k.domain[3].value();
   int64_t panels = (M + kPanel - 1) / kPanel;
-  if (R != 4 && per != 1) fail("internal: kernel '{}': tiles of {} positions span one panel", k.name, R);
+  // Panels and positions per microkernel call: gemm4x32 (the default) two panels of 4 positions,
+  // an odd last panel alone; gemm4x16 one; gemm6x16 one panel of 6 positions.
+  const int64_t per = panelsPerTile(impl.value_or(Impl::Gemm4x32)), R = rowsPerTile(impl.value_or(Impl::Gemm4x32));
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   s += fmt::format("  // implicit GEMM: [{} positions, K={}] patches times the weight packed as [{} panels][{}][16].\n",
@@ -468,24 +470,20 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, int64_t per, 
   s += fmt::format("    if (pos + {} <= {}) {{\n", R, P);
   s += fmt::format("      const bool direct = inside({});\n", fmt::join(positions, ") && inside("));
   s += fmt::format("      if (!direct) for (int64_t t = 0; t < {}; ++t) gather(i0, pos + t, patch[t]);\n", R);
-  if (R != 4) {
-    // The tile's rows as arrays: the window origins in the input, or the gathered patches.
-    s += fmt::format("      const float* origins[{}] = {{origin(i0, {})}};\n", R, fmt::join(positions, "), origin(i0, "));
-    std::vector<std::string> rows;
-    for (int64_t t = 0; t < R; ++t) rows.push_back(fmt::format("patch[{}]", t));
-    s += fmt::format("      const float* gathered[{}] = {{{}}};\n", R, fmt::join(rows, ", "));
-  }
+  // The tile's rows: the window origins in the input, or the gathered patches.
+  s += fmt::format("      const float* origins[{}] = {{origin(i0, {})}};\n", R, fmt::join(positions, "), origin(i0, "));
+  std::vector<std::string> rows;
+  for (int64_t t = 0; t < R; ++t) rows.push_back(fmt::format("patch[{}]", t));
+  s += fmt::format("      const float* gathered[{}] = {{{}}};\n", R, fmt::join(rows, ", "));
   // Panels two at a time (pc::gemm_4x32: twice the accumulators), an odd last one alone.
-  // Channel outer, position inner in the epilogue: the four positions of a channel are adjacent
+  // Channel outer, position inner in the epilogue: the tile's positions of a channel are adjacent
   // in memory, while channels are a plane apart (often 4 KB: every channel in one cache set).
   auto block = [&](const std::string& j, int width) {
     const std::string kern = fmt::format("{}x{}", R, width);
     const std::string o = width == 32 ? "out" : "out16";
-    const std::string direct = R == 4 ? "origin(i0, pos), origin(i0, pos + 1), origin(i0, pos + 2), origin(i0, pos + 3)" : "origins";
-    const std::string gathered = R == 4 ? "patch[0], patch[1], patch[2], patch[3]" : "gathered";
-    std::string t = fmt::format("        if (direct) {{\n          pc::gemm_{}_at({}, window, {}, wp + {}*{}, bp + {}*16, {}{});\n", kern, K,
-                                direct, j, s_.kernels[index].panelStride, j, o, scaleArg(index, j));
-    t += fmt::format("        }} else {{\n          pc::gemm_{}({}, {}, wp + {}*{}, bp + {}*16, {}{});\n        }}\n", kern, K, gathered, j,
+    std::string t = fmt::format("        if (direct) {{\n          pc::gemm_{}_at({}, window, origins, wp + {}*{}, bp + {}*16, {}{});\n", kern,
+                                K, j, s_.kernels[index].panelStride, j, o, scaleArg(index, j));
+    t += fmt::format("        }} else {{\n          pc::gemm_{}({}, gathered, wp + {}*{}, bp + {}*16, {}{});\n        }}\n", kern, K, j,
                      s_.kernels[index].panelStride, j, o, scaleArg(index, j));
     const std::string value = o + "[t][n - j*16]";
     t += fmt::format("        const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);

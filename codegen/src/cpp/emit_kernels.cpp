@@ -97,7 +97,7 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
       case Form::Gemm: s += emitLinear(k); break;
       case Form::PackedGemm: s += emitPackedLinear(k, index, per); break;
       case Form::DirectConv: s += emitConv(k, index); break;
-      case Form::PackedConv: s += impl == Impl::ConvRows ? emitConvRows(k, index) : emitPackedConv(k, index, per, impl ? rowsPerTile(*impl) : 4); break;
+      case Form::PackedConv: s += impl == Impl::ConvRows ? emitConvRows(k, index) : emitPackedConv(k, index, impl); break;
       case Form::Pool: s += emitPool(k); break;
       case Form::MaxPoolRows: s += emitMaxPoolRows(k); break;
       case Form::AvgPoolRows: s += emitAvgPoolRows(k); break;

@@ -204,10 +204,10 @@ class Emitter {
   // `per` panels per unit of work: 2 runs the 4x32 microkernel (two panels), 1 the 4x16 one.
   std::string emitPackedLinear(const Kernel& k, size_t index, int64_t per = 2) const;
 
-  // 2-D conv with a constant weight as an implicit GEMM: the patches of four output positions are
-  // gathered (im2col, zeros for padding) into a stack buffer and multiplied by the weight panels.
-  // `per` panels per microkernel call: 2 runs the 4x32 microkernel (an odd last panel 4x16), 1 only 4x16.
-  std::string emitPackedConv(const Kernel& k, size_t index, int64_t per = 2, int64_t rows = 4) const;
+  // 2-D conv with a constant weight as an implicit GEMM: a tile of output positions (4, or 6 for
+  // gemm6x16) reads its windows in place, or gathers them (im2col, zeros for padding) into a stack
+  // buffer, and is multiplied by the weight panels (two at a time for gemm4x32, an odd last one alone).
+  std::string emitPackedConv(const Kernel& k, size_t index, std::optional<Impl> impl) const;
 
   std::string emitConv(const Kernel& k, size_t index) const;
   // A conv row chunk's epilogue on 16 columns from `col` (KernelSchedule::vectorEpilogue): v =
