@@ -195,6 +195,32 @@ void refMatMul(const RefCall& call) {
   });
 }
 
+// The input offset (within one plane) of every tap of every output position's window, -1 where
+// the tap falls in the padding: [output position][tap], both in row-major order. Computed once
+// per node, so the sums below walk a table instead of re-deriving indices per channel.
+std::vector<int64_t> windowOffsets(const std::vector<int64_t>& outSpatial, const std::vector<int64_t>& kernel,
+                                   const std::vector<int64_t>& strides, const std::vector<int64_t>& pads,
+                                   const std::vector<int64_t>& dilations, const std::vector<int64_t>& inSpatial,
+                                   const std::vector<int64_t>& inStrides) {
+  std::vector<int64_t> table;
+  table.reserve(static_cast<size_t>(staticNumel(outSpatial) * staticNumel(kernel)));
+  forEachIndex(outSpatial, [&](int64_t, const std::vector<int64_t>& outPos) {
+    forEachIndex(kernel, [&](int64_t, const std::vector<int64_t>& kPos) {
+      int64_t offset = 0;
+      for (size_t d = 0; d < outPos.size(); ++d) {
+        int64_t pos = outPos[d] * strides[d] - pads[d] + kPos[d] * dilations[d];
+        if (pos < 0 || pos >= inSpatial[d]) {  // zero padding
+          offset = -1;
+          break;
+        }
+        offset += pos * inStrides[d];
+      }
+      table.push_back(offset);
+    });
+  });
+  return table;
+}
+
 void refConv(const RefCall& call) {
   const RefTensor& x = in(call, 0);
   const RefTensor& w = in(call, 1);
@@ -212,32 +238,27 @@ void refConv(const RefCall& call) {
   std::vector<int64_t> inSpatial(x.shape.begin() + 2, x.shape.end());
   std::vector<int64_t> outSpatial(y.shape.begin() + 2, y.shape.end());
   std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
-  std::vector<int64_t> inStrides = stridesOf(inSpatial);
   int64_t inPlane = staticNumel(inSpatial);
   int64_t outPlane = staticNumel(outSpatial);
   int64_t kernelSize = staticNumel(kernel);
+  const std::vector<int64_t> taps = windowOffsets(outSpatial, kernel, strides, pads, dilations, inSpatial, stridesOf(inSpatial));
   for (int64_t nb = 0; nb < batch; ++nb) {
     for (int64_t m = 0; m < outChannels; ++m) {
       int64_t g = m / groupOutChannels;
-      forEachIndex(outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {
+      for (int64_t o = 0; o < outPlane; ++o) {
+        const int64_t* window = taps.data() + o * kernelSize;
         double sum = 0;
         for (int64_t c = 0; c < groupChannels; ++c) {
           int64_t ic = g * groupChannels + c;
           const double* xPlane = x.data.data() + (nb * channels + ic) * inPlane;
           const double* wKernel = w.data.data() + (m * groupChannels + c) * kernelSize;
-          forEachIndex(kernel, [&](int64_t kk, const std::vector<int64_t>& kPos) {
-            int64_t offset = 0;
-            for (size_t d = 0; d < nsp; ++d) {
-              int64_t pos = outPos[d] * strides[d] - pads[d] + kPos[d] * dilations[d];
-              if (pos < 0 || pos >= inSpatial[d]) return;  // zero padding
-              offset += pos * inStrides[d];
-            }
-            sum += xPlane[offset] * wKernel[kk];
-          });
+          for (int64_t kk = 0; kk < kernelSize; ++kk) {
+            if (window[kk] >= 0) sum += xPlane[window[kk]] * wKernel[kk];
+          }
         }
         if (hasInput(call, 2)) sum += in(call, 2).data[m];
         y.data[(nb * outChannels + m) * outPlane + o] = sum;
-      });
+      }
     }
   }
 }
@@ -265,23 +286,21 @@ struct PoolGeometry {
 void refMaxPool(const RefCall& call) {
   const RefTensor& x = in(call, 0);
   RefTensor& y = out(call);
-  const PoolGeometry geo(call, x, y);  // captured by the lambdas below as geo.* (clang 14 cannot capture bindings)
+  const PoolGeometry geo(call, x, y);
+  const std::vector<int64_t> taps =
+      windowOffsets(geo.outSpatial, geo.kernel, geo.strides, geo.pads, geo.dilations, geo.inSpatial, geo.inStrides);
+  const int64_t windowSize = staticNumel(geo.kernel);
   for (int64_t p = 0; p < geo.planes; ++p) {
     const double* xPlane = x.data.data() + p * geo.inPlane;
-    forEachIndex(geo.outSpatial, [&](int64_t o, const std::vector<int64_t>& outPos) {
+    for (int64_t o = 0; o < geo.outPlane; ++o) {
       // Padding never wins: only in-bounds elements take part (an empty window gives -inf).
       double best = -kInf;
-      forEachIndex(geo.kernel, [&](int64_t, const std::vector<int64_t>& kPos) {
-        int64_t offset = 0;
-        for (size_t d = 0; d < geo.nsp; ++d) {
-          int64_t pos = outPos[d] * geo.strides[d] - geo.pads[d] + kPos[d] * geo.dilations[d];
-          if (pos < 0 || pos >= geo.inSpatial[d]) return;
-          offset += pos * geo.inStrides[d];
-        }
-        best = maxNaN(best, xPlane[offset]);
-      });
+      for (int64_t kk = 0; kk < windowSize; ++kk) {
+        const int64_t offset = taps[static_cast<size_t>(o * windowSize + kk)];
+        if (offset >= 0) best = maxNaN(best, xPlane[offset]);
+      }
       y.data[p * geo.outPlane + o] = best;
-    });
+    }
   }
 }
 
