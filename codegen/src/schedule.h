@@ -368,6 +368,19 @@ struct KernelSchedule {
   bool windowInside = false;
   bool rawWeight = false;   // an extern implementation or conv_rows reads the plain weight (oneDNN reorders it)
   std::optional<ConvRowTiles> convRows;  // where conv_rows is among impls: its tiles, for both printers
+  // A Form::PackedConv kernel with padding (paddedImage): the implicit GEMM's whole tiles read a
+  // zero-padded copy of the image, made by each thread once per image it meets, through the
+  // padded image's window offsets, where they gathered every window that reached the padding into
+  // a patch one value at a time. The same values in the same order, so the same bits. Where the
+  // output is narrow every tile has a position in the first column (gap_cnn's 3x3/2 convs on 12
+  // and 6 columns gathered half and all their tiles). C x H x W: the padded image (a stack buffer
+  // of at most kMaxPaddedFloats); top, left: the padding before the first row and column.
+  struct PaddedImage {
+    int64_t C = 0, H = 0, W = 0, top = 0, left = 0;
+    int64_t floats() const { return C * H * W; }
+  };
+  std::optional<PaddedImage> paddedImage;
+  static constexpr int64_t kMaxPaddedFloats = 32768;
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
   // The packed weight's element type (CodegenOptions::precision, the rule in codegen.h); Int8's
   // per-column scales are f32 panels at packedScale (the microkernels multiply each tile's

@@ -750,6 +750,46 @@ TEST_CASE("llvm and cpp backends: gemm6x16 convs match gemm4x16 and each other b
   }
 }
 
+// The implicit GEMM of a padded conv reads a zero-padded copy of each image (schedule.h,
+// KernelSchedule::paddedImage) where it fits the stack buffer; a conv without padding, and one
+// whose padded image (40 x 30 x 30 values) does not fit, keep their direct reads and gathered
+// patches. Both backends against the interpreter, 1 and 2 threads the same bits.
+TEST_CASE("llvm and cpp backends: padded convs read a padded copy of the image where it fits", "[llvm][cpp]") {
+  auto weights = [](int64_t n) { return paramValues(n, 0.125, 13, -0.75); };
+  const std::string text = fmt::format(R"(graph padded(%x: f32[batch,6,12,12], %y: f32[batch,40,28,28]) {{
+  %w = param f32[32,6,3,3] [{}]
+  %p = conv(%x, %w) {{strides=[2, 2], pads=[1, 1, 1, 1]}} : f32[batch,32,6,6]
+  %r = relu(%p) : f32[batch,32,6,6]
+  %u = conv(%x, %w) : f32[batch,32,10,10]
+  %v = param f32[32,40,3,3] [{}]
+  %b = conv(%y, %v) {{strides=[2, 2], pads=[1, 1, 1, 1]}} : f32[batch,32,14,14]
+  return (r=%r, u=%u, b=%b)
+}})", weights(32 * 54), weights(32 * 360));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  cpp.forceImpl = "gemm6x16";
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  auto count = [](const std::string& haystack, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = haystack.find(what); at != std::string::npos; at = haystack.find(what, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count(generated.source, "if (i0 != copied) padImage(i0);") == 1);
+  CHECK(count(generated.source, "alignas(64) float padded[1176];") == 1);  // 6 x 14 x 14
+  CHECK(count(generated.source, "const bool direct = inside(pos)") == 2);
+  const fs::path so = scratch() / "padded_image.so";
+  codegen::buildSharedObject(generated, so.string(), {});
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  llvm.forceImpl = "gemm6x16";
+  llvm.keepUnoptimizedIr = true;
+  const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
+  CHECK(count(ir, "%padded = alloca [1176 x float]") == 1);
+  checkBothBackends(*graph, so, llvm, 17, 1e-5);
+}
+
 // A constant pad runs by rows in both backends (schedule.h, PadRows): a row all padding, or a
 // padded head, the copied input row (LLVM: 16 values at a time where the schedule says so) and a
 // padded tail. Pads on an outer axis and both ends of the last, a fused epilogue, a u8 input

@@ -444,20 +444,36 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   s += fmt::format("          const int64_t iw = ow*{} + kw*{} - {};\n", st[1], dil[1], pads[1]);
   s += fmt::format("          dst[kw] = iw >= 0 && iw < {} ? {} : 0.0f;\n", Wd, loadExpr(X.id, addressOf(X.id, {"i0", "c", "ih", "iw"})));
   s += "        }\n      }\n    }\n  };\n";
-  // Windows inside the input read it directly through an offset table; others are gathered.
+  // Windows inside the input read it directly through an offset table; others are gathered. With
+  // a padded image (KernelSchedule::paddedImage) every whole tile reads the padded copy.
+  const std::optional<KernelSchedule::PaddedImage>& padded = s_.kernels[index].paddedImage;
   std::vector<std::string> offsets;
-  const std::vector<int64_t>& xs = X.strides;
+  const std::vector<int64_t> xs = padded ? std::vector<int64_t>{0, padded->H * padded->W, padded->W, 1} : X.strides;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t kh = 0; kh < KH; ++kh)
       for (int64_t kw = 0; kw < KW; ++kw) offsets.push_back(std::to_string(c * xs[1] + kh * dil[0] * xs[2] + kw * dil[1] * xs[3]));
   s += fmt::format("  static const int32_t window[{}] = {{{}}};\n", K, fmt::join(offsets, ","));
-  s += fmt::format("  auto inside = [&](int64_t pos) {{ const int64_t oh = pos / {}, ow = pos % {}; "
-                   "return oh*{} - {} >= 0 && oh*{} - {} + {} < {} && ow*{} - {} >= 0 && ow*{} - {} + {} < {}; }};\n",
-                   OW, OW, st[0], pads[0], st[0], pads[0], (KH - 1) * dil[0], H, st[1], pads[1], st[1], pads[1],
-                   (KW - 1) * dil[1], Wd);
-  s += fmt::format("  auto origin = [&](int64_t i0, int64_t pos) {{ const int64_t ih = pos / {} * {} - {}, iw = pos % {} * {} - {}, c = 0; "
-                   "return {} + {}; }};\n",
-                   OW, st[0], pads[0], OW, st[1], pads[1], ptrName(X.root), addressOf(X.id, {"i0", "c", "ih", "iw"}));
+  if (padded) {
+    s += fmt::format("  // the image, zero-padded ({} x {} x {}): the border zeroed once, the inside copied per image\n", padded->C,
+                     padded->H, padded->W);
+    s += fmt::format("  alignas(64) float padded[{}];\n  int64_t copied = -1;\n", padded->floats());
+    s += "  auto padImage = [&](int64_t i0) {\n";
+    s += fmt::format("    if (copied < 0) for (int64_t e = 0; e < {}; ++e) padded[e] = 0.0f;\n", padded->floats());
+    s += fmt::format("    for (int64_t c = 0; c < {}; ++c)\n      for (int64_t ih = 0; ih < {}; ++ih)\n", C, H);
+    s += fmt::format("        for (int64_t iw = 0; iw < {}; ++iw) padded[(c*{} + ih + {})*{} + iw + {}] = {};\n", Wd, padded->H, padded->top,
+                     padded->W, padded->left, loadExpr(X.id, addressOf(X.id, {"i0", "c", "ih", "iw"})));
+    s += "    copied = i0;\n  };\n";
+    s += fmt::format("  auto origin = [&](int64_t, int64_t pos) {{ return padded + pos / {} * {} * {} + pos % {} * {}; }};\n", OW, st[0],
+                     padded->W, OW, st[1]);
+  } else {
+    s += fmt::format("  auto inside = [&](int64_t pos) {{ const int64_t oh = pos / {}, ow = pos % {}; "
+                     "return oh*{} - {} >= 0 && oh*{} - {} + {} < {} && ow*{} - {} >= 0 && ow*{} - {} + {} < {}; }};\n",
+                     OW, OW, st[0], pads[0], st[0], pads[0], (KH - 1) * dil[0], H, st[1], pads[1], st[1], pads[1],
+                     (KW - 1) * dil[1], Wd);
+    s += fmt::format("  auto origin = [&](int64_t i0, int64_t pos) {{ const int64_t ih = pos / {} * {} - {}, iw = pos % {} * {} - {}, c = 0; "
+                     "return {} + {}; }};\n",
+                     OW, st[0], pads[0], OW, st[1], pads[1], ptrName(X.root), addressOf(X.id, {"i0", "c", "ih", "iw"}));
+  }
   s += fmt::format("  alignas(32) float patch[{}][{}];\n  float out[{}][32];\n", R, K, R);
   if (panels % 2 || per == 1) s += fmt::format("  float out16[{}][16];\n", R);
   // Units of work: a tile of R output positions (4, or 6 for gemm6x16) of one image, every panel.
@@ -468,8 +484,12 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   s += "  for (int64_t u = lo; u < hi; ++u) {\n";
   s += fmt::format("    const int64_t i0 = u / {}, pos = u % {} * {};\n", tiles, tiles, R);
   s += fmt::format("    if (pos + {} <= {}) {{\n", R, P);
-  s += fmt::format("      const bool direct = inside({});\n", fmt::join(positions, ") && inside("));
-  s += fmt::format("      if (!direct) for (int64_t t = 0; t < {}; ++t) gather(i0, pos + t, patch[t]);\n", R);
+  if (padded) {
+    s += "      if (i0 != copied) padImage(i0);\n      const bool direct = true;  // every window inside the padded image\n";
+  } else {
+    s += fmt::format("      const bool direct = inside({});\n", fmt::join(positions, ") && inside("));
+    s += fmt::format("      if (!direct) for (int64_t t = 0; t < {}; ++t) gather(i0, pos + t, patch[t]);\n", R);
+  }
   // The tile's rows: the window origins in the input, or the gathered patches.
   s += fmt::format("      const float* origins[{}] = {{origin(i0, {})}};\n", R, fmt::join(positions, "), origin(i0, "));
   std::vector<std::string> rows;

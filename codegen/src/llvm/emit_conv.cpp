@@ -1,6 +1,7 @@
 // The LLVM emitter's convolution templates: the implicit GEMM over packed panels (gemm4x32,
 // gemm4x16), conv_rows (ConvRowTiles), and the direct convs by rows or by output element.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,10 @@ void Emitter::emitPackedConv(const Kernel& k) {
   const DType t = accType(k);
   // Windows inside the input are read in place through a table of offsets (c, kh, kw order);
   // gathered patches (windows over the padding) through the identity table.
+  // With a padded image (KernelSchedule::paddedImage) every whole tile reads the padded copy.
+  const std::optional<KernelSchedule::PaddedImage>& padded = s_.kernels[index].paddedImage;
   std::vector<int32_t> window, identity;
-  const std::vector<int64_t>& xs = X.strides;
+  const std::vector<int64_t> xs = padded ? std::vector<int64_t>{0, padded->H * padded->W, padded->W, 1} : X.strides;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t kh = 0; kh < KH; ++kh)
       for (int64_t kw = 0; kw < KW; ++kw) {
@@ -50,7 +53,33 @@ void Emitter::emitPackedConv(const Kernel& k) {
     Value* okW = b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(b_.CreateAdd(iw, c64((KW - 1) * dil[1])), c64(Wd)));
     return b_.CreateAnd(okH, okW);
   };
+  // The padded image: its border zeroed once per call, its inside copied for each image a thread
+  // meets (`copied`: the image it holds, -1 before the first).
+  llvm::AllocaInst* paddedBuf = padded ? local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(padded->floats())), "padded") : nullptr;
+  llvm::AllocaInst* copied = padded ? local(i64_, "copied") : nullptr;
+  if (padded) b_.CreateStore(c64(-1), copied);
+  auto padImage = [&](Value* i0) {
+    ifThen(b_.CreateICmpSLT(b_.CreateLoad(i64_, copied), c64(0)), "zero", [&] {
+      b_.CreateMemSet(paddedBuf, llvm::ConstantInt::get(llvm::Type::getInt8Ty(ctx_), 0), static_cast<uint64_t>(padded->floats() * 4),
+                      llvm::MaybeAlign(64));
+    });
+    forCount(C, "c", [&](Value* c) {
+      forCount(H, "ih", [&](Value* ih) {
+        Value* row = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(padded->H)), b_.CreateAdd(ih, c64(padded->top))), c64(padded->W)),
+                                  c64(padded->left));
+        forCount(Wd, "iw", [&](Value* iw) {
+          b_.CreateStore(loadElem(X.id, {i0, c, ih, iw}, X.name), b_.CreateInBoundsGEP(f32_, paddedBuf, b_.CreateAdd(row, iw)));
+        });
+      });
+    });
+    b_.CreateStore(i0, copied);
+  };
   auto origin = [&](Value* i0, Value* pos) {
+    if (padded) {
+      Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(pos, c64(OW)), c64(st[0] * padded->W)),
+                               b_.CreateMul(b_.CreateSRem(pos, c64(OW)), c64(st[1])));
+      return b_.CreateInBoundsGEP(f32_, paddedBuf, at);
+    }
     Value* ih = b_.CreateSub(b_.CreateMul(b_.CreateSDiv(pos, c64(OW)), c64(st[0])), c64(pads[0]));
     Value* iw = b_.CreateSub(b_.CreateMul(b_.CreateSRem(pos, c64(OW)), c64(st[1])), c64(pads[1]));
     return elemPtr(X.id, {i0, nullptr, ih, iw});
@@ -97,12 +126,16 @@ void Emitter::emitPackedConv(const Kernel& k) {
     ifElse(
         b_.CreateICmpSLE(b_.CreateAdd(pos, c64(R)), c64(P)), "tile",
         [&] {
-          Value* direct = b_.getTrue();
-          for (int64_t tq = 0; tq < R; ++tq) direct = b_.CreateAnd(direct, inside(b_.CreateAdd(pos, c64(tq))));
-          direct->setName("direct");
-          ifThen(b_.CreateNot(direct), "gather", [&] {
-            for (int64_t tq = 0; tq < R; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
-          });
+          Value* direct = b_.getTrue();  // with a padded image, every window is inside it
+          if (padded) {
+            ifThen(b_.CreateICmpNE(i0, b_.CreateLoad(i64_, copied)), "pad", [&] { padImage(i0); });
+          } else {
+            for (int64_t tq = 0; tq < R; ++tq) direct = b_.CreateAnd(direct, inside(b_.CreateAdd(pos, c64(tq))));
+            direct->setName("direct");
+            ifThen(b_.CreateNot(direct), "gather", [&] {
+              for (int64_t tq = 0; tq < R; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+            });
+          }
           std::vector<Value*> rows;
           for (int64_t tq = 0; tq < R; ++tq) {
             Value* row = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K));
