@@ -82,22 +82,6 @@ bool hasAccuracyFault(const Kernel& k, const std::optional<InjectedFault>& fault
 const char* implName(Impl i) { return kImplNames[static_cast<int>(i)]; }
 bool isExtern(Impl i) { return i == Impl::Onednn || i == Impl::OnednnPostOps; }
 bool usesPanels(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm4x16 || i == Impl::Gemm6x16; }
-// KernelSchedule::paddedImage: a padded conv's input image with its padding, where it fits.
-static std::optional<KernelSchedule::PaddedImage> paddedImage(const KernelProgram& p, const Kernel& k) {
-  const Buffer& X = p.buffer(k.anchorInputs[0]);
-  if (X.type.rank() != 4 || X.type.dtype != DType::F32) return std::nullopt;
-  const std::vector<int64_t> pads = spatialList(*k.anchor, "pads", 4, 0);
-  if (std::all_of(pads.begin(), pads.end(), [](int64_t v) { return v == 0; })) return std::nullopt;
-  KernelSchedule::PaddedImage im;
-  im.C = X.type.shape[1].value();
-  im.H = X.type.shape[2].value() + pads[0] + pads[2];
-  im.W = X.type.shape[3].value() + pads[1] + pads[3];
-  im.top = pads[0];
-  im.left = pads[1];
-  if (im.floats() > KernelSchedule::kMaxPaddedFloats) return std::nullopt;
-  return im;
-}
-
 int64_t panelsPerTile(Impl i) { return i == Impl::Gemm4x32 ? 2 : 1; }
 int64_t rowsPerTile(Impl i) { return i == Impl::Gemm6x16 ? 6 : 4; }
 std::optional<Impl> implByName(const std::string& name) {
@@ -730,6 +714,26 @@ const ThreadSplit& KernelSchedule::splitOf(std::optional<Impl> impl) const {
   }
   fail("internal: no thread split for implementation {}", implName(*impl));
 }
+
+namespace {
+
+// KernelSchedule::paddedImage: a padded conv's input image with its padding, where it fits.
+std::optional<KernelSchedule::PaddedImage> paddedImage(const KernelProgram& p, const Kernel& k) {
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  if (X.type.rank() != 4 || X.type.dtype != DType::F32) return std::nullopt;
+  const std::vector<int64_t> pads = spatialList(*k.anchor, "pads", 4, 0);
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t v) { return v == 0; })) return std::nullopt;
+  KernelSchedule::PaddedImage im;
+  im.C = X.type.shape[1].value();
+  im.H = X.type.shape[2].value() + pads[0] + pads[2];
+  im.W = X.type.shape[3].value() + pads[1] + pads[3];
+  im.top = pads[0];
+  im.left = pads[1];
+  if (im.floats() > KernelSchedule::kMaxPaddedFloats) return std::nullopt;
+  return im;
+}
+
+}  // namespace
 
 Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const ScheduleOptions& o) {
   Schedule s;

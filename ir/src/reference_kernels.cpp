@@ -198,10 +198,10 @@ void refMatMul(const RefCall& call) {
 // The input offset (within one plane) of every tap of every output position's window, -1 where
 // the tap falls in the padding: [output position][tap], both in row-major order. Computed once
 // per node, so the sums below walk a table instead of re-deriving indices per channel.
-std::vector<int64_t> windowOffsets(const std::vector<int64_t>& outSpatial, const std::vector<int64_t>& kernel,
-                                   const std::vector<int64_t>& strides, const std::vector<int64_t>& pads,
-                                   const std::vector<int64_t>& dilations, const std::vector<int64_t>& inSpatial,
-                                   const std::vector<int64_t>& inStrides) {
+static std::vector<int64_t> windowOffsets(const std::vector<int64_t>& outSpatial, const std::vector<int64_t>& kernel,
+                                          const std::vector<int64_t>& strides, const std::vector<int64_t>& pads,
+                                          const std::vector<int64_t>& dilations, const std::vector<int64_t>& inSpatial,
+                                          const std::vector<int64_t>& inStrides) {
   std::vector<int64_t> table;
   table.reserve(static_cast<size_t>(staticNumel(outSpatial) * staticNumel(kernel)));
   forEachIndex(outSpatial, [&](int64_t, const std::vector<int64_t>& outPos) {

@@ -485,7 +485,7 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   s += fmt::format("    const int64_t i0 = u / {}, pos = u % {} * {};\n", tiles, tiles, R);
   s += fmt::format("    if (pos + {} <= {}) {{\n", R, P);
   if (padded) {
-    s += "      if (i0 != copied) padImage(i0);\n      const bool direct = true;  // every window inside the padded image\n";
+    s += "      if (i0 != copied) padImage(i0);  // every window lies inside the padded image\n";
   } else {
     s += fmt::format("      const bool direct = inside({});\n", fmt::join(positions, ") && inside("));
     s += fmt::format("      if (!direct) for (int64_t t = 0; t < {}; ++t) gather(i0, pos + t, patch[t]);\n", R);
@@ -494,17 +494,23 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   s += fmt::format("      const float* origins[{}] = {{origin(i0, {})}};\n", R, fmt::join(positions, "), origin(i0, "));
   std::vector<std::string> rows;
   for (int64_t t = 0; t < R; ++t) rows.push_back(fmt::format("patch[{}]", t));
-  s += fmt::format("      const float* gathered[{}] = {{{}}};\n", R, fmt::join(rows, ", "));
+  if (!padded) s += fmt::format("      const float* gathered[{}] = {{{}}};\n", R, fmt::join(rows, ", "));
   // Panels two at a time (pc::gemm_4x32: twice the accumulators), an odd last one alone.
   // Channel outer, position inner in the epilogue: the tile's positions of a channel are adjacent
   // in memory, while channels are a plane apart (often 4 KB: every channel in one cache set).
   auto block = [&](const std::string& j, int width) {
     const std::string kern = fmt::format("{}x{}", R, width);
     const std::string o = width == 32 ? "out" : "out16";
-    std::string t = fmt::format("        if (direct) {{\n          pc::gemm_{}_at({}, window, origins, wp + {}*{}, bp + {}*16, {}{});\n", kern,
-                                K, j, s_.kernels[index].panelStride, j, o, scaleArg(index, j));
-    t += fmt::format("        }} else {{\n          pc::gemm_{}({}, gathered, wp + {}*{}, bp + {}*16, {}{});\n        }}\n", kern, K, j,
-                     s_.kernels[index].panelStride, j, o, scaleArg(index, j));
+    const std::string inPlace = fmt::format("pc::gemm_{}_at({}, window, origins, wp + {}*{}, bp + {}*16, {}{});\n", kern, K, j,
+                                            s_.kernels[index].panelStride, j, o, scaleArg(index, j));
+    std::string t;
+    if (padded) {
+      t = "        " + inPlace;
+    } else {
+      t = "        if (direct) {\n          " + inPlace;
+      t += fmt::format("        }} else {{\n          pc::gemm_{}({}, gathered, wp + {}*{}, bp + {}*16, {}{});\n        }}\n", kern, K, j,
+                       s_.kernels[index].panelStride, j, o, scaleArg(index, j));
+    }
     const std::string value = o + "[t][n - j*16]";
     t += fmt::format("        const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
     t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < {}; ++t) "

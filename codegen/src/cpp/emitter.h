@@ -206,7 +206,8 @@ class Emitter {
 
   // 2-D conv with a constant weight as an implicit GEMM: a tile of output positions (4, or 6 for
   // gemm6x16) reads its windows in place, or gathers them (im2col, zeros for padding) into a stack
-  // buffer, and is multiplied by the weight panels (two at a time for gemm4x32, an odd last one alone).
+  // buffer, or with a padded image (KernelSchedule::paddedImage) reads every window from it, and is
+  // multiplied by the weight panels (two at a time for gemm4x32, an odd last one alone).
   std::string emitPackedConv(const Kernel& k, size_t index, std::optional<Impl> impl) const;
 
   std::string emitConv(const Kernel& k, size_t index) const;
