@@ -144,6 +144,59 @@ template <int A, int B> PC_INLINE f32x8 loadLanes8(const float* p, float fill) {
 }
 // The max pools' last, partial chunk: its columns past the row read as `fill`.
 template <int N> PC_INLINE f32x8 loadFirst8(const float* p, float fill) { return loadLanes8<0, N>(p, fill); }
+// The first N of v's lanes stored at p, nothing past them written: an implicit GEMM tile's
+// R <= 8 positions of one channel (KernelSchedule::tileEpilogue). Plain stores of 4, 2 and 1
+// lanes (a masked store is microcoded on some x86 cores).
+template <int N> PC_INLINE void storeFirst8(float* p, f32x8 v) {
+  static_assert(0 < N && N <= 8, "lanes of one vector");
+  typedef float f32x4 __attribute__((vector_size(16)));
+  typedef float f32x2 __attribute__((vector_size(8)));
+  if constexpr (N == 8) {
+    store8(p, v);
+  } else {
+    int at = 0;
+    if constexpr (N >= 4) {
+      const f32x4 lo = __builtin_shufflevector(v, v, 0, 1, 2, 3);
+      std::memcpy(p, &lo, sizeof lo);
+      at = 4;
+    }
+    if constexpr (N % 4 >= 2) {
+      const f32x2 two = N >= 4 ? __builtin_shufflevector(v, v, 4, 5) : __builtin_shufflevector(v, v, 0, 1);
+      std::memcpy(p + at, &two, sizeof two);
+      at += 2;
+    }
+    if constexpr (N % 2) p[at] = v[at];
+  }
+}
+// An implicit GEMM tile out[R][W] (R <= 8 positions by W = 16 or 32 channels) as tr[W][8]: lane t
+// of channel n's row is out[t][n], lanes R..7 zero. By 8 x 8 blocks in three rounds of shuffles
+// (unpack pairs of rows, then pairs of pairs, then halves), which x86 has as single instructions.
+template <int R, int W> PC_INLINE void transposeTile(const float (*PC_RESTRICT out)[W], float (*PC_RESTRICT tr)[8]) {
+  static_assert(0 < R && R <= 8 && W % 8 == 0, "a tile of at most 8 rows");
+#pragma GCC unroll 4
+  for (int h = 0; h < W / 8; ++h) {
+    f32x8 x[8], a[8], b[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) x[t] = t < R ? load8(out[t] + 8 * h) : f32x8{};
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) {
+      a[i] = __builtin_shufflevector(x[i], x[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+      a[i + 1] = __builtin_shufflevector(x[i], x[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 8; i += 4) {
+      b[i] = __builtin_shufflevector(a[i], a[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      b[i + 1] = __builtin_shufflevector(a[i], a[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+      b[i + 2] = __builtin_shufflevector(a[i + 1], a[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+      b[i + 3] = __builtin_shufflevector(a[i + 1], a[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      store8(tr[8 * h + c], __builtin_shufflevector(b[c], b[c + 4], 0, 1, 2, 3, 8, 9, 10, 11));
+      store8(tr[8 * h + c + 4], __builtin_shufflevector(b[c], b[c + 4], 4, 5, 6, 7, 12, 13, 14, 15));
+    }
+  }
+}
 
 // The direct convs' rows (emitConv): an output row as registers, chunks of 16 columns, every tap
 // added with a masked load and a masked FMA on the lanes it reaches (a row in memory written by

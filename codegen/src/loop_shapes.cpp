@@ -152,6 +152,23 @@ bool vectorBody(const KernelProgram& p, const Kernel& k) {
   return true;
 }
 
+bool planeDense(const KernelProgram& p, const Kernel& k) {
+  if (k.domain.size() != 4 || !k.domain[3].isStatic()) return false;
+  const int64_t W = k.domain[3].value();
+  for (const Instr& in : k.body) {
+    if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
+    const Buffer& b = p.buffer(in.buffer);
+    int64_t row = 0, col = 0;  // elements per step of the domain's axes 2 and 3
+    for (size_t d = 0; d < in.index.size(); ++d) {
+      const IndexExpr& e = in.index[d];
+      if (e.axis == 2) row += e.scale * b.strides[d];
+      if (e.axis == 3) col += e.scale * b.strides[d];
+    }
+    if (col == 0 ? row != 0 : (col != 1 || row != W)) return false;
+  }
+  return true;
+}
+
 // Whether the temporaries kernel `k` touches occupy disjoint workspace memory.
 bool disjointTemps(const KernelProgram& p, const MemoryPlan& plan, const Kernel& k) {
   std::set<int> roots;

@@ -830,7 +830,10 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     }
     for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im));
     if (std::find(ks.impls.begin(), ks.impls.end(), Impl::ConvRows) != ks.impls.end()) ks.convRows = convRowTiles(p, k);
-    if (ks.form == Form::PackedConv) ks.paddedImage = paddedImage(p, k);
+    if (ks.form == Form::PackedConv) {
+      ks.paddedImage = paddedImage(p, k);
+      ks.tileEpilogue = !ks.anchorFault && vectorBody(p, k) && planeDense(p, k);
+    }
     ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !usesPanels(i); });
     s.usesExtern = s.usesExtern || std::any_of(ks.impls.begin(), ks.impls.end(), isExtern);
     for (Impl im : ks.impls) {

@@ -262,6 +262,11 @@ bool windowInside(const KernelProgram& p, const Kernel& k);
 // no operator without a vector form (pow, casts, comparisons, where, not), and every load or
 // store either ignores that axis or walks it with unit stride (a store always walks it).
 bool vectorBody(const KernelProgram& p, const Kernel& k);
+// Whether a rank-4 `k`'s loads and stores that walk the last axis walk the plane of the last two
+// densely (one row after another: position oh * W + ow at offset oh * W + ow, W the last axis's
+// extent) and the others neither of those axes: a run of positions crossing into the next row is
+// one run in memory (KernelSchedule::tileEpilogue).
+bool planeDense(const KernelProgram& p, const Kernel& k);
 
 // ---- the schedule
 
@@ -381,6 +386,14 @@ struct KernelSchedule {
   };
   std::optional<PaddedImage> paddedImage;
   static constexpr int64_t kMaxPaddedFloats = 32768;
+  // A Form::PackedConv kernel's implicit GEMM tiles (R <= 8 output positions by a panel of
+  // channels): the epilogue transposes the tile in registers (8 x 8 blocks) and runs on the R
+  // positions of one channel at a time as one vector, stored as R consecutive floats, where it ran
+  // once per value with the value's address computed each time. Where tileEpilogue(): a vectorBody
+  // whose loads and stores walk the output plane densely (a tile's positions may go on into the
+  // next row) and no injected accuracy fault on the anchor. Lane by lane the same operations: the
+  // same bits.
+  bool tileEpilogue = false;
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
   // The packed weight's element type (CodegenOptions::precision, the rule in codegen.h); Int8's
   // per-column scales are f32 panels at packedScale (the microkernels multiply each tile's

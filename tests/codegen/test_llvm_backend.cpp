@@ -790,6 +790,67 @@ TEST_CASE("llvm and cpp backends: padded convs read a padded copy of the image w
   checkBothBackends(*graph, so, llvm, 17, 1e-5);
 }
 
+// The implicit GEMM's tiles run their epilogue on one channel's positions at a time
+// (KernelSchedule::tileEpilogue): a tile transposed, each channel's R positions one vector, stored
+// as R consecutive floats. A strided relu conv on 6-column rows with 20 channels (a partial
+// panel), a tanh on 9-column rows (tiles going on into the next row; the C++ printer's tanh stays
+// scalar at 8 lanes, the LLVM one's is a vector: the same bits), a residual add (its operand read
+// R floats at a time); not where the epilogue has no vector form (pow). Every tile implementation,
+// both backends against the interpreter and each other bit for bit, 1 and 2 threads.
+TEST_CASE("llvm and cpp backends: implicit GEMM tiles run the epilogue a channel's positions at a time", "[llvm][cpp]") {
+  auto weights = [](int64_t n) { return paramValues(n, 0.125, 13, -0.75); };
+  const std::string text = fmt::format(R"(graph tiles(%x: f32[batch,6,11,11]) {{
+  %w = param f32[20,6,3,3] [{}]
+  %b = param f32[20] [{}]
+  %a = conv(%x, %w, %b) {{strides=[2, 2], pads=[1, 1, 1, 1]}} : f32[batch,20,6,6]
+  %ra = relu(%a) : f32[batch,20,6,6]
+  %t = conv(%x, %w) : f32[batch,20,9,9]
+  %tt = tanh(%t) : f32[batch,20,9,9]
+  %v = param f32[6,6,3,3] [{}]
+  %c = conv(%x, %v) {{pads=[1, 1, 1, 1]}} : f32[batch,6,11,11]
+  %s = add(%c, %x) : f32[batch,6,11,11]
+  %rs = relu(%s) : f32[batch,6,11,11]
+  %p = conv(%x, %w) {{strides=[2, 2]}} : f32[batch,20,5,5]
+  %rp = relu(%p) : f32[batch,20,5,5]
+  %e = param f32[5] [1.5, 0.5, 2.5, 1.25, 3.0]
+  %q = pow(%rp, %e) : f32[batch,20,5,5]
+  return (ra=%ra, tt=%tt, rs=%rs, q=%q)
+}})", weights(20 * 54), weights(20), weights(6 * 54));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  for (const std::string impl : {"gemm4x16", "gemm6x16", "gemm4x32"}) {
+    INFO(impl);
+    codegen::CppOptions cpp;
+    cpp.minChunkCost = 0;
+    cpp.forceImpl = impl;
+    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+    // The relu and residual convs in the C++ printer (its tanh keeps the scalar epilogue);
+    // gemm4x32 runs the 20-channel conv's two panels as a pair.
+    const std::string rows = impl == "gemm6x16" ? "6" : "4";
+    CHECK(occurrences(generated.source, "pc::transposeTile<" + rows + ", 16>(out16, columns);") == (impl == "gemm4x32" ? 1 : 2));
+    CHECK(occurrences(generated.source, "pc::transposeTile<" + rows + ", 32>(out, columns);") == (impl == "gemm4x32" ? 1 : 0));
+    CHECK(occurrences(generated.source, "pc::storeFirst8<" + rows + ">(") >= 2);
+    CHECK(occurrences(generated.source, "pc::loadFirst8<" + rows + ">(") >= 1);  // the residual
+    const fs::path so = scratch() / fmt::format("tiles_{}.so", impl);
+    codegen::buildSharedObject(generated, so.string(), {});
+    codegen::LlvmOptions llvm;
+    llvm.minChunkCost = 0;
+    llvm.forceImpl = impl;
+    llvm.keepUnoptimizedIr = true;
+    CHECK(occurrences(codegen::generateLlvm(*graph, llvm).unoptimizedIr(), "%columns = alloca [128 x float]") == 3);  // not pow's
+    checkBothBackends(*graph, so, llvm, 23, 1e-5);
+    runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
+    for (int64_t batch : {1, 3}) {
+      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 29);
+      std::vector<ir::Tensor> fromCpp = driver::runModel(c, inputs, 2), fromLlvm = driver::runModel(l, inputs, 2);
+      for (size_t o = 0; o < fromCpp.size(); ++o) {
+        INFO("batch " << batch << " output " << o);
+        CHECK(std::memcmp(fromCpp[o].bytes(), fromLlvm[o].bytes(), fromCpp[o].nbytes()) == 0);
+      }
+    }
+  }
+}
+
 // A constant pad runs by rows in both backends (schedule.h, PadRows): a row all padding, or a
 // padded head, the copied input row (LLVM: 16 values at a time where the schedule says so) and a
 // padded tail. Pads on an outer axis and both ends of the last, a fused epilogue, a u8 input

@@ -211,9 +211,11 @@ std::string Emitter::panelEpilogue(int64_t N, const std::string& indent, const s
 }
 
 std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars, const std::string& col,
-                                                   int width) const {
+                                                   int width, int lanes) const {
   const std::vector<Instr>& b = k.body;
   if (b.size() < 2 || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32) return std::nullopt;
+  const bool partial = lanes > 0 && lanes < width;
+  if (partial && width != 8) return std::nullopt;
   std::string code;
   int current = 0;  // the instruction whose value v holds
   bool stored = false;
@@ -234,8 +236,9 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
       std::vector<std::string> at(vars.begin(), vars.end() - 1);
       at.push_back(col);
       loaded[static_cast<int>(i)] = fmt::format("l{}", i);
-      code += fmt::format("const pc::f32x{} l{} = pc::load{}({} + {});\n", width, i, width, ptrName(p_.buffer(in.buffer).root),
-                          address(in.buffer, in.index, at));
+      const std::string from = fmt::format("{} + {}", ptrName(p_.buffer(in.buffer).root), address(in.buffer, in.index, at));
+      code += partial ? fmt::format("const pc::f32x8 l{} = pc::loadFirst8<{}>({}, 0.0f);\n", i, lanes, from)
+                      : fmt::format("const pc::f32x{} l{} = pc::load{}({});\n", width, i, width, from);
       continue;
     }
     // v + a residual, or the difference of the two (no product: a sum after it could contract
@@ -262,7 +265,8 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
       }
       std::vector<std::string> at(vars.begin(), vars.end() - 1);
       at.push_back(col);
-      code += fmt::format("pc::store{}({} + {}, v);\n", width, ptrName(out.root), address(in.buffer, in.index, at));
+      const std::string to = fmt::format("{} + {}", ptrName(out.root), address(in.buffer, in.index, at));
+      code += partial ? fmt::format("pc::storeFirst8<{}>({}, v);\n", lanes, to) : fmt::format("pc::store{}({}, v);\n", width, to);
       stored = true;
       continue;
     }
@@ -476,6 +480,10 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   }
   s += fmt::format("  alignas(32) float patch[{}][{}];\n  float out[{}][32];\n", R, K, R);
   if (panels % 2 || per == 1) s += fmt::format("  float out16[{}][16];\n", R);
+  // KernelSchedule::tileEpilogue: a channel's R positions as one vector (pc::transposeTile).
+  const std::optional<std::string> tileCode =
+      s_.kernels[index].tileEpilogue ? vectorEpilogue(k, {"i0", "n", "oh", "ow"}, "ow", 8, static_cast<int>(R)) : std::nullopt;
+  if (tileCode) s += "  alignas(32) float columns[32][8];\n";
   // Units of work: a tile of R output positions (4, or 6 for gemm6x16) of one image, every panel.
   // The last positions that do not fill a tile run one by one, whichever chunk they fall in.
   int64_t P = OH * OW, tiles = (P + R - 1) / R;
@@ -513,6 +521,12 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
     }
     const std::string value = o + "[t][n - j*16]";
     t += fmt::format("        const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
+    if (tileCode) {
+      t += fmt::format("        pc::transposeTile<{}, {}>({}, columns);\n", R, width, o);
+      t += fmt::format("        const int64_t oh = pos / {}, ow = pos % {};\n", OW, OW);
+      t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          pc::f32x8 v = pc::load8(columns[n - {}*16]);\n", j, j);
+      return t + indented(*tileCode, "          ") + "        }\n";
+    }
     t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < {}; ++t) "
                      "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {});\n        }}\n",
                      j, R, OW, OW, value);

@@ -196,9 +196,10 @@ class Emitter {
   // pool's) (KernelSchedule::vectorEpilogue), the vector code when this printer has it: a chain
   // of tanh/relu on v (pc::tanh16, pc::relu16; relu alone at width 8), each value it stores stored densely
   // along the output's last axis from column `col`; else nullopt, and the columns go through
-  // the scalar epilogue, which the C++ compiler vectorises or not.
+  // the scalar epilogue, which the C++ compiler vectorises or not. `lanes` < 8 at width 8: only
+  // the first `lanes` values are loaded and stored (an implicit GEMM tile's positions).
   std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars,
-                                            const std::string& col = "n0", int width = 16) const;
+                                            const std::string& col = "n0", int width = 16, int lanes = 0) const;
 
   // linear with a constant weight: rows of x times weight panels of 16 columns, 4 rows at a time.
   // `per` panels per unit of work: 2 runs the 4x32 microkernel (two panels), 1 the 4x16 one.

@@ -122,7 +122,49 @@ bool Emitter::faulty(const ir::Node* n, InjectedFault::Kind kind) const {
   return n && o_.fault && o_.fault->kind == kind && n->isOp() && o_.fault->op == n->info().name;
 }
 
-std::vector<Value*> Emitter::emitBody(const std::vector<Instr>& body, const std::vector<Value*>& vars, Value* acc, unsigned width) {
+Value* Emitter::loadFirst(Value* at, unsigned width, unsigned lanes, int id) {
+  Value* v = llvm::Constant::getNullValue(llvm::FixedVectorType::get(f32_, width));
+  for (unsigned l = 0; l < lanes;) {
+    const unsigned part = lanes - l >= 4 ? 4 : lanes - l >= 2 ? 2 : 1;
+    Value* ptr = b_.CreateConstInBoundsGEP1_64(f32_, at, l);
+    llvm::LoadInst* x = b_.CreateAlignedLoad(part == 1 ? static_cast<llvm::Type*>(f32_) : llvm::FixedVectorType::get(f32_, part), ptr,
+                                             llvm::Align(4));
+    restrictAccess(x, id);
+    if (part == 1) {
+      v = b_.CreateInsertElement(v, x, static_cast<uint64_t>(l));
+    } else {
+      // x widened to `width` lanes, then lanes [l, l + part) taken from it.
+      std::vector<int> wide(width, -1), mix;
+      for (unsigned i = 0; i < part; ++i) wide[i] = static_cast<int>(i);
+      Value* xw = b_.CreateShuffleVector(x, wide);
+      for (unsigned i = 0; i < width; ++i) mix.push_back(i >= l && i < l + part ? static_cast<int>(width + i - l) : static_cast<int>(i));
+      v = b_.CreateShuffleVector(v, xw, mix);
+    }
+    l += part;
+  }
+  return v;
+}
+
+void Emitter::storeFirst(Value* v, Value* at, unsigned lanes, int id) {
+  for (unsigned l = 0; l < lanes;) {
+    const unsigned part = lanes - l >= 4 ? 4 : lanes - l >= 2 ? 2 : 1;
+    Value* ptr = b_.CreateConstInBoundsGEP1_64(f32_, at, l);
+    Value* x = nullptr;
+    if (part == 1) {
+      x = b_.CreateExtractElement(v, static_cast<uint64_t>(l));
+    } else {
+      std::vector<int> take;
+      for (unsigned i = 0; i < part; ++i) take.push_back(static_cast<int>(l + i));
+      x = b_.CreateShuffleVector(v, take);
+    }
+    restrictAccess(b_.CreateAlignedStore(x, ptr, llvm::Align(4)), id);
+    l += part;
+  }
+}
+
+std::vector<Value*> Emitter::emitBody(const std::vector<Instr>& body, const std::vector<Value*>& vars, Value* acc, unsigned width,
+                                      unsigned lanes) {
+  const bool partial = width && lanes && lanes < width;
   std::vector<Value*> v(body.size(), nullptr);
   const size_t lastAxis = vars.size() - 1;
   for (size_t i = 0; i < body.size(); ++i) {
@@ -140,8 +182,12 @@ std::vector<Value*> Emitter::emitBody(const std::vector<Instr>& body, const std:
         std::vector<Value*> idx = indices(in.index, vars);
         if (width && usesAxis(in.index, lastAxis)) {
           llvm::Type* vt = llvm::FixedVectorType::get(memType(in.dtype), width);
-          v[i] = b_.CreateAlignedLoad(vt, elemPtr(in.buffer, idx), llvm::Align(4), escape::printable(buf.name));
-          restrictAccess(llvm::cast<llvm::Instruction>(v[i]), in.buffer);
+          if (partial) {
+            v[i] = loadFirst(elemPtr(in.buffer, idx), width, lanes, in.buffer);  // f32 only (vectorBody)
+          } else {
+            v[i] = b_.CreateAlignedLoad(vt, elemPtr(in.buffer, idx), llvm::Align(4), escape::printable(buf.name));
+            restrictAccess(llvm::cast<llvm::Instruction>(v[i]), in.buffer);
+          }
         } else {
           v[i] = loadElem(in.buffer, idx, buf.name);
           if (width) v[i] = b_.CreateVectorSplat(width, v[i]);
@@ -152,7 +198,9 @@ std::vector<Value*> Emitter::emitBody(const std::vector<Instr>& body, const std:
         const Buffer& buf = p_.buffer(in.buffer);
         Value* val = convert(args[0], types[0], buf.type.dtype);
         std::vector<Value*> idx = indices(in.index, vars);
-        if (width) {
+        if (partial) {
+          storeFirst(val, elemPtr(in.buffer, idx), lanes, in.buffer);
+        } else if (width) {
           restrictAccess(b_.CreateAlignedStore(val, elemPtr(in.buffer, idx), llvm::Align(4)), in.buffer);
         } else {
           storeElem(in.buffer, idx, val);

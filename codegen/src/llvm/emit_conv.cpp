@@ -120,6 +120,48 @@ void Emitter::emitPackedConv(const Kernel& k) {
       emitBody(k.body, {i0, nn, oh, ow}, convert(a, DType::F32, t));
     });
   };
+  // KernelSchedule::tileEpilogue: the tile's R accumulators of a panel (16 channels each)
+  // transposed by 8 x 8 blocks in three rounds of shuffles (pc::transposeTile's), a channel's R
+  // positions then one vector through the epilogue.
+  llvm::FixedVectorType* v8 = llvm::FixedVectorType::get(f32_, 8);
+  llvm::AllocaInst* columns = s_.kernels[index].tileEpilogue ? local(llvm::ArrayType::get(f32_, kLanes * 8), "columns") : nullptr;
+  auto finishTile = [&](Value* i0, Value* pos, Value* j, const std::vector<Value*>& acc) {
+    for (int64_t h = 0; h < static_cast<int64_t>(kLanes) / 8; ++h) {
+      std::vector<Value*> x, a(8), c(8);
+      std::vector<int> half;
+      for (int l = 0; l < 8; ++l) half.push_back(static_cast<int>(8 * h + l));
+      for (int64_t tq = 0; tq < 8; ++tq) {
+        x.push_back(tq < R ? b_.CreateShuffleVector(acc[static_cast<size_t>(tq)], half) : llvm::Constant::getNullValue(v8));
+      }
+      for (size_t i = 0; i < 8; i += 2) {
+        a[i] = b_.CreateShuffleVector(x[i], x[i + 1], {0, 8, 1, 9, 4, 12, 5, 13});
+        a[i + 1] = b_.CreateShuffleVector(x[i], x[i + 1], {2, 10, 3, 11, 6, 14, 7, 15});
+      }
+      std::vector<Value*> bq(8);
+      for (size_t i = 0; i < 8; i += 4) {
+        bq[i] = b_.CreateShuffleVector(a[i], a[i + 2], {0, 1, 8, 9, 4, 5, 12, 13});
+        bq[i + 1] = b_.CreateShuffleVector(a[i], a[i + 2], {2, 3, 10, 11, 6, 7, 14, 15});
+        bq[i + 2] = b_.CreateShuffleVector(a[i + 1], a[i + 3], {0, 1, 8, 9, 4, 5, 12, 13});
+        bq[i + 3] = b_.CreateShuffleVector(a[i + 1], a[i + 3], {2, 3, 10, 11, 6, 7, 14, 15});
+      }
+      for (size_t q = 0; q < 4; ++q) {
+        c[q] = b_.CreateShuffleVector(bq[q], bq[q + 4], {0, 1, 2, 3, 8, 9, 10, 11});
+        c[q + 4] = b_.CreateShuffleVector(bq[q], bq[q + 4], {4, 5, 6, 7, 12, 13, 14, 15});
+      }
+      for (size_t q = 0; q < 8; ++q) {
+        b_.CreateAlignedStore(c[q], b_.CreateConstInBoundsGEP1_64(f32_, columns, static_cast<uint64_t>((8 * h + static_cast<int64_t>(q)) * 8)),
+                              llvm::Align(32));
+      }
+    }
+    Value* n0 = b_.CreateMul(j, c64(kPanel));
+    Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(n0, c64(kLanes)), c64(M));
+    Value* oh = b_.CreateSDiv(pos, c64(OW));
+    Value* ow = b_.CreateSRem(pos, c64(OW));
+    forRange(n0, end, "n", [&](Value* nn) {
+      Value* col = b_.CreateInBoundsGEP(f32_, columns, b_.CreateMul(b_.CreateSub(nn, n0), c64(8)));
+      emitBody(k.body, {i0, nn, oh, ow}, b_.CreateAlignedLoad(v8, col, llvm::Align(32), "acc"), 8, static_cast<unsigned>(R));
+    });
+  };
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* i0 = b_.CreateSDiv(u, c64(tiles), "i0");
     Value* pos = b_.CreateMul(b_.CreateSRem(u, c64(tiles)), c64(R), "pos");
@@ -147,6 +189,12 @@ void Emitter::emitPackedConv(const Kernel& k) {
             Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
             auto acc = gemmTile(rows, per, K, w, bias, &n, offsets);
             for (int p = 0; p < per; ++p) {
+              if (columns) {
+                std::vector<Value*> rowsOfPanel;
+                for (int64_t tq = 0; tq < R; ++tq) rowsOfPanel.push_back(acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
+                finishTile(i0, pos, b_.CreateAdd(j, c64(p)), rowsOfPanel);
+                continue;
+              }
               for (int64_t tq = 0; tq < R; ++tq) {
                 finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
               }

@@ -103,7 +103,14 @@ class Emitter : llvmbe::Builder {
   // along the last domain axis (vars.back() is the first lane's index; the schedule's
   // KernelSchedule::vectorEpilogue says where).
   // Returns the values (prologues return one).
-  std::vector<Value*> emitBody(const std::vector<Instr>& body, const std::vector<Value*>& vars, Value* acc, unsigned width = 0);
+  // `lanes` < width: the loads and stores along the last axis touch only the first `lanes` values
+  // (an implicit GEMM tile's positions, KernelSchedule::tileEpilogue).
+  std::vector<Value*> emitBody(const std::vector<Instr>& body, const std::vector<Value*>& vars, Value* acc, unsigned width = 0,
+                               unsigned lanes = 0);
+  // The first `lanes` floats at `at` into a vector of `width` (the rest zero), and back: plain
+  // loads and stores of 4, 2 and 1 floats, as the C++ prelude's storeFirst8.
+  Value* loadFirst(Value* at, unsigned width, unsigned lanes, int id);
+  void storeFirst(Value* v, Value* at, unsigned lanes, int id);
 
   static bool usesAxis(const IndexMap& index, size_t axis);
 
