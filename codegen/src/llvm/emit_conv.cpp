@@ -53,7 +53,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
     Value* okW = b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(b_.CreateAdd(iw, c64((KW - 1) * dil[1])), c64(Wd)));
     return b_.CreateAnd(okH, okW);
   };
-  // The padded image: its border zeroed once per call, its inside copied for each image a thread
+  // The padded image: its border zeroed once per chunk of work, its inside copied for each image a thread
   // meets (`copied`: the image it holds, -1 before the first).
   llvm::AllocaInst* paddedBuf = padded ? local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(padded->floats())), "padded") : nullptr;
   llvm::AllocaInst* copied = padded ? local(i64_, "copied") : nullptr;
