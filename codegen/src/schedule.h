@@ -389,10 +389,10 @@ struct KernelSchedule {
   // A Form::PackedConv kernel's implicit GEMM tiles (R <= 8 output positions by a panel of
   // channels): the epilogue transposes the tile in registers (8 x 8 blocks) and runs on the R
   // positions of one channel at a time as one vector, stored as R consecutive floats, where it ran
-  // once per value with the value's address computed each time. Where tileEpilogue(): a vectorBody
-  // whose loads and stores walk the output plane densely (a tile's positions may go on into the
-  // next row) and no injected accuracy fault on the anchor. Lane by lane the same operations: the
-  // same bits.
+  // once per value with the value's address computed each time. Where the body is a vectorBody
+  // whose loads and stores walk the output plane densely (planeDense: a tile's positions may go on
+  // into the next row) and no accuracy fault is injected into the anchor. Lane by lane the same
+  // operations: the same bits.
   bool tileEpilogue = false;
   int64_t packedWeight = -1, packedBias = -1;  // the packed panels' offsets in the weights blob
   // The packed weight's element type (CodegenOptions::precision, the rule in codegen.h); Int8's
