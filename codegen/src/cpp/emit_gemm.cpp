@@ -274,8 +274,8 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
         faulty(in.node, InjectedFault::Kind::Accuracy)) {
       return std::nullopt;
     }
-    if (in.op == Op::Tanh && width == 16) {
-      code += fmt::format("// {}\nv = pc::tanh16(v);\n", sourceStr(in.node));
+    if (in.op == Op::Tanh && (width == 16 || width == 8)) {
+      code += fmt::format("// {}\nv = {};\n", sourceStr(in.node), width == 16 ? "pc::tanh16(v)" : "pc::tanhv(v)");
     } else if (in.op == Op::Relu) {
       code += fmt::format("// {}\nv = {};\n", sourceStr(in.node), width == 16 ? "pc::relu16(v)" : "v < 0.0f ? 0.0f : v");
     } else {

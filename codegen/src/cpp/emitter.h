@@ -194,7 +194,7 @@ class Emitter {
 
   // Where the schedule runs an epilogue on whole 16-column panels or chunks (8 columns: a max
   // pool's) (KernelSchedule::vectorEpilogue), the vector code when this printer has it: a chain
-  // of tanh/relu on v (pc::tanh16, pc::relu16; relu alone at width 8), each value it stores stored densely
+  // of tanh/relu on v (pc::tanh16, pc::relu16; at width 8 pc::tanhv and a select), each value it stores stored densely
   // along the output's last axis from column `col`; else nullopt, and the columns go through
   // the scalar epilogue, which the C++ compiler vectorises or not. `lanes` < 8 at width 8: only
   // the first `lanes` values are loaded and stored (an implicit GEMM tile's positions).
