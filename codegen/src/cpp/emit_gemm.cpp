@@ -519,7 +519,6 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
       t += fmt::format("        }} else {{\n          pc::gemm_{}({}, gathered, wp + {}*{}, bp + {}*16, {}{});\n        }}\n", kern, K, j,
                        s_.kernels[index].panelStride, j, o, scaleArg(index, j));
     }
-    const std::string value = o + "[t][n - j*16]";
     t += fmt::format("        const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
     if (tileCode) {
       t += fmt::format("        pc::transposeTile<{}, {}>({}, columns);\n", R, width, o);
@@ -528,8 +527,8 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
       return t + indented(*tileCode, "          ") + "        }\n";
     }
     t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < {}; ++t) "
-                     "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {});\n        }}\n",
-                     j, R, OW, OW, value);
+                     "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {}[t][n - j*16]);\n        }}\n",
+                     j, R, OW, OW, o);
     return t;
   };
   if (per == 1) {

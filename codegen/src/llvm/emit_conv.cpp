@@ -16,6 +16,25 @@
 
 namespace policyc::codegen::llvmemit {
 
+std::vector<Value*> Emitter::transpose8x8(const std::vector<Value*>& x) {
+  std::vector<Value*> a(8), b(8), c(8);
+  for (size_t i = 0; i < 8; i += 2) {  // unpack pairs of rows (vunpcklps, vunpckhps)
+    a[i] = b_.CreateShuffleVector(x[i], x[i + 1], {0, 8, 1, 9, 4, 12, 5, 13});
+    a[i + 1] = b_.CreateShuffleVector(x[i], x[i + 1], {2, 10, 3, 11, 6, 14, 7, 15});
+  }
+  for (size_t i = 0; i < 8; i += 4) {  // pairs of pairs (vshufps)
+    b[i] = b_.CreateShuffleVector(a[i], a[i + 2], {0, 1, 8, 9, 4, 5, 12, 13});
+    b[i + 1] = b_.CreateShuffleVector(a[i], a[i + 2], {2, 3, 10, 11, 6, 7, 14, 15});
+    b[i + 2] = b_.CreateShuffleVector(a[i + 1], a[i + 3], {0, 1, 8, 9, 4, 5, 12, 13});
+    b[i + 3] = b_.CreateShuffleVector(a[i + 1], a[i + 3], {2, 3, 10, 11, 6, 7, 14, 15});
+  }
+  for (size_t q = 0; q < 4; ++q) {  // halves (vperm2f128)
+    c[q] = b_.CreateShuffleVector(b[q], b[q + 4], {0, 1, 2, 3, 8, 9, 10, 11});
+    c[q + 4] = b_.CreateShuffleVector(b[q], b[q + 4], {4, 5, 6, 7, 12, 13, 14, 15});
+  }
+  return c;
+}
+
 void Emitter::emitPackedConv(const Kernel& k) {
   const size_t index = static_cast<size_t>(&k - p_.kernels.data());
   const ir::Node& n = *k.anchor;
@@ -127,27 +146,13 @@ void Emitter::emitPackedConv(const Kernel& k) {
   llvm::AllocaInst* columns = s_.kernels[index].tileEpilogue ? local(llvm::ArrayType::get(f32_, kLanes * 8), "columns") : nullptr;
   auto finishTile = [&](Value* i0, Value* pos, Value* j, const std::vector<Value*>& acc) {
     for (int64_t h = 0; h < static_cast<int64_t>(kLanes) / 8; ++h) {
-      std::vector<Value*> x, a(8), c(8);
       std::vector<int> half;
       for (int l = 0; l < 8; ++l) half.push_back(static_cast<int>(8 * h + l));
+      std::vector<Value*> x;
       for (int64_t tq = 0; tq < 8; ++tq) {
         x.push_back(tq < R ? b_.CreateShuffleVector(acc[static_cast<size_t>(tq)], half) : llvm::Constant::getNullValue(v8));
       }
-      for (size_t i = 0; i < 8; i += 2) {
-        a[i] = b_.CreateShuffleVector(x[i], x[i + 1], {0, 8, 1, 9, 4, 12, 5, 13});
-        a[i + 1] = b_.CreateShuffleVector(x[i], x[i + 1], {2, 10, 3, 11, 6, 14, 7, 15});
-      }
-      std::vector<Value*> bq(8);
-      for (size_t i = 0; i < 8; i += 4) {
-        bq[i] = b_.CreateShuffleVector(a[i], a[i + 2], {0, 1, 8, 9, 4, 5, 12, 13});
-        bq[i + 1] = b_.CreateShuffleVector(a[i], a[i + 2], {2, 3, 10, 11, 6, 7, 14, 15});
-        bq[i + 2] = b_.CreateShuffleVector(a[i + 1], a[i + 3], {0, 1, 8, 9, 4, 5, 12, 13});
-        bq[i + 3] = b_.CreateShuffleVector(a[i + 1], a[i + 3], {2, 3, 10, 11, 6, 7, 14, 15});
-      }
-      for (size_t q = 0; q < 4; ++q) {
-        c[q] = b_.CreateShuffleVector(bq[q], bq[q + 4], {0, 1, 2, 3, 8, 9, 10, 11});
-        c[q + 4] = b_.CreateShuffleVector(bq[q], bq[q + 4], {4, 5, 6, 7, 12, 13, 14, 15});
-      }
+      const std::vector<Value*> c = transpose8x8(x);
       for (size_t q = 0; q < 8; ++q) {
         b_.CreateAlignedStore(c[q], b_.CreateConstInBoundsGEP1_64(f32_, columns, static_cast<uint64_t>((8 * h + static_cast<int64_t>(q)) * 8)),
                               llvm::Align(32));

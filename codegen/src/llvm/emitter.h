@@ -110,6 +110,9 @@ class Emitter : llvmbe::Builder {
   // The first `lanes` floats at `at` into a vector of `width` (the rest zero), and back: plain
   // loads and stores of 4, 2 and 1 floats, as the C++ prelude's storeFirst8.
   Value* loadFirst(Value* at, unsigned width, unsigned lanes, int id);
+  // Eight <8 x float> rows as eight columns (x[t][n] -> c[n][t]), as the C++ prelude's
+  // pc::transposeTile does: three rounds of shuffles that x86 has as single instructions.
+  std::vector<Value*> transpose8x8(const std::vector<Value*>& x);
   void storeFirst(Value* v, Value* at, unsigned lanes, int id);
 
   static bool usesAxis(const IndexMap& index, size_t axis);
