@@ -386,7 +386,7 @@ PC_INLINE V loadw(const int8_t* row, int half, const float*) {
   // __builtin_convertvector from an 8- or 16-byte vector into scalar code (10x slower).
   typedef char c8x16 __attribute__((vector_size(16)));
   typedef int64_t i64x2 __attribute__((vector_size(16)));
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && !defined(__clang__)
   if constexpr (sizeof(V) == 64) {
     c8x16 b;
     std::memcpy(&b, row, sizeof b);
@@ -396,7 +396,7 @@ PC_INLINE V loadw(const int8_t* row, int half, const float*) {
   int64_t eight;
   std::memcpy(&eight, row + 8 * half, sizeof eight);
   const c8x16 b = (c8x16)(i64x2{eight, 0});
-#if defined(__AVX2__)
+#if defined(__AVX2__) && !defined(__clang__)
   if constexpr (sizeof(V) == 32) return __builtin_convertvector((i32x8)__builtin_ia32_pmovsxbd256(b), V);
 #endif
   using B = std::conditional_t<sizeof(V) == 32, i8x8, i8x16>;
@@ -1212,17 +1212,34 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   using MI = decltype(MV{} < MV{});
   MV m0 = splatv(MV{}, -inf<float>()), m1 = m0;
   MI nan0 = {}, nan1 = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
+  // Sixteen values into m0 (W = 16) or m0 and m1 (W = 8).
+  auto step16 = [&](int64_t i, MV& a0, MV& a1, MI& n0, MI& n1) {
     MV v;
     for (int l = 0; l < W; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
-    m0 = maxps(v, m0);
-    nan0 |= v != v;
+    a0 = maxps(v, a0);
+    n0 |= v != v;
     if constexpr (W == 8) {
       for (int l = 0; l < W; ++l) v[l] = f(i + W + l);
-      m1 = maxps(v, m1);
-      nan1 |= v != v;
+      a1 = maxps(v, a1);
+      n1 |= v != v;
     }
+  };
+  int64_t i = 0;
+  if (n >= 32) {
+    // Thirty-two values a step into two sets of running maxima (as Emitter::maxOf): one
+    // set's maxps is a chain of dependent instructions (3 cycles each), twice as slow over 1024.
+    MV m2 = m0, m3 = m0;
+    MI nan2 = {}, nan3 = {};
+    for (; i + 32 <= n; i += 32) {
+      step16(i, m0, m1, nan0, nan1);
+      step16(i + 16, m2, m3, nan2, nan3);
+    }
+    m0 = maxps(m2, m0), m1 = maxps(m3, m1);
+    nan0 |= nan2, nan1 |= nan3;
+  }
+  if (i + 16 <= n) {
+    step16(i, m0, m1, nan0, nan1);
+    i += 16;
   }
   float r = -inf<float>();
   int32_t anyNan = 0;  // or'ed, not a branch per lane
@@ -1262,6 +1279,61 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
     }
   }
   return r;
+}
+// Bit l set where f(i + l) == m, for l in [0, 16): the sixteen values compared as vectors of the
+// target's width, the masks gathered by movemask.
+template <class F> PC_INLINE uint32_t equalBits16(int64_t i, float m, F f) {
+#if defined(__AVX512F__)
+  f32x16 v;
+  for (int l = 0; l < 16; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
+  const auto eq = v == splatv(f32x16{}, m);
+  uint32_t bits = 0;
+  for (int l = 0; l < 16; ++l) bits |= static_cast<uint32_t>(eq[l] & 1) << l;
+  return bits;
+#else
+  f32x8 v0, v1;
+  for (int l = 0; l < 8; ++l) v0[l] = f(i + l), v1[l] = f(i + 8 + l);
+  const f32x8 mv = splatv(f32x8{}, m);
+#if defined(__AVX__) && !defined(__clang__)
+  const i32x8 e0 = v0 == mv, e1 = v1 == mv;
+  // Most steps hold no match: one movemask of both halves tells.
+  if (__builtin_ia32_movmskps256(reinterpret_cast<f32x8>(e0 | e1)) == 0) return 0;
+  return static_cast<uint32_t>(__builtin_ia32_movmskps256(reinterpret_cast<f32x8>(e0))) |
+         static_cast<uint32_t>(__builtin_ia32_movmskps256(reinterpret_cast<f32x8>(e1))) << 8;
+#else
+  const auto e0 = v0 == mv, e1 = v1 == mv;
+  uint32_t bits = 0;
+  for (int l = 0; l < 8; ++l) bits |= static_cast<uint32_t>(e0[l] & 1) << l | static_cast<uint32_t>(e1[l] & 1) << (l + 8);
+  return bits;
+#endif
+#endif
+}
+// The first index i in [0, n) with f(i) == m (Last: the last one), n when there is none: sixteen
+// values a step compared as vectors (an argmax's second pass, KernelSchedule::kScanLanes), the
+// values past the last whole sixteen one by one. A compare and a branch per value ran at about
+// two values a ns, the row's maximum before it at ten.
+template <bool Last, class F> PC_INLINE int64_t findEqual(int64_t n, float m, F f) {
+  const int64_t whole = n / 16 * 16;
+  if constexpr (!Last) {
+#pragma GCC unroll 4
+    for (int64_t i = 0; i < whole; i += 16) {
+      const uint32_t bits = equalBits16(i, m, f);
+      if (bits != 0) return i + __builtin_ctz(bits);
+    }
+    for (int64_t i = whole; i < n; ++i) {
+      if (f(i) == m) return i;
+    }
+  } else {
+    for (int64_t i = n - 1; i >= whole; --i) {
+      if (f(i) == m) return i;
+    }
+#pragma GCC unroll 4
+    for (int64_t i = whole - 16; i >= 0; i -= 16) {
+      const uint32_t bits = equalBits16(i, m, f);
+      if (bits != 0) return i + 31 - __builtin_clz(bits);
+    }
+  }
+  return n;
 }
 // The sum of f(0), ..., f(n - 1) (f32 values) in double: value i into lane i % 16 of sixteen
 // partial sums, then lane l and l + 8 added, then those eight pairwise. A single running sum is a

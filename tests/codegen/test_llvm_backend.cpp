@@ -246,15 +246,25 @@ TEST_CASE("llvm and cpp backends: argmax and reduce_max agree with the interpret
   std::vector<float> narrow = {1, 3, 3, 2, 0, 3,  n, 1, n, 2, 5, 1,  1, 2, n, 2, n, 0,  -0.0f, 0.0f, -1, -0.0f, -2, -3,
                                0.0f, -0.0f, -1, -2, -3, -4,  -5, -4, -4, -9, -4, -6,  2, 2, 2, 2, 2, 2};
   // Rows of 40: 16-lane maxima then a tail of 8. Zeros of both signs in different lanes, a NaN
-  // (negative) in the tail, the maximum in the tail, and ties across lanes.
-  std::vector<float> wide(5 * 40);
+  // (negative) in the tail, the maximum in the tail, ties across lanes, and ties within one step
+  // of the vectorised index scan (pc::findEqual: the first and the last of one mask).
+  std::vector<float> wide(7 * 40);
   for (size_t i = 0; i < wide.size(); ++i) wide[i] = -1.0f - static_cast<float>(i % 7);
   wide[0 * 40 + 17] = 0.0f, wide[0 * 40 + 3] = -0.0f, wide[0 * 40 + 33] = 0.0f;
   wide[1 * 40 + 37] = negNan, wide[1 * 40 + 2] = 9;
   wide[2 * 40 + 39] = 4, wide[2 * 40 + 5] = 3;
   wide[3 * 40 + 1] = 7, wide[3 * 40 + 20] = 7, wide[3 * 40 + 36] = 7;
   wide[4 * 40 + 18] = n, wide[4 * 40 + 30] = negNan;
-  for (const auto& [width, x] : std::vector<std::pair<int, std::vector<float>>>{{6, narrow}, {40, wide}}) {
+  wide[5 * 40 + 20] = 8, wide[5 * 40 + 25] = 8;
+  wide[6 * 40 + 2] = 6, wide[6 * 40 + 9] = 6;
+  // Rows of 56: a step of 32 values (two sets of running maxima), one of 16, a tail of 8.
+  std::vector<float> wider(4 * 56);
+  for (size_t i = 0; i < wider.size(); ++i) wider[i] = -2.0f - static_cast<float>(i % 5);
+  wider[0 * 56 + 20] = 5, wider[0 * 56 + 44] = 5;  // ties in the second set and the 16-value step
+  wider[1 * 56 + 21] = negNan, wider[1 * 56 + 50] = 9;
+  wider[2 * 56 + 47] = -0.0f, wider[2 * 56 + 18] = 0.0f;
+  wider[3 * 56 + 55] = 3, wider[3 * 56 + 0] = 3;
+  for (const auto& [width, x] : std::vector<std::pair<int, std::vector<float>>>{{6, narrow}, {40, wide}, {56, wider}}) {
     auto graph = ir::parseGraph(fmt::format(R"(graph am(%x: f32[batch,{0}]) {{
   %a = argmax(%x) {{axis=-1, keepdims=0}} : i64[batch]
   %l = argmax(%x) {{axis=-1, keepdims=0, select_last_index=1}} : i64[batch]
@@ -277,6 +287,13 @@ TEST_CASE("llvm and cpp backends: argmax and reduce_max agree with the interpret
       if (width == 6) {
         CHECK(std::signbit(got[2].getAsDouble(3)));   // [-0, +0, ...]: -0
         CHECK(!std::signbit(got[2].getAsDouble(4)));  // [+0, -0, ...]: +0
+      } else if (width == 56) {
+        CHECK(got[0].getAsDouble(0) == 20);
+        CHECK(got[1].getAsDouble(0) == 44);
+        CHECK(got[0].getAsDouble(1) == 21);
+        CHECK(!std::signbit(got[2].getAsDouble(2)));  // +0 at 18 comes before -0 at 47
+        CHECK(got[0].getAsDouble(3) == 0);
+        CHECK(got[1].getAsDouble(3) == 55);
       } else {
         CHECK(got[2].getAsDouble(0) == 0.0);
         CHECK(std::signbit(got[2].getAsDouble(0)));  // -0 at 3 comes before +0 at 17 and 33
@@ -286,6 +303,10 @@ TEST_CASE("llvm and cpp backends: argmax and reduce_max agree with the interpret
         CHECK(got[1].getAsDouble(3) == 36);
         CHECK(got[0].getAsDouble(4) == 18);
         CHECK(got[1].getAsDouble(4) == 30);
+        CHECK(got[0].getAsDouble(5) == 20);
+        CHECK(got[1].getAsDouble(5) == 25);
+        CHECK(got[0].getAsDouble(6) == 2);
+        CHECK(got[1].getAsDouble(6) == 9);
       }
     }
   }

@@ -620,15 +620,14 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         s += fmt::format("{}  const float v = {};\n", indent, x);
         s += fmt::format("{}  best = (nanMax ? v != v : v == m) ? {} : best;\n{}}}\n", indent, xv[ax], indent);
       } else {
-        // One loop per case, so that each compares once per value; the common one unrolled
-        // (KernelSchedule::kScanUnroll): 1.2x faster at a width of 256.
+        // One loop per case; the common one compares sixteen values a step (pc::findEqual,
+        // KernelSchedule::kScanLanes), the rare NaN maximum one at a time.
         s += fmt::format("{}if (m != m) {{\n", indent);
         s += fmt::format("{}  {} {{\n", indent, scan);
         s += fmt::format("{}    if ({} != {}) {{ best = {}; break; }}\n", indent, x, x, xv[ax]);
         s += fmt::format("{}  }}\n{}}} else {{\n", indent, indent);
-        s += fmt::format("{}  #pragma GCC unroll {}\n{}  {} {{\n", indent, KernelSchedule::kScanUnroll, indent, scan);
-        s += fmt::format("{}    if ({} == m) {{ best = {}; break; }}\n", indent, x, xv[ax]);
-        s += fmt::format("{}  }}\n{}}}\n", indent, indent);
+        s += fmt::format("{}  best = pc::findEqual<{}>({}, m, [&](int64_t {}) {{ return {}; }});\n", indent, last, N, xv[ax], x);
+        s += fmt::format("{}}}\n", indent);
       }
     } else {
       std::vector<std::string> first = xv;

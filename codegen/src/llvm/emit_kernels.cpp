@@ -540,14 +540,32 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
     llvm::AllocaInst* nanLanes = local(mt, "nan.lanes");
     b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(kLanes), llvm::ConstantFP::getInfinity(f32_, true)), lanes);
     b_.CreateStore(llvm::Constant::getNullValue(mt), nanLanes);
-    forRange(c64(0), c64(n / kLanes), "q", [&](Value* q) {
-      Value* base = b_.CreateMul(q, c64(kLanes));
+    auto maxSel = [&](Value* a, Value* b) { return b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b); };
+    // kLanes values at base into the running maxima `into` and their NaN mask `nans`.
+    auto step = [&](Value* base, llvm::AllocaInst* into, llvm::AllocaInst* nans) {
       Value* v = llvm::PoisonValue::get(vt);
       for (unsigned l = 0; l < kLanes; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
-      Value* m = b_.CreateLoad(vt, lanes);
-      b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(v, m), v, m), lanes);
-      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nanLanes), isNan(v)), nanLanes);
-    }, false);  // already a vector loop
+      b_.CreateStore(maxSel(v, b_.CreateLoad(vt, into)), into);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nans), isNan(v)), nans);
+    };
+    int64_t done = 0;
+    if (n >= 2 * kLanes) {
+      // Two sets of running maxima, as pc::maxOf: one set's selects are a chain of dependent
+      // instructions (3 cycles each), twice as slow over 1024 values.
+      llvm::AllocaInst* lanes2 = local(vt, "lanes2");
+      llvm::AllocaInst* nanLanes2 = local(mt, "nan.lanes2");
+      b_.CreateStore(b_.CreateLoad(vt, lanes), lanes2);
+      b_.CreateStore(llvm::Constant::getNullValue(mt), nanLanes2);
+      forRange(c64(0), c64(n / (2 * kLanes)), "q", [&](Value* q) {
+        Value* base = b_.CreateMul(q, c64(2 * kLanes));
+        step(base, lanes, nanLanes);
+        step(b_.CreateAdd(base, c64(kLanes)), lanes2, nanLanes2);
+      }, false);  // already a vector loop
+      b_.CreateStore(maxSel(b_.CreateLoad(vt, lanes2), b_.CreateLoad(vt, lanes)), lanes);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nanLanes2), b_.CreateLoad(mt, nanLanes)), nanLanes);
+      done = n / (2 * kLanes) * 2 * kLanes;
+    }
+    if (done < whole) step(c64(done), lanes, nanLanes);
     // The lanes' maximum by halving the vector, as pc::maxOf (no lane holds a NaN; any order
     // gives the same value, a zero maximum is looked up below).
     Value* m = b_.CreateLoad(vt, lanes);
@@ -581,6 +599,64 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
   });
   b_.CreateStore(b_.CreateSelect(b_.CreateLoad(i1_, bad), llvm::ConstantFP::getNaN(f32_), b_.CreateLoad(f32_, top)), top);
   return b_.CreateLoad(f32_, top, "max");
+}
+
+void Emitter::scanStage(int64_t count, const std::string& name, llvm::BasicBlock* found, llvm::AllocaInst* result,
+                        const std::function<std::pair<Value*, Value*>(Value*)>& hit) {
+  llvm::AllocaInst* at = local(i64_, name + ".at");
+  b_.CreateStore(c64(0), at);
+  llvm::BasicBlock* head = block(name + ".head");
+  llvm::BasicBlock* body = block(name + ".body");
+  llvm::BasicBlock* next = block(name + ".next");
+  llvm::BasicBlock* take = block(name + ".take");
+  llvm::BasicBlock* exit = block(name + ".exit");
+  b_.CreateBr(head);
+  b_.SetInsertPoint(head);
+  Value* j = b_.CreateLoad(i64_, at, name);
+  b_.CreateCondBr(b_.CreateICmpSLT(j, c64(count)), body, exit);
+  b_.SetInsertPoint(body);
+  const auto [cond, index] = hit(j);
+  b_.CreateCondBr(cond, take, next);
+  b_.SetInsertPoint(next);
+  b_.CreateStore(b_.CreateAdd(j, c64(1)), at);
+  b_.CreateBr(head);
+  b_.SetInsertPoint(take);
+  b_.CreateStore(index, result);
+  b_.CreateBr(found);
+  b_.SetInsertPoint(exit);
+}
+
+Value* Emitter::findEqual(int64_t n, Value* m, bool last, const std::function<Value*(Value*)>& f) {
+  constexpr unsigned L = KernelSchedule::kScanLanes;
+  const int64_t whole = n / L * L;
+  llvm::AllocaInst* result = local(i64_, "found");
+  b_.CreateStore(c64(n), result);
+  llvm::BasicBlock* done = block("find.done");
+  Value* mv = b_.CreateVectorSplat(L, m);
+  // Bit l of the mask: f(base + l) == m (the L loads of consecutive values become one).
+  auto bitsAt = [&](Value* base) {
+    Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(f32_, L));
+    for (unsigned l = 0; l < L; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
+    return b_.CreateBitCast(b_.CreateFCmpOEQ(v, mv), b_.getIntNTy(L));
+  };
+  auto whole16 = [&](Value* j) {
+    Value* base = last ? b_.CreateSub(c64(whole - L), b_.CreateMul(j, c64(L))) : b_.CreateMul(j, c64(L));
+    Value* bits = bitsAt(base);
+    Value* lane = last ? b_.CreateSub(c64(L - 1), b_.CreateZExt(b_.CreateBinaryIntrinsic(llvm::Intrinsic::ctlz, bits, b_.getTrue()), i64_))
+                       : b_.CreateZExt(b_.CreateBinaryIntrinsic(llvm::Intrinsic::cttz, bits, b_.getTrue()), i64_);
+    return std::pair{b_.CreateICmpNE(bits, llvm::ConstantInt::get(bits->getType(), 0)), b_.CreateAdd(base, lane)};
+  };
+  auto tail = [&](Value* j) {
+    Value* i = last ? b_.CreateSub(c64(n - 1), j) : b_.CreateAdd(c64(whole), j);
+    return std::pair{b_.CreateFCmpOEQ(f(i), m), i};
+  };
+  // Forwards the whole steps first; backwards the values past them first.
+  if (last && n > whole) scanStage(n - whole, "find.tail", done, result, tail);
+  if (whole > 0) scanStage(whole / L, "find.step", done, result, whole16);
+  if (!last && n > whole) scanStage(n - whole, "find.tail", done, result, tail);
+  b_.CreateBr(done);
+  b_.SetInsertPoint(done);
+  return b_.CreateLoad(i64_, result, "found");
 }
 
 void Emitter::emitReduction(const Kernel& k) {
@@ -753,43 +829,34 @@ void Emitter::emitReduction(const Kernel& k) {
         mx = b_.CreateLoad(f64_, top, "max");
       }
       Value* nanMax = isNan(mx);
-      // The scan stops at the first match from its end (as the C++ backend's loop with a break):
-      // on average half the row, where keeping every match would walk all of it. One loop per
-      // case, so that each compares once per value.
+      // The scan stops at the first match from its end (as the C++ backend's): on average half
+      // the row, where keeping every match would walk all of it. One loop per case, so that each
+      // compares once per value; for f32 the common case compares kScanLanes values a step.
       llvm::AllocaInst* best = local(i64_, "best");
-      llvm::AllocaInst* at = local(i64_, "at");
       b_.CreateStore(c64(0), best);
       const std::string name = "y" + std::to_string(ax);
-      auto scan = [&](const std::function<Value*(Value*)>& match, int unroll) {
-        b_.CreateStore(c64(0), at);
-        llvm::BasicBlock* head = block(name + ".head");
-        llvm::BasicBlock* body = block(name + ".body");
-        llvm::BasicBlock* next = block(name + ".next");
-        llvm::BasicBlock* found = block(name + ".found");
-        llvm::BasicBlock* done = block(name + ".done");
-        b_.CreateBr(head);
-        b_.SetInsertPoint(head);
-        Value* j = b_.CreateLoad(i64_, at, name);
-        b_.CreateCondBr(b_.CreateICmpSLT(j, c64(extent)), body, done);
-        b_.SetInsertPoint(body);
-        Value* i = last ? b_.CreateSub(c64(extent - 1), j) : j;
+      auto valueAtIndex = [&](Value* i) {
         std::vector<Value*> idx = xv;
         idx[ax] = i;
-        b_.CreateCondBr(match(operand(k, idx)), found, next);
-        b_.SetInsertPoint(next);
-        b_.CreateStore(b_.CreateAdd(j, c64(1)), at);
-        llvm::BranchInst* latch = b_.CreateBr(head);
-        if (unroll > 1) setLoopHints(latch, {loopHint("llvm.loop.unroll.count", b_.getInt32(unroll))});
-        b_.SetInsertPoint(found);
-        b_.CreateStore(i, best);
+        return operand(k, idx);
+      };
+      auto scan = [&](const std::function<Value*(Value*)>& match) {
+        llvm::BasicBlock* done = block(name + ".done");
+        scanStage(extent, name, done, best, [&](Value* j) {
+          Value* i = last ? b_.CreateSub(c64(extent - 1), j) : j;
+          return std::pair{match(valueAtIndex(i)), i};
+        });
         b_.CreateBr(done);
         b_.SetInsertPoint(done);
       };
       ifElse(
-          nanMax, "nan", [&] { scan([&](Value* v) { return isNan(v); }, 1); },
+          nanMax, "nan", [&] { scan([&](Value* v) { return isNan(v); }); },
           [&] {
-            Value* m = xT == DType::F32 ? b_.CreateFPTrunc(mx, f32_) : nullptr;  // exact: mx is an f32 value
-            scan([&](Value* v) { return m ? b_.CreateFCmpOEQ(v, m) : b_.CreateFCmpOEQ(asF64(v), mx); }, KernelSchedule::kScanUnroll);
+            if (xT == DType::F32) {
+              b_.CreateStore(findEqual(extent, b_.CreateFPTrunc(mx, f32_), last, valueAtIndex), best);  // exact: an f32 value
+            } else {
+              scan([&](Value* v) { return b_.CreateFCmpOEQ(asF64(v), mx); });
+            }
           });
       emitBody(k.body, outIdx, convert(b_.CreateLoad(i64_, best), DType::I64, outT));
       return;

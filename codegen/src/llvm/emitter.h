@@ -270,6 +270,15 @@ class Emitter : llvmbe::Builder {
   // values become one), a NaN mask beside, then the lanes and the tail. Exactly the reference's
   // value: NaN (the quiet one) when a value is NaN, for a zero maximum the first zero (its sign).
   Value* maxOf(int64_t n, const std::function<Value*(Value*)>& f);
+  // The first index i in [0, n) with f(i) == m (f32; `last`: the last one), n when none, as the
+  // C++ prelude's pc::findEqual: KernelSchedule::kScanLanes values a step compared as one vector,
+  // the rest one at a time.
+  Value* findEqual(int64_t n, Value* m, bool last, const std::function<Value*(Value*)>& f);
+  // A loop over j in [0, count) that leaves at the first j whose hit(j) = {condition, value}
+  // holds, storing the value in `result` and branching to `found`; the insertion point is left
+  // where the loop ends without a hit.
+  void scanStage(int64_t count, const std::string& name, llvm::BasicBlock* found, llvm::AllocaInst* result,
+                 const std::function<std::pair<Value*, Value*>(Value*)>& hit);
   // The sum of n f32 values f(0), ..., f(n - 1) in double, in pc::sumOf's order (KernelSchedule::sumRun).
   Value* sumOf(int64_t n, const std::function<Value*(Value*)>& f);
 
