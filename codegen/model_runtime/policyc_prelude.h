@@ -1527,6 +1527,15 @@ PC_INLINE V expv(V x) {
   const V s2 = (V)((n - n1 + 127) << 23);
   return y * s1 * s2;
 }
+// pc::exp on every lane, as the LLVM backend's exp: expv, then 0 below -103.972 and NaN kept
+// (exp itself for the arguments softmax gives it, x <= 0). A short row's exps one vector at a
+// time (KernelSchedule::kShortExpRow): GCC left a loop of 4 calls to pc::exp scalar.
+template <class V>
+PC_INLINE V expFull(V x) {
+  V e = expv(x);
+  e = x < -103.972f ? V{} : e;
+  return x != x ? x : e;
+}
 template <class V>
 PC_INLINE V tanhv(V x) {
   const V a = x < 0.0f ? -x : x;

@@ -554,7 +554,18 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         // KernelSchedule::f32Exps: the exps in f32 first, then their sum.
         const std::string j = vars[reduced[0]];
         s += fmt::format("{}float e[{}];\n", indent, kept);
-        s += innerLoops(fmt::format("e[{}] = pc::exp(static_cast<float>({}) - static_cast<float>(maxValue));", j, x));
+        if (kept <= KernelSchedule::kShortExpRow && reduced.size() == 1) {
+          // A short row: its exps eight lanes at a time (pc::expFull), the lanes past the row
+          // repeating its last value.
+          s += fmt::format("{}for (int64_t c = 0; c < {}; c += 8) {{\n", indent, kept);
+          s += fmt::format("{}  pc::f32x8 xv;\n{}  for (int64_t l = 0; l < 8; ++l) {{\n", indent, indent);
+          s += fmt::format("{}    const int64_t {} = c + l < {} ? c + l : {};\n", indent, j, kept, kept - 1);
+          s += fmt::format("{}    xv[l] = static_cast<float>({}) - static_cast<float>(maxValue);\n{}  }}\n", indent, x, indent);
+          s += fmt::format("{}  const pc::f32x8 ev = pc::expFull(xv);\n", indent);
+          s += fmt::format("{}  for (int64_t l = 0; l < 8 && c + l < {}; ++l) e[c + l] = ev[l];\n{}}}\n", indent, kept, indent);
+        } else {
+          s += innerLoops(fmt::format("e[{}] = pc::exp(static_cast<float>({}) - static_cast<float>(maxValue));", j, x));
+        }
         s += fmt::format("{}sum = pc::sumOf({}, [&](int64_t {}) {{ return e[{}]; }});\n", indent, kept, j, j);
       } else if (kept) {
         s += fmt::format("{}double e[{}];\n", indent, kept);
