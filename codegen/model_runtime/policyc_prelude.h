@@ -1308,6 +1308,36 @@ template <class F> PC_INLINE uint32_t equalBits16(int64_t i, float m, F f) {
 #endif
 #endif
 }
+// The index of the largest of f(0), ..., f(N - 1), N <= 16 (an argmax over a short row): the
+// first one (Last: the last), NaN counting as the largest, as in numpy. The row as two vectors of
+// 8 (-inf past it), its maximum by halving, the matching lanes by movemask; no branch on where
+// the match lies (GCC made a select chain over the row branches on each value: 2x LLVM's time
+// at a width of 6).
+template <int N, bool Last, class F> PC_INLINE int64_t argmaxShort(F f) {
+  static_assert(0 < N && N <= 16, "a short row");
+  f32x8 v0, v1;
+  for (int l = 0; l < 8; ++l) v0[l] = l < N ? f(l) : -inf<float>();
+  for (int l = 0; l < 8; ++l) v1[l] = l + 8 < N ? f(l + 8) : -inf<float>();
+  auto bitsOf = [](i32x8 lo, i32x8 hi) {
+    uint32_t bits = 0;
+#if defined(__AVX__) && !defined(__clang__)
+    bits = static_cast<uint32_t>(__builtin_ia32_movmskps256(reinterpret_cast<f32x8>(lo)));
+    if constexpr (N > 8) bits |= static_cast<uint32_t>(__builtin_ia32_movmskps256(reinterpret_cast<f32x8>(hi))) << 8;
+#else
+    for (int l = 0; l < 8; ++l) bits |= static_cast<uint32_t>(lo[l] & 1) << l | static_cast<uint32_t>(hi[l] & 1) << (l + 8);
+#endif
+    return bits & ((1u << N) - 1u);
+  };
+  auto pick = [](uint32_t bits) -> int64_t { return Last ? 31 - __builtin_clz(bits) : __builtin_ctz(bits); };
+  const uint32_t nans = bitsOf(v0 != v0, v1 != v1);
+  if (nans != 0) return pick(nans);
+  f32x8 m = N > 8 ? maxps(v0, v1) : v0;
+  m = maxps(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3));
+  m = maxps(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5));
+  m = maxps(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6));
+  const uint32_t bits = bitsOf(v0 == m, v1 == m);  // m is in every lane
+  return bits != 0 ? pick(bits) : 0;
+}
 // The first index i in [0, n) with f(i) == m (Last: the last one), n when there is none: sixteen
 // values a step compared as vectors (an argmax's second pass, KernelSchedule::kScanLanes), the
 // values past the last whole sixteen one by one. A compare and a branch per value ran at about

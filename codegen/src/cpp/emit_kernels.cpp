@@ -615,31 +615,24 @@ std::string Emitter::emitReduction(const Kernel& k) const {
     bool last = n.attrInt("select_last_index") != 0;
     const int64_t N = X.type.shape[ax].value();
     s += fmt::format("{}int64_t best = 0;\n", indent);
-    if (X.type.dtype == DType::F32 && N > 0) {
+    if (X.type.dtype == DType::F32 && N > 0 && N <= 16) {
+      // A short row as two vectors, its maximum and the matching lanes by movemask
+      // (pc::argmaxShort): no branch on where the match lies, which a predictor cannot know.
+      s += fmt::format("{}best = pc::argmaxShort<{}, {}>([&](int64_t {}) {{ return {}; }});\n", indent, N, last, xv[ax], x);
+    } else if (X.type.dtype == DType::F32 && N > 0) {
       // f32: the maximum first (pc::maxOf, vectorised), then the first (last) index holding it;
       // NaN counts as the largest value, as in numpy.
       s += fmt::format("{}const float m = pc::maxOf({}, [&](int64_t {}) {{ return {}; }});\n", indent, N, xv[ax], x);
       const std::string scan = last ? fmt::format("for (int64_t {0} = {1} - 1; {0} >= 0; --{0})", xv[ax], N)
                                     : fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0})", xv[ax], N);
-      if (N <= 16) {
-        // A short row: every value compared, the scan run backwards (forwards for the last index)
-        // so that the wanted match is the last one kept: selects, no branch on where it lies,
-        // which a predictor cannot know (3x faster at a width of 6).
-        const std::string back = last ? fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0})", xv[ax], N)
-                                      : fmt::format("for (int64_t {0} = {1} - 1; {0} >= 0; --{0})", xv[ax], N);
-        s += fmt::format("{}const bool nanMax = m != m;\n{}#pragma GCC unroll 16\n{}{} {{\n", indent, indent, indent, back);
-        s += fmt::format("{}  const float v = {};\n", indent, x);
-        s += fmt::format("{}  best = (nanMax ? v != v : v == m) ? {} : best;\n{}}}\n", indent, xv[ax], indent);
-      } else {
-        // One loop per case; the common one compares sixteen values a step (pc::findEqual,
-        // KernelSchedule::kScanLanes), the rare NaN maximum one at a time.
-        s += fmt::format("{}if (m != m) {{\n", indent);
-        s += fmt::format("{}  {} {{\n", indent, scan);
-        s += fmt::format("{}    if ({} != {}) {{ best = {}; break; }}\n", indent, x, x, xv[ax]);
-        s += fmt::format("{}  }}\n{}}} else {{\n", indent, indent);
-        s += fmt::format("{}  best = pc::findEqual<{}>({}, m, [&](int64_t {}) {{ return {}; }});\n", indent, last, N, xv[ax], x);
-        s += fmt::format("{}}}\n", indent);
-      }
+      // One loop per case; the common one compares sixteen values a step (pc::findEqual,
+      // KernelSchedule::kScanLanes), the rare NaN maximum one at a time.
+      s += fmt::format("{}if (m != m) {{\n", indent);
+      s += fmt::format("{}  {} {{\n", indent, scan);
+      s += fmt::format("{}    if ({} != {}) {{ best = {}; break; }}\n", indent, x, x, xv[ax]);
+      s += fmt::format("{}  }}\n{}}} else {{\n", indent, indent);
+      s += fmt::format("{}  best = pc::findEqual<{}>({}, m, [&](int64_t {}) {{ return {}; }});\n", indent, last, N, xv[ax], x);
+      s += fmt::format("{}}}\n", indent);
     } else {
       std::vector<std::string> first = xv;
       first[ax] = "0";
@@ -668,7 +661,11 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       if (reduced[d]) innermost = d;
     }
     const bool vecMax = isMax && X.type.dtype == DType::F32 && innermost == r - 1 && (!k.prologue.empty() || X.strides.back() == 1);
-    if (isMax && X.type.dtype == DType::F32 && !vecMax) s += fmt::format("{}bool nanSeen = false;\n", indent);
+    if (isMax && X.type.dtype == DType::F32 && !vecMax) {
+      // In f32 (the maximum of f32 values is one of them): GCC then vectorises the kept axis 8
+      // lanes a vector, where doubles took 4 and a conversion each.
+      s += fmt::format("{}float accF = -pc::inf<float>();\n{}bool nanSeen = false;\n", indent, indent);
+    }
     // Axes not walked by a loop here: pc::maxOf's, or the run of pc::sumOf (KernelSchedule::sumRun).
     const std::optional<KernelSchedule::SumRun>& run = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].sumRun;
     auto inner = [&](size_t d) { return run ? d >= run->first && d <= run->last : vecMax && d == innermost; };
@@ -698,7 +695,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       // branch-free, so that GCC unrolls the short reduced loop and vectorises the kept one
       // around it (a scan's branch per value kept it scalar: 2 against LLVM's 0.2 us for
       // multi_input's maximum over 4 rows of 16 at batch 64).
-      s += fmt::format("{}{{ const double v = {}; acc = v > acc ? v : acc; nanSeen |= v != v; }}\n", ind, x);
+      s += fmt::format("{}{{ const float v = {}; accF = v > accF ? v : accF; nanSeen |= v != v; }}\n", ind, x);
     } else {
       s += isMax    ? fmt::format("{}acc = pc::maxNaNScan<double>(acc, {});\n", ind, x)
            : isProd ? fmt::format("{}acc *= {};\n", ind, x)
@@ -709,7 +706,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       ind.resize(ind.size() - 2);
       s += ind + "}\n";
     }
-    if (isMax && X.type.dtype == DType::F32 && !vecMax) s += fmt::format("{}if (nanSeen) acc = pc::nan<double>();\n", indent);
+    if (isMax && X.type.dtype == DType::F32 && !vecMax) s += fmt::format("{}acc = nanSeen ? pc::nan<double>() : double(accF);\n", indent);
     if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
       s += fmt::format("{}acc /= {};\n", indent, static_cast<double>(count) == 0 ? "0.0" : std::to_string(count));
       if (!ir::isFloat(outT)) s += fmt::format("{}acc = pc::trunc(acc);\n", indent);
