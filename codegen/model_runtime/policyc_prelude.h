@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #if defined(__AVX512BF16__)
 #include <immintrin.h>  // vdpbf16ps (only where --precision bf16 can use it: compile time)
 #endif
@@ -1308,35 +1309,61 @@ template <class F> PC_INLINE uint32_t equalBits16(int64_t i, float m, F f) {
 #endif
 #endif
 }
-// The index of the largest of f(0), ..., f(N - 1), N <= 16 (an argmax over a short row): the
-// first one (Last: the last), NaN counting as the largest, as in numpy. The row as two vectors of
-// 8 (-inf past it), its maximum by halving, the matching lanes by movemask; no branch on where
-// the match lies (GCC made a select chain over the row branches on each value: 2x LLVM's time
-// at a width of 6).
-template <int N, bool Last, class F> PC_INLINE int64_t argmaxShort(F f) {
+// A short row (N <= 16 values f(0), ..., f(N - 1)) as two vectors of 8, -inf past its end, for
+// maxShort and argmaxShort: no branch on where its maximum lies, which a predictor cannot know
+// (GCC made a select chain over a row branch on each value: argmax over 6 values took 2x LLVM's
+// time, and a chain of eight maxss a softmax's row of 8 1.3x).
+template <int Base, int N, class F, int... L> PC_INLINE f32x8 rowLanes8(F f, std::integer_sequence<int, L...>) {
+  return f32x8{(Base + L < N ? f(Base + L) : -inf<float>())...};
+}
+// Values Base .. Base + 7 of a row of N, f(0), ..., f(N - 1), as one vector (-inf past the row).
+// Built as one vector expression: lane by lane, GCC went through the stack (small stores, then
+// one wide load: a failed store forwarding on each row).
+template <int Base, int N, class F> PC_INLINE f32x8 rowLanes8(F f) {
+  return rowLanes8<Base, N>(f, std::make_integer_sequence<int, 8>{});
+}
+template <int N> struct ShortRow {
   static_assert(0 < N && N <= 16, "a short row");
   f32x8 v0, v1;
-  for (int l = 0; l < 8; ++l) v0[l] = l < N ? f(l) : -inf<float>();
-  for (int l = 0; l < 8; ++l) v1[l] = l + 8 < N ? f(l + 8) : -inf<float>();
-  auto bitsOf = [](i32x8 lo, i32x8 hi) {
-    uint32_t bits = 0;
+  template <class F> __attribute__((always_inline)) explicit ShortRow(F f) : v0(rowLanes8<0, N>(f)), v1(rowLanes8<8, N>(f)) {}
+  // Bit l set where lane l of (lo, hi) is, for l < N.
+  __attribute__((always_inline)) static uint32_t bits(i32x8 lo, i32x8 hi) {
+    uint32_t b = 0;
 #if defined(__AVX__) && !defined(__clang__)
-    bits = static_cast<uint32_t>(__builtin_ia32_movmskps256(reinterpret_cast<f32x8>(lo)));
-    if constexpr (N > 8) bits |= static_cast<uint32_t>(__builtin_ia32_movmskps256(reinterpret_cast<f32x8>(hi))) << 8;
+    b = static_cast<uint32_t>(__builtin_ia32_movmskps256(reinterpret_cast<f32x8>(lo)));
+    if constexpr (N > 8) b |= static_cast<uint32_t>(__builtin_ia32_movmskps256(reinterpret_cast<f32x8>(hi))) << 8;
 #else
-    for (int l = 0; l < 8; ++l) bits |= static_cast<uint32_t>(lo[l] & 1) << l | static_cast<uint32_t>(hi[l] & 1) << (l + 8);
+    for (int l = 0; l < 8; ++l) b |= static_cast<uint32_t>(lo[l] & 1) << l | static_cast<uint32_t>(hi[l] & 1) << (l + 8);
 #endif
-    return bits & ((1u << N) - 1u);
-  };
+    return b & ((1u << N) - 1u);
+  }
+  __attribute__((always_inline)) uint32_t nans() const { return bits(v0 != v0, v1 != v1); }
+  // The largest value (no lane may be NaN) in every lane, by halving.
+  __attribute__((always_inline)) f32x8 largest() const {
+    f32x8 m = N > 8 ? maxps(v0, v1) : v0;
+    m = maxps(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3));
+    m = maxps(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5));
+    return maxps(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6));
+  }
+};
+// pc::maxOf(N, f) for N <= 16: the same value (NaN when one is; for a zero maximum the first
+// zero, its sign).
+template <int N, class F> PC_INLINE float maxShort(F f) {
+  const ShortRow<N> row(f);
+  if (row.nans() != 0) return pc::nan<float>();
+  const float m = row.largest()[0];
+  if (m == 0.0f) return f(__builtin_ctz(ShortRow<N>::bits(row.v0 == 0.0f, row.v1 == 0.0f)));
+  return m;
+}
+// The index of the largest of f(0), ..., f(N - 1), N <= 16 (an argmax over a short row): the
+// first one (Last: the last), NaN counting as the largest, as in numpy.
+template <int N, bool Last, class F> PC_INLINE int64_t argmaxShort(F f) {
+  const ShortRow<N> row(f);
   auto pick = [](uint32_t bits) -> int64_t { return Last ? 31 - __builtin_clz(bits) : __builtin_ctz(bits); };
-  const uint32_t nans = bitsOf(v0 != v0, v1 != v1);
+  const uint32_t nans = row.nans();
   if (nans != 0) return pick(nans);
-  f32x8 m = N > 8 ? maxps(v0, v1) : v0;
-  m = maxps(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3));
-  m = maxps(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5));
-  m = maxps(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6));
-  const uint32_t bits = bitsOf(v0 == m, v1 == m);  // m is in every lane
-  return bits != 0 ? pick(bits) : 0;
+  const f32x8 m = row.largest();
+  return pick(ShortRow<N>::bits(row.v0 == m, row.v1 == m));  // a lane holds m
 }
 // The first index i in [0, n) with f(i) == m (Last: the last one), n when there is none: sixteen
 // values a step compared as vectors (an argmax's second pass, KernelSchedule::kScanLanes), the

@@ -14,6 +14,15 @@
 
 namespace policyc::codegen::cppemit {
 
+namespace {
+// The maximum of `value` over `var` in [0, n) for f32 values (a static row): pc::maxShort for a
+// row of at most 16 (two vectors, no branch per value), else pc::maxOf.
+std::string maxOfCall(const ir::Dim& n, const std::string& var, const std::string& value) {
+  if (n.isStatic() && n.value() > 0 && n.value() <= 16) return fmt::format("pc::maxShort<{}>([&](int64_t {}) {{ return {}; }})", n.value(), var, value);
+  return fmt::format("pc::maxOf({}, [&](int64_t {}) {{ return {}; }})", dimStr(n), var, value);
+}
+}  // namespace
+
 std::string Emitter::emitKernel(const Kernel& k, size_t index) {
   auto it = impls_.find(index);
   if (it == impls_.end()) return emitKernelFn(k, index, std::nullopt);
@@ -542,8 +551,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       s += fmt::format("{}double maxValue = -pc::inf<double>(), sum = 0;\n", indent);
       if (X.type.dtype == DType::F32 && reduced.size() == 1) {
         // The row's maximum vectorised (pc::maxOf).
-        s += fmt::format("{}maxValue = pc::maxOf({}, [&](int64_t {}) {{ return {}; }});\n", indent, dimStr(k.domain[reduced[0]]),
-                         vars[reduced[0]], x);
+        s += fmt::format("{}maxValue = {};\n", indent, maxOfCall(k.domain[reduced[0]], vars[reduced[0]], x));
       } else {
         s += innerLoops(fmt::format("maxValue = pc::maxNaNScan<double>(maxValue, {});", x));
       }
@@ -555,14 +563,13 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         const std::string j = vars[reduced[0]];
         s += fmt::format("{}float e[{}];\n", indent, kept);
         if (kept <= KernelSchedule::kShortExpRow && reduced.size() == 1) {
-          // A short row: its exps eight lanes at a time (pc::expFull), the lanes past the row
-          // repeating its last value.
-          s += fmt::format("{}for (int64_t c = 0; c < {}; c += 8) {{\n", indent, kept);
-          s += fmt::format("{}  pc::f32x8 xv;\n{}  for (int64_t l = 0; l < 8; ++l) {{\n", indent, indent);
-          s += fmt::format("{}    const int64_t {} = c + l < {} ? c + l : {};\n", indent, j, kept, kept - 1);
-          s += fmt::format("{}    xv[l] = static_cast<float>({}) - static_cast<float>(maxValue);\n{}  }}\n", indent, x, indent);
-          s += fmt::format("{}  const pc::f32x8 ev = pc::expFull(xv);\n", indent);
-          s += fmt::format("{}  for (int64_t l = 0; l < 8 && c + l < {}; ++l) e[c + l] = ev[l];\n{}}}\n", indent, kept, indent);
+          // A short row: its exps eight lanes at a time (pc::expFull; the lanes past the row
+          // are exps of -inf, not kept).
+          for (int64_t c = 0; c < kept; c += 8) {
+            s += fmt::format("{}{{\n{}  const pc::f32x8 ev = pc::expFull(pc::rowLanes8<{}, {}>([&](int64_t {}) {{ return static_cast<float>({}); }}) - static_cast<float>(maxValue));\n",
+                             indent, indent, c, kept, j, x);
+            s += fmt::format("{}  for (int64_t l = 0; l < {}; ++l) e[{} + l] = ev[l];\n{}}}\n", indent, std::min<int64_t>(8, kept - c), c, indent);
+          }
         } else {
           s += innerLoops(fmt::format("e[{}] = pc::exp(static_cast<float>({}) - static_cast<float>(maxValue));", j, x));
         }
@@ -688,8 +695,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       }
       s += fmt::format("{}acc += pc::sumOf{}({}, [&](int64_t j) {{ return {}; }});\n", ind, run->staged ? "<true>" : "", run->count, value);
     } else if (vecMax) {
-      s += fmt::format("{}acc = pc::maxNaNScan<double>(acc, pc::maxOf({}, [&](int64_t {}) {{ return {}; }}));\n", ind,
-                       X.type.shape[innermost].value(), xv[innermost], x);
+      s += fmt::format("{}acc = pc::maxNaNScan<double>(acc, {});\n", ind, maxOfCall(X.type.shape[innermost], xv[innermost], x));
     } else if (isMax && X.type.dtype == DType::F32) {
       // Over a strided axis: the larger by a select (ties keep the earlier), any NaN beside it,
       // branch-free, so that GCC unrolls the short reduced loop and vectorises the kept one
