@@ -426,11 +426,15 @@ std::string Emitter::emitAvgPoolRows(const Kernel& k) const {
   }
   s += "    }\n";
   for (int64_t j = 0; j < taps.chunks; ++j) s += fmt::format("    pc::storeChunk(sum + {}, r{});\n", 16 * j, j);
+  // The divisors in int32 (a row's columns and a window's size are small): GCC vectorises the
+  // loop then, where AVX2 has no 64-bit multiply (uint8_convbn's 3 x 3 pool 1.15x faster).
   s += fmt::format("    for (int64_t i3 = 0; i3 < {}; ++i3) {{\n", OW);
-  s += fmt::format("      const int64_t b1 = i3*{} - {}, e1 = b1 + {} < {} ? b1 + {} : {};\n", s1, padL, g.kernel[1], g.colsEnd, g.kernel[1], g.colsEnd);
-  s += fmt::format("      const int64_t cols = (e1 < {} ? e1 : {}) - (b1 < 0 ? 0 : b1), count = bottom > top && cols > 0 ? (bottom - top) * cols : 0;\n", g.W, g.W);
+  s += fmt::format("      const int32_t b1 = static_cast<int32_t>(i3)*{} - {}, e1 = b1 + {} < {} ? b1 + {} : {};\n", s1, padL, g.kernel[1], g.colsEnd,
+                   g.kernel[1], g.colsEnd);
+  s += fmt::format("      const int32_t cols = (e1 < {} ? e1 : {}) - (b1 < 0 ? 0 : b1), count = bottom > top && cols > 0 ? static_cast<int32_t>(bottom - top) * cols : 0;\n",
+                   g.W, g.W);
   s += fmt::format("      const float acc = count == 0 ? 0.0f : sum[i3] / static_cast<float>({});\n",
-                   g.includePad ? "(e0 - b0) * (e1 - b1)" : "count");
+                   g.includePad ? "static_cast<int32_t>(e0 - b0) * (e1 - b1)" : "count");
   s += fmt::format("      {}\n    }}\n  }}\n", callEpilogue({"i0", "i1", "i2", "i3"}, "acc"));
   return s;
 }
