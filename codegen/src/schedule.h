@@ -321,8 +321,7 @@ struct KernelSchedule {
   // innermost loop unrolled this many times by both printers (0: left to the compiler). libm's
   // sinf branches on each value's quadrant; through one call site in a rolled loop the branch
   // predictor missed where through eight it did not: sin over [64, 256] took 113 us rolled
-  // (GCC's choice) against 47 unrolled by 8 (LLVM's), the same libm. (GCC does not unroll a pow's
-  // loop, whose x * x for an exponent of 2 is a branch around the call.)
+  // (GCC's choice) against 47 unrolled by 8 (LLVM's), the same libm.
   int unrollCalls = 0;
   static constexpr int kUnrollCalls = 8;
   // An argmax's scan for the first index holding the row's maximum (after the maximum itself):
