@@ -639,7 +639,7 @@ Value* Emitter::findEqual(int64_t n, Value* m, bool last, const std::function<Va
     for (unsigned l = 0; l < L; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
     return b_.CreateBitCast(b_.CreateFCmpOEQ(v, mv), b_.getIntNTy(L));
   };
-  auto whole16 = [&](Value* j) {
+  auto step = [&](Value* j) {
     Value* base = last ? b_.CreateSub(c64(whole - L), b_.CreateMul(j, c64(L))) : b_.CreateMul(j, c64(L));
     Value* bits = bitsAt(base);
     Value* lane = last ? b_.CreateSub(c64(L - 1), b_.CreateZExt(b_.CreateBinaryIntrinsic(llvm::Intrinsic::ctlz, bits, b_.getTrue()), i64_))
@@ -652,7 +652,7 @@ Value* Emitter::findEqual(int64_t n, Value* m, bool last, const std::function<Va
   };
   // Forwards the whole steps first; backwards the values past them first.
   if (last && n > whole) scanStage(n - whole, "find.tail", done, result, tail);
-  if (whole > 0) scanStage(whole / L, "find.step", done, result, whole16);
+  if (whole > 0) scanStage(whole / L, "find.step", done, result, step);
   if (!last && n > whole) scanStage(n - whole, "find.tail", done, result, tail);
   b_.CreateBr(done);
   b_.SetInsertPoint(done);
