@@ -238,6 +238,10 @@ std::string Emitter::loopHeader(const std::string& var, const std::string& exten
   return s;
 }
 
+std::string Emitter::unitLoop() {
+  return "  for (int64_t u = lo; u < hi; ++u) {\n    const uint64_t uq = static_cast<uint64_t>(u);\n";
+}
+
 std::string Emitter::closeLoops(size_t count, std::string& indent) {
   std::string s;
   for (size_t d = 0; d < count; ++d) {

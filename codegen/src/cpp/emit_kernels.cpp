@@ -314,8 +314,8 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
     s += "  int32_t nanBits;\n  std::memcpy(&nanBits, &qnan, sizeof nanBits);\n";
     s += fmt::format("  for (int64_t c = 0; c < {}; ++c) col[c] = -pc::inf<float>(), nanIn[c] = 0;  // padding never wins\n", colSize);
   }
-  s += "  for (int64_t u = lo; u < hi; ++u) {\n";
-  s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
+  s += unitLoop();
+  s += fmt::format("    const int64_t i0 = uq / {}, i1 = uq / {} % {}, i2 = uq % {};\n", C * OH, OH, C, OH);
   if (!inRegisters) s += fmt::format("    float* PC_RESTRICT cm = col + {};\n    int32_t* PC_RESTRICT cn = nanIn + {};\n", padL, padL);
   if (chunks) {
     std::vector<std::string> ms, ns;
@@ -397,8 +397,8 @@ std::string Emitter::emitAvgPoolRows(const Kernel& k) const {
   // taps.chunks: the sums in registers, each tap added on the lanes it reaches (pc::fmaLanes with
   // weight 1: x * 1 + sum is x + sum exactly).
   s += fmt::format("  alignas(64) float sum[{}];\n", taps.chunks ? taps.chunks * 16 : OW);
-  s += "  for (int64_t u = lo; u < hi; ++u) {\n";
-  s += fmt::format("    const int64_t i0 = u / {}, i1 = u / {} % {}, i2 = u % {};\n", C * OH, OH, C, OH);
+  s += unitLoop();
+  s += fmt::format("    const int64_t i0 = uq / {}, i1 = uq / {} % {}, i2 = uq % {};\n", C * OH, OH, C, OH);
   if (taps.chunks) {
     std::vector<std::string> regs;
     for (int64_t j = 0; j < taps.chunks; ++j) regs.push_back(fmt::format("r{} = {{}}", j));
