@@ -659,6 +659,32 @@ Value* Emitter::findEqual(int64_t n, Value* m, bool last, const std::function<Va
   return b_.CreateLoad(i64_, result, "found");
 }
 
+Value* Emitter::argmaxShort(int64_t n, bool last, const std::function<Value*(Value*)>& f) {
+  auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
+  Value* v = llvm::PoisonValue::get(vt);
+  for (unsigned l = 0; l < kLanes; ++l) {
+    v = b_.CreateInsertElement(v, static_cast<int64_t>(l) < n ? f(c64(l)) : llvm::ConstantFP::getInfinity(f32_, true), l);
+  }
+  llvm::Type* bitsT = b_.getIntNTy(kLanes);
+  Value* nans = b_.CreateBitCast(b_.CreateFCmpUNO(v, v), bitsT);
+  // The maximum by halving, in lane 0 (where a lane is NaN, `nans` decides instead).
+  Value* m = v;
+  for (unsigned w = kLanes / 2; w >= 1; w /= 2) {
+    std::vector<int> lo(w), hi(w);
+    for (unsigned l = 0; l < w; ++l) lo[l] = static_cast<int>(l), hi[l] = static_cast<int>(l + w);
+    Value* a = b_.CreateShuffleVector(m, lo);
+    Value* b = b_.CreateShuffleVector(m, hi);
+    m = b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b);
+  }
+  Value* top = b_.CreateVectorSplat(kLanes, b_.CreateExtractElement(m, uint64_t{0}));
+  // The row's lanes only: with a maximum of -inf the lanes past the row match too.
+  Value* eq = b_.CreateAnd(b_.CreateBitCast(b_.CreateFCmpOEQ(v, top), bitsT), llvm::ConstantInt::get(bitsT, (uint64_t{1} << n) - 1));
+  Value* bits = b_.CreateSelect(b_.CreateICmpNE(nans, llvm::ConstantInt::get(bitsT, 0)), nans, eq);
+  Value* lane = last ? b_.CreateSub(llvm::ConstantInt::get(bitsT, kLanes - 1), b_.CreateBinaryIntrinsic(llvm::Intrinsic::ctlz, bits, b_.getTrue()))
+                     : b_.CreateBinaryIntrinsic(llvm::Intrinsic::cttz, bits, b_.getTrue());
+  return b_.CreateZExt(lane, i64_, "best");
+}
+
 void Emitter::emitReduction(const Kernel& k) {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
@@ -808,6 +834,16 @@ void Emitter::emitReduction(const Kernel& k) {
       // counts as the largest value in numpy), then the first index holding it (the last with
       // select_last_index).
       const int64_t extent = X.type.shape[ax].value();
+      if (xT == DType::F32 && extent > 0 && extent <= static_cast<int64_t>(kLanes)) {
+        // A short row in one pass without a branch on where its maximum lies (argmaxShort).
+        Value* best = argmaxShort(extent, last, [&](Value* i) {
+          std::vector<Value*> at = xv;
+          at[ax] = i;
+          return operand(k, at);
+        });
+        emitBody(k.body, outIdx, convert(best, DType::I64, outT));
+        return;
+      }
       auto valueAt = [&](Value* i) {
         std::vector<Value*> at = xv;
         at[ax] = i;
