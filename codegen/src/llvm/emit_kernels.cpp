@@ -527,6 +527,18 @@ Value* Emitter::sumOf(int64_t n, const std::function<Value*(Value*)>& f) {
                        b_.CreateFAdd(b_.CreateFAdd(q[4], q[5]), b_.CreateFAdd(q[6], q[7])), "sum");
 }
 
+Value* Emitter::laneMax(Value* v) {
+  const unsigned lanes = static_cast<unsigned>(llvm::cast<llvm::FixedVectorType>(v->getType())->getNumElements());
+  for (unsigned w = lanes / 2; w >= 1; w /= 2) {
+    std::vector<int> lo(w), hi(w);
+    for (unsigned l = 0; l < w; ++l) lo[l] = static_cast<int>(l), hi[l] = static_cast<int>(l + w);
+    Value* a = b_.CreateShuffleVector(v, lo);
+    Value* b = b_.CreateShuffleVector(v, hi);
+    v = b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b);
+  }
+  return b_.CreateExtractElement(v, uint64_t{0});
+}
+
 Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
   const int64_t whole = n / kLanes * kLanes;
   llvm::AllocaInst* top = local(f32_, "top");
@@ -566,17 +578,9 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
       done = n / (2 * kLanes) * 2 * kLanes;
     }
     if (done < whole) step(c64(done), lanes, nanLanes);
-    // The lanes' maximum by halving the vector, as pc::maxOf (no lane holds a NaN; any order
-    // gives the same value, a zero maximum is looked up below).
-    Value* m = b_.CreateLoad(vt, lanes);
-    for (unsigned w = kLanes / 2; w >= 1; w /= 2) {
-      std::vector<int> lo(w), hi(w);
-      for (unsigned l = 0; l < w; ++l) lo[l] = static_cast<int>(l), hi[l] = static_cast<int>(l + w);
-      Value* a = b_.CreateShuffleVector(m, lo);
-      Value* b = b_.CreateShuffleVector(m, hi);
-      m = b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b);
-    }
-    b_.CreateStore(b_.CreateExtractElement(m, uint64_t{0}), top);
+    // The lanes' maximum, as pc::maxOf (no lane holds a NaN; any order gives the same value, a
+    // zero maximum is looked up below).
+    b_.CreateStore(laneMax(b_.CreateLoad(vt, lanes)), top);
     b_.CreateStore(b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes)), bad);
   }
   forRange(c64(whole), c64(n), "t", [&](Value* i) {
@@ -667,16 +671,8 @@ Value* Emitter::argmaxShort(int64_t n, bool last, const std::function<Value*(Val
   }
   llvm::Type* bitsT = b_.getIntNTy(kLanes);
   Value* nans = b_.CreateBitCast(b_.CreateFCmpUNO(v, v), bitsT);
-  // The maximum by halving, in lane 0 (where a lane is NaN, `nans` decides instead).
-  Value* m = v;
-  for (unsigned w = kLanes / 2; w >= 1; w /= 2) {
-    std::vector<int> lo(w), hi(w);
-    for (unsigned l = 0; l < w; ++l) lo[l] = static_cast<int>(l), hi[l] = static_cast<int>(l + w);
-    Value* a = b_.CreateShuffleVector(m, lo);
-    Value* b = b_.CreateShuffleVector(m, hi);
-    m = b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b);
-  }
-  Value* top = b_.CreateVectorSplat(kLanes, b_.CreateExtractElement(m, uint64_t{0}));
+  // The maximum (where a lane is NaN, `nans` decides instead).
+  Value* top = b_.CreateVectorSplat(kLanes, laneMax(v));
   // The row's lanes only: with a maximum of -inf the lanes past the row match too.
   Value* eq = b_.CreateAnd(b_.CreateBitCast(b_.CreateFCmpOEQ(v, top), bitsT), llvm::ConstantInt::get(bitsT, (uint64_t{1} << n) - 1));
   Value* bits = b_.CreateSelect(b_.CreateICmpNE(nans, llvm::ConstantInt::get(bitsT, 0)), nans, eq);

@@ -270,6 +270,8 @@ class Emitter : llvmbe::Builder {
   // values become one), a NaN mask beside, then the lanes and the tail. Exactly the reference's
   // value: NaN (the quiet one) when a value is NaN, for a zero maximum the first zero (its sign).
   Value* maxOf(int64_t n, const std::function<Value*(Value*)>& f);
+  // The largest lane of a float vector without NaN lanes (a > b ? a : b), by halving the vector.
+  Value* laneMax(Value* v);
   // The first index i in [0, n) with f(i) == m (f32; `last`: the last one), n when none, as the
   // C++ prelude's pc::findEqual: KernelSchedule::kScanLanes values a step compared as one vector,
   // the rest one at a time.
