@@ -1586,7 +1586,7 @@ PC_INLINE V expv(V x) {
 }
 // pc::exp on every lane, as the LLVM backend's exp: expv, then 0 below -103.972 and NaN kept
 // (exp itself for the arguments softmax gives it, x <= 0). A short row's exps one vector at a
-// time (KernelSchedule::kShortExpRow): GCC left a loop of 4 calls to pc::exp scalar.
+// time (KernelSchedule::kShortRow): GCC left a loop of 4 calls to pc::exp scalar.
 template <class V>
 PC_INLINE V expFull(V x) {
   V e = expv(x);

@@ -359,10 +359,12 @@ struct KernelSchedule {
   // backends share, within 1.5e-6 relative) in a loop of their own, which vectorises, and summed
   // through sumOf; a libm exp in double a value took the kernel's whole time (8 values: 54 ns a row).
   bool f32Exps = false;
-  // A kept row of at most this many values: the C++ printer computes its exps as vectors of 8
-  // (pc::expFull; GCC left a loop of 4 exps scalar: multi_input's softmax over rows of 4 took
-  // 1.7x LLVM's time, whose SLP vectoriser takes the 4 at once).
-  static constexpr int64_t kShortExpRow = 16;
+  // A short row: at most this many f32 values. Both printers take an argmax over one in a
+  // single branch-free vector pass (pc::argmaxShort, Emitter::argmaxShort); the C++ printer also
+  // its maximum (pc::maxShort) and a kept softmax row's exps as vectors of 8 (pc::expFull: GCC
+  // left a loop of 4 exps scalar, multi_input's softmax over rows of 4 1.7x LLVM's time, whose
+  // SLP vectoriser takes the 4 at once).
+  static constexpr int64_t kShortRow = 16;
   // A layer norm over one axis of at least 16 f32 values: the mean and the variance each one
   // sumOf run (sixteen partial sums in double, as SumRun), the variance over the centred values
   // rounded to f32 and squared there, the same in both backends. 0: two running sums in double,

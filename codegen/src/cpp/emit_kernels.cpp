@@ -15,10 +15,10 @@
 namespace policyc::codegen::cppemit {
 
 namespace {
-// The maximum of `value` over `var` in [0, n) for f32 values (a static row): pc::maxShort for a
-// row of at most 16 (two vectors, no branch per value), else pc::maxOf.
+// The maximum of `value` over `var` in [0, n) for f32 values: pc::maxShort for a short row
+// (KernelSchedule::kShortRow; two vectors, no branch per value), else pc::maxOf.
 std::string maxOfCall(const ir::Dim& n, const std::string& var, const std::string& value) {
-  if (n.isStatic() && n.value() > 0 && n.value() <= 16) return fmt::format("pc::maxShort<{}>([&](int64_t {}) {{ return {}; }})", n.value(), var, value);
+  if (n.isStatic() && n.value() > 0 && n.value() <= KernelSchedule::kShortRow) return fmt::format("pc::maxShort<{}>([&](int64_t {}) {{ return {}; }})", n.value(), var, value);
   return fmt::format("pc::maxOf({}, [&](int64_t {}) {{ return {}; }})", dimStr(n), var, value);
 }
 }  // namespace
@@ -566,7 +566,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         // KernelSchedule::f32Exps: the exps in f32 first, then their sum.
         const std::string j = vars[reduced[0]];
         s += fmt::format("{}float e[{}];\n", indent, kept);
-        if (kept <= KernelSchedule::kShortExpRow && reduced.size() == 1) {
+        if (kept <= KernelSchedule::kShortRow && reduced.size() == 1) {
           // A short row: its exps eight lanes at a time (pc::expFull; the lanes past the row
           // are exps of -inf, not kept).
           for (int64_t c = 0; c < kept; c += 8) {
@@ -626,7 +626,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
     bool last = n.attrInt("select_last_index") != 0;
     const int64_t N = X.type.shape[ax].value();
     s += fmt::format("{}int64_t best = 0;\n", indent);
-    if (X.type.dtype == DType::F32 && N > 0 && N <= 16) {
+    if (X.type.dtype == DType::F32 && N > 0 && N <= KernelSchedule::kShortRow) {
       // A short row as two vectors, its maximum and the matching lanes by movemask
       // (pc::argmaxShort): no branch on where the match lies, which a predictor cannot know.
       s += fmt::format("{}best = pc::argmaxShort<{}, {}>([&](int64_t {}) {{ return {}; }});\n", indent, N, last, xv[ax], x);

@@ -664,6 +664,7 @@ Value* Emitter::findEqual(int64_t n, Value* m, bool last, const std::function<Va
 }
 
 Value* Emitter::argmaxShort(int64_t n, bool last, const std::function<Value*(Value*)>& f) {
+  static_assert(KernelSchedule::kShortRow <= kLanes, "a short row fits one vector");
   auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
   Value* v = llvm::PoisonValue::get(vt);
   for (unsigned l = 0; l < kLanes; ++l) {
@@ -826,37 +827,29 @@ void Emitter::emitReduction(const Kernel& k) {
     if (isArg) {
       const size_t ax = red[0];
       const bool last = n.attrInt("select_last_index") != 0;
+      const int64_t extent = X.type.shape[ax].value();
+      // The operand at index i of the reduced axis.
+      auto valueAtIndex = [&](Value* i) {
+        std::vector<Value*> at = xv;
+        at[ax] = i;
+        return operand(k, at);
+      };
+      if (xT == DType::F32 && extent > 0 && extent <= KernelSchedule::kShortRow) {
+        // A short row in one pass without a branch on where its maximum lies (argmaxShort).
+        emitBody(k.body, outIdx, convert(argmaxShort(extent, last, valueAtIndex), DType::I64, outT));
+        return;
+      }
       // Two passes: the maximum (maxOf for f32, llvm.maximum otherwise: a NaN wins, as NaN
       // counts as the largest value in numpy), then the first index holding it (the last with
       // select_last_index).
-      const int64_t extent = X.type.shape[ax].value();
-      if (xT == DType::F32 && extent > 0 && extent <= static_cast<int64_t>(kLanes)) {
-        // A short row in one pass without a branch on where its maximum lies (argmaxShort).
-        Value* best = argmaxShort(extent, last, [&](Value* i) {
-          std::vector<Value*> at = xv;
-          at[ax] = i;
-          return operand(k, at);
-        });
-        emitBody(k.body, outIdx, convert(best, DType::I64, outT));
-        return;
-      }
-      auto valueAt = [&](Value* i) {
-        std::vector<Value*> at = xv;
-        at[ax] = i;
-        return asF64(operand(k, at));
-      };
       Value* mx = nullptr;
       if (xT == DType::F32) {
-        mx = asF64(maxOf(extent, [&](Value* i) {
-          std::vector<Value*> at = xv;
-          at[ax] = i;
-          return operand(k, at);
-        }));
+        mx = asF64(maxOf(extent, valueAtIndex));
       } else {
         llvm::AllocaInst* top = local(f64_, "top");
         b_.CreateStore(llvm::ConstantFP::getInfinity(f64_, true), top);
         forRange(c64(0), c64(extent), "x" + std::to_string(ax), [&](Value* i) {
-          b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(f64_, top), valueAt(i)), top);
+          b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(f64_, top), asF64(valueAtIndex(i))), top);
         });
         mx = b_.CreateLoad(f64_, top, "max");
       }
@@ -867,11 +860,6 @@ void Emitter::emitReduction(const Kernel& k) {
       llvm::AllocaInst* best = local(i64_, "best");
       b_.CreateStore(c64(0), best);
       const std::string name = "y" + std::to_string(ax);
-      auto valueAtIndex = [&](Value* i) {
-        std::vector<Value*> idx = xv;
-        idx[ax] = i;
-        return operand(k, idx);
-      };
       auto scan = [&](const std::function<Value*(Value*)>& match) {
         llvm::BasicBlock* done = block(name + ".done");
         scanStage(extent, name, done, best, [&](Value* j) {

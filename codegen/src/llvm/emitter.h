@@ -276,7 +276,7 @@ class Emitter : llvmbe::Builder {
   // C++ prelude's pc::findEqual: KernelSchedule::kScanLanes values a step compared as one vector,
   // the rest one at a time.
   Value* findEqual(int64_t n, Value* m, bool last, const std::function<Value*(Value*)>& f);
-  // The index of the largest of f(0), ..., f(n - 1) for n <= kLanes f32 values, as the C++
+  // The index of the largest of f(0), ..., f(n - 1) for n <= KernelSchedule::kShortRow f32 values, as the C++
   // prelude's pc::argmaxShort: the row as one vector (-inf past it), NaN lanes or else the lanes
   // equal to the maximum (found by halving) as an integer mask, its first set bit (`last`: its
   // last). NaN counts as the largest value, as in numpy.
