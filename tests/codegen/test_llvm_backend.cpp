@@ -1036,6 +1036,50 @@ TEST_CASE("llvm and cpp backends: sums through partial sums agree bit for bit", 
   }
 }
 
+TEST_CASE("llvm and cpp backends: short rows' sums eight rows a vector agree bit for bit", "[llvm][cpp]") {
+  // Rows of at most 15 values (under a sumOf run): the C++ printer sums eight rows at a time a row
+  // a lane (pc::rowSums8), the rows past the last eight one by one; a product, a mean, a sum of a
+  // prologue's values and one with a libm call in it; rows of 1 and 8 (one vector) and 13 (two).
+  auto graph = ir::parseGraph(R"(graph short_sums(%x: f32[batch,13], %y: f32[batch,8], %z: f32[batch,1], %w: f32[batch,3,5]) {
+  %a = reduce_sum(%x) {axes=[1]} : f32[batch,1]
+  %p = reduce_prod(%y) {axes=[1], keepdims=0} : f32[batch]
+  %m = reduce_mean(%x) {axes=[1], keepdims=0} : f32[batch]
+  %yy = mul(%y, %y) : f32[batch,8]
+  %q = reduce_sum(%yy) {axes=[1], keepdims=0} : f32[batch]
+  %e = exp(%x) : f32[batch,13]
+  %s = reduce_sum(%e) {axes=[1], keepdims=0} : f32[batch]
+  %o = reduce_sum(%z) {axes=[1], keepdims=0} : f32[batch]
+  %t = reduce_sum(%w) {axes=[2], keepdims=0} : f32[batch,3]
+  %u = reduce_max(%y) {axes=[1], keepdims=0} : f32[batch]
+  return (a=%a, p=%p, m=%m, q=%q, s=%s, o=%o, t=%t, u=%u)
+})");
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  // a, p, m, q, s and o; not t (three rows of five a batch row: rank 3) nor the maximum u.
+  CHECK(occurrences(generated.source, "pc::rowSums8<") == 6);
+  CHECK(occurrences(generated.source, "pc::rowSums8<8, true>(1.0, ") == 1);
+  const fs::path so = scratch() / "short_sums.so";
+  codegen::buildSharedObject(generated, so.string(), {});
+  runtime::Model cppModel = runtime::Model::load(so.string());
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  runtime::Model llvmModel = jitModel(*graph, llvm);
+  for (int64_t batch : {1, 8, 19, 64}) {
+    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 29);
+    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+    std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), c2 = driver::runModel(cppModel, inputs, 2);
+    std::vector<ir::Tensor> l1 = driver::runModel(llvmModel, inputs, 1);
+    for (size_t o = 0; o < want.size(); ++o) {
+      INFO("batch " << batch << " output " << o);
+      CHECK(driver::compareTensors("", c1[o], want[o], 1e-5, 1e-5).pass);
+      CHECK(std::memcmp(c1[o].bytes(), c2[o].bytes(), c1[o].nbytes()) == 0);
+      CHECK(std::memcmp(c1[o].bytes(), l1[o].bytes(), c1[o].nbytes()) == 0);
+    }
+  }
+}
+
 // A pool whose windows all lie inside its input runs fixed window loops without bounds checks
 // (KernelSchedule::windowInside; LLVM then vectorises across the outputs): a 1-D max pool and a
 // 3-D average pool inside, a 1-D average pool with padding and one with ceil_mode that reach

@@ -610,9 +610,6 @@ std::string Emitter::emitReduction(const Kernel& k) const {
   if (outIdx.size() != k.domain.size()) fail("internal: reduction '{}' domain rank mismatch", n.name());
   std::string indent = "  ";
   const int axis = split_->axis;
-  for (size_t d = 0; d < r; ++d) {
-    if (!reduced[d]) s += loopHeader(xv[d], dimStr(X.type.shape[d]), static_cast<int>(d) == axis, indent);
-  }
   int64_t count = 1;
   for (size_t d = 0; d < r; ++d) {
     if (reduced[d]) count *= X.type.shape[d].value();
@@ -621,6 +618,40 @@ std::string Emitter::emitReduction(const Kernel& k) const {
   bool isArg = n.isOp(Op::ArgMax);
   bool isMax = n.isOp(Op::ReduceMax);
   const bool isProd = n.isOp(Op::ReduceProd);
+  const std::optional<KernelSchedule::SumRun>& run = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].sumRun;
+  // The result of one row's sum `acc`: a mean divides it, then the epilogue takes it.
+  auto finishSum = [&](const std::string& ind) {
+    std::string t;
+    if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
+      t += fmt::format("{}acc /= {};\n", ind, static_cast<double>(count) == 0 ? "0.0" : std::to_string(count));
+      if (!ir::isFloat(outT)) t += fmt::format("{}acc = pc::trunc(acc);\n", ind);
+    }
+    return t + fmt::format("{}{}\n", ind, callEpilogue(outIdx, fmt::format("pc::cast<{}, double>(acc)", OT)));
+  };
+  // Sums (products) of short f32 rows (rows x0 of [rows, W], W <= kShortRow) eight rows at a
+  // time, a row a vector lane (pc::rowSums8: the same order of adds), the rows past the last
+  // eight one by one below. GCC vectorised neither the short row nor the rows around it.
+  const bool rowsAcross = !isArg && !isMax && !run && r == 2 && !reduced[0] && reduced[1] && X.type.dtype == DType::F32 &&
+                          X.type.shape[1].isStatic() && X.type.shape[1].value() > 0 && X.type.shape[1].value() <= KernelSchedule::kShortRow;
+  if (rowsAcross) {
+    const bool split = axis == 0;
+    s += fmt::format("{}int64_t xb = {};\n", indent, split ? "lo" : "0");
+    const std::string end = split ? "hi" : dimStr(X.type.shape[0]);
+    s += fmt::format("{}for (; xb + 8 <= {}; xb += 8) {{\n", indent, end);
+    s += fmt::format("{}  double sums[8];\n", indent);
+    s += fmt::format("{}  pc::rowSums8<{}, {}>({}, [&](int64_t r, int64_t j) {{ return {}; }}, sums);\n", indent, X.type.shape[1].value(),
+                     isProd, isProd ? "1.0" : "0.0", operandCall({"xb + r", "j"}));
+    s += fmt::format("{}  for (int64_t {} = xb; {} < xb + 8; ++{}) {{\n", indent, xv[0], xv[0], xv[0]);
+    s += fmt::format("{}    double acc = sums[{} - xb];\n", indent, xv[0]);
+    s += finishSum(indent + "    ");
+    s += fmt::format("{}  }}\n{}}}\n", indent, indent);
+    s += fmt::format("{}for (int64_t {} = xb; {} < {}; ++{}) {{\n", indent, xv[0], xv[0], end, xv[0]);
+    indent += "  ";
+  } else {
+    for (size_t d = 0; d < r; ++d) {
+      if (!reduced[d]) s += loopHeader(xv[d], dimStr(X.type.shape[d]), static_cast<int>(d) == axis, indent);
+    }
+  }
   if (isArg) {
     size_t ax = static_cast<size_t>(normalizeAxis(n.attrInt("axis"), r));
     bool last = n.attrInt("select_last_index") != 0;
@@ -678,7 +709,6 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       s += fmt::format("{}float accF = -pc::inf<float>();\n{}bool nanSeen = false;\n", indent, indent);
     }
     // Axes not walked by a loop here: pc::maxOf's, or the run of pc::sumOf (KernelSchedule::sumRun).
-    const std::optional<KernelSchedule::SumRun>& run = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].sumRun;
     auto inner = [&](size_t d) { return run ? d >= run->first && d <= run->last : vecMax && d == innermost; };
     std::string ind = indent;
     for (size_t d = 0; d < r; ++d) {
@@ -717,11 +747,7 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       s += ind + "}\n";
     }
     if (isMax && X.type.dtype == DType::F32 && !vecMax) s += fmt::format("{}acc = nanSeen ? pc::nan<double>() : double(accF);\n", indent);
-    if (n.isOp(Op::ReduceMean) || n.isOp(Op::GlobalAvgPool)) {
-      s += fmt::format("{}acc /= {};\n", indent, static_cast<double>(count) == 0 ? "0.0" : std::to_string(count));
-      if (!ir::isFloat(outT)) s += fmt::format("{}acc = pc::trunc(acc);\n", indent);
-    }
-    s += fmt::format("{}{}\n", indent, callEpilogue(outIdx, fmt::format("pc::cast<{}, double>(acc)", OT)));
+    s += finishSum(indent);
   }
   for (size_t d = 0; d < r; ++d) {
     if (reduced[d]) continue;
