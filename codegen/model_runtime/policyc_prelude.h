@@ -1507,6 +1507,27 @@ template <int N, bool Prod, class F> PC_INLINE void rowSums8(double init, F f, d
   std::memcpy(acc, &lo, sizeof lo);
   std::memcpy(acc + 4, &hi, sizeof hi);
 }
+// One row of a matmul's outputs: acc[j] = the sum over k < K of a(k) * b(k)[j] for j < N (N a
+// multiple of 4, b(k) pointing at B's row k, contiguous), k ascending from 0 as in the one-output
+// loop and contracted the same way, so the same bits; the N sums as vectors of 8 (4 for N = 4j + 4
+// not a multiple of 8).
+template <int N, class FA, class FB> PC_INLINE void matmulRow(int64_t K, FA a, FB b, float (&acc)[N]) {
+  static_assert(N % 4 == 0 && N <= 64, "a row of vectors");
+  constexpr int L = N % 8 == 0 ? 8 : 4;
+  typedef float V __attribute__((vector_size(4 * L)));
+  V v[N / L] = {};
+  for (int64_t k = 0; k < K; ++k) {
+    const float x = a(k);
+    const float* row = b(k);
+#pragma GCC unroll 8
+    for (int c = 0; c < N / L; ++c) {
+      V w;
+      std::memcpy(&w, row + c * L, sizeof w);
+      v[c] += x * w;
+    }
+  }
+  std::memcpy(acc, v, sizeof v);
+}
 template <class T> PC_INLINE T minNaN(T a, T b) {
   const T m = b < a ? b : a;
   return a != a ? a : (b != b ? b : m);

@@ -1080,6 +1080,45 @@ TEST_CASE("llvm and cpp backends: short rows' sums eight rows a vector agree bit
   }
 }
 
+TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agree bit for bit", "[llvm][cpp]") {
+  // Output rows of 4j <= 64 columns contiguous in B run as vectors in the C++ backend
+  // (pc::matmulRow); 3 and 68 columns, and a 1-D B, keep the loop per output.
+  auto graph = ir::parseGraph(R"(graph bmm(%a: f32[batch,4,16], %b4: f32[batch,16,4], %b12: f32[batch,16,12], %b64: f32[batch,16,64],
+      %b3: f32[batch,16,3], %b68: f32[batch,16,68], %v: f32[16]) {
+  %p4 = matmul(%a, %b4) : f32[batch,4,4]
+  %p12 = matmul(%a, %b12) : f32[batch,4,12]
+  %p64 = matmul(%a, %b64) : f32[batch,4,64]
+  %p3 = matmul(%a, %b3) : f32[batch,4,3]
+  %p68 = matmul(%a, %b68) : f32[batch,4,68]
+  %pv = matmul(%a, %v) : f32[batch,4]
+  return (p4=%p4, p12=%p12, p64=%p64, p3=%p3, p68=%p68, pv=%pv)
+})");
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  CHECK(occurrences(generated.source, "pc::matmulRow<") == 3);
+  CHECK(occurrences(generated.source, "pc::matmulRow<12>(16, ") == 1);
+  const fs::path so = scratch() / "bmm.so";
+  codegen::buildSharedObject(generated, so.string(), {});
+  runtime::Model cppModel = runtime::Model::load(so.string());
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  runtime::Model llvmModel = jitModel(*graph, llvm);
+  for (int64_t batch : {1, 5}) {
+    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 31);
+    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+    std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), c2 = driver::runModel(cppModel, inputs, 2);
+    std::vector<ir::Tensor> l1 = driver::runModel(llvmModel, inputs, 1);
+    for (size_t o = 0; o < want.size(); ++o) {
+      INFO("batch " << batch << " output " << o);
+      CHECK(driver::compareTensors("", c1[o], want[o], 1e-5, 1e-5).pass);
+      CHECK(std::memcmp(c1[o].bytes(), c2[o].bytes(), c1[o].nbytes()) == 0);
+      CHECK(std::memcmp(c1[o].bytes(), l1[o].bytes(), c1[o].nbytes()) == 0);
+    }
+  }
+}
+
 // A pool whose windows all lie inside its input runs fixed window loops without bounds checks
 // (KernelSchedule::windowInside; LLVM then vectorises across the outputs): a 1-D max pool and a
 // 3-D average pool inside, a 1-D average pool with padding and one with ceil_mode that reach
