@@ -784,7 +784,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     bool wholeChunks = false;
     switch (ks.form) {
       case Form::PackedGemm: wholeChunks = packedN(p, k) % kPanel == 0; break;
-      case Form::DirectConv: wholeChunks = rows && rows->chunks > 0 && k.domain[3].value() % 16 == 0; break;
+      case Form::DirectConv: wholeChunks = rows && rows->chunks > 0; break;  // a partial last chunk by vectors of 8
       case Form::PackedConv: wholeChunks = convRowTiles(p, k) && k.domain[3].value() % 16 == 0; break;  // conv_rows' chunks
       case Form::MaxPoolRows: wholeChunks = !rowPoolGeometry(p, k).window.empty() && k.domain[3].value() % 8 == 0; break;
       case Form::Copy: wholeChunks = padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32; break;

@@ -297,8 +297,10 @@ struct KernelSchedule {
   // value is miscompiled (plus one) where the epilogue reads it.
   bool anchorFault = false;
   // Vectorisation, decided here for both printers. A Form::PackedGemm kernel's epilogue runs on
-  // whole 16-column panels, a direct conv's kept in registers (RowTaps::chunks) and a conv_rows
-  // one's (ConvRowTiles) on whole chunks of their rows, a max pool's whose window step runs on registers (RowPoolGeometry::window)
+  // whole 16-column panels, a direct conv's kept in registers (RowTaps::chunks) on its chunks (a
+  // partial last one by vectors of 8, the last one's first lanes only: its stack row and scalar
+  // epilogue were a fifth of a depthwise conv's time; the LLVM printer leaves the loop over the
+  // row to its loop vectoriser), a conv_rows one's (ConvRowTiles) on whole chunks of their rows, a max pool's whose window step runs on registers (RowPoolGeometry::window)
   // on whole 8-column chunks of its output rows, an f32 pad by rows (PadRows) on the copied part of a row 16 values at a
   // time (vectorBody on an f32 result, no injected accuracy fault on the anchor, which the scalar
   // epilogue carries). The C++ printer leaves the pad's plain loop to GCC's vectoriser.

@@ -593,8 +593,9 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
   auto weights = [](int64_t n) { return paramValues(n, 0.25, 11, -1.0); };
   // Row kept in memory (column stride 2), in one partial chunk of registers (3 columns), in
   // three chunks with taps cut at both ends (35), and in two whole chunks with a vector epilogue
-  // (storing to a buffer whose name holds "n0", the packed epilogue's column variable).
-  const std::string text = fmt::format(R"(graph dw(%x: f32[batch,4,5,3], %x2: f32[batch,2,4,35], %x3: f32[batch,2,3,32]) {{
+  // (storing to a buffer whose name holds "n0", the packed epilogue's column variable); the
+  // epilogue of a partial last chunk by vectors of 8, the last partial (rows of 3, 35 and 29).
+  const std::string text = fmt::format(R"(graph dw(%x: f32[batch,4,5,3], %x2: f32[batch,2,4,35], %x3: f32[batch,2,3,32], %x4: f32[batch,2,3,29]) {{
   %w = param f32[4,1,3,3] [{}]
   %b = param f32[4] [0.5, -0.25, 1, 0]
   %y = conv(%x, %w, %b) {{group=4, strides=[2, 2], dilations=[1, 2], pads=[1, 2, 2, 1]}} : f32[batch,4,3,1]
@@ -607,7 +608,10 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
   %b3 = param f32[2] [0.25, -0.5]
   %c3 = conv(%x3, %k3, %b3) {{group=2, pads=[0, 1, 0, 1]}} : f32[batch,2,3,32]
   %n0n0 = relu(%c3) : f32[batch,2,3,32]
-  return (y=%y, t=%t, u=%u, n0=%n0n0)
+  %c4 = conv(%x4, %k3, %b3) {{group=2, pads=[0, 1, 0, 1]}} : f32[batch,2,3,29]
+  %s4 = sub(%c4, %x4) : f32[batch,2,3,29]
+  %r4 = relu(%s4) : f32[batch,2,3,29]
+  return (y=%y, t=%t, u=%u, n0=%n0n0, r4=%r4)
 }})", weights(36), weights(48), weights(18), weights(6));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
@@ -616,7 +620,7 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
   for (const codegen::Kernel& k : planned.program.kernels) {
     if (k.kind == codegen::KernelKind::Conv) ++byRows;
   }
-  REQUIRE(byRows == 4);
+  REQUIRE(byRows == 5);
   const fs::path so = scratch() / "dwconv.so";
   codegen::CppOptions cpp;
   cpp.minChunkCost = 0;
@@ -625,6 +629,11 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
   CHECK(generated.source.find("r0 = pc::fmaLanes<1, 16>(r0") != std::string::npos);
   CHECK(generated.source.find("r2 = pc::fmaLanes<0, 3>(r2") != std::string::npos);
   CHECK(generated.source.find("pc::f32x16 v = pc::load16(row + 16) + pc::splat16(bias);") != std::string::npos);
+  CHECK(occurrences(generated.source, "pc::tanhv(v)") == 1);  // t's row of 3
+  CHECK(occurrences(generated.source, "pc::storeFirst8<3>(") == 2);  // t's and u's last chunks
+  CHECK(generated.source.find("pc::f32x8 v = pc::load8(row + 16) + pc::splat8(bias);") != std::string::npos);  // r4's lanes 16..23
+  CHECK(generated.source.find("pc::loadFirst8<5>(") != std::string::npos);  // r4's residual on lanes 24..28
+  CHECK(generated.source.find("pc::storeFirst8<5>(") != std::string::npos);
   codegen::buildSharedObject(generated, so.string(), {});
   codegen::LlvmOptions llvm;
   llvm.minChunkCost = 0;

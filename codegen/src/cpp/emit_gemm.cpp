@@ -715,8 +715,11 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
     // (pc::fmaLanes). The same sums in the same order either way.
     const int64_t chunks = taps->chunks;
     const bool inRegisters = chunks > 0;
-    // The epilogue on whole chunks (KernelSchedule::vectorEpilogue), where this printer has it.
-    const bool vec = s_.kernels[index].vectorEpilogue && vectorEpilogue(k, vars);
+    // The epilogue on the chunks (KernelSchedule::vectorEpilogue), where this printer has it: a
+    // partial last chunk's lanes by vectors of 8, the last of them partial (pc::storeFirst8).
+    const int64_t tail = OW % 16;
+    const bool vec = s_.kernels[index].vectorEpilogue && vectorEpilogue(k, vars) &&
+                     (tail == 0 || (vectorEpilogue(k, vars, "0", 8) && (tail % 8 == 0 || vectorEpilogue(k, vars, "0", 8, static_cast<int>(tail % 8)))));
     std::string s;
     if (vec) {
       s = anchorComment(k);
@@ -767,8 +770,16 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
     }
     if (vec) {
       for (int64_t j = 0; j < chunks; ++j) {
-        s += indent + "{\n" + chunkEpilogue(k, fmt::format("row + {}", 16 * j), 16 * j, k.anchorInputs.size() > 2, indent + "  ");
-        s += indent + "}\n";
+        if (16 * j + 16 <= OW) {
+          s += indent + "{\n" + chunkEpilogue(k, fmt::format("row + {}", 16 * j), 16 * j, k.anchorInputs.size() > 2, indent + "  ");
+          s += indent + "}\n";
+          continue;
+        }
+        for (int64_t col = 16 * j; col < OW; col += 8) {
+          const int lanes = static_cast<int>(std::min<int64_t>(8, OW - col));
+          s += fmt::format("{}{{\n{}  pc::f32x8 v = pc::load8(row + {}){};\n", indent, indent, col, k.anchorInputs.size() > 2 ? " + pc::splat8(bias)" : "");
+          s += indented(*vectorEpilogue(k, vars, std::to_string(col), 8, lanes), indent + "  ") + indent + "}\n";
+        }
       }
       s += closeLoops(3, indent);
       return s;

@@ -202,7 +202,8 @@ class Emitter {
   // of tanh/relu on v (pc::tanh16, pc::relu16; at width 8 pc::tanhv and a select), each value it stores stored densely
   // along the output's last axis from column `col`; else nullopt, and the columns go through
   // the scalar epilogue, which the C++ compiler vectorises or not. `lanes` < 8 at width 8: only
-  // the first `lanes` values are loaded and stored (an implicit GEMM tile's positions).
+  // the first `lanes` values are loaded and stored (an implicit GEMM tile's positions, a direct
+  // conv row's last columns).
   std::optional<std::string> vectorEpilogue(const Kernel& k, const std::vector<std::string>& vars,
                                             const std::string& col = "n0", int width = 16, int lanes = 0) const;
 
