@@ -1465,34 +1465,33 @@ template <bool Staged = false, class F> PC_INLINE double sumOf(int64_t n, F f) {
 #endif
   return ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
 }
-// Eight rows' running sums (Prod: products) of short rows: acc[r] = init, then acc[r] op= f(r, j)
-// in double for j = 0, ..., N - 1 (N <= 16 f32 values a row), the order of the one-row loop, so
-// the same bits. The eight rows are written to a tile in memory (a loop GCC vectorises along the
-// row), read back eight values a vector and turned (transpose8) so that value j of the eight rows
-// is one vector, then summed a row a lane: GCC did not vectorise a short row's loop across rows
-// (an entropy's sum over 8 values at batch 64 took 2.3x LLVM's time, whose vectoriser interleaves
-// the rows the same way). Rows built as vector expressions instead of through memory ran 1.5x
-// slower (GCC inserts lane by lane).
+// Eight rows' running sums (Prod: products) of rows of N = 8 (or 8j) f32 values: acc[r] = init,
+// then acc[r] op= f(r, j) in double for j = 0, ..., N - 1, the order of the one-row loop, so the
+// same bits. The eight rows are written to a tile in memory (a loop GCC vectorises along the row),
+// read back eight values a vector and turned (transpose8) so that value j of the eight rows is
+// one vector, then summed a row a lane: GCC did not vectorise a short row's loop across rows (an
+// entropy's sum over 8 values at batch 64 took 2.3x LLVM's time, whose vectoriser interleaves the
+// rows the same way). Rows of other lengths stay one at a time: their tile rows went out as
+// smaller stores that a wide load cannot forward from (rows of 6: 2.7x slower), and rows built as
+// vector expressions ran 1.5x slower (GCC inserts lane by lane).
 template <int N, bool Prod, class F> PC_INLINE void rowSums8(double init, F f, double (&acc)[8]) {
-  static_assert(0 < N && N <= 16, "a short row");
-  constexpr int W = (N + 7) / 8 * 8;
+  static_assert(0 < N && N % 8 == 0, "rows of whole vectors");
   typedef double f64x4 __attribute__((vector_size(32)));
-  alignas(32) float tile[8][W];
+  alignas(32) float tile[8][N];
 #pragma GCC unroll 8
   for (int r = 0; r < 8; ++r) {
 #pragma GCC unroll 16
-    for (int j = 0; j < W; ++j) tile[r][j] = j < N ? f(r, j) : 0.0f;
+    for (int j = 0; j < N; ++j) tile[r][j] = f(r, j);
   }
   f64x4 lo = {init, init, init, init}, hi = lo;
 #pragma GCC unroll 2
-  for (int h = 0; h < W / 8; ++h) {
+  for (int h = 0; h < N / 8; ++h) {
     f32x8 x[8];
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) x[r] = load8(tile[r] + 8 * h);
     transpose8(x);
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
-      if (8 * h + c >= N) break;
       const f64x4 vlo = __builtin_convertvector(__builtin_shufflevector(x[c], x[c], 0, 1, 2, 3), f64x4);
       const f64x4 vhi = __builtin_convertvector(__builtin_shufflevector(x[c], x[c], 4, 5, 6, 7), f64x4);
       if constexpr (Prod) {
@@ -1506,27 +1505,6 @@ template <int N, bool Prod, class F> PC_INLINE void rowSums8(double init, F f, d
   }
   std::memcpy(acc, &lo, sizeof lo);
   std::memcpy(acc + 4, &hi, sizeof hi);
-}
-// One row of a matmul's outputs: acc[j] = the sum over k < K of a(k) * b(k)[j] for j < N (N a
-// multiple of 4, b(k) pointing at B's row k, contiguous), k ascending from 0 as in the one-output
-// loop and contracted the same way, so the same bits; the N sums as vectors of 8 (4 for N = 4j + 4
-// not a multiple of 8).
-template <int N, class FA, class FB> PC_INLINE void matmulRow(int64_t K, FA a, FB b, float (&acc)[N]) {
-  static_assert(N % 4 == 0 && N <= 64, "a row of vectors");
-  constexpr int L = N % 8 == 0 ? 8 : 4;
-  typedef float V __attribute__((vector_size(4 * L)));
-  V v[N / L] = {};
-  for (int64_t k = 0; k < K; ++k) {
-    const float x = a(k);
-    const float* row = b(k);
-#pragma GCC unroll 8
-    for (int c = 0; c < N / L; ++c) {
-      V w;
-      std::memcpy(&w, row + c * L, sizeof w);
-      v[c] += x * w;
-    }
-  }
-  std::memcpy(acc, v, sizeof v);
 }
 template <class T> PC_INLINE T minNaN(T a, T b) {
   const T m = b < a ? b : a;

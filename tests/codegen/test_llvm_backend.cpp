@@ -1045,10 +1045,11 @@ TEST_CASE("llvm and cpp backends: sums through partial sums agree bit for bit", 
   }
 }
 
-TEST_CASE("llvm and cpp backends: short rows' sums eight rows a vector agree bit for bit", "[llvm][cpp]") {
-  // Rows of at most 15 values (under a sumOf run): the C++ printer sums eight rows at a time a row
-  // a lane (pc::rowSums8), the rows past the last eight one by one; a product, a mean, a sum of a
-  // prologue's values and one with a libm call in it; rows of 1 and 8 (one vector) and 13 (two).
+TEST_CASE("llvm and cpp backends: sums over rows of 8 eight rows a vector agree bit for bit", "[llvm][cpp]") {
+  // Rows of 8 values (under a sumOf run): the C++ printer sums eight rows at a time a row a lane
+  // (pc::rowSums8), the rows past the last eight one by one; a product and a sum of a prologue's
+  // values. Rows of 13 and 1 (a mean, a sum with a libm call in it), three rows of five a batch
+  // row, and a maximum stay one row at a time.
   auto graph = ir::parseGraph(R"(graph short_sums(%x: f32[batch,13], %y: f32[batch,8], %z: f32[batch,1], %w: f32[batch,3,5]) {
   %a = reduce_sum(%x) {axes=[1]} : f32[batch,1]
   %p = reduce_prod(%y) {axes=[1], keepdims=0} : f32[batch]
@@ -1066,8 +1067,7 @@ TEST_CASE("llvm and cpp backends: short rows' sums eight rows a vector agree bit
   codegen::CppOptions cpp;
   cpp.minChunkCost = 0;
   const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  // a, p, m, q, s and o; not t (three rows of five a batch row: rank 3) nor the maximum u.
-  CHECK(occurrences(generated.source, "pc::rowSums8<") == 6);
+  CHECK(occurrences(generated.source, "pc::rowSums8<") == 2);  // p and q
   CHECK(occurrences(generated.source, "pc::rowSums8<8, true>(1.0, ") == 1);
   const fs::path so = scratch() / "short_sums.so";
   codegen::buildSharedObject(generated, so.string(), {});

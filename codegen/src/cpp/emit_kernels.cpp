@@ -628,11 +628,11 @@ std::string Emitter::emitReduction(const Kernel& k) const {
     }
     return t + fmt::format("{}{}\n", ind, callEpilogue(outIdx, fmt::format("pc::cast<{}, double>(acc)", OT)));
   };
-  // Sums (products) of short f32 rows (rows x0 of [rows, W], W <= kShortRow) eight rows at a
-  // time, a row a vector lane (pc::rowSums8: the same order of adds), the rows past the last
-  // eight one by one below. GCC vectorised neither the short row nor the rows around it.
+  // Sums (products) of short f32 rows (rows x0 of [rows, 8]: shorter than a sumOf run) eight
+  // rows at a time, a row a vector lane (pc::rowSums8: the same order of adds), the rows past the
+  // last eight one by one below. GCC vectorised neither the short row nor the rows around it.
   const bool rowsAcross = !isArg && !isMax && !run && r == 2 && !reduced[0] && reduced[1] && X.type.dtype == DType::F32 &&
-                          X.type.shape[1].isStatic() && X.type.shape[1].value() > 0 && X.type.shape[1].value() <= KernelSchedule::kShortRow;
+                          X.type.shape[1].isStatic() && X.type.shape[1].value() == 8;
   if (rowsAcross) {
     const bool split = axis == 0;
     s += fmt::format("{}int64_t xb = {};\n", indent, split ? "lo" : "0");
