@@ -169,6 +169,11 @@ template <int N> PC_INLINE void storeFirst8(float* p, f32x8 v) {
     if constexpr (N % 2) p[at] = v[at];
   }
 }
+// p[0], p[2], ..., p[14] (a stride-2 pool's tap over eight outputs): two loads and a shuffle.
+PC_INLINE f32x8 evenLanes(const float* p) {
+  const f32x8 a = load8(p), b = load8(p + 8);
+  return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+}
 // An implicit GEMM tile out[R][W] (R <= 8 positions by W = 16 or 32 channels) as tr[W][8]: lane t
 // of channel n's row is out[t][n], lanes R..7 zero. By 8 x 8 blocks in three rounds of shuffles
 // (unpack pairs of rows, then pairs of pairs, then halves), which x86 has as single instructions.
@@ -1505,6 +1510,27 @@ template <int N, bool Prod, class F> PC_INLINE void rowSums8(double init, F f, d
   }
   std::memcpy(acc, &lo, sizeof lo);
   std::memcpy(acc + 4, &hi, sizeof hi);
+}
+// One row of a matmul's outputs: acc[j] = the sum over k < K of a(k) * b(k)[j] for j < N (N a
+// multiple of 4, b(k) pointing at B's row k, contiguous), k ascending from 0 as in the one-output
+// loop and contracted the same way, so the same bits; the N sums as vectors of 8 (4 for N = 4j + 4
+// not a multiple of 8).
+template <int N, class FA, class FB> PC_INLINE void matmulRow(int64_t K, FA a, FB b, float (&acc)[N]) {
+  static_assert(N % 4 == 0 && N <= 64, "a row of vectors");
+  constexpr int L = N % 8 == 0 ? 8 : 4;
+  typedef float V __attribute__((vector_size(4 * L)));
+  V v[N / L] = {};
+  for (int64_t k = 0; k < K; ++k) {
+    const float x = a(k);
+    const float* row = b(k);
+#pragma GCC unroll 8
+    for (int c = 0; c < N / L; ++c) {
+      V w;
+      std::memcpy(&w, row + c * L, sizeof w);
+      v[c] += x * w;
+    }
+  }
+  std::memcpy(acc, v, sizeof v);
 }
 template <class T> PC_INLINE T minNaN(T a, T b) {
   const T m = b < a ? b : a;
