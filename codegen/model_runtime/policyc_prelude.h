@@ -169,11 +169,6 @@ template <int N> PC_INLINE void storeFirst8(float* p, f32x8 v) {
     if constexpr (N % 2) p[at] = v[at];
   }
 }
-// p[0], p[2], ..., p[14] (a stride-2 pool's tap over eight outputs): two loads and a shuffle.
-PC_INLINE f32x8 evenLanes(const float* p) {
-  const f32x8 a = load8(p), b = load8(p + 8);
-  return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
-}
 // An implicit GEMM tile out[R][W] (R <= 8 positions by W = 16 or 32 channels) as tr[W][8]: lane t
 // of channel n's row is out[t][n], lanes R..7 zero. By 8 x 8 blocks in three rounds of shuffles
 // (unpack pairs of rows, then pairs of pairs, then halves), which x86 has as single instructions.

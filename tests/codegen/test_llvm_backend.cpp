@@ -1132,48 +1132,6 @@ TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agre
 // (KernelSchedule::windowInside; LLVM then vectorises across the outputs): a 1-D max pool and a
 // 3-D average pool inside, a 1-D average pool with padding and one with ceil_mode that reach
 // past the input keep the checks.
-TEST_CASE("llvm and cpp backends: stride-2 average pools by eight outputs agree bit for bit", "[llvm][cpp][pool]") {
-  // 2-D average pools of column stride 2, windows inside: the C++ printer takes eight outputs of
-  // a row at a time (pc::evenLanes) while both vectors lie inside the row, the rest one by one.
-  // Rows of 21 (10 outputs: 8 + 2), 40 (19 outputs with a 3-wide window: 8 + 8 + 3, the second
-  // vector reaching column 36 + 3), a relu after (vector epilogue), a sigmoid after (per lane);
-  // rows of 14 (6 outputs) and a max pool stay per output.
-  auto graph = ir::parseGraph(R"(graph s2(%x: f32[batch,3,6,21], %y: f32[batch,2,5,40], %z: f32[batch,2,4,14]) {
-  %a = avg_pool(%x) {kernel_shape=[2, 2], strides=[2, 2]} : f32[batch,3,3,10]
-  %ar = relu(%a) : f32[batch,3,3,10]
-  %b = avg_pool(%y) {kernel_shape=[3, 3], strides=[1, 2]} : f32[batch,2,3,19]
-  %bs = sigmoid(%b) : f32[batch,2,3,19]
-  %c = avg_pool(%z) {kernel_shape=[2, 2], strides=[2, 2]} : f32[batch,2,2,7]
-  %m = max_pool(%x) {kernel_shape=[2, 2], strides=[2, 2]} : f32[batch,3,3,10]
-  return (ar=%ar, bs=%bs, c=%c, m=%m)
-})");
-  passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  CHECK(occurrences(generated.source, "v += pc::evenLanes(row + k1);") == 2);  // a and b
-  CHECK(generated.source.find("; i3 < 8; i3 += 8) {") != std::string::npos);
-  CHECK(generated.source.find("; i3 < 16; i3 += 8) {") != std::string::npos);
-  const fs::path so = scratch() / "pool_s2.so";
-  codegen::buildSharedObject(generated, so.string(), {});
-  runtime::Model cppModel = runtime::Model::load(so.string());
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  runtime::Model llvmModel = jitModel(*graph, llvm);
-  for (int64_t batch : {1, 3}) {
-    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 37);
-    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-    std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), c2 = driver::runModel(cppModel, inputs, 2);
-    std::vector<ir::Tensor> l1 = driver::runModel(llvmModel, inputs, 1);
-    for (size_t o = 0; o < want.size(); ++o) {
-      INFO("batch " << batch << " output " << o);
-      CHECK(driver::compareTensors("", c1[o], want[o], 1e-6, 1e-6).pass);
-      CHECK(std::memcmp(c1[o].bytes(), c2[o].bytes(), c1[o].nbytes()) == 0);
-      CHECK(std::memcmp(c1[o].bytes(), l1[o].bytes(), c1[o].nbytes()) == 0);
-    }
-  }
-}
-
 TEST_CASE("llvm and cpp backends: pools with every window inside match the interpreter", "[llvm][cpp][pool]") {
   auto graph = ir::parseGraph(R"(graph inside(%x: f32[batch,3,20], %v: f32[batch,2,4,5,6]) {
   %m = max_pool(%x) {kernel_shape=[3], strides=[2], dilations=[2]} : f32[batch,3,8]

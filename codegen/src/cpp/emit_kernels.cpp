@@ -220,49 +220,6 @@ std::string Emitter::emitPool(const Kernel& k) const {
   const bool inside = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].windowInside;
   std::vector<std::string> vars = axisVars("i", k.domain.size());
   std::string indent;
-  // A 2-D f32 average pool of column stride 2 whose windows lie inside: eight outputs of a row
-  // at a time, each tap's eight inputs the even lanes of two vectors (pc::evenLanes), the taps
-  // added in the window's order as below (the same bits); the columns whose vectors would read
-  // past the row one at a time. GCC's vectoriser permuted each tap's values from the loads of
-  // the generic nest (a 2x2 stride-2 pool 1.3x LLVM's time).
-  const int64_t W = X.type.shape.back().value(), OW = k.domain.back().value();
-  int64_t vecCols = 0;  // outputs [0, vecCols) by vectors: column 2 (c + 7) + k1 + 1 inside the row
-  if (inside && !isMax && nsp == 2 && strides[1] == 2 && dil[1] == 1 && X.type.dtype == DType::F32 && X.strides.back() == 1 &&
-      split_->axis < 3) {
-    for (int64_t c = 0; c + 8 <= OW && 2 * (c + 7) + kernel[1] <= W - 1; c += 8) vecCols = c + 8;
-  }
-  if (vecCols > 0) {
-    std::string s = openTemplate(k, accType(k), vars, indent, 3);
-    s += fmt::format("{}int64_t {} = 0;\n", indent, vars[3]);
-    s += fmt::format("{}for (; {} < {}; {} += 8) {{\n", indent, vars[3], vecCols, vars[3]);
-    s += fmt::format("{}  pc::f32x8 v = {{}};\n", indent);
-    s += fmt::format("{}  for (int64_t k0 = 0; k0 < {}; ++k0) {{\n", indent, kernel[0]);
-    s += fmt::format("{}    const float* row = {} + {};\n", indent, ptrName(X.root),
-                     addressOf(X.id, {vars[0], vars[1], fmt::format("{}*{} + k0*{}", vars[2], strides[0], dil[0]), vars[3] + "*2"}));
-    s += fmt::format("{}#pragma GCC unroll {}\n", indent, kernel[1]);
-    s += fmt::format("{}    for (int64_t k1 = 0; k1 < {}; ++k1) v += pc::evenLanes(row + k1);\n", indent, kernel[1]);
-    s += fmt::format("{}  }}\n", indent);
-    s += fmt::format("{}  v = v / static_cast<float>({});\n", indent, kernel[0] * kernel[1]);
-    if (const std::optional<std::string> vec = vectorEpilogue(k, vars, vars[3], 8)) {
-      s += indented(*vec, indent + "  ");
-    } else {
-      s += fmt::format("{}  for (int l = 0; l < 8; ++l) {{\n", indent);
-      std::vector<std::string> at = vars;
-      at[3] = vars[3] + " + l";
-      s += fmt::format("{}    {}\n{}  }}\n", indent, callEpilogue(at, "v[l]"), indent);
-    }
-    s += fmt::format("{}}}\n", indent);
-    s += fmt::format("{}for (; {} < {}; ++{}) {{\n", indent, vars[3], OW, vars[3]);
-    s += fmt::format("{}  float acc = 0.0f;\n", indent);
-    s += fmt::format("{}  for (int64_t k0 = 0; k0 < {}; ++k0) {{\n", indent, kernel[0]);
-    s += fmt::format("{}    for (int64_t k1 = 0; k1 < {}; ++k1) acc += {};\n", indent, kernel[1],
-                     loadExpr(X.id, addressOf(X.id, {vars[0], vars[1], fmt::format("{}*{} + k0*{}", vars[2], strides[0], dil[0]),
-                                                     fmt::format("{}*2 + k1", vars[3])})));
-    s += fmt::format("{}  }}\n", indent);
-    s += fmt::format("{}  acc = acc / static_cast<float>({});\n", indent, kernel[0] * kernel[1]);
-    s += fmt::format("{}  {}\n{}}}\n", indent, callEpilogue(vars, "acc"), indent);
-    return s + closeLoops(3, indent);
-  }
   std::string s = openTemplate(k, accType(k), vars, indent);
   std::vector<std::string> xIdx = {vars[0], vars[1]};
   std::string cur = indent;
