@@ -169,9 +169,16 @@ template <int N> PC_INLINE void storeFirst8(float* p, f32x8 v) {
     if constexpr (N % 2) p[at] = v[at];
   }
 }
-// An implicit GEMM tile out[R][W] (R <= 8 positions by W = 16 or 32 channels) as tr[W][8]: lane t
-// of channel n's row is out[t][n], lanes R..7 zero. By 8 x 8 blocks in three rounds of shuffles
-// (unpack pairs of rows, then pairs of pairs, then halves), which x86 has as single instructions.
+// Whether any lane of a mask (each lane all ones or all zeros) is set.
+PC_INLINE bool anyLane(i32x8 m) {
+#if defined(__AVX__) && !defined(__clang__)
+  return __builtin_ia32_movmskps256(reinterpret_cast<f32x8>(m)) != 0;
+#else
+  int32_t any = 0;
+  for (int l = 0; l < 8; ++l) any |= m[l];
+  return any != 0;
+#endif
+}
 // Eight rows of eight as eight columns, in registers: x[c] lane t becomes the old x[t] lane c.
 // Three rounds of shuffles (unpack pairs of rows, then pairs of pairs, then halves), which x86
 // has as single instructions.

@@ -989,13 +989,29 @@ TEST_CASE("llvm and cpp backends: max pool window steps on registers match the i
 })");
   passes::runPipeline(*graph);
   const std::string source = checkGenerated(*graph, "maxpool_rows", 17, 0);
-  CHECK(occurrences(source, "pc::store8(out + ") == 2);           // c's two chunks of 8 outputs (a's epilogue runs on vectors)
-  CHECK(occurrences(source, "v = v < 0.0f ? 0.0f : v;") == 4);  // a's relu, a chunk at a time
+  // Each window step twice: without NaN flags and, for a unit whose rows hold a NaN, with them.
+  CHECK(occurrences(source, "pc::store8(out + ") == 4);           // c's two chunks of 8 outputs (a's epilogue runs on vectors)
+  CHECK(occurrences(source, "v = v < 0.0f ? 0.0f : v;") == 8);  // a's relu, a chunk at a time
   CHECK(occurrences(source, "float col[") == 1);                  // b's step in memory
   CHECK(occurrences(source, "__builtin_shufflevector(") > 0);
+  CHECK(occurrences(source, "if (!pc::anyLane(nanAny)) {") == 3);  // a, m and c: one NaN flag a unit
   codegen::LlvmOptions llvm;
   llvm.keepUnoptimizedIr = true;
   CHECK(codegen::generateLlvm(*graph, llvm).unoptimizedIr().find("shufflevector") != std::string::npos);
+  // NaN in some rows (a unit's second pass for the flags per column): columns 0, 7, 8 and 31 of
+  // rows of the first image, the window columns on both sides of a chunk's edge; both backends
+  // against the interpreter and bit for bit against each other.
+  runtime::Model cppModel = runtime::Model::load((scratch() / "maxpool_rows.so").string());
+  runtime::Model llvmModel = jitModel(*graph, codegen::LlvmOptions{});
+  std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), 2, 19);
+  for (int64_t at : {0, 32 + 7, 64 + 8, 96 + 31, 128 + 8}) inputs[0].data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+  const std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), l1 = driver::runModel(llvmModel, inputs, 1);
+  for (size_t o = 0; o < want.size(); ++o) {
+    INFO("output " << o);
+    CHECK(driver::compareTensors("", c1[o], want[o], 0, 0).pass);
+    CHECK(std::memcmp(c1[o].bytes(), l1[o].bytes(), c1[o].nbytes()) == 0);
+  }
 }
 
 // Sums of f32 values run through sixteen partial sums in both backends (KernelSchedule::sumRun,

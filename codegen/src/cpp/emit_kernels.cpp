@@ -317,27 +317,37 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
   s += unitLoop();
   s += fmt::format("    const int64_t i0 = uq / {}, i1 = uq / {} % {}, i2 = uq % {};\n", C * OH, OH, C, OH);
   if (!inRegisters) s += fmt::format("    float* PC_RESTRICT cm = col + {};\n    int32_t* PC_RESTRICT cn = nanIn + {};\n", padL, padL);
+  // With the window step on registers, one NaN flag for the whole unit: the rare unit that holds
+  // a NaN reads its rows again for the flags per column (eight flag vectors beside the eight
+  // maxima left GCC no registers for the step's shuffle masks: 1.3x LLVM's time).
+  std::vector<std::string> ns;
+  for (int64_t j = 0; j < chunks; ++j) ns.push_back(fmt::format("n{} = {{}}", j));
   if (chunks) {
-    std::vector<std::string> ms, ns;
-    for (int64_t j = 0; j < chunks; ++j) ms.push_back(fmt::format("m{} = pc::splat8(-pc::inf<float>())", j)), ns.push_back(fmt::format("n{} = {{}}", j));
-    s += fmt::format("    pc::f32x8 {};\n    pc::i32x8 {};\n", fmt::join(ms, ", "), fmt::join(ns, ", "));
+    std::vector<std::string> ms;
+    for (int64_t j = 0; j < chunks; ++j) ms.push_back(fmt::format("m{} = pc::splat8(-pc::inf<float>())", j));
+    s += fmt::format("    pc::f32x8 {};\n    pc::i32x8 {};\n", fmt::join(ms, ", "), inRegisters ? "nanAny = {}" : fmt::format("{}", fmt::join(ns, ", ")));
   } else {
     s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = -pc::inf<float>(), cn[iw] = 0;\n", W);
   }
-  s += fmt::format("    for (int64_t kh = 0; kh < {}; ++kh) {{\n", kernel[0]);
-  s += fmt::format("      const int64_t ih = i2*{} + kh*{} - {};\n", st[0], dil[0], pads[0]);
-  s += fmt::format("      if (ih < 0 || ih >= {}) continue;\n", H);
-  s += fmt::format("      const float* PC_RESTRICT row = {} + {};\n", ptrName(X.root), addressOf(X.id, {"i0", "i1", "ih", "0"}));
-  if (chunks) {
-    for (int64_t j = 0; j < chunks; ++j) {
-      const int64_t n = std::min<int64_t>(8, W - 8 * j);
-      const std::string load = n == 8 ? fmt::format("pc::load8(row + {})", 8 * j) : fmt::format("pc::loadFirst8<{}>(row + {}, -pc::inf<float>())", n, 8 * j);
-      s += fmt::format("      {{ const pc::f32x8 x = {}; m{} = pc::maxps(m{}, x); n{} |= x != x; }}\n", load, j, j, j);
+  // The window's rows: each chunk's maxima (max), its NaN flags (flags), or both.
+  auto rowsLoop = [&](const std::string& indent, bool max, bool flags) {
+    std::string t = fmt::format("{}for (int64_t kh = 0; kh < {}; ++kh) {{\n", indent, kernel[0]);
+    t += fmt::format("{}  const int64_t ih = i2*{} + kh*{} - {};\n", indent, st[0], dil[0], pads[0]);
+    t += fmt::format("{}  if (ih < 0 || ih >= {}) continue;\n", indent, H);
+    t += fmt::format("{}  const float* PC_RESTRICT row = {} + {};\n", indent, ptrName(X.root), addressOf(X.id, {"i0", "i1", "ih", "0"}));
+    if (chunks) {
+      for (int64_t j = 0; j < chunks; ++j) {
+        const int64_t n = std::min<int64_t>(8, W - 8 * j);
+        const std::string load = n == 8 ? fmt::format("pc::load8(row + {})", 8 * j) : fmt::format("pc::loadFirst8<{}>(row + {}, -pc::inf<float>())", n, 8 * j);
+        t += fmt::format("{}  {{ const pc::f32x8 x = {};{}{} }}\n", indent, load, max ? fmt::format(" m{} = pc::maxps(m{}, x);", j, j) : "",
+                         !flags ? "" : inRegisters && max ? " nanAny |= x != x;" : fmt::format(" n{} |= x != x;", j));
+      }
+    } else {
+      t += fmt::format("{}  for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]), cn[iw] |= row[iw] != row[iw];\n", indent, W);
     }
-  } else {
-    s += fmt::format("      for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = mx(cm[iw], row[iw]), cn[iw] |= row[iw] != row[iw];\n", W);
-  }
-  s += "    }\n";
+    return t + indent + "}\n";
+  };
+  s += rowsLoop("    ", true, true);
   if (inRegisters) {
     // The window step on the registers (g.window): per 8 outputs, each window column's maxima
     // shuffled out of them, the maxima taken in window order.
@@ -351,23 +361,32 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
       }
       return e;
     };
-    for (size_t o = 0; o < g.window.size(); ++o) {
-      const std::vector<ShuffledLanes>& taps = g.window[o];
-      s += fmt::format("    {{\n      pc::f32x8 w = {};\n", lanes(taps[0], 'm', "negInf"));
-      s += fmt::format("      pc::i32x8 nw = {};\n", lanes(taps[0], 'n', "pc::i32x8{}"));
-      for (size_t kw = 1; kw < taps.size(); ++kw) {
-        s += fmt::format("      {{ const pc::f32x8 x = {}; w = pc::maxps(w, x); }}\n", lanes(taps[kw], 'm', "negInf"));
-        s += fmt::format("      nw |= {};\n", lanes(taps[kw], 'n', "pc::i32x8{}"));
+    // Every 8 outputs' window step; with `flags`, NaN where a window column's flag is set.
+    auto steps = [&](bool flags) {
+      std::string t;
+      for (size_t o = 0; o < g.window.size(); ++o) {
+        const std::vector<ShuffledLanes>& taps = g.window[o];
+        t += fmt::format("    {{\n      pc::f32x8 w = {};\n", lanes(taps[0], 'm', "negInf"));
+        if (flags) t += fmt::format("      pc::i32x8 nw = {};\n", lanes(taps[0], 'n', "pc::i32x8{}"));
+        for (size_t kw = 1; kw < taps.size(); ++kw) {
+          t += fmt::format("      {{ const pc::f32x8 x = {}; w = pc::maxps(w, x); }}\n", lanes(taps[kw], 'm', "negInf"));
+          if (flags) t += fmt::format("      nw |= {};\n", lanes(taps[kw], 'n', "pc::i32x8{}"));
+        }
+        const std::string result = flags ? "nw != 0 ? pc::splat8(qnan) : w" : "w";
+        if (vec) {
+          // The epilogue on the 8 outputs (KernelSchedule::vectorEpilogue).
+          t += fmt::format("      pc::f32x8 v = {};\n", result);
+          t += indented(*vectorEpilogue(k, vars, std::to_string(8 * o), 8), "      ");
+          t += "    }\n";
+        } else {
+          t += fmt::format("      pc::store8(out + {}, {});\n    }}\n", 8 * o, result);
+        }
       }
-      if (vec) {
-        // The epilogue on the 8 outputs (KernelSchedule::vectorEpilogue).
-        s += "      pc::f32x8 v = nw != 0 ? pc::splat8(qnan) : w;\n";
-        s += indented(*vectorEpilogue(k, vars, std::to_string(8 * o), 8), "      ");
-        s += "    }\n";
-      } else {
-        s += fmt::format("      pc::store8(out + {}, nw != 0 ? pc::splat8(qnan) : w);\n    }}\n", 8 * o);
-      }
-    }
+      return t;
+    };
+    s += "    if (!pc::anyLane(nanAny)) {\n" + indented(steps(false), "  ");
+    s += fmt::format("    }} else {{  // a NaN in the unit's rows: the flags per column\n      pc::i32x8 {};\n", fmt::join(ns, ", "));
+    s += rowsLoop("      ", false, true) + indented(steps(true), "  ") + "    }\n";
   } else {
     for (int64_t j = 0; j < chunks; ++j) {
       s += fmt::format("    pc::store8(cm + {}, m{}), std::memcpy(cn + {}, &n{}, sizeof n{});\n", 8 * j, j, 8 * j, j, j);
