@@ -169,10 +169,11 @@ template <int N> PC_INLINE void storeFirst8(float* p, f32x8 v) {
     if constexpr (N % 2) p[at] = v[at];
   }
 }
-// Lanes where a or b is NaN: one unordered compare.
-PC_INLINE i32x8 eitherNaN(f32x8 a, f32x8 b) {
+// Lanes where a or b is NaN: one unordered compare (f32x8 on AVX), else two.
+template <class V> PC_INLINE auto eitherNaN(V a, V b) {
 #if defined(__AVX__) && !defined(__clang__)
-  return reinterpret_cast<i32x8>(__builtin_ia32_cmpps256(a, b, 3));  // _CMP_UNORD_Q
+  if constexpr (sizeof(V) == sizeof(f32x8)) return reinterpret_cast<i32x8>(__builtin_ia32_cmpps256(a, b, 3));  // _CMP_UNORD_Q
+  else return (a != a) | (b != b);
 #else
   return (a != a) | (b != b);
 #endif

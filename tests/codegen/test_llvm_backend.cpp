@@ -67,6 +67,24 @@ void checkBothBackends(const ir::Graph& graph, const fs::path& so, const codegen
   }
 }
 
+// The C++ model against the interpreter (tolerance) at each batch, at 1 and 2 threads bit for bit,
+// and bit for bit against the LLVM model.
+void checkBitwiseBackends(const ir::Graph& graph, runtime::Model& cppModel, runtime::Model& llvmModel,
+                          std::initializer_list<int64_t> batches, uint64_t seed, double tolerance) {
+  for (int64_t batch : batches) {
+    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(graph), batch, seed);
+    std::vector<ir::Tensor> want = ir::interpret(graph, inputs);
+    std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), c2 = driver::runModel(cppModel, inputs, 2);
+    std::vector<ir::Tensor> l1 = driver::runModel(llvmModel, inputs, 1);
+    for (size_t o = 0; o < want.size(); ++o) {
+      INFO("batch " << batch << " output " << o);
+      CHECK(driver::compareTensors("", c1[o], want[o], tolerance, tolerance).pass);
+      CHECK(std::memcmp(c1[o].bytes(), c2[o].bytes(), c1[o].nbytes()) == 0);
+      CHECK(std::memcmp(c1[o].bytes(), l1[o].bytes(), c1[o].nbytes()) == 0);
+    }
+  }
+}
+
 // `graph` (after the pipeline) built by the C++ backend with every kernel split as far as it
 // goes, both backends checked as checkBothBackends does; returns the C++ source for its checks.
 std::string checkGenerated(const ir::Graph& graph, const std::string& name, uint64_t seed, double tolerance) {
@@ -1046,18 +1064,7 @@ TEST_CASE("llvm and cpp backends: sums through partial sums agree bit for bit", 
     llvm.minChunkCost = 0;
     llvm.target.target = target;
     runtime::Model llvmModel = jitModel(*graph, llvm);
-    for (int64_t batch : {1, 3}) {
-      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 23);
-      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-      std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), c2 = driver::runModel(cppModel, inputs, 2);
-      std::vector<ir::Tensor> l1 = driver::runModel(llvmModel, inputs, 1);
-      for (size_t o = 0; o < want.size(); ++o) {
-        INFO("batch " << batch << " output " << o);
-        CHECK(driver::compareTensors("", c1[o], want[o], 1e-5, 1e-5).pass);
-        CHECK(std::memcmp(c1[o].bytes(), c2[o].bytes(), c1[o].nbytes()) == 0);
-        CHECK(std::memcmp(c1[o].bytes(), l1[o].bytes(), c1[o].nbytes()) == 0);
-      }
-    }
+    checkBitwiseBackends(*graph, cppModel, llvmModel, {1, 3}, 23, 1e-5);
   }
 }
 
@@ -1091,18 +1098,7 @@ TEST_CASE("llvm and cpp backends: sums over rows of 8 eight rows a vector agree 
   codegen::LlvmOptions llvm;
   llvm.minChunkCost = 0;
   runtime::Model llvmModel = jitModel(*graph, llvm);
-  for (int64_t batch : {1, 8, 19, 64}) {
-    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 29);
-    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-    std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), c2 = driver::runModel(cppModel, inputs, 2);
-    std::vector<ir::Tensor> l1 = driver::runModel(llvmModel, inputs, 1);
-    for (size_t o = 0; o < want.size(); ++o) {
-      INFO("batch " << batch << " output " << o);
-      CHECK(driver::compareTensors("", c1[o], want[o], 1e-5, 1e-5).pass);
-      CHECK(std::memcmp(c1[o].bytes(), c2[o].bytes(), c1[o].nbytes()) == 0);
-      CHECK(std::memcmp(c1[o].bytes(), l1[o].bytes(), c1[o].nbytes()) == 0);
-    }
-  }
+  checkBitwiseBackends(*graph, cppModel, llvmModel, {1, 8, 19, 64}, 29, 1e-5);
 }
 
 TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agree bit for bit", "[llvm][cpp]") {
@@ -1130,18 +1126,7 @@ TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agre
   codegen::LlvmOptions llvm;
   llvm.minChunkCost = 0;
   runtime::Model llvmModel = jitModel(*graph, llvm);
-  for (int64_t batch : {1, 5}) {
-    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 31);
-    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-    std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), c2 = driver::runModel(cppModel, inputs, 2);
-    std::vector<ir::Tensor> l1 = driver::runModel(llvmModel, inputs, 1);
-    for (size_t o = 0; o < want.size(); ++o) {
-      INFO("batch " << batch << " output " << o);
-      CHECK(driver::compareTensors("", c1[o], want[o], 1e-5, 1e-5).pass);
-      CHECK(std::memcmp(c1[o].bytes(), c2[o].bytes(), c1[o].nbytes()) == 0);
-      CHECK(std::memcmp(c1[o].bytes(), l1[o].bytes(), c1[o].nbytes()) == 0);
-    }
-  }
+  checkBitwiseBackends(*graph, cppModel, llvmModel, {1, 5}, 31, 1e-5);
 }
 
 // A pool whose windows all lie inside its input runs fixed window loops without bounds checks
