@@ -572,7 +572,7 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
         Value* base = b_.CreateMul(q, c64(2 * kLanes));
         step(base, lanes, nanLanes);
         step(b_.CreateAdd(base, c64(kLanes)), lanes2, nanLanes2);
-      }, false);  // already a vector loop
+      }, false, false, 2);  // already a vector loop; unrolled whole, the row's loads outlived the registers
       b_.CreateStore(maxSel(b_.CreateLoad(vt, lanes2), b_.CreateLoad(vt, lanes)), lanes);
       b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nanLanes2), b_.CreateLoad(mt, nanLanes)), nanLanes);
       done = n / (2 * kLanes) * 2 * kLanes;
