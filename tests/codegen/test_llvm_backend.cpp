@@ -85,6 +85,19 @@ void checkBitwiseBackends(const ir::Graph& graph, runtime::Model& cppModel, runt
   }
 }
 
+// `generated` (the C++ source of `graph`) built as NAME.so and checked as checkBitwiseBackends does
+// against the LLVM backend's JIT of `graph` (every kernel split as far as it goes).
+void checkGeneratedBitwise(const ir::Graph& graph, const codegen::GeneratedCpp& generated, const std::string& name,
+                           std::initializer_list<int64_t> batches, uint64_t seed, double tolerance) {
+  const fs::path so = scratch() / (name + ".so");
+  codegen::buildSharedObject(generated, so.string(), {});
+  runtime::Model cppModel = runtime::Model::load(so.string());
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  runtime::Model llvmModel = jitModel(graph, llvm);
+  checkBitwiseBackends(graph, cppModel, llvmModel, batches, seed, tolerance);
+}
+
 // `graph` (after the pipeline) built by the C++ backend with every kernel split as far as it
 // goes, both backends checked as checkBothBackends does; returns the C++ source for its checks.
 std::string checkGenerated(const ir::Graph& graph, const std::string& name, uint64_t seed, double tolerance) {
@@ -1092,13 +1105,7 @@ TEST_CASE("llvm and cpp backends: sums over rows of 8 eight rows a vector agree 
   const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
   CHECK(occurrences(generated.source, "pc::rowSums8<") == 2);  // p and q
   CHECK(occurrences(generated.source, "pc::rowSums8<8, true>(1.0, ") == 1);
-  const fs::path so = scratch() / "short_sums.so";
-  codegen::buildSharedObject(generated, so.string(), {});
-  runtime::Model cppModel = runtime::Model::load(so.string());
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  runtime::Model llvmModel = jitModel(*graph, llvm);
-  checkBitwiseBackends(*graph, cppModel, llvmModel, {1, 8, 19, 64}, 29, 1e-5);
+  checkGeneratedBitwise(*graph, generated, "short_sums", {1, 8, 19, 64}, 29, 1e-5);
 }
 
 TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agree bit for bit", "[llvm][cpp]") {
@@ -1120,13 +1127,7 @@ TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agre
   const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
   CHECK(occurrences(generated.source, "pc::matmulRow<") == 3);
   CHECK(occurrences(generated.source, "pc::matmulRow<12>(16, ") == 1);
-  const fs::path so = scratch() / "bmm.so";
-  codegen::buildSharedObject(generated, so.string(), {});
-  runtime::Model cppModel = runtime::Model::load(so.string());
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  runtime::Model llvmModel = jitModel(*graph, llvm);
-  checkBitwiseBackends(*graph, cppModel, llvmModel, {1, 5}, 31, 1e-5);
+  checkGeneratedBitwise(*graph, generated, "bmm", {1, 5}, 31, 1e-5);
 }
 
 // A pool whose windows all lie inside its input runs fixed window loops without bounds checks
