@@ -1239,9 +1239,9 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   constexpr int W = sizeof(MV) / sizeof(float);
   using MI = decltype(MV{} < MV{});
   MV m0 = splatv(MV{}, -inf<float>()), m1 = m0;
-  MI nan0 = {}, nan1 = {};
-  // Sixteen values into m0 (W = 16) or m0 and m1 (W = 8).
-  auto step16 = [&](int64_t i, MV& a0, MV& a1, MI& n0, MI& n1) {
+  MI nan0 = {};
+  // Sixteen values into m0 (W = 16) or m0 and m1 (W = 8), their NaN lanes into n0.
+  auto step16 = [&](int64_t i, MV& a0, MV& a1, MI& n0) {
     MV v;
     for (int l = 0; l < W; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
     a0 = maxps(v, a0);
@@ -1250,7 +1250,6 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
       for (int l = 0; l < W; ++l) u[l] = f(i + W + l);
       a1 = maxps(u, a1);
       n0 |= eitherNaN(v, u);  // one compare for both (as LLVM does): the flags were a third of the work
-      (void)n1;
     } else {
       n0 |= v != v;
     }
@@ -1260,16 +1259,16 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
     // Thirty-two values a step into two sets of running maxima (as Emitter::maxOf): one
     // set's maxps is a chain of dependent instructions (3 cycles each), twice as slow over 1024.
     MV m2 = m0, m3 = m0;
-    MI nan2 = {}, nan3 = {};
+    MI nan2 = {};
     for (; i + 32 <= n; i += 32) {
-      step16(i, m0, m1, nan0, nan1);
-      step16(i + 16, m2, m3, nan2, nan3);
+      step16(i, m0, m1, nan0);
+      step16(i + 16, m2, m3, nan2);
     }
     m0 = maxps(m2, m0), m1 = maxps(m3, m1);
-    nan0 |= nan2, nan1 |= nan3;
+    nan0 |= nan2;
   }
   if (i + 16 <= n) {
-    step16(i, m0, m1, nan0, nan1);
+    step16(i, m0, m1, nan0);
     i += 16;
   }
   float r = -inf<float>();
@@ -1277,10 +1276,7 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   if (i > 0) {
     // The lanes' maximum (any order gives the same value: equal non-zero values are one value, a
     // zero maximum is looked up below, a NaN is flagged apart).
-    if constexpr (W == 8) {
-      m0 = maxps(m1, m0);
-      nan0 |= nan1;
-    }
+    if constexpr (W == 8) m0 = maxps(m1, m0);
 #if defined(__AVX__) && !defined(__AVX512F__) && !defined(__clang__)
     // By halving the vector (no lane holds a NaN: maxps keeps the running maximum over one), and
     // the NaN flags by one movemask, where the eight lanes went one at a time through maxSel.

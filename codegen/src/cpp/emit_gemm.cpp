@@ -576,9 +576,10 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   return s;
 }
 
-std::string Emitter::chunkEpilogue(const Kernel& k, const std::string& row, int64_t col, bool bias, const std::string& indent) const {
-  std::string s = fmt::format("{}pc::f32x16 v = pc::load16({}){};\n", indent, row, bias ? " + pc::splat16(bias)" : "");
-  return s + indented(*vectorEpilogue(k, axisVars("i", k.domain.size()), std::to_string(col)), indent);
+std::string Emitter::chunkEpilogue(const Kernel& k, const std::string& row, int64_t col, bool bias, const std::string& indent, int width,
+                                   int lanes) const {
+  std::string s = fmt::format("{}pc::f32x{} v = pc::load{}({}){};\n", indent, width, width, row, bias ? fmt::format(" + pc::splat{}(bias)", width) : "");
+  return s + indented(*vectorEpilogue(k, axisVars("i", k.domain.size()), std::to_string(col), width, lanes), indent);
 }
 
 std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
@@ -777,8 +778,8 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
         }
         for (int64_t col = 16 * j; col < OW; col += 8) {
           const int lanes = static_cast<int>(std::min<int64_t>(8, OW - col));
-          s += fmt::format("{}{{\n{}  pc::f32x8 v = pc::load8(row + {}){};\n", indent, indent, col, k.anchorInputs.size() > 2 ? " + pc::splat8(bias)" : "");
-          s += indented(*vectorEpilogue(k, vars, std::to_string(col), 8, lanes), indent + "  ") + indent + "}\n";
+          s += indent + "{\n" + chunkEpilogue(k, fmt::format("row + {}", col), col, k.anchorInputs.size() > 2, indent + "  ", 8, lanes);
+          s += indent + "}\n";
         }
       }
       s += closeLoops(3, indent);

@@ -325,7 +325,7 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
   if (chunks) {
     std::vector<std::string> ms;
     for (int64_t j = 0; j < chunks; ++j) ms.push_back(fmt::format("m{} = pc::splat8(-pc::inf<float>())", j));
-    s += fmt::format("    pc::f32x8 {};\n    pc::i32x8 {};\n", fmt::join(ms, ", "), inRegisters ? "nanAny = {}" : fmt::format("{}", fmt::join(ns, ", ")));
+    s += fmt::format("    pc::f32x8 {};\n    pc::i32x8 {};\n", fmt::join(ms, ", "), inRegisters ? std::string("nanAny = {}") : fmt::to_string(fmt::join(ns, ", ")));
   } else {
     s += fmt::format("    for (int64_t iw = 0; iw < {}; ++iw) cm[iw] = -pc::inf<float>(), cn[iw] = 0;\n", W);
   }

@@ -218,10 +218,12 @@ class Emitter {
   std::string emitPackedConv(const Kernel& k, size_t index, std::optional<Impl> impl) const;
 
   std::string emitConv(const Kernel& k, size_t index) const;
-  // A conv row chunk's epilogue on 16 columns from `col` (KernelSchedule::vectorEpilogue): v =
-  // the 16 floats at `row` (plus `bias`), then the epilogue's vector code; the axis variables
-  // i0..i2 in scope.
-  std::string chunkEpilogue(const Kernel& k, const std::string& row, int64_t col, bool bias, const std::string& indent) const;
+  // A conv row chunk's epilogue on `width` (16 or 8) columns from `col`
+  // (KernelSchedule::vectorEpilogue): v = the floats at `row` (plus `bias`), then the epilogue's
+  // vector code, at width 8 on its first `lanes` columns only where 0 < lanes < 8 (a row's last
+  // columns); the axis variables i0..i2 in scope.
+  std::string chunkEpilogue(const Kernel& k, const std::string& row, int64_t col, bool bias, const std::string& indent, int width = 16,
+                            int lanes = 0) const;
   // 2-D conv as Impl::ConvRows (schedule.h, ConvRowTiles): an output row by a block of output
   // channels, each chunk of 16 columns a RowChunk per channel.
   std::string emitConvRows(const Kernel& k, size_t index) const;
