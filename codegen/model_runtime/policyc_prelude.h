@@ -503,9 +503,10 @@ PC_INLINE V accEnd(V acc, const float* bias, const float* scale) {
   else return acc;
 }
 
-// Four rows times two vectors of columns, eight independent accumulators: out[t][0, W) from the
-// panel rows at wa (their half ha, loadw), out[t][W, 2W) from those at wb (half hb; W = V's
-// lanes; sa and sb the panels' int8 scales), each column starting from its bias.
+// Four rows times two vectors of columns, eight independent accumulators: row t's [0, W) from the
+// panel rows at wa (their half ha, loadw), its [W, 2W) from those at wb (half hb; W = V's lanes;
+// sa and sb the panels' int8 scales), each column starting from its bias; row t goes to
+// out + t * os.
 // Row t's element k is x_t[at(k)]; every output sums over k in order. Serves as the AVX2 4x16
 // (one panel as two halves) and the AVX-512 4x32 (two panels) kernel.
 // Not inlined: inlined into a layer whose epilogue only copies `out` on (no activation), GCC 12
@@ -514,7 +515,7 @@ PC_INLINE V accEnd(V acc, const float* bias, const float* scale) {
 template <class V, class At, class WT>
 __attribute__((noinline)) static void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* wa, int ha,
-                            const WT* wb, int hb, const float* PC_RESTRICT bias, float* PC_RESTRICT out,
+                            const WT* wb, int hb, const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os,
                             const float* PC_RESTRICT sa, const float* PC_RESTRICT sb) {
   constexpr int W = sizeof(V) / sizeof(float);
   const V ba = accStart<V, WT>(bias), bb = accStart<V, WT>(bias + W);
@@ -560,12 +561,12 @@ __attribute__((noinline)) static void gemm_4x2v_by(int64_t K, At at, const float
   const float* PC_RESTRICT tb = sb ? sb + 8 * hb : nullptr;
   storev(out, accEnd<V, WT>(a0, bias, ta));
   storev(out + W, accEnd<V, WT>(a1, bias + W, tb));
-  storev(out + 2 * W, accEnd<V, WT>(b0, bias, ta));
-  storev(out + 3 * W, accEnd<V, WT>(b1, bias + W, tb));
-  storev(out + 4 * W, accEnd<V, WT>(c0, bias, ta));
-  storev(out + 5 * W, accEnd<V, WT>(c1, bias + W, tb));
-  storev(out + 6 * W, accEnd<V, WT>(d0, bias, ta));
-  storev(out + 7 * W, accEnd<V, WT>(d1, bias + W, tb));
+  storev(out + os, accEnd<V, WT>(b0, bias, ta));
+  storev(out + os + W, accEnd<V, WT>(b1, bias + W, tb));
+  storev(out + 2 * os, accEnd<V, WT>(c0, bias, ta));
+  storev(out + 2 * os + W, accEnd<V, WT>(c1, bias + W, tb));
+  storev(out + 3 * os, accEnd<V, WT>(d0, bias, ta));
+  storev(out + 3 * os + W, accEnd<V, WT>(d1, bias + W, tb));
 }
 
 #if defined(__AVX512BF16__)
@@ -685,7 +686,7 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RES
 template <class At, class WT>
 PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT w,
-                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale) {
+                            const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale) {
   f32x16 a = accStart<f32x16, WT>(bias), b = a, c = a, d = a;
   auto step = [&](int64_t k, f32x16 wk) {
     const int64_t o = at(k);
@@ -712,10 +713,10 @@ PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const
 #pragma GCC unroll 4  // as gemm_4x2v_by
     for (int64_t k = 0; k < K; ++k) step(k, loadw<f32x16>(w + k * 16, 0, scale));
   }
-  store16(out[0], accEnd<f32x16, WT>(a, bias, scale));
-  store16(out[1], accEnd<f32x16, WT>(b, bias, scale));
-  store16(out[2], accEnd<f32x16, WT>(c, bias, scale));
-  store16(out[3], accEnd<f32x16, WT>(d, bias, scale));
+  store16(out, accEnd<f32x16, WT>(a, bias, scale));
+  store16(out + os, accEnd<f32x16, WT>(b, bias, scale));
+  store16(out + 2 * os, accEnd<f32x16, WT>(c, bias, scale));
+  store16(out + 3 * os, accEnd<f32x16, WT>(d, bias, scale));
 }
 
 // Four rows times two panels (32 columns): eight accumulators, enough to keep both 512-bit FMA
@@ -724,9 +725,9 @@ PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const
 template <class At, class WT>
 PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT wa,
-                            const WT* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
+                            const WT* PC_RESTRICT wb, const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os,
                             const float* PC_RESTRICT scale) {
-  gemm_4x2v_by<f32x16>(K, at, x0, x1, x2, x3, wa, 0, wb, 0, bias, out[0], scale, scale ? scale + 16 : nullptr);
+  gemm_4x2v_by<f32x16>(K, at, x0, x1, x2, x3, wa, 0, wb, 0, bias, out, os, scale, scale ? scale + 16 : nullptr);
 }
 
 #if defined(__AVX512BF16__)
@@ -738,15 +739,15 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const uint32_t* 
 template <class At>
 PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const uint32_t* PC_RESTRICT w,
-                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT) {
-  gemmDot<4, 1>(K, at, {x0, x1, x2, x3}, w, 0, bias, out[0], 16);
+                            const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT) {
+  gemmDot<4, 1>(K, at, {x0, x1, x2, x3}, w, 0, bias, out, os);
 }
 template <class At>
 PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const uint32_t* PC_RESTRICT wa,
-                            const uint32_t* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
+                            const uint32_t* PC_RESTRICT wb, const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os,
                             const float* PC_RESTRICT) {
-  gemmDot<4, 2>(K, at, {x0, x1, x2, x3}, wa, wb - wa, bias, out[0], 32);
+  gemmDot<4, 2>(K, at, {x0, x1, x2, x3}, wa, wb - wa, bias, out, os);
 }
 #endif
 
@@ -805,45 +806,43 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RES
 template <class At, class WT>
 PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT w,
-                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale) {
-  gemm_4x2v_by<f32x8>(K, at, x0, x1, x2, x3, w, 0, w, 1, bias, out[0], scale, scale);
+                            const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale) {
+  gemm_4x2v_by<f32x8>(K, at, x0, x1, x2, x3, w, 0, w, 1, bias, out, os, scale, scale);
 }
 
 // Sixteen 8-float registers of accumulators would not fit beside the weights: one panel at a time.
 template <class At, class WT>
 PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT wa,
-                            const WT* PC_RESTRICT wb, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
+                            const WT* PC_RESTRICT wb, const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os,
                             const float* PC_RESTRICT scale) {
-  float half[4][16];
-  gemm_4x16_by(K, at, x0, x1, x2, x3, wa, bias, half, scale);
-  for (int t = 0; t < 4; ++t) std::memcpy(out[t], half[t], sizeof half[t]);
-  gemm_4x16_by(K, at, x0, x1, x2, x3, wb, bias + 16, half, scale ? scale + 16 : nullptr);
-  for (int t = 0; t < 4; ++t) std::memcpy(out[t] + 16, half[t], sizeof half[t]);
+  gemm_4x16_by(K, at, x0, x1, x2, x3, wa, bias, out, os, scale);
+  gemm_4x16_by(K, at, x0, x1, x2, x3, wb, bias + 16, out + 16, os, scale ? scale + 16 : nullptr);
 }
 
 #endif
 
-// Four rows of x, contiguous.
+// Four rows of x, contiguous; row t of the result to out + t * os (a stack tile, or the rows of
+// the output itself: KernelSchedule::directRows).
 template <class WT>
 PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
                          const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
-                         float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x16_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, out, scale);
+                         float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x16_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, out, os, scale);
 }
 // Four contiguous rows times two adjacent panels (wa and wb = wa + 16 * K).
 template <class WT>
 PC_INLINE void gemm_4x32(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
                          const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
-                         float (*PC_RESTRICT out)[32], const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out, scale);
+                         float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale = nullptr) {
+  gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out, os, scale);
 }
 template <class WT>
 PC_INLINE void gemm_4x32_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
                             const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
                             const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[32],
                             const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x32_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out, scale);
+  gemm_4x32_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out[0], 32, scale);
 }
 // Reading x_t[k] at x_t[off[k]]: a convolution's patches straight from the input when the window
 // lies inside it (off is the window's offset table, the same for every position).
@@ -852,7 +851,7 @@ PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const flo
                             const float* PC_RESTRICT x1, const float* PC_RESTRICT x2, const float* PC_RESTRICT x3,
                             const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16],
                             const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x16_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, bias, out, scale);
+  gemm_4x16_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, bias, out[0], 16, scale);
 }
 
 // R rows times one panel of 16 columns (gemm6x16: a conv's R = 6 output positions): with AVX2,
@@ -924,12 +923,12 @@ PC_INLINE void gemm_4x32_at(int64_t K, const int32_t* PC_RESTRICT off, const flo
 template <class WT>
 PC_INLINE void gemm_4x16(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
                          float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x16(K, x[0], x[1], x[2], x[3], w, bias, out, scale);
+  gemm_4x16(K, x[0], x[1], x[2], x[3], w, bias, out[0], 16, scale);
 }
 template <class WT>
 PC_INLINE void gemm_4x32(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
                          float (*PC_RESTRICT out)[32], const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x32(K, x[0], x[1], x[2], x[3], w, bias, out, scale);
+  gemm_4x32(K, x[0], x[1], x[2], x[3], w, bias, out[0], 32, scale);
 }
 template <class WT>
 PC_INLINE void gemm_6x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* const* x, const WT* PC_RESTRICT w,

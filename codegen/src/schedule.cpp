@@ -49,6 +49,29 @@ bool plainOverDomain(const KernelProgram& p, const Kernel& k, int id, const Inde
   return true;
 }
 
+// KernelSchedule::directRows: where a kernel's epilogue only stores its f32 result, densely along
+// the output's last axis and at the domain's own index (plus constant offsets: a concat fused as
+// the store), with the output's leading axes flattened into rows a uniform stride apart: that
+// stride; 0 otherwise.
+int64_t directRowStride(const KernelProgram& p, const Kernel& k) {
+  const std::vector<Instr>& b = k.body;
+  const size_t R = k.domain.size();
+  if (R < 2 || b.size() != 2 || b[0].opcode != Opcode::Acc || b[0].dtype != DType::F32 || b[1].opcode != Opcode::Store ||
+      b[1].args != std::vector<int>{0}) {
+    return 0;
+  }
+  const Buffer& out = p.buffer(b[1].buffer);
+  if (out.type.dtype != DType::F32 || b[1].index.size() != R || out.strides.size() != R || out.strides[R - 1] != 1) return 0;
+  for (size_t d = 0; d < R; ++d) {
+    const IndexExpr& e = b[1].index[d];
+    if (e.axis != static_cast<int>(d) || e.scale != 1 || (d > 0 && !k.domain[d].isStatic())) return 0;
+  }
+  for (size_t d = 0; d + 2 < R; ++d) {
+    if (out.strides[d] != out.strides[d + 1] * k.domain[d + 1].value()) return 0;
+  }
+  return out.strides[R - 2];
+}
+
 // oneDNN runs linear on a row-major [batch, K] operand and conv on an NCHW one whose channel,
 // row and column strides are dense (any batch stride, any offset).
 bool onednnEligible(const KernelProgram& p, const Kernel& k) {
@@ -791,6 +814,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       default: break;
     }
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);
+    if (ks.form == Form::PackedGemm && ks.vectorEpilogue) ks.directRows = directRowStride(p, k);
     ks.disjointTemps = disjointTemps(p, plan, k);
     ks.sumRun = sumRun(p, k);
     if (k.anchor && k.anchor->isOp(Op::Softmax)) {

@@ -615,6 +615,45 @@ TEST_CASE("llvm and cpp backends: a packed epilogue runs on whole panels where t
   }
 }
 
+// KernelSchedule::directRows: a packed linear layer whose epilogue only stores has the C++
+// microkernels write its tiles into the output rows (their stride: 48 for a [batch, 4, 48]
+// result, 64 for two layers concatenated in place, the second from column 32), not through a
+// stack tile; a layer with a
+// fused activation, or whose columns are not whole panels (12), keeps the tile. Rows past the
+// last quad (batch 3 of the 4-row layer: 12 rows; batch 1 of the others) take the one-row kernel.
+TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its tiles into the output", "[llvm][cpp]") {
+  auto weights = [](int64_t n) { return paramValues(n, 0.125, 5, -1.0); };
+  const std::string text = fmt::format(R"(graph d(%x: f32[batch,4,16], %h: f32[batch,24], %g: f32[batch,24], %k: f32[batch,24], %m: f32[batch,24]) {{
+  %w = param f32[48,16] [{}]
+  %b = param f32[48] [{}]
+  %y = linear(%x, %w, %b) : f32[batch,4,48]
+  %v = param f32[32,24] [{}]
+  %p = linear(%h, %v) : f32[batch,32]
+  %u = param f32[32,24] [{}]
+  %q = linear(%g, %u) : f32[batch,32]
+  %c = concat(%p, %q) {{axis=1}} : f32[batch,64]
+  %t = param f32[32,24] [{}]
+  %a = linear(%k, %t) : f32[batch,32]
+  %s = relu(%a) : f32[batch,32]
+  %e = param f32[12,24] [{}]
+  %z = linear(%m, %e) : f32[batch,12]
+  return (y=%y, c=%c, s=%s, z=%z)
+}})", weights(768), weights(48), weights(768), weights(768), weights(768), weights(288));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  size_t direct = 0;
+  for (size_t at = 0; (at = generated.source.find("auto dst = ", at)) != std::string::npos; ++at) ++direct;
+  CHECK(direct == 3);  // y and the two halves of c
+  CHECK(generated.source.find("bp + j*16, dst(r, j*16), 48)") != std::string::npos);
+  CHECK(generated.source.find("bp + j*16, dst(r, j*16), 64)") != std::string::npos);
+  CHECK(generated.source.find("+ n0 + 32; };") != std::string::npos);
+  CHECK(generated.source.find("out16[0], 16)") != std::string::npos);  // the relu layer's tile
+  checkGeneratedBitwise(*graph, generated, "direct_rows", {1, 3, 9}, 29, 1e-5);
+}
+
 // A grouped or depthwise 2-D conv runs an output row at a time in both backends (schedule.h,
 // RowTaps): per window column, one loop over the output columns it reaches. Strides,
 // dilations, asymmetric pads, a window column that never lies inside the input (y's first: pad

@@ -333,14 +333,24 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   }
   std::vector<std::string> callVars(vars.begin(), vars.end() - 1);
   callVars.push_back("n");
-  std::optional<std::string> vec = s_.kernels[index].vectorEpilogue ? vectorEpilogue(k, vars) : std::nullopt;
-  std::string s = vec ? "" : emitEpilogueLambda(k, accType(k));
+  const KernelSchedule& ks = s_.kernels[index];
+  std::optional<std::string> vec = ks.vectorEpilogue && !ks.directRows ? vectorEpilogue(k, vars) : std::nullopt;
+  std::string s = vec || ks.directRows ? "" : emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   s += fmt::format("  // x [rows, {}] times the weight packed as [{} panels][{}][16] (bias folded into bp).\n", K, panels, K);
   s += packedPointers(index);
   s += fmt::format("  auto row = [&](int64_t r) -> const float* {{ {}return {} + {}; }};\n", decomp, ptrName(X.root),
                    addressOf(X.id, idx));
-  if (!vec) {
+  if (ks.directRows) {
+    // KernelSchedule::directRows: the epilogue only stores; the microkernels write there.
+    const Instr& store = k.body[1];
+    std::vector<std::string> at(vars.begin(), vars.end() - 1);
+    at.push_back("n0");
+    s += fmt::format("  // the microkernels write the output's rows, {} floats apart\n", ks.directRows);
+    const Buffer& out = p_.buffer(store.buffer);
+    s += fmt::format("  auto dst = [&](int64_t r, int64_t n0) -> float* {{ {}return {} + {}; }};  // -> %{}\n", decomp,
+                     ptrName(out.root), address(store.buffer, store.index, at), cComment(ir::formatName(out.name)));
+  } else if (!vec) {
     s += fmt::format("  auto finish = [&](int64_t r, int64_t n, float acc) {{ {}{} }};\n", decomp, callEpilogue(callVars, "acc"));
   } else {
     // Comments inside the one-line lambda would swallow the code after them: keep them above.
@@ -365,8 +375,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   // always runs the same microkernel (4 rows, or the last rows one by one), whichever chunk it
   // falls in.
   s += "  const int64_t quads = (rows + 3) / 4;\n";
-  s += "  float out[4][32];\n  float out16[4][16];\n";
-  const KernelSchedule& ks = s_.kernels[index];
+  if (!ks.directRows) s += "  float out[4][32];\n  float out16[4][16];\n";
   if (ks.widenBuffer) {
     s += fmt::format("  // {} panels widened to f32 once for the many rows that pass them (KernelSchedule::widenRows)\n",
                      weightStorageName(ks.weightStorage));
@@ -394,20 +403,25 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     }
     return t;
   };
+  // Where a quad's tile of `width` columns goes: the output's rows, or a stack tile.
+  auto tile = [&](const std::string& row, const std::string& panel, int64_t width) {
+    if (ks.directRows) return fmt::format("dst({}, {}*16), {}", row, panel, ks.directRows);
+    return fmt::format("{}[0], {}", width == 32 ? "out" : "out16", width);
+  };
   // The unit's quad of rows as one tile, from the panels at `w`.
   auto quadTiles = [&](const std::string& w, const std::string& in) {
     std::string t;
     if (per == 2) {
       t += in + "if (r + 4 <= rows && jEnd == j + 2) {\n";
-      t += fmt::format("{}  pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, out{});\n", in, K, w,
-                       scaleArg(index, "j"));
-      t += in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out[t]", 32) + in + "  }\n";
+      t += fmt::format("{}  pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, {}{});\n", in, K, w,
+                       tile("r", "j", 32), scaleArg(index, "j"));
+      if (!ks.directRows) t += in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out[t]", 32) + in + "  }\n";
       t += in + "  continue;\n" + in + "}\n";
     }
     t += in + "if (r + 4 <= rows) {\n";
-    t += fmt::format("{}  pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, out16{});\n", in, K, w,
-                     scaleArg(index, "j"));
-    t += in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out16[t]", 16) + in + "  }\n";
+    t += fmt::format("{}  pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, {}{});\n", in, K, w,
+                     tile("r", "j", 16), scaleArg(index, "j"));
+    if (!ks.directRows) t += in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out16[t]", 16) + in + "  }\n";
     t += in + "  continue;\n" + in + "}\n";
     return t;
   };
@@ -423,17 +437,18 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   s += quadTiles("w", "    ");
   s += "    for (int64_t t = r; t < rows; ++t) {\n";
   s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
-  const std::string single = fmt::format("pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, out16[0]{});", K, ks.panelStride, scaleArg(index, "jj"));
+  const std::string one = ks.directRows ? "dst(t, jj*16)" : "out16[0]";
+  const std::string single = fmt::format("pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, {}{});", K, ks.panelStride, one, scaleArg(index, "jj"));
   if (ks.widenRows) {
     // the last rows from the widened panels too: every row of the run multiplies the same values
     const std::string from = ks.widenBuffer ? fmt::format("wide + (jj - j)*{}", K * kPanel)
                                             : fmt::format("reinterpret_cast<const pc::bf16x2*>(wp + jj*{})", ks.panelStride);
-    s += fmt::format("        if (widened) pc::gemm_1x16({}, row(t), {}, bp + jj*16, out16[0]{});\n        else {}\n", K, from,
+    s += fmt::format("        if (widened) pc::gemm_1x16({}, row(t), {}, bp + jj*16, {}{});\n        else {}\n", K, from, one,
                      scaleArg(index, "jj"), single);
   } else {
     s += "        " + single + "\n";
   }
-  s += finishing("        ", "t", "jj", "out16[0]", 16);
+  if (!ks.directRows) s += finishing("        ", "t", "jj", "out16[0]", 16);
   s += "      }\n    }\n  }\n";
   return s;
 }
