@@ -125,6 +125,16 @@ PC_INLINE void store16(float* p, f32x16 v) {
 }
 PC_INLINE f32x16 splat16(float x) { return f32x16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 
+// A stride-2 average pool's taps (KernelSchedule::vectorEpilogue on Form::Pool): evenLanes(p) is
+// p[0], p[2], ..., p[14] in the order 0 2 8 10 4 6 12 14 (one in-lane shuffle of two loads; the
+// values' natural order would cost a lane-crossing permute per tap), evenOrder puts a vector
+// of that order back into the natural one, once for the sum of all taps (adds lane by lane do
+// not care where a lane sits).
+PC_INLINE f32x8 evenLanes(const float* p) {
+  return __builtin_shufflevector(load8(p), load8(p + 8), 0, 2, 8, 10, 4, 6, 12, 14);
+}
+PC_INLINE f32x8 evenOrder(f32x8 v) { return __builtin_shufflevector(v, v, 0, 1, 4, 5, 2, 3, 6, 7); }
+
 // Lanes [A, B) of the 8 floats at p, the others `fill`, the floats outside never read (nor
 // faulting): a partial chunk of a row (the conv and pool rows). A and B are constants.
 template <int A, int B> PC_INLINE f32x8 loadLanes8(const float* p, float fill) {

@@ -72,6 +72,17 @@ int64_t directRowStride(const KernelProgram& p, const Kernel& k) {
   return out.strides[R - 2];
 }
 
+// A Form::Pool kernel the C++ printer may take 8 output columns at a time (KernelSchedule::
+// vectorEpilogue, less the epilogue's part): an f32 2-D average pool, every window inside the
+// input, column stride 2 over unit-stride input rows, at least 8 output columns, its thread
+// split on another axis.
+bool evenColumnPool(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  if (!n.isOp(Op::AvgPool) || X.type.rank() != 4 || X.type.dtype != DType::F32 || X.strides[3] != 1 || !windowInside(p, k)) return false;
+  return spatialList(n, "strides", 2, 1)[1] == 2 && k.domain[3].isStatic() && k.domain[3].value() >= 8 && split.axis != 3;
+}
+
 // oneDNN runs linear on a row-major [batch, K] operand and conv on an NCHW one whose channel,
 // row and column strides are dense (any batch stride, any offset).
 bool onednnEligible(const KernelProgram& p, const Kernel& k) {
@@ -811,6 +822,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       case Form::PackedConv: wholeChunks = convRowTiles(p, k) && k.domain[3].value() % 16 == 0; break;  // conv_rows' chunks
       case Form::MaxPoolRows: wholeChunks = !rowPoolGeometry(p, k).window.empty() && k.domain[3].value() % 8 == 0; break;
       case Form::Copy: wholeChunks = padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32; break;
+      case Form::Pool: wholeChunks = evenColumnPool(p, k, ks.split); break;
       default: break;
     }
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);

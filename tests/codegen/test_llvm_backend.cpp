@@ -985,7 +985,7 @@ TEST_CASE("llvm and cpp backends: a constant pad by rows matches the interpreter
 // A 2-D average pool with unit column stride runs an output row at a time in both backends
 // (Form::AvgPoolRows): the sums in registers, chunks of 16 columns (a and b: a partial chunk,
 // taps cut at both ends, count_include_pad, ceil_mode and asymmetric pads), or, past 256 columns,
-// in memory (c); a strided one keeps a window per output (d).
+// in memory (c); a strided one does not (d: a window per output, 8 at a time in the C++ backend).
 TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", "[llvm][cpp]") {
   auto graph = ir::parseGraph(R"(graph avg(%x: f32[batch,2,5,21], %w: f32[batch,1,2,260]) {
   %a = avg_pool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1} : f32[batch,2,5,21]
@@ -1001,17 +1001,44 @@ TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", 
   CHECK(source.find("for (int64_t i3 = 1; i3 < 260; ++i3) sum[i3] += row[i3*1 - 1];") != std::string::npos);
 }
 
-// The C++ prelude's row helpers (pc::fmaLanes, pc::fmaLanesZ, pc::loadFirst8) have an AVX-512, an AVX and an
-// SSE form; the host picks one for `native`, so each is built here by its target and run on
-// the interpreter's inputs: a depthwise conv of 21 columns (a whole and a partial chunk, taps cut
-// at both ends), a max pool and a stride-1 average pool of the same rows.
+// A 2-D average pool of column stride 2 whose windows lie inside the input runs 8 output columns
+// at a time in the C++ backend (KernelSchedule::vectorEpilogue on Form::Pool: pc::evenLanes),
+// the rest of a row one by one, bit for bit as the LLVM backend: 2x2 and 3x3 windows over rows of
+// 18 outputs (two vectors and two alone), a 2x3 one with row stride 1 and a fused relu; a padded
+// pool and one of 5 output columns keep a window per output.
+TEST_CASE("llvm and cpp backends: stride-2 average pools take 8 output columns at a time", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph even(%x: f32[batch,3,20,37], %y: f32[batch,2,10,10]) {
+  %a = avg_pool(%x) {kernel_shape=[2, 2], strides=[2, 2]} : f32[batch,3,10,18]
+  %b = avg_pool(%x) {kernel_shape=[3, 3], strides=[2, 2]} : f32[batch,3,9,18]
+  %c = avg_pool(%x) {kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1]} : f32[batch,3,11,19]
+  %d = avg_pool(%y) {kernel_shape=[2, 2], strides=[2, 2]} : f32[batch,2,5,5]
+  %f = avg_pool(%x) {kernel_shape=[2, 3], strides=[1, 2]} : f32[batch,3,19,18]
+  %g = relu(%f) : f32[batch,3,19,18]
+  return (a=%a, b=%b, c=%c, d=%d, g=%g)
+})");
+  passes::runPipeline(*graph);
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  CHECK(occurrences(generated.source, "pc::f32x8 v = pc::evenOrder(sum) / static_cast<float>(") == 3);
+  CHECK(occurrences(generated.source, "sum += pc::evenLanes(") == 4 + 9 + 6);
+  CHECK(generated.source.find("v = v < 0.0f ? 0.0f : v;") != std::string::npos);
+  checkGeneratedBitwise(*graph, generated, "even_pools", {1, 3}, 31, 1e-6);
+}
+
+// The C++ prelude's row helpers (pc::fmaLanes, pc::fmaLanesZ, pc::loadFirst8, pc::evenLanes) have an
+// AVX-512, an AVX and an SSE form; the host picks one for `native`, so each is built here by its
+// target and run on the interpreter's inputs: a depthwise conv of 21 columns (a whole and a
+// partial chunk, taps cut at both ends), a max pool, a stride-1 and a stride-2 average pool of
+// the same rows.
 TEST_CASE("cpp backend: the row helpers of every vector width match the interpreter", "[cpp]") {
   auto graph = ir::parseGraph(R"(graph rows(%x: f32[batch,3,5,21]) {
   %w = param f32[3,1,3,3] [0.5, -1, 0.25, 2, 1, -0.5, 0.75, 1.5, -2, 1, 0.5, -0.25, 0.125, 1, 2, -1, 0.5, 0.25, -0.75, 1, 0.5, 2, -1.5, 0.25, 1, -0.5, 0.75]
   %c = conv(%x, %w) {group=3, pads=[1, 1, 1, 1]} : f32[batch,3,5,21]
   %m = max_pool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]} : f32[batch,3,3,11]
   %a = avg_pool(%x) {kernel_shape=[2, 3], pads=[0, 1, 1, 1]} : f32[batch,3,5,21]
-  return (c=%c, m=%m, a=%a)
+  %e = avg_pool(%x) {kernel_shape=[2, 2], strides=[2, 2]} : f32[batch,3,2,10]
+  return (c=%c, m=%m, a=%a, e=%e)
 })");
   passes::runPipeline(*graph);
   std::vector<std::string> targets = {"x86-64-v3", "generic"};
@@ -1025,6 +1052,7 @@ TEST_CASE("cpp backend: the row helpers of every vector width match the interpre
     CHECK(generated.source.find("pc::fmaLanesZ<") != std::string::npos);
     CHECK(generated.source.find("pc::fmaLanes<") != std::string::npos);
     CHECK(generated.source.find("pc::loadFirst8<5>") != std::string::npos);
+    CHECK(generated.source.find("pc::evenOrder(sum)") != std::string::npos);
     const fs::path so = scratch() / fmt::format("rows_{}.so", target);
     codegen::buildSharedObject(generated, so.string(), {});
     runtime::Model model = runtime::Model::load(so.string());

@@ -217,11 +217,32 @@ std::string Emitter::emitPool(const Kernel& k) const {
   std::vector<int64_t> pads = spatialList(n, "pads", nsp * 2, 0);
   bool isMax = n.isOp(Op::MaxPool);
   // KernelSchedule::windowInside: fixed window loops, no bounds checks.
-  const bool inside = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].windowInside;
+  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+  const bool inside = ks.windowInside;
   std::vector<std::string> vars = axisVars("i", k.domain.size());
+  // KernelSchedule::vectorEpilogue (evenColumnPool): the output rows 8 columns at a time.
+  const std::optional<std::string> vec = inside && ks.vectorEpilogue ? vectorEpilogue(k, vars, "i3", 8) : std::nullopt;
   std::string indent;
-  std::string s = openTemplate(k, accType(k), vars, indent);
+  std::string s = openTemplate(k, accType(k), vars, indent, vec ? 3 : k.domain.size());
   std::vector<std::string> xIdx = {vars[0], vars[1]};
+  if (vec) {
+    const int64_t window = kernel[0] * kernel[1];
+    s += fmt::format("{}// 8 outputs at a time, each window tap's 8 inputs in pc::evenLanes' order, added in the\n"
+                     "{}// order of the one-by-one loop below, then put back in order\n",
+                     indent, indent);
+    s += fmt::format("{}int64_t i3 = 0;\n{}for (; i3 + 8 <= {}; i3 += 8) {{\n", indent, indent, k.domain[3].value());
+    s += fmt::format("{}  pc::f32x8 sum = {{}};\n", indent);
+    for (int64_t k0 = 0; k0 < kernel[0]; ++k0) {
+      for (int64_t k1 = 0; k1 < kernel[1]; ++k1) {
+        const std::string row = fmt::format("i2*{} + {}", strides[0], k0), col = fmt::format("i3*2 + {}", k1);
+        s += fmt::format("{}  sum += pc::evenLanes({} + {});\n", indent, ptrName(X.root), addressOf(X.id, {vars[0], vars[1], row, col}));
+      }
+    }
+    s += fmt::format("{}  pc::f32x8 v = pc::evenOrder(sum) / static_cast<float>({});\n", indent, window);
+    s += indented(*vec, indent + "  ") + indent + "}\n";
+    s += fmt::format("{}for (; i3 < {}; ++i3) {{\n", indent, k.domain[3].value());
+    indent += "  ";
+  }
   std::string cur = indent;
   if (inside) {
     int64_t window = 1;
