@@ -547,7 +547,9 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
   b_.CreateStore(b_.getFalse(), bad);
   if (whole > 0) {
     auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
-    auto* mt = llvm::FixedVectorType::get(i1_, kLanes);
+    // NaN lanes as all-ones i32 lanes (pc::maxOf's mask vectors): kept as i1 lanes, each step's
+    // compares were packed to bytes before the or (five more instructions a step).
+    auto* mt = llvm::FixedVectorType::get(i32_, kLanes);
     llvm::AllocaInst* lanes = local(vt, "lanes");
     llvm::AllocaInst* nanLanes = local(mt, "nan.lanes");
     b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(kLanes), llvm::ConstantFP::getInfinity(f32_, true)), lanes);
@@ -558,7 +560,7 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
       Value* v = llvm::PoisonValue::get(vt);
       for (unsigned l = 0; l < kLanes; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
       b_.CreateStore(maxSel(v, b_.CreateLoad(vt, into)), into);
-      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nans), isNan(v)), nans);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nans), b_.CreateSExt(isNan(v), mt)), nans);
     };
     int64_t done = 0;
     if (n >= 2 * kLanes) {
@@ -581,7 +583,7 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
     // The lanes' maximum, as pc::maxOf (no lane holds a NaN; any order gives the same value, a
     // zero maximum is looked up below).
     b_.CreateStore(laneMax(b_.CreateLoad(vt, lanes)), top);
-    b_.CreateStore(b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes)), bad);
+    b_.CreateStore(b_.CreateICmpNE(b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes)), b_.getInt32(0)), bad);
   }
   forRange(c64(whole), c64(n), "t", [&](Value* i) {
     Value* v = f(i);
