@@ -305,15 +305,21 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
   llvm::AllocaInst* nanIn = local(llvm::ArrayType::get(i8_, static_cast<uint64_t>(colSize)), "nanIn");
   llvm::AllocaInst* out = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(8 * ((OW + 7) / 8))), "out");
   const bool vec = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].vectorEpilogue;
+  // g.window: the window step on the registers too, and one NaN flag for the whole unit, as the
+  // C++ printer: the rare unit that holds a NaN reads its rows again for the flags per column
+  // (i32 lanes there; i8 lanes were packed from the compares at every row).
+  const bool inRegisters = !g.window.empty();
   llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
-  llvm::Type* b8 = llvm::FixedVectorType::get(i8_, 8);
+  llvm::Type* b8 = llvm::FixedVectorType::get(inRegisters ? i32_ : i8_, 8);
   std::vector<llvm::AllocaInst*> ms, ns;
   for (int64_t j = 0; j < chunks; ++j) ms.push_back(local(v8, "m" + std::to_string(j))), ns.push_back(local(b8, "n" + std::to_string(j)));
+  llvm::AllocaInst* nanAny = inRegisters ? local(b8, "nanAny") : nullptr;
   Value* negInf8 = b_.CreateVectorSplat(8, llvm::ConstantFP::getInfinity(f32_, true));
   Value* negInf = llvm::ConstantFP::getInfinity(f32_, true);
+  Value* noNan = llvm::Constant::getNullValue(b8);
   auto colAt = [&](Value* i) { return b_.CreateInBoundsGEP(f32_, col, i); };
   auto nanAt = [&](Value* i) { return b_.CreateInBoundsGEP(i8_, nanIn, i); };
-  if (g.window.empty()) {  // the window step through memory: padding never wins
+  if (!inRegisters) {  // the window step through memory: padding never wins
     forCount(colSize, "c", [&](Value* c) {
       b_.CreateStore(negInf, colAt(c));
       b_.CreateStore(b_.getInt8(0), nanAt(c));
@@ -325,8 +331,9 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
     Value* i2 = b_.CreateSRem(u, c64(OH), "i2");
     for (int64_t j = 0; j < chunks; ++j) {
       b_.CreateStore(negInf8, ms[static_cast<size_t>(j)]);
-      b_.CreateStore(llvm::Constant::getNullValue(b8), ns[static_cast<size_t>(j)]);
+      if (!inRegisters) b_.CreateStore(noNan, ns[static_cast<size_t>(j)]);
     }
+    if (inRegisters) b_.CreateStore(noNan, nanAny);
     if (!chunks) {
       forCount(W, "iw", [&](Value* iw) {
         Value* at = b_.CreateAdd(iw, c64(padL));
@@ -334,38 +341,47 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
         b_.CreateStore(b_.getInt8(0), nanAt(at));
       });
     }
-    forCount(kernel[0], "kh", [&](Value* kh) {
-      Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(i2, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
-      ifThen(b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H))), "inside", [&] {
-        Value* row = elemPtr(X.id, {i0, i1, ih, nullptr});
-        for (int64_t j = 0; j < chunks; ++j) {
-          const int64_t lanes = std::min<int64_t>(8, W - 8 * j);
-          Value* at = b_.CreateInBoundsGEP(f32_, row, c64(8 * j));
-          llvm::Instruction* x = nullptr;
-          if (lanes == 8) {
-            x = b_.CreateAlignedLoad(v8, at, llvm::Align(4), escape::printable(X.name));
-          } else {
-            std::vector<llvm::Constant*> on;
-            for (int64_t l = 0; l < 8; ++l) on.push_back(b_.getInt1(l < lanes));
-            x = b_.CreateMaskedLoad(v8, at, llvm::Align(4), llvm::ConstantVector::get(on), negInf8, escape::printable(X.name));
+    // The window's rows: each chunk's maxima (max), its NaN flags (flags), or both.
+    auto rows = [&](bool max, bool flags) {
+      forCount(kernel[0], "kh", [&](Value* kh) {
+        Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(i2, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
+        ifThen(b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H))), "inside", [&] {
+          Value* row = elemPtr(X.id, {i0, i1, ih, nullptr});
+          for (int64_t j = 0; j < chunks; ++j) {
+            const int64_t lanes = std::min<int64_t>(8, W - 8 * j);
+            Value* at = b_.CreateInBoundsGEP(f32_, row, c64(8 * j));
+            llvm::Instruction* x = nullptr;
+            if (lanes == 8) {
+              x = b_.CreateAlignedLoad(v8, at, llvm::Align(4), escape::printable(X.name));
+            } else {
+              std::vector<llvm::Constant*> on;
+              for (int64_t l = 0; l < 8; ++l) on.push_back(b_.getInt1(l < lanes));
+              x = b_.CreateMaskedLoad(v8, at, llvm::Align(4), llvm::ConstantVector::get(on), negInf8, escape::printable(X.name));
+            }
+            restrictAccess(x, X.id);
+            if (max) {
+              Value* m = b_.CreateLoad(v8, ms[static_cast<size_t>(j)]);
+              b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m, x), m, x), ms[static_cast<size_t>(j)]);
+            }
+            if (flags) {
+              llvm::AllocaInst* into = inRegisters && max ? nanAny : ns[static_cast<size_t>(j)];
+              Value* nan = inRegisters ? b_.CreateSExt(isNan(x), b8) : b_.CreateZExt(isNan(x), b8);
+              b_.CreateStore(b_.CreateOr(b_.CreateLoad(b8, into), nan), into);
+            }
           }
-          restrictAccess(x, X.id);
-          Value* m = b_.CreateLoad(v8, ms[static_cast<size_t>(j)]);
-          b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m, x), m, x), ms[static_cast<size_t>(j)]);
-          Value* nanSoFar = b_.CreateLoad(b8, ns[static_cast<size_t>(j)]);
-          b_.CreateStore(b_.CreateOr(nanSoFar, b_.CreateZExt(isNan(x), b8)), ns[static_cast<size_t>(j)]);
-        }
-        if (chunks) return;
-        forCount(W, "iw", [&](Value* iw) {
-          Value* at = b_.CreateAdd(iw, c64(padL));
-          Value* v = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, iw), escape::printable(X.name));
-          Value* m = b_.CreateLoad(f32_, colAt(at));
-          b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m, v), m, v), colAt(at));
-          b_.CreateStore(b_.CreateOr(b_.CreateLoad(i8_, nanAt(at)), b_.CreateZExt(isNan(v), i8_)), nanAt(at));
+          if (chunks) return;
+          forCount(W, "iw", [&](Value* iw) {
+            Value* at = b_.CreateAdd(iw, c64(padL));
+            Value* v = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, iw), escape::printable(X.name));
+            Value* m = b_.CreateLoad(f32_, colAt(at));
+            b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m, v), m, v), colAt(at));
+            b_.CreateStore(b_.CreateOr(b_.CreateLoad(i8_, nanAt(at)), b_.CreateZExt(isNan(v), i8_)), nanAt(at));
+          });
         });
       });
-    });
-    if (!g.window.empty()) {
+    };
+    rows(true, true);
+    if (inRegisters) {
       // The window step on the registers (g.window): per 8 outputs, each window column's maxima
       // shuffled out of them, the maxima taken in window order.
       auto lanes = [&](const ShuffledLanes& v, const std::vector<llvm::AllocaInst*>& regs, llvm::Type* type, Value* fill) -> Value* {
@@ -378,26 +394,34 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
         }
         return e;
       };
-      Value* noNan = llvm::Constant::getNullValue(b8);
       Value* nan8 = b_.CreateVectorSplat(8, llvm::ConstantFP::getNaN(f32_));
-      for (size_t o = 0; o < g.window.size(); ++o) {
-        const std::vector<ShuffledLanes>& taps = g.window[o];
-        llvm::Instruction* since = mark();
-        Value* w = lanes(taps[0], ms, v8, negInf8);
-        Value* nw = lanes(taps[0], ns, b8, noNan);
-        for (size_t kw = 1; kw < taps.size(); ++kw) {
-          Value* x = lanes(taps[kw], ms, v8, negInf8);
-          w = b_.CreateSelect(b_.CreateFCmpOGT(w, x), w, x);
-          nw = b_.CreateOr(nw, lanes(taps[kw], ns, b8, noNan));
+      // Every 8 outputs' window step; with `flags`, NaN where a window column's flag is set.
+      auto steps = [&](bool flags) {
+        for (size_t o = 0; o < g.window.size(); ++o) {
+          const std::vector<ShuffledLanes>& taps = g.window[o];
+          llvm::Instruction* since = mark();
+          Value* w = lanes(taps[0], ms, v8, negInf8);
+          Value* nw = flags ? lanes(taps[0], ns, b8, noNan) : nullptr;
+          for (size_t kw = 1; kw < taps.size(); ++kw) {
+            Value* x = lanes(taps[kw], ms, v8, negInf8);
+            w = b_.CreateSelect(b_.CreateFCmpOGT(w, x), w, x);
+            if (flags) nw = b_.CreateOr(nw, lanes(taps[kw], ns, b8, noNan));
+          }
+          Value* r = flags ? b_.CreateSelect(b_.CreateICmpNE(nw, noNan), nan8, w, escape::printable(n.name())) : w;
+          tag(since, &n);
+          if (vec) {
+            emitBody(k.body, {i0, i1, i2, c64(8 * static_cast<int64_t>(o))}, r, 8);  // KernelSchedule::vectorEpilogue
+          } else {
+            b_.CreateAlignedStore(r, b_.CreateInBoundsGEP(f32_, out, c64(8 * static_cast<int64_t>(o))), llvm::Align(4));
+          }
         }
-        Value* r = b_.CreateSelect(b_.CreateICmpNE(nw, noNan), nan8, w, escape::printable(n.name()));
-        tag(since, &n);
-        if (vec) {
-          emitBody(k.body, {i0, i1, i2, c64(8 * static_cast<int64_t>(o))}, r, 8);  // KernelSchedule::vectorEpilogue
-        } else {
-          b_.CreateAlignedStore(r, b_.CreateInBoundsGEP(f32_, out, c64(8 * static_cast<int64_t>(o))), llvm::Align(4));
-        }
-      }
+      };
+      ifElse(b_.CreateICmpEQ(b_.CreateOrReduce(b_.CreateLoad(b8, nanAny)), b_.getInt32(0)), "nan", [&] { steps(false); }, [&] {
+        // a NaN in the unit's rows: the flags per column
+        for (llvm::AllocaInst* flag : ns) b_.CreateStore(noNan, flag);
+        rows(false, true);
+        steps(true);
+      });
       if (vec) return;
       forCount(OW, "i3", [&](Value* i3) {
         Value* r = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, out, i3), escape::printable(n.name()));
