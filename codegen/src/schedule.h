@@ -302,12 +302,12 @@ struct KernelSchedule {
   // epilogue were a fifth of a depthwise conv's time; the LLVM printer leaves the loop over the
   // row to its loop vectoriser), a conv_rows one's (ConvRowTiles) on whole chunks of their rows, a max pool's whose window step runs on registers (RowPoolGeometry::window)
   // on whole 8-column chunks of its output rows, an f32 pad by rows (PadRows) on the copied part of a row 16 values at a
-  // time, a stride-2 average pool's (evenColumnPool) in the C++ printer on 8 output columns at a
-  // time, each window tap's inputs the even lanes of two loads (pc::evenLanes; through the scalar
-  // loop GCC left a 2x2 pool of stride 2 scalar, 1.4x the time of LLVM's vectoriser, which
-  // deinterleaves the loads itself) (vectorBody on an f32 result, no injected accuracy fault on
-  // the anchor, which the scalar epilogue carries). The C++ printer leaves the pad's plain loop
-  // to GCC's vectoriser, the LLVM printer the pool's to its own.
+  // time, a stride-2 average pool's (evenColumnPool) on 8 output columns at a time, each window
+  // tap's inputs the even lanes of 16 loaded, in an in-lane order put back once for the sum
+  // (pc::evenLanes; through the scalar loop GCC left a 2x2 pool of stride 2 scalar, and LLVM's
+  // vectoriser deinterleaved every tap with a lane-crossing permute: 1.4x and 1.35x this time)
+  // (vectorBody on an f32 result, no injected accuracy fault on the anchor, which the scalar
+  // epilogue carries). The C++ printer leaves the pad's plain loop to GCC's vectoriser.
   bool vectorEpilogue = false;
   // Per domain axis: some load or store walks it with a stride other than 0 or 1 (a transpose's
   // read or write). Loops over it stay scalar: vectorised, they gather or scatter (measured 2.6x

@@ -1002,8 +1002,8 @@ TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", 
 }
 
 // A 2-D average pool of column stride 2 whose windows lie inside the input runs 8 output columns
-// at a time in the C++ backend (KernelSchedule::vectorEpilogue on Form::Pool: pc::evenLanes),
-// the rest of a row one by one, bit for bit as the LLVM backend: 2x2 and 3x3 windows over rows of
+// at a time in both backends (KernelSchedule::vectorEpilogue on Form::Pool: pc::evenLanes), the
+// rest of a row one by one, bit for bit: 2x2 and 3x3 windows over rows of
 // 18 outputs (two vectors and two alone), a 2x3 one with row stride 1 and a fused relu; a padded
 // pool and one of 5 output columns keep a window per output.
 TEST_CASE("llvm and cpp backends: stride-2 average pools take 8 output columns at a time", "[llvm][cpp]") {
@@ -1023,6 +1023,9 @@ TEST_CASE("llvm and cpp backends: stride-2 average pools take 8 output columns a
   CHECK(occurrences(generated.source, "pc::f32x8 v = pc::evenOrder(sum) / static_cast<float>(") == 3);
   CHECK(occurrences(generated.source, "sum += pc::evenLanes(") == 4 + 9 + 6);
   CHECK(generated.source.find("v = v < 0.0f ? 0.0f : v;") != std::string::npos);
+  codegen::LlvmOptions llvm;
+  llvm.keepUnoptimizedIr = true;
+  CHECK(occurrences(codegen::generateLlvm(*graph, llvm).unoptimizedIr(), "<8 x i32> <i32 0, i32 1, i32 4, i32 5, i32 2, i32 3, i32 6, i32 7>") == 3);
   checkGeneratedBitwise(*graph, generated, "even_pools", {1, 3}, 31, 1e-6);
 }
 

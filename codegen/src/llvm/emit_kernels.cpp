@@ -216,11 +216,13 @@ void Emitter::emitPool(const Kernel& k) {
   const DType t = accType(k);
   const bool includePad = !isMax && n.attrInt("count_include_pad") != 0;
   // KernelSchedule::windowInside: fixed window loops, no bounds checks.
-  const bool inside = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].windowInside;
+  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+  const bool inside = ks.windowInside;
   // Inside, the outputs along the last axis are vectorised (strided loads); unrolled whole first
   // (a row of 10), they stayed scalar.
   if (inside && axis != static_cast<int>(k.domain.size()) - 1) rolledAxis_ = static_cast<int>(k.domain.size()) - 1;
-  domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
+  // One output, at vars.
+  auto one = [&](const std::vector<Value*>& vars) {
     llvm::AllocaInst* acc = local(f32_, "acc");
     llvm::AllocaInst* nan = local(i1_, "nan");
     llvm::AllocaInst* count = local(i64_, "count");
@@ -288,8 +290,40 @@ void Emitter::emitPool(const Kernel& k) {
     }
     tag(since, &n);
     emitBody(k.body, vars, convert(r, DType::F32, t));
-  });
+  };
+  if (!(inside && ks.vectorEpilogue)) {
+    domainLoops(k.domain, axis, one);
+    rolledAxis_ = -1;
+    return;
+  }
+  // KernelSchedule::vectorEpilogue (evenColumnPool): as the C++ printer's pc::evenLanes, 8 outputs
+  // at a time, each window tap's 8 inputs the even lanes of 16 loaded in the order
+  // 0 2 8 10 4 6 12 14 (an in-lane shuffle), added in the scalar loop's order, put back in order
+  // once; the rest of the row one by one.
   rolledAxis_ = -1;
+  const int64_t OW = k.domain[3].value(), whole = OW / 8 * 8;
+  llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
+  domainLoops(k.domain, axis, [&](const std::vector<Value*>& outer) {
+    forRange(c64(0), c64(whole / 8), "c8", [&](Value* c) {
+      llvm::Instruction* since = mark();
+      Value* i3 = b_.CreateMul(c, c64(8), "i3");
+      Value* sum = llvm::Constant::getNullValue(llvm::FixedVectorType::get(f32_, 8));
+      for (int64_t k0 = 0; k0 < kernel[0]; ++k0) {
+        Value* row = b_.CreateAdd(b_.CreateMul(outer[2], c64(strides[0])), c64(k0));
+        for (int64_t k1 = 0; k1 < kernel[1]; ++k1) {
+          Value* at = elemPtr(X.id, {outer[0], outer[1], row, b_.CreateAdd(b_.CreateMul(i3, c64(2)), c64(k1))});
+          llvm::Instruction* x = b_.CreateAlignedLoad(v16, at, llvm::Align(4), escape::printable(X.name));
+          restrictAccess(x, X.id);
+          sum = b_.CreateFAdd(sum, b_.CreateShuffleVector(x, {0, 2, 8, 10, 4, 6, 12, 14}));
+        }
+      }
+      Value* v = b_.CreateShuffleVector(sum, {0, 1, 4, 5, 2, 3, 6, 7});
+      v = b_.CreateFDiv(v, b_.CreateVectorSplat(8, llvm::ConstantFP::get(f32_, static_cast<double>(window))), escape::printable(n.name()));
+      tag(since, &n);
+      emitBody(k.body, {outer[0], outer[1], outer[2], i3}, v, 8);
+    }, false);  // already vectors
+    forRange(c64(whole), c64(OW), "i3", [&](Value* i3) { one({outer[0], outer[1], outer[2], i3}); });
+  }, {0, 1, 2}, std::vector<Value*>(4, nullptr));
 }
 
 void Emitter::emitMaxPoolRows(const Kernel& k) {
