@@ -606,8 +606,12 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
   if (whole > 0) {
     auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
     // NaN lanes as all-ones i32 lanes (pc::maxOf's mask vectors): kept as i1 lanes, each step's
-    // compares were packed to bytes before the or (five more instructions a step).
-    auto* mt = llvm::FixedVectorType::get(i32_, kLanes);
+    // compares were packed to bytes before the or (five more instructions a step). One unordered
+    // compare of a step's two halves flags both (pc::eitherNaN).
+    constexpr unsigned half = kLanes / 2;
+    auto* mt = llvm::FixedVectorType::get(i32_, half);
+    std::vector<int> loLanes(half), hiLanes(half);
+    for (unsigned l = 0; l < half; ++l) loLanes[l] = static_cast<int>(l), hiLanes[l] = static_cast<int>(half + l);
     llvm::AllocaInst* lanes = local(vt, "lanes");
     llvm::AllocaInst* nanLanes = local(mt, "nan.lanes");
     b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(kLanes), llvm::ConstantFP::getInfinity(f32_, true)), lanes);
@@ -618,7 +622,8 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
       Value* v = llvm::PoisonValue::get(vt);
       for (unsigned l = 0; l < kLanes; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
       b_.CreateStore(maxSel(v, b_.CreateLoad(vt, into)), into);
-      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nans), b_.CreateSExt(isNan(v), mt)), nans);
+      Value* either = b_.CreateFCmpUNO(b_.CreateShuffleVector(v, loLanes), b_.CreateShuffleVector(v, hiLanes));
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nans), b_.CreateSExt(either, mt)), nans);
     };
     int64_t done = 0;
     if (n >= 2 * kLanes) {
