@@ -5,9 +5,9 @@ in one process, their calls interleaved a few milliseconds at a time, so that a 
 machine's speed hits both alike); then per kernel the two backends' microseconds per call side
 by side (a kernel of either more than 1.25x the other's fails the bar), and for the ops timed at
 several widths whether the time grows linearly with the width (a doubling of the width may cost
-at most 2 x 1.25 the time). A model with a kernel over the bar is timed --confirm more times,
-and each kernel's time is the least of its medians: on a shared machine another process only
-ever adds time, so one unlucky run does not fail the bar. Prints a markdown report (docs/performance.md, "Backend parity") and
+at most 2 x 1.25 the time). A model with a kernel over the bar, and every width of a sweep over
+it, is timed --confirm more times, and each kernel's time is the least of its medians: on a
+shared machine another process only ever adds time, so one unlucky run does not fail the bar. Prints a markdown report (docs/performance.md, "Backend parity") and
 exits 1 when a bar fails.
 
     parity.py POLICYC OUT_DIR [--batch 1,64] [--min-time 0.3] [--confirm 2] [--reuse] [MODEL.onnx ...]
@@ -71,20 +71,63 @@ def main():
     failures = []
     rows = []
     times = {}  # (op, batch) -> {width: (cpp, llvm)}
-    rounds = {}  # model -> runs per backend
+    runs = {}  # model path -> per backend, the kernels() of each run
+    names = {m: os.path.splitext(os.path.basename(m))[0] for m in a.models}
+
+    def again(model):
+        """--confirm more runs of `model` (the least time of each kernel counts)."""
+        for r in range(len(runs[model]["cpp"]), len(runs[model]["cpp"]) + a.confirm):
+            print(f"parity: {names[model]} again ({r} of {a.confirm})", file=sys.stderr, flush=True)
+            more = bench(a.policyc, model, a.batch, a.min_time, a.out, a.reuse, r)
+            for b in ("cpp", "llvm"):
+                runs[model][b].append(kernels(more[b]))
+
     for model in a.models:
-        name = os.path.splitext(os.path.basename(model))[0]
-        print(f"parity: {name}", file=sys.stderr, flush=True)
+        print(f"parity: {names[model]}", file=sys.stderr, flush=True)
         first = bench(a.policyc, model, a.batch, a.min_time, a.out, a.reuse)
-        runs = {b: [kernels(first[b])] for b in ("cpp", "llvm")}
-        if over_bar(runs["cpp"][0], runs["llvm"][0]):
-            for r in range(1, a.confirm + 1):
-                print(f"parity: {name} again ({r} of {a.confirm})", file=sys.stderr, flush=True)
-                again = bench(a.policyc, model, a.batch, a.min_time, a.out, a.reuse, r)
-                for b in ("cpp", "llvm"):
-                    runs[b].append(kernels(again[b]))
-        cpp, llvm = least(runs["cpp"]), least(runs["llvm"])
-        rounds[name] = len(runs["cpp"])
+        runs[model] = {b: [kernels(first[b])] for b in ("cpp", "llvm")}
+        if over_bar(runs[model]["cpp"][0], runs[model]["llvm"][0]):
+            again(model)
+
+    def sweeps():
+        """(op, batch) -> {width: (cpp, llvm)} of the one-op graphs timed at several widths, and
+        per (op, batch) the models behind it."""
+        found, models = {}, {}
+        for model in a.models:
+            m = re.fullmatch(r"(.+)_(\d+)", names[model])
+            cpp = least(runs[model]["cpp"])
+            if not m or len(cpp) // len(a.batch.split(",")) != 1:
+                continue
+            llvm = least(runs[model]["llvm"])
+            for (batch, _), (_, c) in cpp.items():
+                found.setdefault((m.group(1), batch), {})[int(m.group(2))] = (c, next(l for (b, _), (_, l) in llvm.items() if b == batch))
+                models.setdefault((m.group(1), batch), set()).add(model)
+        return {key: w for key, w in found.items() if len(w) >= 2}, models
+
+    def steps(byWidth):
+        """The worst per-doubling growth of each backend's time over a sweep's widths."""
+        ws = sorted(byWidth)
+        per = {b: [] for b in (0, 1)}
+        for lo, hi in zip(ws, ws[1:]):
+            for b in (0, 1):
+                t0, t1 = byWidth[lo][b], byWidth[hi][b]
+                if max(t0, t1) >= NOISE_US:
+                    per[b].append((t1 / t0) ** (1 / ((hi // lo).bit_length() - 1)) if t0 > 0 else float("inf"))
+        return [max(per[b]) if per[b] else 0.0 for b in (0, 1)]
+
+    # A sweep over the bar in its first runs: its models timed --confirm more times, as a kernel's.
+    first, models = sweeps()
+    for key, byWidth in sorted(first.items()):
+        if any(w > 2 * BAR for w in steps(byWidth)):
+            for model in sorted(models[key]):
+                if len(runs[model]["cpp"]) == 1:
+                    again(model)
+    times, _ = sweeps()
+
+    for model in a.models:
+        name = names[model]
+        cpp, llvm = least(runs[model]["cpp"]), least(runs[model]["llvm"])
+        rounds = len(runs[model]["cpp"])
         for key in sorted(set(cpp) & set(llvm)):
             batch, kernel = key
             kind, c = cpp[key]
@@ -95,10 +138,7 @@ def main():
             verdict = "below timer resolution" if noise else ("ok" if slow <= BAR else f"FAIL: {'llvm' if ratio > 1 else 'cpp'} slower")
             if not noise and slow > BAR:
                 failures.append(f"{name} batch {batch} {kernel}: cpp {c:.2f} us, llvm {l:.2f} us")
-            rows.append((name if rounds[name] == 1 else f"{name} (best of {rounds[name]})", batch, kernel, kind, c, l, ratio, verdict))
-            m = re.fullmatch(r"(.+)_(\d+)", name)
-            if m and len(cpp) // len(a.batch.split(",")) == 1:
-                times.setdefault((m.group(1), batch), {})[int(m.group(2))] = (c, l)
+            rows.append((name if rounds == 1 else f"{name} (best of {rounds})", batch, kernel, kind, c, l, ratio, verdict))
         missing = (set(cpp) ^ set(llvm))
         if missing:
             failures.append(f"{name}: kernels in one backend only: {sorted(k for _, k in missing)}")
@@ -106,7 +146,7 @@ def main():
     print(f"Per kernel, microseconds per call (median run time split by the profiler), batch {a.batch}; "
           f"the bar: neither backend more than {BAR}x the other (kernels under {NOISE_US} us in both are timer noise). "
           f"Both builds ran in one process, their calls interleaved. A model with a kernel over the bar in its first run "
-          f"was timed {a.confirm} more times, and the least of each kernel's medians counts (\"best of N\").\n")
+          f"(or in a width sweep over it) was timed {a.confirm} more times, and the least of each kernel's medians counts (\"best of N\").\n")
     print("| model | batch | kernel | kind | cpp us | llvm us | llvm/cpp | |")
     print("|---|---:|---|---|---:|---:|---:|---|")
     for name, batch, kernel, kind, c, l, ratio, verdict in rows:
@@ -116,15 +156,7 @@ def main():
     print("|---|---:|---|---|---|---:|---:|---|")
     for (op, batch), byWidth in sorted(times.items()):
         ws = sorted(byWidth)
-        if len(ws) < 2:
-            continue  # a name that ends in a number, not a sweep
-        steps = {b: [] for b in (0, 1)}
-        for lo, hi in zip(ws, ws[1:]):
-            for b in (0, 1):
-                t0, t1 = byWidth[lo][b], byWidth[hi][b]
-                if max(t0, t1) >= NOISE_US:
-                    steps[b].append((t1 / t0) ** (1 / ((hi // lo).bit_length() - 1)) if t0 > 0 else float("inf"))
-        worst = [max(steps[b]) if steps[b] else 0.0 for b in (0, 1)]
+        worst = steps(byWidth)
         linear = all(w <= 2 * BAR for w in worst)
         if not linear:
             failures.append(f"{op} batch {batch}: time grows faster than the width (worst step cpp {worst[0]:.2f}x, llvm {worst[1]:.2f}x)")
