@@ -141,8 +141,13 @@ BuildResult buildSharedObject(const GeneratedCpp& generated, const std::string& 
   // twelve AVX2 accumulators, its input vectors and a weight fitted the sixteen registers or
   // spilled one accumulator depending on the code around the kernel (1.1-1.4x from one build to
   // the next); priority kept them in registers (IMPALA's convs 1.1x faster, within 0.85-1.07x of
-  // the LLVM backend's; the other kernels unchanged within noise).
-  if (isGcc(options.compiler, dir / "compiler_version.txt")) argv.push_back("-fira-algorithm=priority");
+  // the LLVM backend's; the other kernels unchanged within noise). And no loops turned into calls
+  // of memset or memcpy: the rows a kernel fills or copies are short and of known length, and a
+  // pad's two zero rows of 23 floats through memset (rep stos) made it 1.25x the LLVM backend's
+  // time, 1.0x without (a parity run with it: the other kernels within noise).
+  if (isGcc(options.compiler, dir / "compiler_version.txt")) {
+    argv.insert(argv.end(), {"-fira-algorithm=priority", "-fno-tree-loop-distribute-patterns"});
+  }
   for (const std::string& f : marchFlags(generated.target)) argv.push_back(f);
   argv.insert(argv.end(), {"-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden",
                            fmt::format("-DPC_WEIGHTS_FILE=\"{}\"", weights.string()), "-o", tmpOut.string(), source.string()});
