@@ -98,12 +98,17 @@ void checkGeneratedBitwise(const ir::Graph& graph, const codegen::GeneratedCpp& 
   checkBitwiseBackends(graph, cppModel, llvmModel, batches, seed, tolerance);
 }
 
+// The C++ source of `graph` with every kernel split as far as it goes.
+codegen::GeneratedCpp splitCpp(const ir::Graph& graph) {
+  codegen::CppOptions cpp;
+  cpp.minChunkCost = 0;
+  return codegen::generateCpp(graph, cpp);
+}
+
 // `graph` (after the pipeline) built by the C++ backend with every kernel split as far as it
 // goes, both backends checked as checkBothBackends does; returns the C++ source for its checks.
 std::string checkGenerated(const ir::Graph& graph, const std::string& name, uint64_t seed, double tolerance) {
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(graph, cpp);
+  const codegen::GeneratedCpp generated = splitCpp(graph);
   const fs::path so = scratch() / (name + ".so");
   codegen::buildSharedObject(generated, so.string(), {});
   codegen::LlvmOptions llvm;
@@ -641,9 +646,7 @@ TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its til
 }})", weights(768), weights(48), weights(768), weights(768), weights(768), weights(288));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
   size_t direct = 0;
   for (size_t at = 0; (at = generated.source.find("auto dst = ", at)) != std::string::npos; ++at) ++direct;
   CHECK(direct == 3);  // y and the two halves of c
@@ -692,9 +695,7 @@ TEST_CASE("llvm and cpp backends: direct convs by rows match the interpreter", "
   }
   REQUIRE(byRows == 5);
   const fs::path so = scratch() / "dwconv.so";
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
   CHECK(generated.source.find("float row[1]") != std::string::npos);
   CHECK(generated.source.find("r0 = pc::fmaLanes<1, 16>(r0") != std::string::npos);
   CHECK(generated.source.find("r2 = pc::fmaLanes<0, 3>(r2") != std::string::npos);
@@ -968,9 +969,7 @@ TEST_CASE("llvm and cpp backends: a constant pad by rows matches the interpreter
   return (t=%t, u=%u, e=%e)
 })");
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
   CHECK(generated.source.find("for (int64_t i3 = 3; i3 < 40; ++i3) epilogue(") != std::string::npos);
   CHECK(generated.source.find("for (int64_t i3 = 40; i3 < 41; ++i3) epilogue(") != std::string::npos);
   const fs::path so = scratch() / "pads.so";
@@ -1017,9 +1016,7 @@ TEST_CASE("llvm and cpp backends: stride-2 average pools take 8 output columns a
   return (a=%a, b=%b, c=%c, d=%d, g=%g)
 })");
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
   CHECK(occurrences(generated.source, "pc::f32x8 v = pc::evenOrder(sum) / static_cast<float>(") == 3);
   CHECK(occurrences(generated.source, "sum += pc::evenLanes(") == 4 + 9 + 6);
   CHECK(generated.source.find("v = v < 0.0f ? 0.0f : v;") != std::string::npos);
@@ -1172,9 +1169,7 @@ TEST_CASE("llvm and cpp backends: sums over rows of 8 eight rows a vector agree 
   return (a=%a, p=%p, m=%m, q=%q, s=%s, o=%o, t=%t, u=%u)
 })");
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
   CHECK(occurrences(generated.source, "pc::rowSums8<") == 2);  // p and q
   CHECK(occurrences(generated.source, "pc::rowSums8<8, true>(1.0, ") == 1);
   checkGeneratedBitwise(*graph, generated, "short_sums", {1, 8, 19, 64}, 29, 1e-5);
@@ -1194,9 +1189,7 @@ TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agre
   return (p4=%p4, p12=%p12, p64=%p64, p3=%p3, p68=%p68, pv=%pv)
 })");
   passes::runPipeline(*graph);
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
   CHECK(occurrences(generated.source, "pc::matmulRow<") == 3);
   CHECK(occurrences(generated.source, "pc::matmulRow<12>(16, ") == 1);
   checkGeneratedBitwise(*graph, generated, "bmm", {1, 5}, 31, 1e-5);
