@@ -48,12 +48,16 @@ RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
   g.chunks = g.W <= 256 ? (g.W + 7) / 8 : 0;
   g.colSize = std::max(g.span, g.padL + g.chunks * 8);
   if (n.isOp(Op::MaxPool) && g.chunks) {
+    // Column stride 2: the outputs in the lane order 0 1 4 5 2 3 6 7 (RowPoolGeometry::evenOrder).
+    g.evenOrder = g.strides[1] == 2 && g.dilations[1] == 1;
+    constexpr std::array<int64_t, 8> kNatural = {0, 1, 2, 3, 4, 5, 6, 7}, kEven = {0, 1, 4, 5, 2, 3, 6, 7};
+    const std::array<int64_t, 8>& order = g.evenOrder ? kEven : kNatural;
     for (int64_t o = 0; o < (g.OW + 7) / 8 && (o == 0 || !g.window.empty()); ++o) {
       g.window.emplace_back();
       for (int64_t kw = 0; kw < g.kernel[1]; ++kw) {
         std::array<int, 8> sources;
         for (int64_t l = 0; l < 8; ++l) {
-          const int64_t i3 = 8 * o + l, c = i3 * g.strides[1] + kw * g.dilations[1] - g.padL;  // the input column
+          const int64_t i3 = 8 * o + order[static_cast<size_t>(l)], c = i3 * g.strides[1] + kw * g.dilations[1] - g.padL;  // the input column
           sources[static_cast<size_t>(l)] = i3 < g.OW && c >= 0 && c < 8 * g.chunks ? static_cast<int>(c) : LaneShuffle::kFill;
         }
         g.window.back().push_back(shuffledLanes(sources));

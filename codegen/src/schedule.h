@@ -183,6 +183,11 @@ struct RowPoolGeometry {
   // window order, the NaN flags shuffled alike. Through memory, the step's reads of single
   // columns straddle the registers' stores (store forwarding) and GCC does not vectorise it.
   std::vector<std::vector<ShuffledLanes>> window;
+  // With column stride 2, the window step's lanes hold outputs 0 1 4 5 2 3 6 7 of its 8 (as
+  // pc::evenLanes): a window column at an even offset from the chunk is then one in-lane shuffle
+  // of two registers (vshufps) where the natural order took two lane-crossing permutes and a
+  // blend; the step's result is put in order once (pc::evenOrder; maxima are lane by lane).
+  bool evenOrder = false;
 };
 RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k);
 

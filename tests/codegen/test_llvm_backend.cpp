@@ -1072,8 +1072,10 @@ TEST_CASE("cpp backend: the row helpers of every vector width match the interpre
 // window column's values for 8 outputs come from at most three registers: stride 1 over 32
 // columns (four output chunks, whole: the epilogue, the pool stored for a residual add and its
 // relu stored, on vectors; as IMPALA's), a pool of two columns (m, whole chunks, no epilogue),
-// dilated columns with ceil_mode (a partial chunk, -inf past the row); a column stride of 5
-// reaches five registers and keeps the step over the columns in memory.
+// dilated columns with ceil_mode (a partial chunk, -inf past the row), IMPALA's 3x3 of stride 2
+// (e); with column stride 2 (m, e) the step's lanes are in pc::evenLanes' order, put back once
+// (RowPoolGeometry::evenOrder); a column stride of 5 reaches five registers and keeps the step
+// over the columns in memory.
 TEST_CASE("llvm and cpp backends: max pool window steps on registers match the interpreter", "[llvm][cpp][pool]") {
   auto graph = ir::parseGraph(R"(graph pools(%x: f32[batch,2,4,32]) {
   %a = max_pool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[batch,2,4,32]
@@ -1083,7 +1085,8 @@ TEST_CASE("llvm and cpp backends: max pool window steps on registers match the i
   %b = max_pool(%x) {kernel_shape=[3, 2], strides=[1, 5], pads=[1, 0, 1, 0]} : f32[batch,2,4,7]
   %c = max_pool(%x) {kernel_shape=[1, 3], strides=[2, 2], dilations=[1, 2], ceil_mode=1} : f32[batch,2,2,15]
   %r = relu(%c) : f32[batch,2,2,15]
-  return (s=%s, m=%m, b=%b, r=%r)
+  %e = max_pool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]} : f32[batch,2,2,16]
+  return (s=%s, m=%m, b=%b, r=%r, e=%e)
 })");
   passes::runPipeline(*graph);
   const std::string source = checkGenerated(*graph, "maxpool_rows", 17, 0);
@@ -1092,12 +1095,13 @@ TEST_CASE("llvm and cpp backends: max pool window steps on registers match the i
   CHECK(occurrences(source, "v = v < 0.0f ? 0.0f : v;") == 8);  // a's relu, a chunk at a time
   CHECK(occurrences(source, "float col[") == 1);                  // b's step in memory
   CHECK(occurrences(source, "__builtin_shufflevector(") > 0);
-  CHECK(occurrences(source, "if (!pc::anyLane(nanAny)) {") == 3);  // a, m and c: one NaN flag a unit
+  CHECK(occurrences(source, "if (!pc::anyLane(nanAny)) {") == 4);  // a, m, c and e: one NaN flag a unit
+  CHECK(occurrences(source, "pc::evenOrder(") == 2 * (2 + 2));     // m's and e's two chunks, each step twice
   codegen::LlvmOptions llvm;
   llvm.keepUnoptimizedIr = true;
   const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
   CHECK(ir.find("shufflevector") != std::string::npos);
-  CHECK(occurrences(ir, "\nnan.else:") == 3);  // the LLVM printer's one NaN flag a unit, the same three
+  CHECK(occurrences(ir, "\nnan.else:") == 4);  // the LLVM printer's one NaN flag a unit, the same four
   // NaN in some rows (a unit's second pass for the flags per column): columns 0, 7, 8 and 31 of
   // rows of the first image, the window columns on both sides of a chunk's edge; both backends
   // against the interpreter and bit for bit against each other.

@@ -393,7 +393,8 @@ std::string Emitter::emitMaxPoolRows(const Kernel& k) const {
           t += fmt::format("      {{ const pc::f32x8 x = {}; w = pc::maxps(w, x); }}\n", lanes(taps[kw], 'm', "negInf"));
           if (flags) t += fmt::format("      nw |= {};\n", lanes(taps[kw], 'n', "pc::i32x8{}"));
         }
-        const std::string result = flags ? "nw != 0 ? pc::splat8(qnan) : w" : "w";
+        std::string result = flags ? "nw != 0 ? pc::splat8(qnan) : w" : "w";
+        if (g.evenOrder) result = fmt::format("pc::evenOrder({})", result);  // RowPoolGeometry::evenOrder
         if (vec) {
           // The epilogue on the 8 outputs (KernelSchedule::vectorEpilogue).
           t += fmt::format("      pc::f32x8 v = {};\n", result);

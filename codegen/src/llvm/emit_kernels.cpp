@@ -442,6 +442,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
             if (flags) nw = b_.CreateOr(nw, lanes(taps[kw], ns, b8, noNan));
           }
           Value* r = flags ? b_.CreateSelect(b_.CreateICmpNE(nw, noNan), nan8, w, escape::printable(n.name())) : w;
+          if (g.evenOrder) r = b_.CreateShuffleVector(r, {0, 1, 4, 5, 2, 3, 6, 7});  // RowPoolGeometry::evenOrder
           tag(since, &n);
           if (vec) {
             emitBody(k.body, {i0, i1, i2, c64(8 * static_cast<int64_t>(o))}, r, 8);  // KernelSchedule::vectorEpilogue
