@@ -72,7 +72,7 @@ int64_t directRowStride(const KernelProgram& p, const Kernel& k) {
   return out.strides[R - 2];
 }
 
-// A Form::Pool kernel the C++ printer may take 8 output columns at a time (KernelSchedule::
+// A Form::Pool kernel both printers may take 8 output columns at a time (KernelSchedule::
 // vectorEpilogue, less the epilogue's part): an f32 2-D average pool, every window inside the
 // input, column stride 2 over unit-stride input rows, at least 8 output columns, its thread
 // split on another axis.

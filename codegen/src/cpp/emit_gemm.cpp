@@ -403,10 +403,16 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     }
     return t;
   };
-  // Where a quad's tile of `width` columns goes: the output's rows, or a stack tile.
+  // Where a quad's tile of `width` columns goes: the output's rows, or a stack tile that the
+  // epilogue then reads row by row.
   auto tile = [&](const std::string& row, const std::string& panel, int64_t width) {
     if (ks.directRows) return fmt::format("dst({}, {}*16), {}", row, panel, ks.directRows);
     return fmt::format("{}[0], {}", width == 32 ? "out" : "out16", width);
+  };
+  auto finishTile = [&](const std::string& in, int64_t width) -> std::string {
+    if (ks.directRows) return "";
+    const std::string acc = width == 32 ? "out[t]" : "out16[t]";
+    return in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", acc, width) + in + "  }\n";
   };
   // The unit's quad of rows as one tile, from the panels at `w`.
   auto quadTiles = [&](const std::string& w, const std::string& in) {
@@ -415,13 +421,13 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
       t += in + "if (r + 4 <= rows && jEnd == j + 2) {\n";
       t += fmt::format("{}  pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, {}{});\n", in, K, w,
                        tile("r", "j", 32), scaleArg(index, "j"));
-      if (!ks.directRows) t += in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out[t]", 32) + in + "  }\n";
+      t += finishTile(in, 32);
       t += in + "  continue;\n" + in + "}\n";
     }
     t += in + "if (r + 4 <= rows) {\n";
     t += fmt::format("{}  pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, {}{});\n", in, K, w,
                      tile("r", "j", 16), scaleArg(index, "j"));
-    if (!ks.directRows) t += in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out16[t]", 16) + in + "  }\n";
+    t += finishTile(in, 16);
     t += in + "  continue;\n" + in + "}\n";
     return t;
   };
