@@ -129,7 +129,7 @@ PC_INLINE f32x16 splat16(float x) { return f32x16{x, x, x, x, x, x, x, x, x, x, 
 // p[0], p[2], ..., p[14] in the order 0 2 8 10 4 6 12 14 (one in-lane shuffle of two loads; the
 // values' natural order would cost a lane-crossing permute per tap), evenOrder puts a vector
 // of that order back into the natural one, once for the sum of all taps (adds lane by lane do
-// not care where a lane sits).
+// not care where a lane sits). The masks are codegen's kEvenLanes and kEvenOrder (schedule.h).
 PC_INLINE f32x8 evenLanes(const float* p) {
   return __builtin_shufflevector(load8(p), load8(p + 8), 0, 2, 8, 10, 4, 6, 12, 14);
 }

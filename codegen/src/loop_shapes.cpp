@@ -50,8 +50,8 @@ RowPoolGeometry rowPoolGeometry(const KernelProgram& p, const Kernel& k) {
   if (n.isOp(Op::MaxPool) && g.chunks) {
     // Column stride 2: the outputs in the lane order 0 1 4 5 2 3 6 7 (RowPoolGeometry::evenOrder).
     g.evenOrder = g.strides[1] == 2 && g.dilations[1] == 1;
-    constexpr std::array<int64_t, 8> kNatural = {0, 1, 2, 3, 4, 5, 6, 7}, kEven = {0, 1, 4, 5, 2, 3, 6, 7};
-    const std::array<int64_t, 8>& order = g.evenOrder ? kEven : kNatural;
+    constexpr std::array<int, 8> kNatural = {0, 1, 2, 3, 4, 5, 6, 7};
+    const std::array<int, 8>& order = g.evenOrder ? kEvenOrder : kNatural;
     for (int64_t o = 0; o < (g.OW + 7) / 8 && (o == 0 || !g.window.empty()); ++o) {
       g.window.emplace_back();
       for (int64_t kw = 0; kw < g.kernel[1]; ++kw) {

@@ -164,6 +164,13 @@ std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k
 // A Form::MaxPoolRows or AvgPoolRows kernel's geometry: window, strides, dilations and pads of
 // its two spatial axes, its sizes, and the padded input row both emitters hold on the stack for
 // a max pool (input columns -padL .. span - padL - 1).
+// The even-lanes order of the stride-2 pools (evenColumnPool, RowPoolGeometry::evenOrder): a
+// stride-2 tap's 8 inputs are lanes kEvenLanes of 16 loaded (a shuffle within 128-bit lanes),
+// which hold outputs kEvenOrder of the 8; the same mask puts such a vector back in order (it is
+// its own inverse). The C++ prelude's pc::evenLanes and pc::evenOrder are these masks.
+inline constexpr std::array<int, 8> kEvenLanes = {0, 2, 8, 10, 4, 6, 12, 14};
+inline constexpr std::array<int, 8> kEvenOrder = {0, 1, 4, 5, 2, 3, 6, 7};
+
 struct RowPoolGeometry {
   std::vector<int64_t> kernel, strides, dilations, pads;
   int64_t C = 0, OH = 0, OW = 0, H = 0, W = 0, padL = 0, span = 0;

@@ -221,7 +221,7 @@ std::string Emitter::emitPool(const Kernel& k) const {
   const bool inside = ks.windowInside;
   std::vector<std::string> vars = axisVars("i", k.domain.size());
   // KernelSchedule::vectorEpilogue (evenColumnPool): the output rows 8 columns at a time.
-  const std::optional<std::string> vec = inside && ks.vectorEpilogue ? vectorEpilogue(k, vars, "i3", 8) : std::nullopt;
+  const std::optional<std::string> vec = ks.vectorEpilogue ? vectorEpilogue(k, vars, "i3", 8) : std::nullopt;
   std::string indent;
   std::string s = openTemplate(k, accType(k), vars, indent, vec ? 3 : k.domain.size());
   std::vector<std::string> xIdx = {vars[0], vars[1]};

@@ -218,9 +218,6 @@ void Emitter::emitPool(const Kernel& k) {
   // KernelSchedule::windowInside: fixed window loops, no bounds checks.
   const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
   const bool inside = ks.windowInside;
-  // Inside, the outputs along the last axis are vectorised (strided loads); unrolled whole first
-  // (a row of 10), they stayed scalar.
-  if (inside && axis != static_cast<int>(k.domain.size()) - 1) rolledAxis_ = static_cast<int>(k.domain.size()) - 1;
   // One output, at vars.
   auto one = [&](const std::vector<Value*>& vars) {
     llvm::AllocaInst* acc = local(f32_, "acc");
@@ -291,16 +288,18 @@ void Emitter::emitPool(const Kernel& k) {
     tag(since, &n);
     emitBody(k.body, vars, convert(r, DType::F32, t));
   };
-  if (!(inside && ks.vectorEpilogue)) {
+  if (!ks.vectorEpilogue) {
+    // Inside, the outputs along the last axis are vectorised (strided loads); unrolled whole
+    // first (a row of 10), they stayed scalar.
+    if (inside && axis != static_cast<int>(k.domain.size()) - 1) rolledAxis_ = static_cast<int>(k.domain.size()) - 1;
     domainLoops(k.domain, axis, one);
     rolledAxis_ = -1;
     return;
   }
   // KernelSchedule::vectorEpilogue (evenColumnPool): as the C++ printer's pc::evenLanes, 8 outputs
-  // at a time, each window tap's 8 inputs the even lanes of 16 loaded in the order
-  // 0 2 8 10 4 6 12 14 (an in-lane shuffle), added in the scalar loop's order, put back in order
-  // once; the rest of the row one by one.
-  rolledAxis_ = -1;
+  // at a time, each window tap's 8 inputs the even lanes of 16 loaded in the order kEvenLanes (an
+  // in-lane shuffle), added in the scalar loop's order, put back in order once; the rest of the
+  // row one by one.
   const int64_t OW = k.domain[3].value(), whole = OW / 8 * 8;
   llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
   domainLoops(k.domain, axis, [&](const std::vector<Value*>& outer) {
@@ -314,7 +313,7 @@ void Emitter::emitPool(const Kernel& k) {
           Value* at = elemPtr(X.id, {outer[0], outer[1], row, b_.CreateAdd(b_.CreateMul(i3, c64(2)), c64(k1))});
           llvm::Instruction* x = b_.CreateAlignedLoad(v16, at, llvm::Align(4), escape::printable(X.name));
           restrictAccess(x, X.id);
-          sum = b_.CreateFAdd(sum, b_.CreateShuffleVector(x, {0, 2, 8, 10, 4, 6, 12, 14}));
+          sum = b_.CreateFAdd(sum, b_.CreateShuffleVector(x, kEvenLanes));
         }
       }
       Value* v = b_.CreateShuffleVector(sum, {0, 1, 4, 5, 2, 3, 6, 7});
@@ -442,7 +441,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
             if (flags) nw = b_.CreateOr(nw, lanes(taps[kw], ns, b8, noNan));
           }
           Value* r = flags ? b_.CreateSelect(b_.CreateICmpNE(nw, noNan), nan8, w, escape::printable(n.name())) : w;
-          if (g.evenOrder) r = b_.CreateShuffleVector(r, {0, 1, 4, 5, 2, 3, 6, 7});  // RowPoolGeometry::evenOrder
+          if (g.evenOrder) r = b_.CreateShuffleVector(r, kEvenOrder);  // RowPoolGeometry::evenOrder
           tag(since, &n);
           if (vec) {
             emitBody(k.body, {i0, i1, i2, c64(8 * static_cast<int64_t>(o))}, r, 8);  // KernelSchedule::vectorEpilogue
