@@ -1198,10 +1198,11 @@ template <class T> PC_INLINE T inf() { return std::numeric_limits<T>::infinity()
 template <class T> PC_INLINE T nan() { return std::numeric_limits<T>::quiet_NaN(); }
 
 // NaN-propagating min and max (ONNX: max(NaN, x) = NaN).
-// The first NaN, else the larger (smaller); ties keep a. Selects, so that loops of them vectorise.
+// The first NaN, else the larger (smaller); ties keep a. Selects, so that loops of them vectorise;
+// b's NaN folded into the comparison's select (as LLVM does: one select fewer a vector).
 template <class T> PC_INLINE T maxNaN(T a, T b) {
-  const T m = a < b ? b : a;
-  return a != a ? a : (b != b ? b : m);
+  const T m = (a < b) | (b != b) ? b : a;
+  return a != a ? a : m;
 }
 // maxNaN for a running maximum: branches, which a scan predicts (the maximum rarely changes),
 // where selects would put the comparison on the loop's dependency chain (measured 3x slower).
@@ -1231,6 +1232,14 @@ template <class V> PC_INLINE V maxps(V a, V b) {
 #endif
   return a > b ? a : b;
 }
+// The lanes of two 16-lane vectors where cmpps's predicate Pred holds (0: equal, 3: unordered) as
+// bits: one compare into a mask register under AVX-512, where GCC turned a vector compare's
+// result into bits lane by lane (argmax over 1024 took 5x LLVM's time there).
+#if defined(__AVX512F__) && !defined(__clang__)
+template <int Pred> PC_INLINE uint32_t laneBits16(f32x16 a, f32x16 b) {
+  return __builtin_ia32_cmpps512_mask(a, b, Pred, static_cast<unsigned short>(0xffff), 4);  // _MM_FROUND_CUR_DIRECTION
+}
+#endif
 // The maximum of f(0), ..., f(n - 1) for f32 values (-inf when n is 0): sixteen running maxima as
 // selects on vectors (maxps), a NaN mask beside them, the lanes through maxSel, then the tail
 // (a short row) through maxSel. A running
@@ -1246,7 +1255,13 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   typedef f32x8 MV;
 #endif
   constexpr int W = sizeof(MV) / sizeof(float);
+#if defined(__AVX512F__) && !defined(__clang__)
+  using MI = uint32_t;  // NaN lanes as bits (laneBits16)
+  auto nans = [](MV v) { return laneBits16<3>(v, v); };
+#else
   using MI = decltype(MV{} < MV{});
+  auto nans = [](MV v) { return v != v; };
+#endif
   MV m0 = splatv(MV{}, -inf<float>()), m1 = m0;
   MI nan0 = {};
   // Sixteen values into m0 (W = 16) or m0 and m1 (W = 8), their NaN lanes into n0.
@@ -1254,14 +1269,16 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
     MV v;
     for (int l = 0; l < W; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
     a0 = maxps(v, a0);
-    if constexpr (W == 8) {
-      MV u;
-      for (int l = 0; l < W; ++l) u[l] = f(i + W + l);
-      a1 = maxps(u, a1);
-      n0 |= eitherNaN(v, u);  // one compare for both (as LLVM does): the flags were a third of the work
-    } else {
-      n0 |= v != v;
-    }
+#if defined(__AVX512F__)
+    (void)a1;
+    n0 |= nans(v);
+#else
+    MV u;
+    for (int l = 0; l < W; ++l) u[l] = f(i + W + l);
+    a1 = maxps(u, a1);
+    n0 |= eitherNaN(v, u);  // one compare for both (as LLVM does): the flags were a third of the work
+    (void)nans;
+#endif
   };
   int64_t i = 0;
   if (n >= 32) {
@@ -1285,17 +1302,24 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   if (i > 0) {
     // The lanes' maximum (any order gives the same value: equal non-zero values are one value, a
     // zero maximum is looked up below, a NaN is flagged apart).
-    if constexpr (W == 8) m0 = maxps(m1, m0);
-#if defined(__AVX__) && !defined(__AVX512F__) && !defined(__clang__)
+#if defined(__AVX__) && !defined(__clang__)
     // By halving the vector (no lane holds a NaN: maxps keeps the running maximum over one), and
-    // the NaN flags by one movemask, where the eight lanes went one at a time through maxSel.
+    // the NaN flags by one movemask (or the mask's bits), where the lanes went one at a time
+    // through maxSel.
+#if defined(__AVX512F__)
+    const f32x8 m8 = maxps(lo8(m0), hi8(m0));
+    anyNan = nan0 != 0;
+#else
+    const f32x8 m8 = maxps(m1, m0);
+    anyNan = __builtin_ia32_movmskps256(reinterpret_cast<f32x8>(nan0)) != 0;
+#endif
     typedef float f32x4 __attribute__((vector_size(16)));
-    f32x4 h = __builtin_ia32_maxps(__builtin_shufflevector(m0, m0, 0, 1, 2, 3), __builtin_shufflevector(m0, m0, 4, 5, 6, 7));
+    f32x4 h = __builtin_ia32_maxps(__builtin_shufflevector(m8, m8, 0, 1, 2, 3), __builtin_shufflevector(m8, m8, 4, 5, 6, 7));
     h = __builtin_ia32_maxps(h, __builtin_shufflevector(h, h, 2, 3, 0, 1));
     h = __builtin_ia32_maxps(h, __builtin_shufflevector(h, h, 1, 0, 3, 2));
     r = h[0];
-    anyNan = __builtin_ia32_movmskps256(reinterpret_cast<f32x8>(nan0)) != 0;
 #else
+    if constexpr (W == 8) m0 = maxps(m1, m0);
     for (int l = 0; l < W; ++l) {
       r = maxSel(m0[l], r);
       anyNan |= nan0[l];
@@ -1322,10 +1346,14 @@ template <class F> PC_INLINE uint32_t equalBits16(int64_t i, float m, F f) {
 #if defined(__AVX512F__)
   f32x16 v;
   for (int l = 0; l < 16; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
+#if !defined(__clang__)
+  return laneBits16<0>(v, splatv(f32x16{}, m));  // _CMP_EQ_OQ
+#else
   const auto eq = v == splatv(f32x16{}, m);
   uint32_t bits = 0;
   for (int l = 0; l < 16; ++l) bits |= static_cast<uint32_t>(eq[l] & 1) << l;
   return bits;
+#endif
 #else
   f32x8 v0, v1;
   for (int l = 0; l < 8; ++l) v0[l] = f(i + l), v1[l] = f(i + 8 + l);
@@ -1552,8 +1580,8 @@ template <int N, class FA, class FB> PC_INLINE void matmulRow(int64_t K, FA a, F
   std::memcpy(acc, v, sizeof v);
 }
 template <class T> PC_INLINE T minNaN(T a, T b) {
-  const T m = b < a ? b : a;
-  return a != a ? a : (b != b ? b : m);
+  const T m = (b < a) | (b != b) ? b : a;
+  return a != a ? a : m;
 }
 
 // ---- f32 exp / tanh / sigmoid from Cephes polynomials (exp within 1.5e-6 relative, tanh within

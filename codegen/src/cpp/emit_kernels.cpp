@@ -577,17 +577,19 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       };
       std::string y = fmt::format("double y = ({} - mean) * invStd * {};", x, paramAt(k.anchorInputs[1]));
       if (k.anchorInputs.size() > 2) y += fmt::format(" y += {};", paramAt(k.anchorInputs[2]));
-      if (normRow && cols % 4 == 0 && !mathHeavy(k)) {
-        // Blocks of 4 values, the block's loop kept scalar: GCC then converts 4 floats to a
-        // vector of doubles and back, as LLVM does. Vectorising the row's loop 8 floats at a
-        // time, it split and joined halves (extracts and inserts): layer_norm 1.3x slower. Not
-        // under a transcendental epilogue (a tanh), which the row's vector loop computes 8 at a
-        // time and blocks of 4 did not (1.6x slower).
+      // One vector of doubles of the target's width a block: 4 (AVX2), 8 (AVX-512).
+      const int64_t block = narrowVectorTarget(o_.target) ? 4 : 8;
+      if (normRow && cols % block == 0 && !mathHeavy(k)) {
+        // Blocks of values, the block's loop kept scalar: GCC then converts a block's floats to
+        // a vector of doubles and back, as LLVM does. Vectorising the row's loop 8 floats at a
+        // time on AVX2, it split and joined halves (extracts and inserts): layer_norm 1.3x slower.
+        // Not under a transcendental epilogue (a tanh), which the row's vector loop computes 8 at
+        // a time and blocks of 4 did not (1.6x slower).
         const std::string v = vars[reduced[0]];
-        s += fmt::format("{}for (int64_t {}b = 0; {}b < {}; {}b += 4) {{\n{}  __asm__ volatile(\"\");\n", indent, v, v, cols, v, indent);
-        s += fmt::format("{}  {} o[4];\n", indent, OT);
-        s += fmt::format("{}  for (int64_t l = 0; l < 4; ++l) {{ const int64_t {} = {}b + l; {} o[l] = static_cast<{}>(y); }}\n", indent, v, v, y, OT);
-        s += fmt::format("{}  for (int64_t l = 0; l < 4; ++l) {{ const int64_t {} = {}b + l; {} }}\n{}}}\n", indent, v, v,
+        s += fmt::format("{}for (int64_t {}b = 0; {}b < {}; {}b += {}) {{\n{}  __asm__ volatile(\"\");\n", indent, v, v, cols, v, block, indent);
+        s += fmt::format("{}  {} o[{}];\n", indent, OT, block);
+        s += fmt::format("{}  for (int64_t l = 0; l < {}; ++l) {{ const int64_t {} = {}b + l; {} o[l] = static_cast<{}>(y); }}\n", indent, block, v, v, y, OT);
+        s += fmt::format("{}  for (int64_t l = 0; l < {}; ++l) {{ const int64_t {} = {}b + l; {} }}\n{}}}\n", indent, block, v, v,
                          callEpilogue(vars, "o[l]"), indent);
       } else {
         s += innerLoops(fmt::format("{{ {} {} }}", y, callEpilogue(vars, fmt::format("static_cast<{}>(y)", OT))));

@@ -617,7 +617,7 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   if (options.keepUnoptimizedIr) impl->unoptimized = printModule(m, true);
   auto emitted = std::chrono::steady_clock::now();
   impl->emitSeconds = std::chrono::duration<double>(emitted - start).count();
-  llvmbe::optimizeModule(m, *machine);
+  llvmbe::optimizeModule(m, *machine, impl->target);
   impl->optimizeSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - emitted).count();
   return LlvmModule(std::move(impl));
 }

@@ -28,8 +28,8 @@ namespace llvmbe {
 
 // The target machine for a resolved target (PIC, O3 code generation).
 std::unique_ptr<llvm::TargetMachine> createTargetMachine(const LlvmTarget& target);
-// The new pass manager's O3 pipeline for the target machine.
-void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine);
+// The new pass manager's O3 pipeline for the target machine (`target`, the resolved one it was made for).
+void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine, const LlvmTarget& target);
 
 // Symbols of the run-time support (support.cpp) the emitted IR calls.
 constexpr const char* kParallelFor = "policyc_rt_parallel_for";

@@ -173,12 +173,16 @@ std::unique_ptr<llvm::TargetMachine> createTargetMachine(const LlvmTarget& t) {
   return tm;
 }
 
-void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine) {
+void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine, const LlvmTarget& target) {
   // Every function carries the CPU and features, so any code generator (the JIT's too) honours them.
   for (llvm::Function& f : module) {
     if (f.isDeclaration()) continue;
     f.addFnAttr("target-cpu", machine.getTargetCPU());
     if (!machine.getTargetFeatureString().empty()) f.addFnAttr("target-features", machine.getTargetFeatureString());
+    // With AVX-512 the loops LLVM vectorises itself take 16 floats a vector, as the emitter's own
+    // vectors and the C++ backend's (marchFlags): its tuning for Intel's AVX-512 CPUs prefers 256
+    // bits (a pointwise exp at batch 64 then took 1.5x the C++ backend's time on Sapphire Rapids).
+    if (target.avx512) f.addFnAttr("prefer-vector-width", "512");
   }
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
