@@ -772,6 +772,7 @@ std::optional<KernelSchedule::PaddedImage> paddedImage(const KernelProgram& p, c
 Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const ScheduleOptions& o) {
   Schedule s;
   s.cName = escape::cIdentifier(o.name.empty() ? p.name : o.name, 64);
+  s.maskRegisters = !o.narrowVectors;
   if (reservedCName(s.cName)) s.cName = "m_" + s.cName;  // pc_run, policyc_model_descriptor, int_run ... stay distinct
 
   // The typed wrappers' parameters (inputs, then outputs): unique even in upper case (the

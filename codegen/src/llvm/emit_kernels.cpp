@@ -607,9 +607,11 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
     auto* vt = llvm::FixedVectorType::get(f32_, kLanes);
     // NaN lanes as all-ones i32 lanes (pc::maxOf's mask vectors): kept as i1 lanes, each step's
     // compares were packed to bytes before the or (five more instructions a step). One unordered
-    // compare of a step's two halves flags both (pc::eitherNaN).
+    // compare of a step's two halves flags both (pc::eitherNaN). With mask registers
+    // (Schedule::maskRegisters) i1 lanes, one compare of the step's vector with itself.
     constexpr unsigned half = kLanes / 2;
-    auto* mt = llvm::FixedVectorType::get(i32_, half);
+    const bool maskRegs = s_.maskRegisters;
+    auto* mt = maskRegs ? llvm::FixedVectorType::get(i1_, kLanes) : llvm::FixedVectorType::get(i32_, half);
     std::vector<int> loLanes(half), hiLanes(half);
     for (unsigned l = 0; l < half; ++l) loLanes[l] = static_cast<int>(l), hiLanes[l] = static_cast<int>(half + l);
     llvm::AllocaInst* lanes = local(vt, "lanes");
@@ -622,8 +624,9 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
       Value* v = llvm::PoisonValue::get(vt);
       for (unsigned l = 0; l < kLanes; ++l) v = b_.CreateInsertElement(v, f(b_.CreateAdd(base, c64(l))), l);
       b_.CreateStore(maxSel(v, b_.CreateLoad(vt, into)), into);
-      Value* either = b_.CreateFCmpUNO(b_.CreateShuffleVector(v, loLanes), b_.CreateShuffleVector(v, hiLanes));
-      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nans), b_.CreateSExt(either, mt)), nans);
+      Value* flags = maskRegs ? b_.CreateFCmpUNO(v, v)
+                              : b_.CreateSExt(b_.CreateFCmpUNO(b_.CreateShuffleVector(v, loLanes), b_.CreateShuffleVector(v, hiLanes)), mt);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(mt, nans), flags), nans);
     };
     int64_t done = 0;
     if (n >= 2 * kLanes) {
@@ -646,7 +649,8 @@ Value* Emitter::maxOf(int64_t n, const std::function<Value*(Value*)>& f) {
     // The lanes' maximum, as pc::maxOf (no lane holds a NaN; any order gives the same value, a
     // zero maximum is looked up below).
     b_.CreateStore(laneMax(b_.CreateLoad(vt, lanes)), top);
-    b_.CreateStore(b_.CreateICmpNE(b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes)), b_.getInt32(0)), bad);
+    Value* anyNan = b_.CreateOrReduce(b_.CreateLoad(mt, nanLanes));
+    b_.CreateStore(maskRegs ? anyNan : b_.CreateICmpNE(anyNan, b_.getInt32(0)), bad);
   }
   forRange(c64(whole), c64(n), "t", [&](Value* i) {
     Value* v = f(i);
