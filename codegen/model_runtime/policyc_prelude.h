@@ -1609,12 +1609,10 @@ template <class T> PC_INLINE T minNaN(T a, T b) {
 // ---- f32 exp / tanh / sigmoid from Cephes polynomials (exp within 1.5e-6 relative, tanh within
 // 7e-8 absolute): arithmetic and selects, no libm calls. NaN propagates; overflow gives inf.
 PC_INLINE float exp(float x) {
-  // The LLVM backend's exp (Builder::exp) and expv on one lane, operation for operation: the
-  // argument clamped to [-87.3365, 88.7228], 2^n as two factors (n reaches 128 near the top).
-  // (It took x - ln 2 and a factor 2 above 87 before: eight more instructions a vector.)
-  const float x0 = x != x ? 0.0f : x;  // a defined conversion to int below
-  float c = x0 < -87.3365f ? -87.3365f : x0;
-  c = c > 88.7228f ? 88.7228f : c;
+  // Above 87, exp(x) = 2 exp(x - ln 2) keeps the exponent of 2^n below 128.
+  const bool hi = x > 87.0f;
+  const float xs = hi ? x - 0.693147180559945f : x;
+  const float c = xs < -87.3365f ? -87.3365f : (xs > 88.05f ? 88.05f : xs);
   // Generated code is built with -fno-trapping-math, under which GCC vectorises floor (and not a
   // floor through an int conversion after the clamp above).
   const float fx = __builtin_floorf(c * 1.44269504088896341f + 0.5f);
@@ -1628,8 +1626,9 @@ PC_INLINE float exp(float x) {
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * z + r + 1.0f;
-  const int32_t n = static_cast<int32_t>(fx), n1 = n >> 1;
-  float e = y * __builtin_bit_cast(float, (n1 + 127) << 23) * __builtin_bit_cast(float, (n - n1 + 127) << 23);
+  const int32_t bits = (static_cast<int32_t>(fx) + 127) << 23;
+  float e = y * __builtin_bit_cast(float, bits);
+  e = hi ? e * 2.0f : e;
   e = x > 88.7228f ? std::numeric_limits<float>::infinity() : e;
   e = x < -103.972f ? 0.0f : e;
   return x != x ? x : e;

@@ -183,12 +183,6 @@ void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine, const Ll
     // vectors and the C++ backend's (marchFlags): its tuning for Intel's AVX-512 CPUs prefers 256
     // bits (a pointwise exp at batch 64 then took 1.5x the C++ backend's time on Sapphire Rapids).
     if (target.avx512) f.addFnAttr("prefer-vector-width", "512");
-    // No loops turned into calls of memset or memcpy (the C++ backend's
-    // -fno-tree-loop-distribute-patterns): the rows a kernel fills or copies are short, and a
-    // linear layer's 15 outputs a row went through four calls of memcpy a tile (1.36x the C++
-    // backend's time for IMPALA's policy head).
-    f.addFnAttr("no-builtin-memcpy");
-    f.addFnAttr("no-builtin-memset");
   }
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
