@@ -1740,6 +1740,49 @@ PC_INLINE V expFull(V x) {
   e = x < -103.972f ? V{} : e;
   return x != x ? x : e;
 }
+// Value j of eight rows, f(0, j), ..., f(7, j), as one vector (softmaxRows8).
+template <class F, int... R> PC_INLINE f32x8 acrossRows8(F f, int64_t j, std::integer_sequence<int, R...>) {
+  return f32x8{f(R, j)...};
+}
+// A softmax over eight short rows of N values (KernelSchedule::kShortRow) at once, a row a
+// vector lane: lane by lane the operations of one row's pc::maxShort, pc::expFull, pc::sumOf
+// and division, so the same bits (a zero maximum's sign, which maxShort looks up, changes no
+// exp). f(r, j) is value j of row r of the eight, out(r, j, y) takes its result. One row at a
+// time, the sum and the divisions were scalar: a softmax over rows of 8 at batch 64 took 2.2x
+// the LLVM backend's time, whose vectoriser takes eight rows at a time the same way.
+template <int N, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
+  static_assert(0 < N && N <= 16, "a short row");
+  typedef double f64x4 __attribute__((vector_size(32)));
+  typedef float f32x4 __attribute__((vector_size(16)));
+  f32x8 v[N];
+  for (int j = 0; j < N; ++j) v[j] = acrossRows8(f, j, std::make_integer_sequence<int, 8>{});
+  f32x8 m = splat8(-inf<float>());
+  i32x8 nans = {};
+  for (int j = 0; j < N; ++j) {
+    m = maxps(v[j], m);
+    nans |= v[j] != v[j];
+  }
+  m = nans != 0 ? splat8(pc::nan<float>()) : m;
+  f32x8 e[N];
+  for (int j = 0; j < N; ++j) e[j] = expFull(v[j] - m);
+  alignas(32) float y[N][8];
+  for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3 in double
+    auto wide = [&](int j) -> f64x4 {
+      const f32x4 x = h ? __builtin_shufflevector(e[j], e[j], 4, 5, 6, 7) : __builtin_shufflevector(e[j], e[j], 0, 1, 2, 3);
+      return __builtin_convertvector(x, f64x4);
+    };
+    f64x4 q[8];
+    for (int l = 0; l < 8; ++l) q[l] = (l < N ? wide(l) : f64x4{}) + (l + 8 < N ? wide(l + 8) : f64x4{});
+    const f64x4 sum = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+    for (int j = 0; j < N; ++j) {
+      const f32x4 r = __builtin_convertvector(wide(j) / sum, f32x4);
+      std::memcpy(&y[j][4 * h], &r, sizeof r);
+    }
+  }
+  for (int r = 0; r < 8; ++r) {
+    for (int j = 0; j < N; ++j) out(r, j, y[j][r]);
+  }
+}
 template <class V>
 PC_INLINE V tanhv(V x) {
   const V a = x < 0.0f ? -x : x;

@@ -1275,6 +1275,61 @@ TEST_CASE("llvm and cpp backends: softmax with kept and recomputed exps match th
   CHECK(source.find(" e[4100]") == std::string::npos);
 }
 
+// Softmax over short rows (at most KernelSchedule::kShortRow) along the last axis: the C++
+// printer takes eight rows at a time, a row a vector lane (pc::softmaxRows8), the rows past the
+// last eight one by one; rows of 8 (a categorical head), rows of 5 three to a batch row (rows
+// crossing batch rows), rows of 4 after a fused prologue. A log_softmax and a softmax over rows
+// of 37 stay one row at a time. Random rows at several batch sizes (tails of 0 to 7 rows), then
+// rows with a NaN, all -inf, +inf, equal values and signed zeros inside one block of eight: both
+// backends, 1 and 2 threads, bit for bit, and as the interpreter.
+TEST_CASE("llvm and cpp backends: softmax over short rows eight rows at a time agrees bit for bit", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph sm8(%x: f32[batch,8], %y: f32[batch,3,5], %z: f32[batch,2,4], %w: f32[batch,37]) {
+  %a = softmax(%x) {axis=-1} : f32[batch,8]
+  %b = softmax(%y) {axis=-1} : f32[batch,3,5]
+  %q = mul(%z, %z) : f32[batch,2,4]
+  %c = softmax(%q) {axis=2} : f32[batch,2,4]
+  %l = log_softmax(%x) {axis=-1} : f32[batch,8]
+  %d = softmax(%w) {axis=-1} : f32[batch,37]
+  return (a=%a, b=%b, c=%c, l=%l, d=%d)
+})");
+  passes::runPipeline(*graph);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
+  CHECK(occurrences(generated.source, "pc::softmaxRows8<") == 3);
+  CHECK(occurrences(generated.source, "pc::softmaxRows8<8>(") == 1);
+  CHECK(occurrences(generated.source, "pc::softmaxRows8<5>([&](int64_t r, int64_t j) { const int64_t i0 = (rb + r) / 3, i1 = (rb + r) / 1 % 3, i2 = j;") == 1);
+  checkGeneratedBitwise(*graph, generated, "softmax_rows8", {1, 7, 8, 13, 64}, 41, 1e-6);
+
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto rows = ir::parseGraph(R"(graph sm8x(%x: f32[batch,8]) {
+  %a = softmax(%x) {axis=-1} : f32[batch,8]
+  return (a=%a)
+})");
+  passes::runPipeline(*rows);
+  std::vector<float> x(11 * 8);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f * static_cast<float>((i * 5) % 11) - 1.0f;
+  x[1 * 8 + 3] = nan;
+  for (int j = 0; j < 8; ++j) x[2 * 8 + j] = -inf, x[4 * 8 + j] = 3.0f, x[5 * 8 + j] = j % 2 ? -0.0f : 0.0f;
+  x[3 * 8 + 6] = inf;
+  x[9 * 8 + 0] = nan;  // in the rows past the last eight
+  std::vector<ir::Tensor> inputs = {ir::Tensor::fromVector(ir::DType::F32, {11, 8}, x)};
+  std::vector<ir::Tensor> want = ir::interpret(*rows, inputs);
+  const fs::path so = scratch() / "softmax_rows8_special.so";
+  codegen::buildSharedObject(splitCpp(*rows), so.string(), {});
+  runtime::Model cppModel = runtime::Model::load(so.string());
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), c2 = driver::runModel(cppModel, inputs, 2);
+  std::vector<ir::Tensor> l1 = driver::runModel(jitModel(*rows, llvm), inputs, 1);
+  CHECK(driver::compareTensors("", c1[0], want[0], 1e-6, 1e-6).pass);
+  CHECK(std::memcmp(c1[0].bytes(), c2[0].bytes(), c1[0].nbytes()) == 0);
+  CHECK(std::memcmp(c1[0].bytes(), l1[0].bytes(), c1[0].nbytes()) == 0);
+  for (int j = 0; j < 8; ++j) {
+    CHECK(std::isnan(c1[0].data<float>()[1 * 8 + j]));
+    CHECK(c1[0].data<float>()[4 * 8 + j] == 0.125f);
+    CHECK(c1[0].data<float>()[5 * 8 + j] == 0.125f);
+  }
+}
+
 // A model without a batch dim (a static leading dim, as old exports have): every image of the
 // packed conv, the max pool by rows and the average pool is computed, not the first batch-row's
 // worth (their thread units once counted images from the run's batch, 1 here).

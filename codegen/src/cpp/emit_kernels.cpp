@@ -531,7 +531,43 @@ std::string Emitter::emitReduction(const Kernel& k) const {
     }
     std::string indent = "  ";
     const int splitAt = split_->axis;
-    for (size_t d : outer) s += loopHeader(vars[d], dimStr(k.domain[d]), static_cast<int>(d) == splitAt, indent);
+    const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+    // A softmax over short rows (KernelSchedule::kShortRow) along the last axis, its rows split
+    // between threads by the first: eight rows at a time, a row a vector lane (pc::softmaxRows8;
+    // the same bits as one row at a time, below, which takes the rows past the last eight).
+    // `across`: the rows an index of the first axis holds.
+    int64_t across = 0;
+    if (n.isOp(Op::Softmax) && ks.f32Exps && ks.keptExps <= KernelSchedule::kShortRow && reduced.size() == 1 && reduced[0] + 1 == r &&
+        !outer.empty() && outer[0] == 0 && splitAt == 0) {
+      across = 1;
+      for (size_t i = 1; i < outer.size() && across; ++i) across = k.domain[outer[i]].isStatic() ? across * k.domain[outer[i]].value() : 0;
+    }
+    // The outer axes' indices of row `q` (rows in the loops' order), and the reduced one `j`.
+    auto rowIndices = [&](const std::string& q, const std::string& j) {
+      std::string t = fmt::format("const int64_t {} = {} / {}", vars[0], q, across);
+      int64_t inner = across;
+      for (size_t i = 1; i < outer.size(); ++i) {
+        inner /= k.domain[outer[i]].value();
+        t += fmt::format(", {} = {} / {} % {}", vars[outer[i]], q, inner, k.domain[outer[i]].value());
+      }
+      return t + fmt::format(", {} = {};", vars[reduced[0]], j);
+    };
+    if (across) {
+      s += fmt::format("{}int64_t rb = lo * {};\n{}for (; rb + 8 <= hi * {}; rb += 8) {{\n", indent, across, indent, across);
+      s += fmt::format("{}  pc::softmaxRows8<{}>([&](int64_t r, int64_t j) {{ {} return static_cast<float>({}); }},\n", indent, ks.keptExps,
+                       rowIndices("(rb + r)", "j"), operandCall(vars));
+      s += fmt::format("{}      [&](int64_t r, int64_t j, float y) {{ {} {} }});\n{}}}\n", indent, rowIndices("(rb + r)", "j"),
+                       callEpilogue(vars, fmt::format("static_cast<{}>(y)", OT)), indent);
+      // The rows left (fewer than eight), one at a time.
+      s += fmt::format("{}for (int64_t {} = rb / {}; {} < hi; ++{}) {{\n", indent, vars[0], across, vars[0], vars[0]);
+      indent += "  ";
+      for (size_t i = 1; i < outer.size(); ++i) s += loopHeader(vars[outer[i]], dimStr(k.domain[outer[i]]), false, indent);
+      std::string flat = vars[0];
+      for (size_t i = 1; i < outer.size(); ++i) flat = fmt::format("({}) * {} + {}", flat, k.domain[outer[i]].value(), vars[outer[i]]);
+      s += fmt::format("{}if ({} < rb) continue;\n", indent, flat);
+    } else {
+      for (size_t d : outer) s += loopHeader(vars[d], dimStr(k.domain[d]), static_cast<int>(d) == splitAt, indent);
+    }
     auto innerLoops = [&](const std::string& body) {
       std::string t;
       std::string ind = indent;
@@ -606,7 +642,6 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         s += innerLoops(fmt::format("maxValue = pc::maxNaNScan<double>(maxValue, {});", x));
       }
       // KernelSchedule::keptExps: the row's exps kept for the second pass.
-      const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
       const int64_t kept = ks.keptExps;
       if (kept && ks.f32Exps) {
         // KernelSchedule::f32Exps: the exps in f32 first, then their sum.
