@@ -1240,6 +1240,8 @@ template <int Pred> PC_INLINE uint32_t laneBits16(f32x16 a, f32x16 b) {
   return __builtin_ia32_cmpps512_mask(a, b, Pred, static_cast<unsigned short>(0xffff), 4);  // _MM_FROUND_CUR_DIRECTION
 }
 #endif
+// The index of the first (Last: the last) of f(0), ..., f(n - 1) equal to m, n if none (below).
+template <bool Last, class F> PC_INLINE int64_t findEqual(int64_t n, float m, F f);
 // The maximum of f(0), ..., f(n - 1) for f32 values (-inf when n is 0): sixteen running maxima as
 // selects on vectors (maxps), a NaN mask beside them, the lanes through maxSel, then the tail
 // (a short row) through maxSel. A running
@@ -1332,20 +1334,21 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
     anyNan |= v != v;
   }
   if (anyNan) return pc::nan<float>();
-  if (r == 0.0f) {
-    for (int64_t j = 0; j < n; ++j) {
-      const float v = f(j);
-      if (v == 0.0f) return v;
-    }
-  }
+  // The first zero, by the vector scan: a scalar loop here had GCC load f(0) ahead of it and then
+  // build an argmax scan's first vector lane by lane around that load.
+  if (r == 0.0f) return f(findEqual<false>(n, 0.0f, f));
   return r;
 }
 // Bit l set where f(i + l) == m, for l in [0, 16): the sixteen values compared as vectors of the
 // target's width, the masks gathered by movemask.
+template <class F, int... L> PC_INLINE f32x16 lanes16(int64_t i, F f, std::integer_sequence<int, L...>) {
+  return f32x16{f(i + L)...};
+}
 template <class F> PC_INLINE uint32_t equalBits16(int64_t i, float m, F f) {
 #if defined(__AVX512F__)
-  f32x16 v;
-  for (int l = 0; l < 16; ++l) v[l] = f(i + l);  // one vector load where f reads consecutive floats
+  // One vector load where f reads consecutive floats, built as one vector expression: lane by
+  // lane, GCC inserted the first step's sixteen values one at a time (masked broadcasts).
+  const f32x16 v = lanes16(i, f, std::make_integer_sequence<int, 16>{});
 #if !defined(__clang__)
   return laneBits16<0>(v, splatv(f32x16{}, m));  // _CMP_EQ_OQ
 #else
