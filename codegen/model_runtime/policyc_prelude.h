@@ -1248,6 +1248,34 @@ template <bool Last, class F> PC_INLINE int64_t findEqual(int64_t n, float m, F 
 // maximum through maxNaNScan is a branch per value, and GCC does not vectorise a select chain on
 // floats without -ffinite-math-only. Exactly the reference's value: NaN (the quiet one) when a
 // value is NaN, and for a zero maximum the first zero (its sign), found by a scalar pass then.
+// Whether any of the values a row maximum's steps saw is NaN (pc::maxOf): `add` flags one step's
+// vector, `merge` takes another set's flags.
+#if defined(__AVX512F__) && !defined(__clang__)
+// The lanes with no NaN so far as a mask, each step one compare masked by it (ordered: no NaN),
+// which stays in a mask register: moved to an integer register and or'ed there each step, the
+// flags cost two more instructions a step (reduce_max over 256 took 1.3x LLVM's time).
+struct NanFlags {
+  unsigned short ok = 0xffff;
+  __attribute__((always_inline)) void add(f32x16 v) { ok = __builtin_ia32_cmpps512_mask(v, v, 7, ok, 4); }  // _CMP_ORD_Q
+  __attribute__((always_inline)) void merge(NanFlags o) { ok &= o.ok; }
+  __attribute__((always_inline)) bool any() const { return ok != 0xffff; }
+};
+#else
+template <class V> struct NanFlags {
+  decltype(V{} < V{}) lanes = {};
+  __attribute__((always_inline)) void add(V v) { lanes |= v != v; }
+  __attribute__((always_inline)) void add(V v, V u) { lanes |= eitherNaN(v, u); }  // one compare for both (as LLVM does)
+  __attribute__((always_inline)) void merge(NanFlags o) { lanes |= o.lanes; }
+  __attribute__((always_inline)) bool any() const {
+#if defined(__AVX__) && !defined(__clang__)
+    if constexpr (sizeof(V) == sizeof(f32x8)) return __builtin_ia32_movmskps256(reinterpret_cast<f32x8>(lanes)) != 0;
+#endif
+    int32_t a = 0;
+    for (size_t l = 0; l < sizeof(V) / sizeof(float); ++l) a |= lanes[l];
+    return a != 0;
+  }
+};
+#endif
 template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   // The sixteen lanes as one vector of the target's width or two (GCC lowers a select or compare
   // on a vector wider than the target's lane by lane).
@@ -1258,14 +1286,12 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
 #endif
   constexpr int W = sizeof(MV) / sizeof(float);
 #if defined(__AVX512F__) && !defined(__clang__)
-  using MI = uint32_t;  // NaN lanes as bits (laneBits16)
-  auto nans = [](MV v) { return laneBits16<3>(v, v); };
+  using MI = NanFlags;
 #else
-  using MI = decltype(MV{} < MV{});
-  auto nans = [](MV v) { return v != v; };
+  using MI = NanFlags<MV>;
 #endif
   MV m0 = splatv(MV{}, -inf<float>()), m1 = m0;
-  MI nan0 = {};
+  MI nan0;
   // Sixteen values into m0 (W = 16) or m0 and m1 (W = 8), their NaN lanes into n0.
   auto step16 = [&](int64_t i, MV& a0, MV& a1, MI& n0) {
     MV v;
@@ -1273,13 +1299,12 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
     a0 = maxps(v, a0);
 #if defined(__AVX512F__)
     (void)a1;
-    n0 |= nans(v);
+    n0.add(v);
 #else
     MV u;
     for (int l = 0; l < W; ++l) u[l] = f(i + W + l);
     a1 = maxps(u, a1);
-    n0 |= eitherNaN(v, u);  // one compare for both (as LLVM does): the flags were a third of the work
-    (void)nans;
+    n0.add(v, u);  // the flags were a third of the work with a compare each
 #endif
   };
   int64_t i = 0;
@@ -1287,13 +1312,13 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
     // Thirty-two values a step into two sets of running maxima (as Emitter::maxOf): one
     // set's maxps is a chain of dependent instructions (3 cycles each), twice as slow over 1024.
     MV m2 = m0, m3 = m0;
-    MI nan2 = {};
+    MI nan2;
     for (; i + 32 <= n; i += 32) {
       step16(i, m0, m1, nan0);
       step16(i + 16, m2, m3, nan2);
     }
     m0 = maxps(m2, m0), m1 = maxps(m3, m1);
-    nan0 |= nan2;
+    nan0.merge(nan2);
   }
   if (i + 16 <= n) {
     step16(i, m0, m1, nan0);
@@ -1304,16 +1329,14 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   if (i > 0) {
     // The lanes' maximum (any order gives the same value: equal non-zero values are one value, a
     // zero maximum is looked up below, a NaN is flagged apart).
+    anyNan = nan0.any();
 #if defined(__AVX__) && !defined(__clang__)
-    // By halving the vector (no lane holds a NaN: maxps keeps the running maximum over one), and
-    // the NaN flags by one movemask (or the mask's bits), where the lanes went one at a time
-    // through maxSel.
+    // By halving the vector (no lane holds a NaN: maxps keeps the running maximum over one),
+    // where the lanes went one at a time through maxSel.
 #if defined(__AVX512F__)
     const f32x8 m8 = maxps(lo8(m0), hi8(m0));
-    anyNan = nan0 != 0;
 #else
     const f32x8 m8 = maxps(m1, m0);
-    anyNan = __builtin_ia32_movmskps256(reinterpret_cast<f32x8>(nan0)) != 0;
 #endif
     typedef float f32x4 __attribute__((vector_size(16)));
     f32x4 h = __builtin_ia32_maxps(__builtin_shufflevector(m8, m8, 0, 1, 2, 3), __builtin_shufflevector(m8, m8, 4, 5, 6, 7));
@@ -1322,10 +1345,7 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
     r = h[0];
 #else
     if constexpr (W == 8) m0 = maxps(m1, m0);
-    for (int l = 0; l < W; ++l) {
-      r = maxSel(m0[l], r);
-      anyNan |= nan0[l];
-    }
+    for (int l = 0; l < W; ++l) r = maxSel(m0[l], r);
 #endif
   }
   for (; i < n; ++i) {  // the tail, or a short row
@@ -1437,6 +1457,10 @@ template <int N, bool Last, class F> PC_INLINE int64_t argmaxShort(F f) {
 // two values a ns, the row's maximum before it at ten.
 template <bool Last, class F> PC_INLINE int64_t findEqual(int64_t n, float m, F f) {
   const int64_t whole = n / 16 * 16;
+  // The row read anew: GCC kept a value it had loaded before (the row's first, which the NaN
+  // and zero paths around the call read too) and built the scan's first vector around it lane
+  // by lane (30 instructions; an argmax over 64 took 1.45x LLVM's time).
+  __asm__ volatile("" : : : "memory");
   if constexpr (!Last) {
 #pragma GCC unroll 4
     for (int64_t i = 0; i < whole; i += 16) {
