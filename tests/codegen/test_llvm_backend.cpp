@@ -1008,17 +1008,23 @@ TEST_CASE("llvm and cpp backends: a constant pad by rows matches the interpreter
 // (Form::AvgPoolRows): the sums in registers, chunks of 16 columns (a and b: a partial chunk,
 // taps cut at both ends, count_include_pad, ceil_mode and asymmetric pads), or, past 256 columns,
 // in memory (c); a strided one does not (d: a window per output, 8 at a time in the C++ backend).
+// With the padding counted, a pool whose windows all lie inside the padded input divides by the
+// window's size as a constant (a); one whose last row of windows is clipped (e: ceil_mode) by
+// each window's clipped size.
 TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", "[llvm][cpp]") {
   auto graph = ir::parseGraph(R"(graph avg(%x: f32[batch,2,5,21], %w: f32[batch,1,2,260]) {
   %a = avg_pool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1} : f32[batch,2,5,21]
   %b = avg_pool(%x) {kernel_shape=[2, 4], strides=[2, 1], pads=[0, 2, 1, 0], ceil_mode=1} : f32[batch,2,3,20]
   %c = avg_pool(%w) {kernel_shape=[1, 3], pads=[0, 1, 0, 1]} : f32[batch,1,2,260]
   %d = avg_pool(%x) {kernel_shape=[2, 2], strides=[2, 2]} : f32[batch,2,2,10]
-  return (a=%a, b=%b, c=%c, d=%d)
+  %e = avg_pool(%x) {kernel_shape=[2, 3], strides=[2, 1], pads=[0, 1, 0, 1], count_include_pad=1, ceil_mode=1} : f32[batch,2,3,21]
+  return (a=%a, b=%b, c=%c, d=%d, e=%e)
 })");
   passes::runPipeline(*graph);
   const std::string source = checkGenerated(*graph, "avg", 9, 1e-6);
-  CHECK(occurrences(source, "alignas(64) float sum[") == 3);
+  CHECK(occurrences(source, "alignas(64) float sum[") == 4);
+  CHECK(occurrences(source, "sum[i3] / static_cast<float>(9);") == 1);
+  CHECK(occurrences(source, "sum[i3] / static_cast<float>(static_cast<int32_t>(e0 - b0) * (e1 - b1));") == 1);
   CHECK(source.find("r1 = pc::fmaLanesZ<0, 5>(r1, row + 15, 1.0f);") != std::string::npos);
   CHECK(source.find("for (int64_t i3 = 1; i3 < 260; ++i3) sum[i3] += row[i3*1 - 1];") != std::string::npos);
 }

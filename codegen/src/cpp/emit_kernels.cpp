@@ -477,8 +477,15 @@ std::string Emitter::emitAvgPoolRows(const Kernel& k) const {
                    g.kernel[1], g.colsEnd);
   s += fmt::format("      const int32_t cols = (e1 < {} ? e1 : {}) - (b1 < 0 ? 0 : b1), count = cols > 0 ? rowsIn * cols : 0;\n",
                    g.W, g.W);
-  s += fmt::format("      const float acc = count == 0 ? 0.0f : sum[i3] / static_cast<float>({});\n",
-                   g.includePad ? "static_cast<int32_t>(e0 - b0) * (e1 - b1)" : "count");
+  // With the padding counted and no window clipped (every window inside the padded input), the
+  // divisor is the window's size: as a constant, one vector division a chunk (LLVM finds the
+  // constant itself; GCC divided by each lane's product in five parts).
+  const bool wholeWindows = (g.OH - 1) * g.strides[0] - g.pads[0] + g.kernel[0] <= g.rowsEnd &&
+                            (g.OW - 1) * g.strides[1] - padL + g.kernel[1] <= g.colsEnd;
+  const std::string divisor = !g.includePad ? "count"
+                              : wholeWindows ? fmt::format("{}", g.kernel[0] * g.kernel[1])
+                                             : "static_cast<int32_t>(e0 - b0) * (e1 - b1)";
+  s += fmt::format("      const float acc = count == 0 ? 0.0f : sum[i3] / static_cast<float>({});\n", divisor);
   s += fmt::format("      {}\n    }}\n  }}\n", callEpilogue({"i0", "i1", "i2", "i3"}, "acc"));
   return s;
 }
