@@ -181,6 +181,10 @@ TEST_CASE("precision: the rule narrows the large layers and keeps the heads, --k
 
 TEST_CASE("precision: both backends' microkernels on bf16 and int8 weights match the rounded model", "[precision]") {
   for (codegen::Precision precision : {codegen::Precision::Bf16Weights, codegen::Precision::Bf16, codegen::Precision::Int8Weights}) {
+    // On a host with AVX512_BF16, bf16 multiplies in bf16 (activations rounded too): the test
+    // "bf16 products (vdpbf16ps) ..." below checks that against bf16 inputs. Elsewhere bf16 is
+    // bf16 weights widened, checked here.
+    if (precision == codegen::Precision::Bf16 && __builtin_cpu_supports("avx512bf16")) continue;
     for (bool conv : {false, true}) {
       auto exact = conv ? cnn(nullptr) : mlp(nullptr);
       const std::vector<std::string> narrowed = narrowedLayers(*exact, precision);
