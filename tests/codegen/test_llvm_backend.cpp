@@ -1281,6 +1281,24 @@ TEST_CASE("llvm and cpp backends: softmax with kept and recomputed exps match th
   CHECK(source.find(" e[4100]") == std::string::npos);
 }
 
+// erf (and a GELU built on it) in both backends, bit for bit: the C++ prelude's last step,
+// 1 - p e, is contracted into one fused multiply-add where the target has FMA, and the LLVM
+// printer writes it as one llvm.fmuladd (it was a multiply and a subtract: an ulp apart).
+TEST_CASE("llvm and cpp backends: erf and GELU agree bit for bit", "[llvm][cpp]") {
+  auto graph = ir::parseGraph(R"(graph gelu(%x: f32[batch,300]) {
+  %r = param f32[] [0.70710678]
+  %one = param f32[] [1.0]
+  %e = erf(%x) : f32[batch,300]
+  %h = mul(%x, %r) : f32[batch,300]
+  %f = erf(%h) : f32[batch,300]
+  %g = add(%f, %one) : f32[batch,300]
+  %y = mul(%g, %x) : f32[batch,300]
+  return (e=%e, y=%y)
+})");
+  passes::runPipeline(*graph);
+  checkGeneratedBitwise(*graph, splitCpp(*graph), "erf_gelu", {1, 9, 64}, 43, 1e-6);
+}
+
 // Softmax over short rows (at most KernelSchedule::kShortRow) along the last axis: the C++
 // printer takes eight rows at a time, a row a vector lane (pc::softmaxRows8), the rows past the
 // last eight one by one; rows of 8 (a categorical head), rows of 5 three to a batch row (rows

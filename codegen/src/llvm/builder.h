@@ -330,7 +330,9 @@ class Builder {
     Value* a = fabs(x);
     Value* t = b_.CreateFDiv(fc(1, x), fma(a, fc(0.3275911, x), fc(1, x)));
     Value* p = b_.CreateFMul(poly(t, {1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592}), t);
-    Value* y = b_.CreateFSub(fc(1, x), b_.CreateFMul(p, exp(b_.CreateFNeg(b_.CreateFMul(a, a)))));
+    // 1 - p e as one fused multiply-add: the C++ prelude's `1.0f - p * t * pc::exp(...)` is
+    // contracted so (-ffp-contract=fast), and the two backends' erf (GELU) differed by an ulp.
+    Value* y = fma(b_.CreateFNeg(p), exp(b_.CreateFNeg(b_.CreateFMul(a, a))), fc(1, x));
     Value* r = b_.CreateIntrinsic(llvm::Intrinsic::copysign, {x->getType()}, {y, x});
     return b_.CreateSelect(isNan(x), x, r, "erf");
   }
