@@ -1232,6 +1232,14 @@ template <class V> PC_INLINE V maxps(V a, V b) {
 #endif
   return a > b ? a : b;
 }
+// The vector V{g(0), g(1), ...} built as one vector expression (lane by lane GCC inserted the
+// values one at a time, even where g reads consecutive floats: a load).
+template <class V, class G, int... L> PC_INLINE V lanesOf(G g, std::integer_sequence<int, L...>) {
+  return V{g(L)...};
+}
+template <class V, class G> PC_INLINE V lanesOf(G g) {
+  return lanesOf<V>(g, std::make_integer_sequence<int, sizeof(V) / sizeof(float)>{});
+}
 // The lanes of two 16-lane vectors where cmpps's predicate Pred holds (0: equal, 3: unordered) as
 // bits: one compare into a mask register under AVX-512, where GCC turned a vector compare's
 // result into bits lane by lane (argmax over 1024 took 5x LLVM's time there).
@@ -1242,12 +1250,6 @@ template <int Pred> PC_INLINE uint32_t laneBits16(f32x16 a, f32x16 b) {
 #endif
 // The index of the first (Last: the last) of f(0), ..., f(n - 1) equal to m, n if none (below).
 template <bool Last, class F> PC_INLINE int64_t findEqual(int64_t n, float m, F f);
-// The maximum of f(0), ..., f(n - 1) for f32 values (-inf when n is 0): sixteen running maxima as
-// selects on vectors (maxps), a NaN mask beside them, the lanes through maxSel, then the tail
-// (a short row) through maxSel. A running
-// maximum through maxNaNScan is a branch per value, and GCC does not vectorise a select chain on
-// floats without -ffinite-math-only. Exactly the reference's value: NaN (the quiet one) when a
-// value is NaN, and for a zero maximum the first zero (its sign), found by a scalar pass then.
 // Whether any of the values a row maximum's steps saw is NaN (pc::maxOf): `add` flags one step's
 // vector, `merge` takes another set's flags.
 #if defined(__AVX512F__) && !defined(__clang__)
@@ -1276,6 +1278,12 @@ template <class V> struct NanFlags {
   }
 };
 #endif
+// The maximum of f(0), ..., f(n - 1) for f32 values (-inf when n is 0): sixteen running maxima as
+// selects on vectors (maxps), NaN flags beside them (NanFlags), the lanes halved in registers,
+// then the tail (a short row) through maxSel. A running maximum through maxNaNScan is a branch
+// per value, and GCC does not vectorise a select chain on floats without -ffinite-math-only.
+// Exactly the reference's value: NaN (the quiet one) when a value is NaN, and for a zero maximum
+// the first zero (its sign), found by findEqual's vector scan then.
 template <class F> PC_INLINE float maxOf(int64_t n, F f) {
   // The sixteen lanes as one vector of the target's width or two (GCC lowers a select or compare
   // on a vector wider than the target's lane by lane).
@@ -1361,14 +1369,11 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
 }
 // Bit l set where f(i + l) == m, for l in [0, 16): the sixteen values compared as vectors of the
 // target's width, the masks gathered by movemask.
-template <class F, int... L> PC_INLINE f32x16 lanes16(int64_t i, F f, std::integer_sequence<int, L...>) {
-  return f32x16{f(i + L)...};
-}
 template <class F> PC_INLINE uint32_t equalBits16(int64_t i, float m, F f) {
 #if defined(__AVX512F__)
   // One vector load where f reads consecutive floats, built as one vector expression: lane by
   // lane, GCC inserted the first step's sixteen values one at a time (masked broadcasts).
-  const f32x16 v = lanes16(i, f, std::make_integer_sequence<int, 16>{});
+  const f32x16 v = lanesOf<f32x16>([&](int l) { return f(i + l); });
 #if !defined(__clang__)
   return laneBits16<0>(v, splatv(f32x16{}, m));  // _CMP_EQ_OQ
 #else
@@ -1399,14 +1404,11 @@ template <class F> PC_INLINE uint32_t equalBits16(int64_t i, float m, F f) {
 // maxShort and argmaxShort: no branch on where its maximum lies, which a predictor cannot know
 // (GCC made a select chain over a row branch on each value: argmax over 6 values took 2x LLVM's
 // time, and a chain of eight maxss a softmax's row of 8 1.3x).
-template <int Base, int N, class F, int... L> PC_INLINE f32x8 rowLanes8(F f, std::integer_sequence<int, L...>) {
-  return f32x8{(Base + L < N ? f(Base + L) : -inf<float>())...};
-}
 // Values Base .. Base + 7 of a row of N, f(0), ..., f(N - 1), as one vector (-inf past the row).
-// Built as one vector expression: lane by lane, GCC went through the stack (small stores, then
-// one wide load: a failed store forwarding on each row).
+// Built as one vector expression (lanesOf): lane by lane, GCC went through the stack (small
+// stores, then one wide load: a failed store forwarding on each row).
 template <int Base, int N, class F> PC_INLINE f32x8 rowLanes8(F f) {
-  return rowLanes8<Base, N>(f, std::make_integer_sequence<int, 8>{});
+  return lanesOf<f32x8>([&](int l) { return Base + l < N ? f(Base + l) : -inf<float>(); });
 }
 template <int N> struct ShortRow {
   static_assert(0 < N && N <= 16, "a short row");
@@ -1767,10 +1769,6 @@ PC_INLINE V expFull(V x) {
   e = x < -103.972f ? V{} : e;
   return x != x ? x : e;
 }
-// Value j of eight rows, f(0, j), ..., f(7, j), as one vector (softmaxRows8).
-template <class F, int... R> PC_INLINE f32x8 acrossRows8(F f, int64_t j, std::integer_sequence<int, R...>) {
-  return f32x8{f(R, j)...};
-}
 // A softmax over eight short rows of N values (KernelSchedule::kShortRow) at once, a row a
 // vector lane: lane by lane the operations of one row's pc::maxShort, pc::expFull, pc::sumOf
 // and division, so the same bits (a zero maximum's sign, which maxShort looks up, changes no
@@ -1782,7 +1780,7 @@ template <int N, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
   typedef double f64x4 __attribute__((vector_size(32)));
   typedef float f32x4 __attribute__((vector_size(16)));
   f32x8 v[N];
-  for (int j = 0; j < N; ++j) v[j] = acrossRows8(f, j, std::make_integer_sequence<int, 8>{});
+  for (int j = 0; j < N; ++j) v[j] = lanesOf<f32x8>([&](int r) { return f(r, j); });  // value j of the eight rows
   f32x8 m = splat8(-inf<float>());
   i32x8 nans = {};
   for (int j = 0; j < N; ++j) {
