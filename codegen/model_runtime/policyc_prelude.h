@@ -864,59 +864,63 @@ PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const flo
   gemm_4x16_by(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x0, x1, x2, x3, w, bias, out[0], 16, scale);
 }
 
-// R rows times one panel of 16 columns (gemm6x16: a conv's R = 6 output positions): with AVX2,
-// 2R accumulators of 8 lanes, twelve for six rows where gemm_4x16's eight leave the two FMA pipes
-// waiting on the FMA latency (NatureCNN's first conv: 72 -> 82 GFLOP/s on its own). Row t's
-// element k is x[t][at(k)]; every output sums over k in order, as gemm_4x16_by: the same bits.
-// Not inlined, as gemm_4x2v_by.
-template <int R, class At, class WT>
-__attribute__((noinline)) static void gemm_rx16_by(int64_t K, At at, const float* const* PC_RESTRICT x, const WT* PC_RESTRICT w,
-                                                   const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16],
-                                                   const float* PC_RESTRICT scale) {
+// R rows times P panels of 16 columns: a conv's tile of R output positions (gemm6x16: 6 x 1, with
+// AVX2 twelve 8-lane accumulators where gemm_4x16's eight leave the two FMA pipes waiting on the
+// FMA latency, NatureCNN's first conv 72 -> 82 GFLOP/s on its own; gemm8x32: 8 x 2, sixteen
+// 16-lane accumulators on AVX-512, where gemm_4x32's eight keep two 512-bit FMA pipes half busy).
+// Panel p's weights start p * panelElems(K) after w. Row t's element k is x[t][at(k)]; every
+// output sums over k in order, as gemm_4x16_by: the same bits. Not inlined, as gemm_4x2v_by.
+template <int R, int P, class At, class WT>
+__attribute__((noinline)) static void gemm_rxp_by(int64_t K, At at, const float* const* PC_RESTRICT x, const WT* PC_RESTRICT w,
+                                                  const float* PC_RESTRICT bias, float* PC_RESTRICT out,
+                                                  const float* PC_RESTRICT scale) {
 #if defined(__AVX512F__)
   typedef f32x16 V;
-  constexpr int H = 1;  // halves of a panel row
+  constexpr int H = 1;  // vectors a panel row
 #else
   typedef f32x8 V;
   constexpr int H = 2;
 #endif
-  V acc[R][H];
+  constexpr int Q = P * H, L = 16 / H;  // vectors a tile row, lanes a vector
+  const int64_t pe = panelElems<WT>(K);
+  V acc[R][Q];
 #pragma GCC unroll 16
   for (int t = 0; t < R; ++t)
-#pragma GCC unroll 2
-    for (int h = 0; h < H; ++h) acc[t][h] = accStart<V, WT>(bias + 8 * h);
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) acc[t][q] = accStart<V, WT>(bias + L * q);
   auto step = [&](int64_t k, const V* wk) {
     const int64_t o = at(k);
 #pragma GCC unroll 16
     for (int t = 0; t < R; ++t) {
       const V v = splatv(V{}, x[t][o]);
-#pragma GCC unroll 2
-      for (int h = 0; h < H; ++h) acc[t][h] += v * wk[h];
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; ++q) acc[t][q] += v * wk[q];
     }
   };
   if constexpr (kPairs<WT>) {
     int64_t k = 0;
     for (; k + 2 <= K; k += 2) {
-      V e[H], o[H];
-      for (int h = 0; h < H; ++h) loadPair(w + k / 2 * 16, h, e[h], o[h]);
+      V e[Q], o[Q];
+      for (int q = 0; q < Q; ++q) loadPair(w + q / H * pe + k / 2 * 16, q % H, e[q], o[q]);
       step(k, e);
       step(k + 1, o);
     }
     if (k < K) {  // an odd K's last row: the low halves of the last pair row
-      V e[H], o[H];
-      for (int h = 0; h < H; ++h) loadPair(w + k / 2 * 16, h, e[h], o[h]);
+      V e[Q], o[Q];
+      for (int q = 0; q < Q; ++q) loadPair(w + q / H * pe + k / 2 * 16, q % H, e[q], o[q]);
       step(k, e);
     }
   } else {
 #pragma GCC unroll 4
     for (int64_t k = 0; k < K; ++k) {
-      V wk[H];
-      for (int h = 0; h < H; ++h) wk[h] = loadw<V>(w + k * 16, h, scale);
+      V wk[Q];
+      for (int q = 0; q < Q; ++q) wk[q] = loadw<V>(w + q / H * pe + k * 16, q % H, scale ? scale + 16 * (q / H) : nullptr);
       step(k, wk);
     }
   }
   for (int t = 0; t < R; ++t)
-    for (int h = 0; h < H; ++h) storev(out[t] + 8 * h, accEnd<V, WT>(acc[t][h], bias + 8 * h, scale ? scale + 8 * h : nullptr));
+    for (int q = 0; q < Q; ++q)
+      storev(out + t * 16 * P + L * q, accEnd<V, WT>(acc[t][q], bias + L * q, scale ? scale + L * q : nullptr));
 }
 // A conv tile's rows as an array (emitPackedConv): four rows at x[t][off[k]] (the windows inside
 // the input) or contiguous (gathered patches), one or two panels; then six rows, one panel.
@@ -940,16 +944,23 @@ PC_INLINE void gemm_4x32(int64_t K, const float* const* x, const WT* PC_RESTRICT
                          float (*PC_RESTRICT out)[32], const float* PC_RESTRICT scale = nullptr) {
   gemm_4x32(K, x[0], x[1], x[2], x[3], w, bias, out[0], 32, scale);
 }
-template <class WT>
-PC_INLINE void gemm_6x16_at(int64_t K, const int32_t* PC_RESTRICT off, const float* const* x, const WT* PC_RESTRICT w,
-                            const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale = nullptr) {
-  gemm_rx16_by<6>(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x, w, bias, out, scale);
-}
-template <class WT>
-PC_INLINE void gemm_6x16(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
-                         float (*PC_RESTRICT out)[16], const float* PC_RESTRICT scale = nullptr) {
-  gemm_rx16_by<6>(K, [](int64_t k) { return k; }, x, w, bias, out, scale);
-}
+// Tiles of R rows by P panels (gemm6x16, gemm8x32 and its odd last panel, gemm8x16).
+#define PC_GEMM_RXP(R, COLS)                                                                                                  \
+  template <class WT>                                                                                                     \
+  PC_INLINE void gemm_##R##x##COLS##_at(int64_t K, const int32_t* PC_RESTRICT off, const float* const* x, const WT* PC_RESTRICT w, \
+                                     const float* PC_RESTRICT bias, float (*PC_RESTRICT out)[COLS],                            \
+                                     const float* PC_RESTRICT scale = nullptr) {                                          \
+    gemm_rxp_by<R, COLS / 16>(K, [off](int64_t k) { return static_cast<int64_t>(off[k]); }, x, w, bias, out[0], scale);        \
+  }                                                                                                                       \
+  template <class WT>                                                                                                     \
+  PC_INLINE void gemm_##R##x##COLS(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,  \
+                                float (*PC_RESTRICT out)[COLS], const float* PC_RESTRICT scale = nullptr) {                   \
+    gemm_rxp_by<R, COLS / 16>(K, [](int64_t k) { return k; }, x, w, bias, out[0], scale);                                     \
+  }
+PC_GEMM_RXP(6, 16)
+PC_GEMM_RXP(8, 16)
+PC_GEMM_RXP(8, 32)
+#undef PC_GEMM_RXP
 
 // ---- threads. A run with threads > 1 splits each large kernel's outer iteration space into
 // contiguous chunks of whole units (rows, row quads x weight panels, position quads); a unit is

@@ -25,7 +25,7 @@ using ir::Op;
 
 namespace {
 
-constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16"};
+constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16", "gemm8x32"};
 constexpr size_t kWeightAlign = 64;
 
 std::string upper(std::string s) {
@@ -115,9 +115,9 @@ bool hasAccuracyFault(const Kernel& k, const std::optional<InjectedFault>& fault
 
 const char* implName(Impl i) { return kImplNames[static_cast<int>(i)]; }
 bool isExtern(Impl i) { return i == Impl::Onednn || i == Impl::OnednnPostOps; }
-bool usesPanels(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm4x16 || i == Impl::Gemm6x16; }
-int64_t panelsPerTile(Impl i) { return i == Impl::Gemm4x32 ? 2 : 1; }
-int64_t rowsPerTile(Impl i) { return i == Impl::Gemm6x16 ? 6 : 4; }
+bool usesPanels(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm4x16 || i == Impl::Gemm6x16 || i == Impl::Gemm8x32; }
+int64_t panelsPerTile(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm8x32 ? 2 : 1; }
+int64_t rowsPerTile(Impl i) { return i == Impl::Gemm6x16 ? 6 : i == Impl::Gemm8x32 ? 8 : 4; }
 std::optional<Impl> implByName(const std::string& name) {
   for (int i = 0; i < static_cast<int>(std::size(kImplNames)); ++i) {
     if (name == kImplNames[i]) return static_cast<Impl>(i);
@@ -253,18 +253,21 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
     // An injected fault lives in the generated epilogue: keep the epilogue generated.
     if (postOpPlan(p, k) && !hasAccuracyFault(k, fault)) v.push_back(Impl::OnednnPostOps);
   }
-  // Convs' six-position tiles, on f32, bf16 and int8 panels (not bf16 pairs for vdpbf16ps).
-  if (k.kind == KernelKind::Conv && precision != Precision::Bf16) v.push_back(Impl::Gemm6x16);
+  // Convs' six- and eight-position tiles, on f32, bf16 and int8 panels (not bf16 pairs for vdpbf16ps).
+  if (k.kind == KernelKind::Conv && precision != Precision::Bf16) {
+    v.push_back(Impl::Gemm6x16);
+    v.push_back(Impl::Gemm8x32);
+  }
   return v;
 }
 
 namespace {
 
 // The heuristic of --mode default for a kernel at batch sizes around `batch` (measured on the
-// reference policies, docs/performance.md): conv_rows for the convs it runs on well-filled rows
-// (below); else oneDNN's convolution for convs (its direct kernels
-// beat the generated implicit GEMM at every batch size, the layout copies included), with the
-// epilogue as post-ops (and oneDNN's own layouts) when those are cheap ones — relu, x*a+b, a
+// reference policies and the zoo, docs/performance.md): the generated implicit GEMM for convs of 32
+// output channels or more (gemm8x32 with AVX-512), conv_rows for the others it runs on well-filled rows (below); else
+// oneDNN's convolution (on IMPALA's 16-channel convs with narrowed weights, and on the strided
+// 16-channel ones, it beat the implicit GEMM's half-filled tiles), with the epilogue as post-ops (and oneDNN's own layouts) when those are cheap ones — relu, x*a+b, a
 // residual sum — and as generated code otherwise (oneDNN 2.6's tanh post-op, for one, is several
 // times slower than its logistic); the generated two-panel microkernel for linear layers, where
 // oneDNN's fixed per-call cost is larger than the whole layer at small batches. On a target without
@@ -275,6 +278,14 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   (void)batch;
   std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault, precision);
   auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
+  // With AVX-512, convs of 32 output channels or more run fastest as the generated implicit GEMM's
+  // tiles of eight positions by two panels: on an Intel host with two 512-bit FMA pipes they beat
+  // oneDNN 2.6 and conv_rows on every such conv of the CNN fixtures and zoo, at batch 1 and 64
+  // (1.2-3x; the 3-input-channel first convs most), and gemm4x32's tiles by 1.05-1.3x
+  // (docs/performance.md), with f32, bf16 or int8 weights. With 16 channels (one panel) conv_rows
+  // stays ahead or even. Products in bf16 (no gemm8x32) stay below: oneDNN's bf16 convs ran
+  // atari_cnn at batch 64 2.2x faster than gemm4x32's vdpbf16ps tiles.
+  if (k.kind == KernelKind::Conv && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
   if (has(Impl::ConvRows)) {
     // Output rows that fill at least 7/8 of their chunks' lanes (rows of at most 8 columns two to
     // a chunk): conv_rows beat oneDNN at batch 1 and 64 on every IMPALA conv (no layout copies);
@@ -701,7 +712,7 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
       return sp;
     }
     case Form::PackedConv: {
-      // A tile of output positions (4, or 6 for gemm6x16) of one image by every panel.
+      // A tile of output positions (4, 6 for gemm6x16, 8 for gemm8x32) of one image by every panel.
       const int64_t R = rowsPerTile(impl.value_or(Impl::Gemm4x32));
       const int64_t panels = (packedN(p, k) + kPanel - 1) / kPanel, P = k.domain[2].value() * k.domain[3].value();
       return perRowSplit(k, (P + R - 1) / R, R * kPanel * packedK(p, k) * panels);

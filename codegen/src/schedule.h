@@ -24,14 +24,16 @@ namespace policyc::codegen {
 // ConvRows: a 2-D conv by output rows, kConvRowsChannels output channels at a time (ConvRowTiles).
 // Gemm6x16: a conv's implicit GEMM by tiles of six output positions times one panel (twelve
 // 8-lane accumulators with AVX2, where gemm4x16's eight leave the FMA pipes waiting on their latency).
-enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps, ConvRows, Gemm6x16 };
+// Gemm8x32: a conv's implicit GEMM by tiles of eight output positions times two panels (sixteen
+// 16-lane accumulators with AVX-512, for its two 512-bit FMA pipes).
+enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps, ConvRows, Gemm6x16, Gemm8x32 };
 const char* implName(Impl i);
 bool isExtern(Impl i);  // a oneDNN primitive: the model links libdnnl
-bool usesPanels(Impl i);  // reads the weight packed as panels (gemm4x32, gemm4x16, gemm6x16)
-int64_t panelsPerTile(Impl i);  // the panels a microkernel tile spans: 2 for gemm4x32, else 1
-int64_t rowsPerTile(Impl i);  // the rows (conv output positions) a microkernel tile spans: 6 for gemm6x16, else 4
+bool usesPanels(Impl i);  // reads the weight packed as panels (gemm4x32, gemm4x16, gemm6x16, gemm8x32)
+int64_t panelsPerTile(Impl i);  // the panels a microkernel tile spans: 2 for gemm4x32 and gemm8x32, else 1
+int64_t rowsPerTile(Impl i);  // the rows (conv output positions) a microkernel tile spans: 6 for gemm6x16, 8 for gemm8x32, else 4
 std::optional<Impl> implByName(const std::string& name);
-std::string implNames();  // "gemm4x32, gemm4x16, onednn, onednn_postops, conv_rows, gemm6x16"
+std::string implNames();  // "gemm4x32, gemm4x16, onednn, onednn_postops, conv_rows, gemm6x16, gemm8x32"
 
 // The implementations kernel `k` has (none: it is not a packed linear/conv kernel). conv_rows
 // reads the f32 weight as it is, so it is one only with f32 weights (`precision` fp32).

@@ -143,37 +143,41 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   for (const codegen::Kernel& k : a.kernels) {
     if (k.kind == codegen::KernelKind::Conv) {
       ++convs;
-      // conv + bias + relu: the cheap post-op chain the heuristic gives to oneDNN with AVX-512;
-      // without it (32 and 64 output channels) the generated implicit GEMM. The strided convs have
-      // no conv_rows; the last one (3x3, stride 1) has, on 7 rows of 7 columns in four pairs (49
-      // of 64 lanes): not chosen where another may run, conv_rows without oneDNN.
+      // 32 and 64 output channels: with AVX-512 the generated implicit GEMM's tiles of eight
+      // positions by two panels, oneDNN or not. Without AVX-512 the one-panel six-position tiles; the strided convs have no
+      // conv_rows; the last one (3x3, stride 1) has, on 7 rows of 7 columns in four pairs (49 of
+      // 64 lanes): not chosen where oneDNN may run, conv_rows without it.
       const bool rows = convs == 3;
-      CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, "onednn_postops"}});
-      CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, rows ? "conv_rows" : "gemm4x32"}});
+      CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, "gemm8x32"}});
+      CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, "gemm8x32"}});
       CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, true).at(k.name) ==
             codegen::ImplDispatch{{-1, "gemm6x16"}});
       CHECK(codegen::heuristicChoice(a, {1, 16, 64}, false, std::nullopt, true).at(k.name) ==
             codegen::ImplDispatch{{-1, rows ? "conv_rows" : "gemm6x16"}});
       // conv + bias + relu stored plainly: the whole epilogue can be oneDNN post-ops.
-      const std::vector<std::string> all = {"gemm4x32", "gemm4x16", "conv_rows", "onednn", "onednn_postops", "gemm6x16"};
-      const std::vector<std::string> convImpls = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "gemm6x16"};
+      const std::vector<std::string> all = {"gemm4x32", "gemm4x16", "conv_rows", "onednn", "onednn_postops", "gemm6x16", "gemm8x32"};
+      const std::vector<std::string> convImpls = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "gemm6x16", "gemm8x32"};
       CHECK(codegen::implCandidates(a, k, true) == (rows ? all : convImpls));
-      // Narrowed weights: no conv_rows (it reads the weight as it is); no gemm6x16 for bf16 pairs.
+      // Narrowed weights: no conv_rows (it reads the weight as it is); with products in bf16
+      // (bf16 pairs for vdpbf16ps) no gemm6x16 nor gemm8x32, and oneDNN by default.
       CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Int8Weights) == convImpls);
       CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Bf16) == kImpls);
+      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, false, codegen::Precision::Bf16).at(k.name) ==
+            codegen::ImplDispatch{{-1, "onednn_postops"}});
     }
   }
   CHECK(convs == 3);
-  // impala_cnn: conv_rows for every conv (rows of 64, 32 and 16 columns, and of 8 two to a chunk);
-  // with narrowed weights (no conv_rows) oneDNN for the 16-channel convs, the implicit GEMM for
-  // the 32-channel ones.
+  // impala_cnn without AVX-512: conv_rows for every conv (rows of 64, 32 and 16 columns, and of 8
+  // two to a chunk); with narrowed weights (no conv_rows) oneDNN for the 16-channel convs, the
+  // implicit GEMM for the 32-channel ones. With AVX-512 conv_rows for the 16-channel convs only.
   auto impala = driver::loadModel(testing::sourcePath("examples/models/impala_cnn.onnx"));
   passes::runPipeline(*impala);
   codegen::KernelProgram ip = codegen::lowerGraph(*impala);
   codegen::fuseKernels(ip);
   const codegen::ImplChoice chosen = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true);
   const codegen::ImplChoice narrowed = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true, codegen::Precision::Bf16Weights);
-  int rowsConvs = 0;
+  const codegen::ImplChoice wide = codegen::heuristicChoice(ip, {1, 16, 64}, true);
+  int rowsConvs = 0, wideConvs = 0;
   for (const codegen::Kernel& k : ip.kernels) {
     if (k.kind != codegen::KernelKind::Conv) continue;
     INFO(k.name << " " << k.domain[3].value() << " columns");
@@ -181,26 +185,35 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
     CHECK(impl == "conv_rows");
     if (k.domain[1].value() >= 32) {
       CHECK(narrowed.at(k.name).front().impl == "gemm6x16");
+      CHECK(wide.at(k.name).front().impl == "gemm8x32");
+      ++wideConvs;
     } else {
       CHECK(narrowed.at(k.name).front().impl.rfind("onednn", 0) == 0);
+      CHECK(wide.at(k.name).front().impl == "conv_rows");
     }
     rowsConvs += impl == "conv_rows";
   }
   CHECK(rowsConvs == 15);
+  CHECK(wideConvs == 10);
 }
 
 TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact, extern kernels link libdnnl", "[extern]") {
   auto g = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   passes::runPipeline(*g);
   codegen::CppOptions o;
-  o.target = "x86-64-v4";  // with AVX-512 the heuristic gives these convs to oneDNN
+  o.target = "x86-64-v4";
+  o.forceImpl = "onednn_postops";
   codegen::GeneratedCpp with = codegen::generateCpp(*g, o);
   CHECK(with.libraries == std::vector<std::string>{"dnnl", "gomp"});
   CHECK(with.source.find("pc::dnnl_ext::Conv") != std::string::npos);
-  // Without AVX-512 the generated kernels run them: the default artifact needs no libdnnl.
+  // By default the generated kernels run every conv of 32 channels or more, with or without
+  // AVX-512: the default artifact needs no libdnnl.
+  o.forceImpl.clear();
+  CHECK(codegen::generateCpp(*g, o).libraries.empty());
   o.target = "x86-64-v3";
   CHECK(codegen::generateCpp(*g, o).libraries.empty());
   o.target = "x86-64-v4";
+  o.forceImpl = "onednn_postops";
   o.externKernels = false;
   codegen::GeneratedCpp without = codegen::generateCpp(*g, o);
   CHECK(without.libraries.empty());

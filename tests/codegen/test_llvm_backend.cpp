@@ -200,7 +200,7 @@ TEST_CASE("llvm backend: the CNNs without oneDNN (--no-extern) match the interpr
 // choice may change the implementation between batch ranges (the run function dispatches on the
 // batch size), and a choice a kernel cannot take is one clear error.
 TEST_CASE("llvm backend: every implementation, forced or chosen per batch range, matches the interpreter", "[llvm]") {
-  for (const std::string impl : {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16"}) {
+  for (const std::string impl : {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16", "gemm8x32"}) {
     INFO(impl);
     codegen::LlvmOptions forced;
     forced.forceImpl = impl;
@@ -210,6 +210,9 @@ TEST_CASE("llvm backend: every implementation, forced or chosen per batch range,
   codegen::LlvmOptions six;
   six.forceImpl = "gemm6x16";
   checkParity("impala_cnn", six, {1, 2}, true);
+  codegen::LlvmOptions eight;  // and eight by two panels (one for IMPALA's 16-channel convs)
+  eight.forceImpl = "gemm8x32";
+  checkParity("impala_cnn", eight, {1, 2}, true);
   codegen::LlvmOptions narrow;
   narrow.forceImpl = "gemm4x16";
   checkParity("ppo_mlp", narrow, {1, 6});
@@ -826,20 +829,22 @@ TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each
   }
 }
 
-// gemm6x16 sums every output of a tile over k in the order gemm4x16's tiles do (the positions
-// past the last whole tile go through the one-row kernel, whose four partial sums differ in the
-// last bits): both backends the same bits with 1-3 threads, on f32 and int8 panels.
-TEST_CASE("llvm and cpp backends: gemm6x16 convs match gemm4x16 and each other bit for bit", "[llvm][cpp]") {
+// gemm6x16 and gemm8x32 sum every output of a tile over k in the order gemm4x16's tiles do (the
+// positions past the last whole tile go through the one-row kernel, whose four partial sums differ
+// in the last bits): both backends the same bits with 1-3 threads, on f32 and int8 panels.
+TEST_CASE("llvm and cpp backends: gemm6x16 and gemm8x32 convs match gemm4x16 and each other bit for bit", "[llvm][cpp]") {
   auto graph = convShapesGraph();
   for (codegen::Precision precision : {codegen::Precision::Fp32, codegen::Precision::Int8Weights}) {
     std::vector<runtime::Model> models;
-    for (const std::string impl : {"gemm4x16", "gemm6x16"}) {
+    for (const std::string impl : {"gemm4x16", "gemm6x16", "gemm8x32"}) {
       codegen::CppOptions cpp;
       cpp.minChunkCost = 0;
       cpp.forceImpl = impl;
       cpp.precision = precision;
       const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
       CHECK((generated.source.find("pc::gemm_6x16_at(") != std::string::npos) == (impl == "gemm6x16"));
+      // 13 channels: one panel, eight positions a tile.
+      CHECK((generated.source.find("pc::gemm_8x16_at(") != std::string::npos) == (impl == "gemm8x32"));
       const fs::path so = scratch() / fmt::format("six_{}_{}.so", impl, codegen::precisionName(precision));
       codegen::buildSharedObject(generated, so.string(), {});
       models.push_back(runtime::Model::load(so.string()));
@@ -852,16 +857,27 @@ TEST_CASE("llvm and cpp backends: gemm6x16 convs match gemm4x16 and each other b
     for (int64_t batch : {1, 3}) {
       std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 5);
       std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-      std::vector<ir::Tensor> quads = driver::runModel(models[0], inputs, 1), six = driver::runModel(models[2], inputs, 1);
+      std::vector<ir::Tensor> quads = driver::runModel(models[0], inputs, 1), six = driver::runModel(models[2], inputs, 1),
+                              eight = driver::runModel(models[4], inputs, 1);
       for (size_t o = 0; o < want.size(); ++o) {
         INFO("batch " << batch << " output " << o);
-        if (precision == codegen::Precision::Fp32) CHECK(driver::compareTensors("", six[o], want[o], 1e-5, 1e-5).pass);
-        CHECK(driver::compareTensors("", six[o], quads[o], 1e-5, 1e-5).pass);
-        // 180 positions a plane: whole tiles of both sizes, no one-row kernel.
+        for (const std::vector<ir::Tensor>* tiles : {&six, &eight}) {
+          if (precision == codegen::Precision::Fp32) CHECK(driver::compareTensors("", (*tiles)[o], want[o], 1e-5, 1e-5).pass);
+          CHECK(driver::compareTensors("", (*tiles)[o], quads[o], 1e-5, 1e-5).pass);
+        }
+        // 180 positions a plane: whole tiles of 4 and 6, no one-row kernel.
         if (o == 0) CHECK(std::memcmp(six[o].bytes(), quads[o].bytes(), six[o].nbytes()) == 0);
+        // 49 positions: 48 in whole tiles of 4 or 8, the last one through the one-row kernel.
+        if (o == 4) CHECK(std::memcmp(eight[o].bytes(), quads[o].bytes(), eight[o].nbytes()) == 0);
+        // 28 positions (4 x 7): whole tiles of 4 and 8 but the last 4, then the one-row kernel.
+        if (o == 5) {
+          const int64_t plane = 28, tiled = 24;
+          for (int64_t at = 0; at < quads[o].numel(); at += plane)
+            CHECK(std::memcmp(eight[o].data<float>() + at, quads[o].data<float>() + at, tiled * sizeof(float)) == 0);
+        }
       }
       for (size_t m = 0; m < models.size(); ++m) {
-        const std::vector<ir::Tensor>& first = m < 2 ? quads : six;
+        const std::vector<ir::Tensor>& first = m < 2 ? quads : m < 4 ? six : eight;
         for (int threads : {1, 2, 3}) {
           std::vector<ir::Tensor> got = driver::runModel(models[m], inputs, threads);
           for (size_t o = 0; o < want.size(); ++o) {
@@ -945,19 +961,24 @@ TEST_CASE("llvm and cpp backends: implicit GEMM tiles run the epilogue a channel
 }})", weights(20 * 54), weights(20), weights(6 * 54), weights(16 * 54));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
-  for (const std::string impl : {"gemm4x16", "gemm6x16", "gemm4x32"}) {
+  for (const std::string impl : {"gemm4x16", "gemm6x16", "gemm4x32", "gemm8x32"}) {
     INFO(impl);
     codegen::CppOptions cpp;
     cpp.minChunkCost = 0;
     cpp.forceImpl = impl;
     const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-    // Four of the five convs; gemm4x32 runs a 20-channel conv's two panels as a pair.
-    const std::string rows = impl == "gemm6x16" ? "6" : "4";
-    CHECK(occurrences(generated.source, "pc::transposeTile<" + rows + ", 16>(out16, columns);") == (impl == "gemm4x32" ? 2 : 4));
-    CHECK(occurrences(generated.source, "pc::transposeTile<" + rows + ", 32>(out, columns);") == (impl == "gemm4x32" ? 2 : 0));
+    // Four of the five convs; gemm4x32 and gemm8x32 run a 20-channel conv's two panels as a pair.
+    const std::string rows = impl == "gemm6x16" ? "6" : impl == "gemm8x32" ? "8" : "4";
+    const bool pairs = impl == "gemm4x32" || impl == "gemm8x32";
+    CHECK(occurrences(generated.source, "pc::transposeTile<" + rows + ", 16>(out16, columns);") == (pairs ? 2 : 4));
+    CHECK(occurrences(generated.source, "pc::transposeTile<" + rows + ", 32>(out, columns);") == (pairs ? 2 : 0));
     CHECK(occurrences(generated.source, "v = pc::tanhv(v);") == 1);
-    CHECK(occurrences(generated.source, "pc::storeFirst8<" + rows + ">(") >= 2);
-    CHECK(occurrences(generated.source, "pc::loadFirst8<" + rows + ">(") >= 1);  // the residual
+    // R positions of a channel: the first R lanes of 8, all 8 for gemm8x32.
+    const std::string store = rows == "8" ? "pc::store8(" : "pc::storeFirst8<" + rows + ">(";
+    const std::string load = rows == "8" ? "pc::load8(" : "pc::loadFirst8<" + rows + ">(";
+    CHECK(occurrences(generated.source, store) >= 2);
+    // the residual (with gemm8x32 past the transposed columns' loads)
+    CHECK(occurrences(generated.source, load) >= 1 + (rows == "8" ? occurrences(generated.source, "pc::load8(columns") : 0));
     const fs::path so = scratch() / fmt::format("tiles_{}.so", impl);
     codegen::buildSharedObject(generated, so.string(), {});
     codegen::LlvmOptions llvm;
