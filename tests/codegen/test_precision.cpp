@@ -134,13 +134,14 @@ runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::P
 // Each narrowed layer's name and storage (on a target with AVX512_BF16 when bf16Dot), sorted.
 std::vector<std::pair<std::string, codegen::WeightStorage>> narrowedStorages(const Graph& graph, codegen::Precision precision,
                                                                              std::vector<std::string> keep = {}, bool bf16Dot = false,
-                                                                             bool externKernels = false) {
+                                                                             bool externKernels = false, std::string forceImpl = "") {
   auto g = graph.clone();
   passes::runPipeline(*g);
   codegen::PlannedProgram planned = codegen::planGraph(*g);
   codegen::CodegenOptions o;
   o.precision = precision;
   o.externKernels = externKernels;
+  o.forceImpl = std::move(forceImpl);
   o.keepFp32 = std::move(keep);
   std::vector<std::pair<std::string, codegen::WeightStorage>> out;
   for (const auto& [layer, storage] : codegen::weightStorages(planned.program, planned.plan, o, bf16Dot)) {
@@ -308,10 +309,13 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
   CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, true) == Storages{{"conv", WeightStorage::Bf16Dot}});
   // A conv oneDNN runs multiplies in bf16 there too (oneDNN's bf16 convolutions), and only there:
   // with bf16-weights, or without AVX512_BF16, oneDNN's layers keep f32.
+  const std::string onednn = "onednn_postops";
   CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, true, true) == Storages{{"conv", WeightStorage::Bf16Dot}});
-  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, false, true).empty());
-  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16Weights, {}, true, true).empty());
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, false, true, onednn).empty());
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16Weights, {}, true, true, onednn).empty());
   CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {"conv"}, true, true).empty());
+  // By default the generated tiles run this conv (64 channels), on widened bf16 weights.
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16Weights, {}, true, true) == Storages{{"conv", WeightStorage::Bf16}});
   {
     // Rows longer than the microkernel's stack buffer (K > 2 * kMaxBf16DotPairs) keep widened weights.
     auto wide = std::make_unique<Graph>("wide_rows");
