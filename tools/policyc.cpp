@@ -47,6 +47,7 @@ struct ImplFlags {
   std::string forceImpl;
   std::string precision = "fp32";
   std::vector<std::string> keepFp32;
+  int64_t rowBlockBytes = codegen::CodegenOptions::kRowBlockBytes;
 
   void addTo(CLI::App* cmd) {
     cmd->add_option("--mode", mode,
@@ -74,6 +75,10 @@ struct ImplFlags {
             "fp32|bf16-weights|bf16|int8-weights"));
     cmd->add_option("--keep-fp32", keepFp32, "layers (node names, comma-separated) whose weights stay fp32 whatever --precision")
         ->delimiter(',');
+    cmd->add_option("--row-block-bytes", rowBlockBytes,
+                    "a run takes its batch in blocks of rows whose activations, inputs and outputs fit this many bytes "
+                    "(at least 4 rows; models whose rows are independent; 0: the whole batch at once)")
+        ->check(CLI::NonNegativeNumber);
   }
   void applyTo(driver::CompileRequest& r) const {
     r.mode = mode;
@@ -82,6 +87,7 @@ struct ImplFlags {
     r.cpp.forceImpl = forceImpl;
     r.cpp.precision = codegen::parsePrecision(precision);
     r.cpp.keepFp32 = keepFp32;
+    r.cpp.rowBlockBytes = rowBlockBytes;
   }
 };
 

@@ -63,12 +63,13 @@ PC_INLINE void traceEvent(policyc_trace_event* trace, int64_t capacity, int64_t*
 }
 
 // A profiled model's bookkeeping after kernel `kernel` ran from t0 (policyc_profile in
-// policyc_model.h): its totals, and a trace event while the trace has room. Both backends call it.
+// policyc_model.h): its totals, and a trace event while the trace has room. Both backends call it;
+// `calls` null for a run's later row blocks (its time counts, its call was counted once).
 PC_INLINE void profileRecord(uint64_t* ns, uint64_t* calls, policyc_trace_event* trace, int64_t capacity, int64_t* count,
                              int32_t kernel, int64_t batch, uint64_t t0) {
   const uint64_t dt = nowNs() - t0;
   __atomic_fetch_add(&ns[kernel], dt, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&calls[kernel], 1, __ATOMIC_RELAXED);
+  if (calls) __atomic_fetch_add(&calls[kernel], 1, __ATOMIC_RELAXED);
   traceEvent(trace, capacity, count, kernel, 0, batch, t0, dt);
 }
 

@@ -58,10 +58,15 @@ void writeHeader(const std::string& path, const std::string& text) {
   asError([&] { files::writeAtomic(path, text); });
 }
 
-// --precision and --keep-fp32 as part of a key ("" for the default: keys made before them hold).
-std::string precisionKey(const codegen::CodegenOptions& o) {
-  if (o.precision == codegen::Precision::Fp32 && o.keepFp32.empty()) return "";
-  return fmt::format("|precision {} keep {}", codegen::precisionName(o.precision), fmt::join(o.keepFp32, ","));
+// --precision, --keep-fp32 and --row-block-bytes as part of a key ("" for the defaults: keys made
+// before them hold).
+std::string codeOptionsKey(const codegen::CodegenOptions& o) {
+  std::string key;
+  if (o.precision != codegen::Precision::Fp32 || !o.keepFp32.empty()) {
+    key += fmt::format("|precision {} keep {}", codegen::precisionName(o.precision), fmt::join(o.keepFp32, ","));
+  }
+  if (o.rowBlockBytes != codegen::CodegenOptions::kRowBlockBytes) key += fmt::format("|row-block-bytes {}", o.rowBlockBytes);
+  return key;
 }
 
 // A hash of the graph (its text and weights) and of the options that change the code.
@@ -74,7 +79,7 @@ uint64_t graphHash(const ir::Graph& graph, const CompileRequest& r) {
                                     r.cpp.profile, fmt::join(r.cpp.tuneBatches, ","), r.cpp.externKernels, r.cpp.forceImpl,
                                     r.cpp.name, r.optimize);
   if (r.updatableWeights || !graph.updatableWeights().empty()) options += "|updatable-weights";
-  options += precisionKey(r.cpp);
+  options += codeOptionsKey(r.cpp);
   return textHash(fmt::format("{:016x}{:016x}{}", textHash(printed.text), textHash(weights), options));
 }
 
@@ -334,7 +339,7 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
                                 fmt::join(cpp.tuneBatches, ","), cpp.externKernels ? "extern" : "no-extern", cpp.forceImpl, request.cpu,
                                 request.features);
   if (request.updatableWeights) key += "|updatable-weights";
-  key += precisionKey(cpp);
+  key += codeOptionsKey(cpp);
   const uint64_t h = textHash(key);
   fs::path dir = cacheDir();
   std::error_code ec;

@@ -1602,3 +1602,94 @@ TEST_CASE("cpp backend: layer norm's last loop by blocks of a vector unless a tr
   const int block = codegen::narrowVectorTarget("native") ? 4 : 8;
   CHECK(occurrences(source, fmt::format("__asm__ volatile(\"\");\n      float o[{}];\n", block)) == 1);  // y only
 }
+
+// Row blocks (Schedule::rowBlock): a model whose rows are independent runs its batch 4 rows at a
+// time with a budget of one byte; both backends then give the whole batch's bits (blocks of 4
+// keep a linear layer's row quads) at every batch size, 1 and 2 threads, and a profiled run counts
+// one call a kernel. An input without the batch (one value for every row) keeps the whole batch
+// together.
+TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's bits", "[llvm][cpp]") {
+  auto weights = [](int64_t n) { return paramValues(n, 0.125, 13, -0.75); };
+  const std::string text = fmt::format(R"(graph blocks(%x: f32[batch,3,8,8], %v: f32[batch,5]) {{
+  %w = param f32[4,3,3,3] [{}]
+  %c = conv(%x, %w) {{pads=[1, 1, 1, 1]}} : f32[batch,4,8,8]
+  %r = relu(%c) : f32[batch,4,8,8]
+  %p = max_pool(%r) {{kernel_shape=[2, 2], strides=[2, 2]}} : f32[batch,4,4,4]
+  %f = flatten(%p) : f32[batch,64]
+  %l = param f32[3,64] [{}]
+  %y = linear(%f, %l) : f32[batch,3]
+  %s = softmax(%y) : f32[batch,3]
+  %t = tanh(%v) : f32[batch,5]
+  return (s=%s, t=%t)
+}})", weights(4 * 27), weights(3 * 64));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  std::vector<runtime::Model> models;  // cpp whole, cpp blocks, llvm whole, llvm blocks
+  for (const int64_t budget : {int64_t{0}, int64_t{1}}) {
+    codegen::CppOptions cpp;
+    cpp.minChunkCost = 0;
+    cpp.rowBlockBytes = budget;
+    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+    CHECK(occurrences(generated.source, "static constexpr int64_t kRowBlock = 4;") == static_cast<size_t>(budget));
+    const fs::path so = scratch() / fmt::format("row_blocks_{}.so", budget);
+    codegen::buildSharedObject(generated, so.string(), {});
+    models.push_back(runtime::Model::load(so.string()));
+  }
+  for (const int64_t budget : {int64_t{0}, int64_t{1}}) {
+    codegen::LlvmOptions llvm;
+    llvm.minChunkCost = 0;
+    llvm.rowBlockBytes = budget;
+    llvm.keepUnoptimizedIr = true;
+    CHECK(occurrences(codegen::generateLlvm(*graph, llvm).unoptimizedIr(), "@pc_run_rows(") == (budget ? 4u : 0u));  // defined, called thrice
+    models.push_back(jitModel(*graph, llvm));
+  }
+  std::swap(models[1], models[2]);  // cpp whole, llvm whole, cpp blocks, llvm blocks
+  for (int64_t batch : {1, 3, 4, 5, 8, 9, 13}) {
+    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 41);
+    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+    std::vector<ir::Tensor> whole = driver::runModel(models[0], inputs, 1);
+    for (size_t o = 0; o < want.size(); ++o) CHECK(driver::compareTensors("", whole[o], want[o], 1e-5, 1e-5).pass);
+    for (size_t m = 0; m < models.size(); ++m) {
+      for (int threads : {1, 2}) {
+        std::vector<ir::Tensor> got = driver::runModel(models[m], inputs, threads);
+        for (size_t o = 0; o < want.size(); ++o) {
+          INFO("model " << m << " batch " << batch << " threads " << threads << " output " << o);
+          CHECK(std::memcmp(whole[o].bytes(), got[o].bytes(), whole[o].nbytes()) == 0);
+        }
+      }
+    }
+  }
+  // Profiled in blocks: batch 9 is three blocks, one call a kernel.
+  for (const bool isCpp : {true, false}) {
+    INFO((isCpp ? "cpp" : "llvm"));
+    runtime::Model profiled = [&] {
+      if (!isCpp) {
+        codegen::LlvmOptions llvm;
+        llvm.rowBlockBytes = 1;
+        llvm.profile = true;
+        return jitModel(*graph, llvm);
+      }
+      codegen::CppOptions cpp;
+      cpp.rowBlockBytes = 1;
+      cpp.profile = true;
+      const fs::path so = scratch() / "row_blocks_profiled.so";
+      codegen::buildSharedObject(codegen::generateCpp(*graph, cpp), so.string(), {});
+      return runtime::Model::load(so.string());
+    }();
+    const policyc_profile* prof = profiled.profile();
+    REQUIRE(prof != nullptr);
+    prof->reset();
+    driver::runModel(profiled, driver::randomTensors(graphInputTypes(*graph), 9, 43), 1);
+    REQUIRE(prof->num_kernels > 0);
+    for (int32_t k = 0; k < prof->num_kernels; ++k) CHECK(prof->kernel_calls[k] == 1);
+    CHECK(*prof->trace_count == 3 * prof->num_kernels);  // a trace event a kernel and block
+  }
+  auto across = ir::parseGraph(R"(graph shared(%x: f32[batch,3], %k: f32[3]) {
+  %s = add(%x, %k) : f32[batch,3]
+  return (s=%s)
+})");
+  passes::runPipeline(*across);
+  codegen::CppOptions cpp;
+  cpp.rowBlockBytes = 1;
+  CHECK(occurrences(codegen::generateCpp(*across, cpp).source, "kRowBlock") == 0);
+}

@@ -154,6 +154,31 @@ std::string Emitter::emitWeightUpdates() const {
   return s;
 }
 
+std::string Emitter::emitRowBlocks(const std::string& runName) const {
+  std::string s = fmt::format("// Rows {} at a time (Schedule::rowBlock): a block's activations stay in the core's cache.\n", s_.rowBlock);
+  s += fmt::format("static constexpr int64_t kRowBlock = {};\n", s_.rowBlock);
+  s += fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {{\n",
+                   runName);
+  s += "  if (batch <= kRowBlock) return pc_run_rows(inputs, outputs, batch, workspace, threads, 0);\n";
+  s += "  if (batch > pc_max_batch) return POLICYC_ERROR_ARGUMENT;\n";
+  s += "  const int first = pc_run_rows(inputs, outputs, kRowBlock, workspace, threads, 0);  // checks the arguments\n";
+  s += "  if (first != POLICYC_OK) return first;\n";
+  s += "  for (int64_t r = kRowBlock; r < batch; r += kRowBlock) {\n";
+  auto pointers = [&](const char* type, const char* array, const std::vector<int64_t>& rowBytes) {
+    std::vector<std::string> at;
+    for (size_t i = 0; i < rowBytes.size(); ++i) {
+      at.push_back(fmt::format("static_cast<{}unsigned char*>({}[{}]) + r * {}", type[0] == 'c' ? "const " : "", array, i, rowBytes[i]));
+    }
+    return fmt::format("    {} {}[{}] = {{{}}};\n", type, array[0] == 'i' ? "ins" : "outs", std::max<size_t>(rowBytes.size(), 1),
+                       at.empty() ? "nullptr" : fmt::format("{}", fmt::join(at, ", ")));
+  };
+  s += pointers("const void*", "inputs", s_.inputRowBytes);
+  s += pointers("void*", "outputs", s_.outputRowBytes);
+  s += "    const int rc = pc_run_rows(ins, outs, batch - r < kRowBlock ? batch - r : kRowBlock, workspace, threads, r);\n";
+  s += "    if (rc != POLICYC_OK) return rc;\n  }\n  return POLICYC_OK;\n}\n\n";
+  return s;
+}
+
 std::string Emitter::emitProfile() const {
   std::string s = "// ---- profiling data (policyc_profile_data(), policyc_model.h)\n\n";
   s += "static const policyc_kernel_info pc_kernel_info[] = {\n";
@@ -176,8 +201,10 @@ std::string Emitter::emitProfile() const {
          "  std::memset(pc_profile_ns, 0, sizeof pc_profile_ns);\n"
          "  std::memset(pc_profile_calls, 0, sizeof pc_profile_calls);\n"
          "  __atomic_store_n(&pc_trace_count, 0, __ATOMIC_RELAXED);\n}\n";
-    s += "static void pc_profile_record(int kernel, int64_t batch, uint64_t t0) {\n"
-         "  pc::profileRecord(pc_profile_ns, pc_profile_calls, pc_trace, kTraceCapacity, &pc_trace_count, kernel, batch, t0);\n}\n";
+    // A run in row blocks (Schedule::rowBlock) counts one call a kernel, at its first rows.
+    s += "static void pc_profile_record(int kernel, int64_t batch, uint64_t t0, int64_t first_row) {\n"
+         "  pc::profileRecord(pc_profile_ns, first_row == 0 ? pc_profile_calls : nullptr, pc_trace, kTraceCapacity, &pc_trace_count, "
+         "kernel, batch, t0);\n}\n";
     s += fmt::format("static const policyc_profile pc_profile = {{{}, 1, pc_kernel_info, {}, pc_profile_ns, pc_profile_calls, pc_trace, kTraceCapacity, &pc_trace_count, pc_profile_reset}};\n\n",
                      p_.kernels.size(), paramBytes(p_));
   } else {
@@ -292,8 +319,13 @@ std::string Emitter::emitAbi(const std::string& name) const {
   s += emitTuning();
   s += emitWeightUpdates();
   const bool updatable = s_.weightTable >= 0;
-  s += fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {{\n",
-                   updatable ? "pc_run_kernels" : "pc_run");
+  const std::string runName = updatable ? "pc_run_kernels" : "pc_run";
+  // With row blocks (or the profiler's counts), pc_run_rows runs the kernels on the rows from
+  // first_row on; pc_run (or pc_run_kernels) calls it a block at a time (or once).
+  const bool blocks = s_.rowBlock > 0, rows = blocks || o_.profile;
+  s += fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads{}) {{\n",
+                   rows ? "pc_run_rows" : runName, rows ? ", int64_t first_row" : "");
+  if (rows) s += "  (void)first_row;\n";
   s += "  if (batch < 0 || batch > pc_max_batch || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
   if (o_.profile) s += "  uint64_t pc_profile_t0 = 0;\n  pc::ChunkTrace pc_chunks{pc_trace, kTraceCapacity, &pc_trace_count, 0, batch};\n";
   s += "  if (batch == 0) return POLICYC_OK;\n";
@@ -342,9 +374,15 @@ std::string Emitter::emitAbi(const std::string& name) const {
         }
       }
     }
-    if (o_.profile) s += fmt::format("  pc_profile_record({}, batch, pc_profile_t0);\n", i);
+    if (o_.profile) s += fmt::format("  pc_profile_record({}, batch, pc_profile_t0, first_row);\n", i);
   }
   s += "  return POLICYC_OK;\n}\n\n";
+  if (blocks) {
+    s += emitRowBlocks(runName);
+  } else if (o_.profile) {
+    s += fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {{\n"
+                     "  return pc_run_rows(inputs, outputs, batch, workspace, threads, 0);\n}}\n\n", runName);
+  }
   if (updatable) {
     s += "// A run holds the weights' read lock: set_weights waits for it and holds new runs back.\n";
     s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n"

@@ -236,14 +236,22 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
 
   // int run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads)
   const bool updatable = s_.weightTable >= 0;
-  llvm::Function* run = function(i32_, {ptr_, ptr_, i64_, ptr_, i32_}, updatable ? "pc_run_kernels" : "pc_run", false);
+  const std::string runName = updatable ? "pc_run_kernels" : "pc_run";
+  // With row blocks (or the profiler's counts), pc_run_rows runs the kernels on the rows from
+  // first_row on; the run function calls it a block at a time (or once), as the C++ backend's.
+  const bool rows = s_.rowBlock > 0 || o_.profile;
+  std::vector<llvm::Type*> runParams = {ptr_, ptr_, i64_, ptr_, i32_};
+  if (rows) runParams.push_back(i64_);
+  llvm::Function* run = function(i32_, runParams, rows ? "pc_run_rows" : runName, false);
   {
     auto a = run->arg_begin();
     Value* inputs = &*a++;
     Value* outputs = &*a++;
     Value* batch = &*a++;
     Value* ws = &*a++;
-    Value* threads = &*a;
+    Value* threads = &*a++;
+    Value* firstRow = rows ? &*a : nullptr;
+    if (firstRow) firstRow->setName("first_row");
     inputs->setName("inputs");
     outputs->setName("outputs");
     batch->setName("batch");
@@ -326,7 +334,9 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
     };
     auto stopTimer = [&](size_t ki) {
       if (o_.profile) {
-        b_.CreateCall(record, {profNs, profCalls, trace, c64(CodegenOptions::kTraceCapacity), traceCount, b_.getInt32(static_cast<uint32_t>(ki)),
+        // A run's later row blocks add their time, not a call (pc::profileRecord).
+        Value* calls = b_.CreateSelect(b_.CreateICmpEQ(firstRow, c64(0)), profCalls, llvm::ConstantPointerNull::get(ptr_));
+        b_.CreateCall(record, {profNs, calls, trace, c64(CodegenOptions::kTraceCapacity), traceCount, b_.getInt32(static_cast<uint32_t>(ki)),
                                batch, t0});
       }
     };
@@ -387,6 +397,7 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
     }
     b_.CreateRet(b_.getInt32(POLICYC_OK));
   }
+  if (rows) run = emitRowBlocks(run, runName);
 
   // Updatable weights: set_weights, get_weights, and the run inside the weights' read lock.
   llvm::Constant* numWeights = b_.getInt32(0);
@@ -534,6 +545,68 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
     b_.SetInsertPoint(go);
     b_.CreateRet(b_.CreateCall(run, {insArr, outsArr, batch, ws, b_.getInt32(1)}));
   }
+}
+
+// The run function over pc_run_rows (`rows`): with row blocks (Schedule::rowBlock) a block of rows
+// at a time, the first with the caller's arguments (so that it checks them), the inputs' and
+// outputs' pointers advanced by the rows before the block; without, one call from row 0.
+llvm::Function* Emitter::emitRowBlocks(llvm::Function* rows, const std::string& name) {
+  llvm::Function* run = function(i32_, {ptr_, ptr_, i64_, ptr_, i32_}, name, false);
+  auto a = run->arg_begin();
+  Value* inputs = &*a++;
+  Value* outputs = &*a++;
+  Value* batch = &*a++;
+  Value* ws = &*a++;
+  Value* threads = &*a;
+  const int64_t per = s_.rowBlock;
+  auto callRows = [&](Value* ins, Value* outs, Value* n, Value* first) {
+    return b_.CreateCall(rows, {ins, outs, n, ws, threads, first}, "rc");
+  };
+  if (per <= 0) {
+    b_.CreateRet(callRows(inputs, outputs, batch, c64(0)));
+    return run;
+  }
+  auto returnUnless = [&](Value* rc) {  // returns rc where it is not POLICYC_OK
+    llvm::BasicBlock* bad = block("failed");
+    llvm::BasicBlock* ok = block("ok");
+    b_.CreateCondBr(b_.CreateICmpNE(rc, b_.getInt32(POLICYC_OK)), bad, ok);
+    b_.SetInsertPoint(bad);
+    b_.CreateRet(rc);
+    b_.SetInsertPoint(ok);
+  };
+  {
+    llvm::BasicBlock* whole = block("whole");
+    llvm::BasicBlock* blocks = block("blocks");
+    b_.CreateCondBr(b_.CreateICmpSLE(batch, c64(per)), whole, blocks);
+    b_.SetInsertPoint(whole);
+    b_.CreateRet(callRows(inputs, outputs, batch, c64(0)));
+    b_.SetInsertPoint(blocks);
+  }
+  llvm::BasicBlock* tooMany = block("too_many");
+  llvm::BasicBlock* fits = block("fits");
+  b_.CreateCondBr(b_.CreateICmpSGT(batch, c64(s_.maxBatch)), tooMany, fits);
+  b_.SetInsertPoint(tooMany);
+  b_.CreateRet(b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_ARGUMENT)));
+  b_.SetInsertPoint(fits);
+  returnUnless(callRows(inputs, outputs, c64(per), c64(0)));  // checks the arguments
+  auto* ins = b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(s_.inputRowBytes.size(), 1)), nullptr, "ins");
+  auto* outs = b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(s_.outputRowBytes.size(), 1)), nullptr, "outs");
+  Value* count = b_.CreateSDiv(b_.CreateAdd(batch, c64(per - 1)), c64(per), "blocks");
+  forRange(c64(1), count, "block", [&](Value* q) {
+    Value* r = b_.CreateMul(q, c64(per), "row");
+    auto advance = [&](Value* from, Value* to, const std::vector<int64_t>& rowBytes) {
+      for (size_t i = 0; i < rowBytes.size(); ++i) {
+        Value* at = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, from, i));
+        b_.CreateStore(b_.CreateGEP(b_.getInt8Ty(), at, b_.CreateMul(r, c64(rowBytes[i]))), b_.CreateConstInBoundsGEP1_64(ptr_, to, i));
+      }
+    };
+    advance(inputs, ins, s_.inputRowBytes);
+    advance(outputs, outs, s_.outputRowBytes);
+    Value* n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(batch, r), c64(per));
+    returnUnless(callRows(ins, outs, n, r));
+  });
+  b_.CreateRet(b_.getInt32(POLICYC_OK));
+  return run;
 }
 
 }  // namespace policyc::codegen::llvmemit

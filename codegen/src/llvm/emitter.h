@@ -55,6 +55,8 @@ class Emitter : llvmbe::Builder {
   // The workspace as a + b * batch (the schedule's), the extern kernels' scratch at
   // externOffset(batch) (as the C++ backend's pc_extern_offset).
   // batch < 0 or over the largest the workspace allows.
+  // The run function `name` over pc_run_rows (Schedule::rowBlock; emit_module.cpp).
+  llvm::Function* emitRowBlocks(llvm::Function* rows, const std::string& name);
   Value* badBatch(Value* batch) { return b_.CreateOr(b_.CreateICmpSLT(batch, c64(0)), b_.CreateICmpSGT(batch, c64(s_.maxBatch))); }
   int64_t workspaceStatic() const { return s_.workspaceStatic; }
   int64_t workspacePerBatch() const { return s_.workspacePerBatch; }

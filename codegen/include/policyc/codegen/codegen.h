@@ -148,6 +148,11 @@ struct CodegenOptions {
   // The autotuner's build: every candidate of every tunable kernel, selected at run time through
   // the exported policyc_tune_select(kernel, candidate) (policyc_tune_candidates lists them).
   bool tuning = false;
+  // Row blocks (Schedule::rowBlock): a run of a model whose rows are independent takes its batch
+  // this many bytes of rows (activations, inputs and outputs) at a time, at least 4 rows; 0: the
+  // whole batch at once. Tests set a few bytes to block every batch by 4.
+  int64_t rowBlockBytes = kRowBlockBytes;
+  static constexpr int64_t kRowBlockBytes = int64_t{1} << 20;
   // --precision and --keep-fp32 NODE,...: the packed weights' storage (weightStorages); a name
   // that is no linear/conv layer with packed weights is an error.
   Precision precision = Precision::Fp32;
