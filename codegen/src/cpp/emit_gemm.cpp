@@ -498,16 +498,25 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
     for (int64_t kh = 0; kh < KH; ++kh)
       for (int64_t kw = 0; kw < KW; ++kw) offsets.push_back(std::to_string(c * xs[1] + kh * dil[0] * xs[2] + kw * dil[1] * xs[3]));
   s += fmt::format("  static const int32_t window[{}] = {{{}}};\n", K, fmt::join(offsets, ","));
+  const int64_t P = OH * OW, tiles = (P + R - 1) / R;
   if (padded) {
-    s += fmt::format("  // the image, zero-padded ({} x {} x {}): the border zeroed once, the inside copied per image\n", padded->C,
-                     padded->H, padded->W);
+    // Only the rows this chunk's tiles of the image read (KernelSchedule::PaddedImage::rowsOf).
+    s += fmt::format("  // the image, zero-padded ({} x {} x {}): the rows this chunk's tiles of it read\n", padded->C, padded->H,
+                     padded->W);
     s += fmt::format("  alignas(64) float padded[{}];\n  int64_t copied = -1;\n", padded->floats());
     s += "  auto padImage = [&](int64_t i0) {\n";
-    s += fmt::format("    if (copied < 0) for (int64_t e = 0; e < {}; ++e) padded[e] = 0.0f;\n", padded->floats());
-    s += fmt::format("    for (int64_t c = 0; c < {}; ++c)\n      for (int64_t ih = 0; ih < {}; ++ih)\n", C, H);
-    s += fmt::format("        for (int64_t iw = 0; iw < {}; ++iw) padded[(c*{} + ih + {})*{} + iw + {}] = {};\n", Wd, padded->H, padded->top,
-                     padded->W, padded->left, loadExpr(X.id, addressOf(X.id, {"i0", "c", "ih", "iw"})));
-    s += "    copied = i0;\n  };\n";
+    s += fmt::format("    const int64_t u0 = lo > i0*{0} ? lo - i0*{0} : 0, u1 = hi < (i0 + 1)*{0} ? hi - i0*{0} : {0};\n", tiles);
+    s += fmt::format("    const int64_t r0 = u0*{0}/{1}*{2}, last = u1*{0} < {3} ? u1*{0} - 1 : {4}, r1 = last/{1}*{2} + {5};\n", R, OW,
+                     st[0], P, P - 1, (KH - 1) * dil[0] + 1);
+    s += fmt::format("    for (int64_t c = 0; c < {}; ++c)\n      for (int64_t r = r0; r < r1; ++r) {{\n", C);
+    s += fmt::format("        float* PC_RESTRICT row = padded + (c*{} + r)*{};\n        const int64_t ih = r - {};\n", padded->H,
+                     padded->W, padded->top);
+    s += fmt::format("        if (ih < 0 || ih >= {}) {{ for (int64_t e = 0; e < {}; ++e) row[e] = 0.0f; continue; }}\n", H, padded->W);
+    s += fmt::format("        for (int64_t e = 0; e < {}; ++e) row[e] = 0.0f;\n", padded->left);
+    s += fmt::format("        for (int64_t iw = 0; iw < {}; ++iw) row[iw + {}] = {};\n", Wd, padded->left,
+                     loadExpr(X.id, addressOf(X.id, {"i0", "c", "ih", "iw"})));
+    s += fmt::format("        for (int64_t e = {}; e < {}; ++e) row[e] = 0.0f;\n", padded->left + Wd, padded->W);
+    s += "      }\n    copied = i0;\n  };\n";
     s += fmt::format("  auto origin = [&](int64_t, int64_t pos) {{ return padded + pos / {} * {} * {} + pos % {} * {}; }};\n", OW, st[0],
                      padded->W, OW, st[1]);
   } else {
@@ -525,9 +534,8 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   const std::optional<std::string> tileCode =
       s_.kernels[index].tileEpilogue ? vectorEpilogue(k, {"i0", "n", "oh", "ow"}, "ow", 8, static_cast<int>(R)) : std::nullopt;
   if (tileCode) s += "  alignas(32) float columns[32][8];\n";
-  // Units of work: a tile of R output positions (4, or 6 for gemm6x16) of one image, every panel.
+  // Units of work: a tile of R output positions (4, 6 or 8) of one image, every panel.
   // The last positions that do not fill a tile run one by one, whichever chunk they fall in.
-  int64_t P = OH * OW, tiles = (P + R - 1) / R;
   std::vector<std::string> positions;
   for (int64_t t = 0; t < R; ++t) positions.push_back(t ? fmt::format("pos + {}", t) : "pos");
   s += unitLoop();

@@ -72,23 +72,38 @@ void Emitter::emitPackedConv(const Kernel& k) {
     Value* okW = b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(b_.CreateAdd(iw, c64((KW - 1) * dil[1])), c64(Wd)));
     return b_.CreateAnd(okH, okW);
   };
-  // The padded image: its border zeroed once per chunk of work, its inside copied for each image a thread
-  // meets (`copied`: the image it holds, -1 before the first).
+  // The padded image, per image a chunk of work meets (`copied`: the image it holds, -1 before the
+  // first): the rows its tiles of that image read, their padding zeroed, as the C++ printer's.
   llvm::AllocaInst* paddedBuf = padded ? local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(padded->floats())), "padded") : nullptr;
   llvm::AllocaInst* copied = padded ? local(i64_, "copied") : nullptr;
   if (padded) b_.CreateStore(c64(-1), copied);
+  llvm::Constant* zero8 = llvm::ConstantInt::get(llvm::Type::getInt8Ty(ctx_), 0);
   auto padImage = [&](Value* i0) {
-    ifThen(b_.CreateICmpSLT(b_.CreateLoad(i64_, copied), c64(0)), "zero", [&] {
-      b_.CreateMemSet(paddedBuf, llvm::ConstantInt::get(llvm::Type::getInt8Ty(ctx_), 0), static_cast<uint64_t>(padded->floats() * 4),
-                      llvm::MaybeAlign(64));
-    });
+    Value* first = b_.CreateMul(i0, c64(tiles));
+    Value* u0 = b_.CreateSub(b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, lo_, first), first);
+    Value* u1 = b_.CreateSub(b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, hi_, b_.CreateAdd(first, c64(tiles))), first);
+    Value* r0 = b_.CreateMul(b_.CreateSDiv(b_.CreateMul(u0, c64(R)), c64(OW)), c64(st[0]));
+    Value* last = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(b_.CreateMul(u1, c64(R)), c64(1)), c64(P - 1));
+    Value* r1 = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(last, c64(OW)), c64(st[0])), c64((KH - 1) * dil[0] + 1));
     forCount(C, "c", [&](Value* c) {
-      forCount(H, "ih", [&](Value* ih) {
-        Value* row = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(padded->H)), b_.CreateAdd(ih, c64(padded->top))), c64(padded->W)),
-                                  c64(padded->left));
-        forCount(Wd, "iw", [&](Value* iw) {
-          b_.CreateStore(loadElem(X.id, {i0, c, ih, iw}, X.name), b_.CreateInBoundsGEP(f32_, paddedBuf, b_.CreateAdd(row, iw)));
-        });
+      forRange(r0, r1, "r", [&](Value* r) {
+        Value* row = b_.CreateInBoundsGEP(f32_, paddedBuf, b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(padded->H)), r), c64(padded->W)));
+        Value* ih = b_.CreateSub(r, c64(padded->top));
+        Value* inRow = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H)));
+        ifElse(
+            inRow, "inside",
+            [&] {
+              if (padded->left > 0) b_.CreateMemSet(row, zero8, static_cast<uint64_t>(padded->left * 4), llvm::MaybeAlign(4));
+              forCount(Wd, "iw", [&](Value* iw) {
+                b_.CreateStore(loadElem(X.id, {i0, c, ih, iw}, X.name), b_.CreateInBoundsGEP(f32_, row, b_.CreateAdd(iw, c64(padded->left))));
+              });
+              const int64_t right = padded->W - padded->left - Wd;
+              if (right > 0) {
+                b_.CreateMemSet(b_.CreateConstInBoundsGEP1_64(f32_, row, static_cast<uint64_t>(padded->left + Wd)), zero8,
+                                static_cast<uint64_t>(right * 4), llvm::MaybeAlign(4));
+              }
+            },
+            [&] { b_.CreateMemSet(row, zero8, static_cast<uint64_t>(padded->W * 4), llvm::MaybeAlign(4)); });
       });
     });
     b_.CreateStore(i0, copied);
