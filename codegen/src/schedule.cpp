@@ -264,11 +264,12 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
 namespace {
 
 // The heuristic of --mode default for a kernel at batch sizes around `batch` (measured on the
-// reference policies and the zoo, docs/performance.md): the generated implicit GEMM for convs of 32
-// output channels or more (gemm8x32 with AVX-512), conv_rows for the others it runs on well-filled rows (below); else
-// oneDNN's convolution (on IMPALA's 16-channel convs with narrowed weights, and on the strided
-// 16-channel ones, it beat the implicit GEMM's half-filled tiles), with the epilogue as post-ops (and oneDNN's own layouts) when those are cheap ones — relu, x*a+b, a
-// residual sum — and as generated code otherwise (oneDNN 2.6's tanh post-op, for one, is several
+// reference policies and the zoo, docs/performance.md): the generated implicit GEMM for convs of
+// 32 output channels or more (gemm8x32 with AVX-512), conv_rows for the others it runs on
+// well-filled rows (below); else oneDNN's convolution (on IMPALA's 16-channel convs with narrowed
+// weights, and on the strided 16-channel ones, it beat the implicit GEMM's half-filled tiles),
+// with the epilogue as post-ops (and oneDNN's own layouts) when those are cheap ones — relu,
+// x*a+b, a residual sum — and as generated code otherwise (oneDNN 2.6's tanh post-op, for one, is several
 // times slower than its logistic); the generated two-panel microkernel for linear layers, where
 // oneDNN's fixed per-call cost is larger than the whole layer at small batches. On a target without
 // AVX-512 the one-panel microkernel: the two-panel one's accumulators fill its 16 registers (on an
@@ -492,31 +493,29 @@ bool rowsIndependent(const KernelProgram& p) {
   for (const Buffer& b : p.buffers) {
     if (b.value && b.value->producer()) nodes.push_back(b.value->producer());
   }
-  {
-    for (const ir::Node* n : nodes) {
-      if (!n->isOp()) continue;
-      const size_t rank = n->inputs().empty() ? 0 : n->inputs()[0]->type().shape.size();
-      switch (n->op()) {
-        case Op::Softmax: case Op::LogSoftmax: case Op::ArgMax: case Op::LayerNorm: case Op::Gather:
-        case Op::GatherElements: case Op::Split: case Op::Concat: case Op::Flatten:
-          if (normalizeAxis(n->attrInt("axis"), rank) == 0) return false;
-          break;
-        case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceProd: case Op::Squeeze:
-        case Op::Unsqueeze: case Op::Slice:
-          if (touchesRows(n->attrInts("axes"), rank)) return false;
-          break;
-        case Op::Transpose: {
-          const std::vector<int64_t>& perm = n->attrInts("perm");
-          if (perm.empty() || perm[0] != 0) return false;
-          break;
-        }
-        case Op::Pad: {
-          const std::vector<int64_t>& pads = n->attrInts("pads");
-          if (pads.empty() || pads[0] != 0 || pads[pads.size() / 2] != 0) return false;
-          break;
-        }
-        default: break;
+  for (const ir::Node* n : nodes) {
+    if (!n->isOp()) continue;
+    const size_t rank = n->inputs().empty() ? 0 : n->inputs()[0]->type().shape.size();
+    switch (n->op()) {
+      case Op::Softmax: case Op::LogSoftmax: case Op::ArgMax: case Op::LayerNorm: case Op::Gather:
+      case Op::GatherElements: case Op::Split: case Op::Concat: case Op::Flatten:
+        if (normalizeAxis(n->attrInt("axis"), rank) == 0) return false;
+        break;
+      case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceProd: case Op::Squeeze:
+      case Op::Unsqueeze: case Op::Slice:
+        if (touchesRows(n->attrInts("axes"), rank)) return false;
+        break;
+      case Op::Transpose: {
+        const std::vector<int64_t>& perm = n->attrInts("perm");
+        if (perm.empty() || perm[0] != 0) return false;
+        break;
       }
+      case Op::Pad: {
+        const std::vector<int64_t>& pads = n->attrInts("pads");
+        if (pads.empty() || pads[0] != 0 || pads[pads.size() / 2] != 0) return false;
+        break;
+      }
+      default: break;
     }
   }
   return true;
