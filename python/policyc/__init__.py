@@ -172,7 +172,7 @@ def from_torch(module, example_inputs, input_names=None, output_names=None, opse
 
     example_inputs: a tensor or a tuple of tensors with the batch first. compile_options go to
     policyc.compile (backend, fuse, mode, target, threads, debug_dir, extern_kernels, tune_batch,
-    precision, keep_fp32). The
+    precision, keep_fp32, row_block_bytes). The
     exported .onnx is kept next to the compiled model in the cache only while compiling.
     """
     import torch  # imported here: policyc itself does not need torch

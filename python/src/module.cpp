@@ -297,7 +297,8 @@ std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::option
                                       const std::string& mode, const std::string& target, int threads,
                                       const std::optional<std::string>& debugDir, bool externKernels,
                                       const std::vector<int64_t>& tuneBatch, bool updatableWeights,
-                                      const std::string& precision, const std::vector<std::string>& keepFp32) {
+                                      const std::string& precision, const std::vector<std::string>& keepFp32,
+                                      int64_t rowBlockBytes) {
   if (!driver::isCompileMode(mode)) throw py::value_error("mode must be 'default' or 'max-autotune', got '" + mode + "'");
   driver::CompileRequest request;
   request.modelPath = path;
@@ -320,6 +321,8 @@ std::unique_ptr<Policy> compilePolicy(const std::string& path, const std::option
     throw py::value_error(escape::message(e.what()));
   }
   request.cpp.keepFp32 = keepFp32;
+  if (rowBlockBytes < 0) throw py::value_error("row_block_bytes must be 0 or more, got " + std::to_string(rowBlockBytes));
+  request.cpp.rowBlockBytes = rowBlockBytes;
   if (!tuneBatch.empty()) request.cpp.tuneBatches = tuneBatch;
   request.debugDir = debugDir.value_or("");
   std::string so;
@@ -387,12 +390,14 @@ PYBIND11_MODULE(_policyc, m) {
         py::arg("target") = "native", py::arg("threads") = 1, py::arg("debug_dir") = py::none(),
         py::arg("extern_kernels") = true, py::arg("tune_batch") = std::vector<int64_t>{}, py::arg("updatable_weights") = false,
         py::arg("precision") = "fp32", py::arg("keep_fp32") = std::vector<std::string>{},
+        py::arg("row_block_bytes") = codegen::CodegenOptions::kRowBlockBytes,
         "compile an .onnx or .pir model (cached in POLICYC_CACHE_DIR) and load it; backend 'llvm' (default) or 'cpp'; "
         "fuse=False: one kernel per graph node; mode 'max-autotune' "
         "times every GEMM/conv implementation at tune_batch (default 1,16,64); extern_kernels=False keeps oneDNN out; "
         "updatable_weights=True: the weights can be replaced later (Policy.set_weights) without recompiling; "
         "precision 'bf16-weights', 'bf16' or 'int8-weights' stores linear/conv weights narrower, keep_fp32 names "
-        "layers that stay fp32 (docs/precision.md)");
+        "layers that stay fp32 (docs/precision.md); row_block_bytes: a large batch runs in blocks of rows whose "
+        "activations fit this many bytes (0: whole)");
   // What policyc.load_bytes and Policy.to_bytes (policyc/__init__.py) build on.
   m.attr("ABI_VERSION") = POLICYC_ABI_VERSION;
   m.def("_host_cpu_features", &runtime::hostCpuFeatures, "the instruction-set extensions of this CPU that compiled code may use");

@@ -186,6 +186,16 @@ class PolicyTest(unittest.TestCase):
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
+    def test_row_blocks_give_the_whole_batchs_bits(self):
+        """row_block_bytes (docs/backend_cpp.md, row blocks): a CNN's batch of 9 in blocks of 4 rows, or whole."""
+        cnn = os.path.join(ROOT, "examples", "zoo", "gap_cnn.onnx")
+        obs = np.random.default_rng(5).random((9, 3, 48, 48)).astype(np.float32)
+        blocks, whole = policyc.compile(cnn, row_block_bytes=1), policyc.compile(cnn, row_block_bytes=0)
+        for b, w in zip(blocks(obs), whole(obs)):
+            np.testing.assert_array_equal(b, w)
+        with self.assertRaisesRegex(ValueError, "row_block_bytes must be 0 or more"):
+            policyc.compile(cnn, row_block_bytes=-1)
+
     def test_bad_backend_names_are_value_errors(self):
         with self.assertRaisesRegex(ValueError, "use --no-fuse \\(Python: fuse=False\\)"):
             policyc.compile(PPO, backend="nofuse")
