@@ -402,7 +402,7 @@ struct KernelSchedule {
   bool rawWeight = false;   // an extern implementation or conv_rows reads the plain weight (oneDNN reorders it)
   std::optional<ConvRowTiles> convRows;  // where conv_rows is among impls: its tiles, for both printers
   // A Form::PackedConv kernel with padding (paddedImage): the implicit GEMM's whole tiles read a
-  // zero-padded copy of the image, made by each thread once per image it meets, through the
+  // zero-padded copy of the image (the rows a chunk's tiles read, once per image it meets), through the
   // padded image's window offsets, where they gathered every window that reached the padding into
   // a patch one value at a time. The same values in the same order, so the same bits. Where the
   // output is narrow every tile has a position in the first column (gap_cnn's 3x3/2 convs on 12

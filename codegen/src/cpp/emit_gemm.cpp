@@ -500,7 +500,7 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   s += fmt::format("  static const int32_t window[{}] = {{{}}};\n", K, fmt::join(offsets, ","));
   const int64_t P = OH * OW, tiles = (P + R - 1) / R;
   if (padded) {
-    // Only the rows this chunk's tiles of the image read (KernelSchedule::PaddedImage::rowsOf).
+    // Only the rows this chunk's tiles of the image read: with threads, each chunk pads its own.
     s += fmt::format("  // the image, zero-padded ({} x {} x {}): the rows this chunk's tiles of it read\n", padded->C, padded->H,
                      padded->W);
     s += fmt::format("  alignas(64) float padded[{}];\n  int64_t copied = -1;\n", padded->floats());

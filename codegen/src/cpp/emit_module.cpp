@@ -155,25 +155,28 @@ std::string Emitter::emitWeightUpdates() const {
 }
 
 std::string Emitter::emitRowBlocks(const std::string& runName) const {
-  std::string s = fmt::format("// Rows {} at a time (Schedule::rowBlock): a block's activations stay in the core's cache.\n", s_.rowBlock);
-  s += fmt::format("static constexpr int64_t kRowBlock = {};\n", s_.rowBlock);
-  s += fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {{\n",
-                   runName);
+  std::string s = fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {{\n",
+                              runName);
+  if (s_.rowBlock <= 0) return s + "  return pc_run_rows(inputs, outputs, batch, workspace, threads, 0);\n}\n\n";
+  s = fmt::format("// Rows {} at a time (Schedule::rowBlock): a block's activations stay in the core's cache.\n"
+                  "static constexpr int64_t kRowBlock = {};\n{}",
+                  s_.rowBlock, s_.rowBlock, s);
   s += "  if (batch <= kRowBlock) return pc_run_rows(inputs, outputs, batch, workspace, threads, 0);\n";
   s += "  if (batch > pc_max_batch) return POLICYC_ERROR_ARGUMENT;\n";
   s += "  const int first = pc_run_rows(inputs, outputs, kRowBlock, workspace, threads, 0);  // checks the arguments\n";
   s += "  if (first != POLICYC_OK) return first;\n";
   s += "  for (int64_t r = kRowBlock; r < batch; r += kRowBlock) {\n";
-  auto pointers = [&](const char* type, const char* array, const std::vector<int64_t>& rowBytes) {
+  // The block's pointers: each array's, advanced by r rows of its tensor.
+  auto pointers = [&](const std::string& qualifier, const char* from, const char* to, const std::vector<int64_t>& rowBytes) {
     std::vector<std::string> at;
     for (size_t i = 0; i < rowBytes.size(); ++i) {
-      at.push_back(fmt::format("static_cast<{}unsigned char*>({}[{}]) + r * {}", type[0] == 'c' ? "const " : "", array, i, rowBytes[i]));
+      at.push_back(fmt::format("static_cast<{}unsigned char*>({}[{}]) + r * {}", qualifier, from, i, rowBytes[i]));
     }
-    return fmt::format("    {} {}[{}] = {{{}}};\n", type, array[0] == 'i' ? "ins" : "outs", std::max<size_t>(rowBytes.size(), 1),
-                       at.empty() ? "nullptr" : fmt::format("{}", fmt::join(at, ", ")));
+    if (at.empty()) at.push_back("nullptr");
+    return fmt::format("    {}void* {}[{}] = {{{}}};\n", qualifier, to, at.size(), fmt::join(at, ", "));
   };
-  s += pointers("const void*", "inputs", s_.inputRowBytes);
-  s += pointers("void*", "outputs", s_.outputRowBytes);
+  s += pointers("const ", "inputs", "ins", s_.inputRowBytes);
+  s += pointers("", "outputs", "outs", s_.outputRowBytes);
   s += "    const int rc = pc_run_rows(ins, outs, batch - r < kRowBlock ? batch - r : kRowBlock, workspace, threads, r);\n";
   s += "    if (rc != POLICYC_OK) return rc;\n  }\n  return POLICYC_OK;\n}\n\n";
   return s;
@@ -322,7 +325,7 @@ std::string Emitter::emitAbi(const std::string& name) const {
   const std::string runName = updatable ? "pc_run_kernels" : "pc_run";
   // With row blocks (or the profiler's counts), pc_run_rows runs the kernels on the rows from
   // first_row on; pc_run (or pc_run_kernels) calls it a block at a time (or once).
-  const bool blocks = s_.rowBlock > 0, rows = blocks || o_.profile;
+  const bool rows = s_.rowBlock > 0 || o_.profile;
   s += fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads{}) {{\n",
                    rows ? "pc_run_rows" : runName, rows ? ", int64_t first_row" : "");
   if (rows) s += "  (void)first_row;\n";
@@ -377,12 +380,7 @@ std::string Emitter::emitAbi(const std::string& name) const {
     if (o_.profile) s += fmt::format("  pc_profile_record({}, batch, pc_profile_t0, first_row);\n", i);
   }
   s += "  return POLICYC_OK;\n}\n\n";
-  if (blocks) {
-    s += emitRowBlocks(runName);
-  } else if (o_.profile) {
-    s += fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {{\n"
-                     "  return pc_run_rows(inputs, outputs, batch, workspace, threads, 0);\n}}\n\n", runName);
-  }
+  if (rows) s += emitRowBlocks(runName);
   if (updatable) {
     s += "// A run holds the weights' read lock: set_weights waits for it and holds new runs back.\n";
     s += "static int pc_run(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {\n"

@@ -267,8 +267,8 @@ class Emitter {
   // pc_run updates after each kernel (on the calling thread; a kernel split between threads is
   // timed as a whole).
   std::string emitProfile() const;
-  // The run function of a model run in row blocks (Schedule::rowBlock): pc_run_rows a block of
-  // rows at a time, the first block with the caller's arguments (so that it checks them).
+  // The run function over pc_run_rows: with row blocks (Schedule::rowBlock) a block of rows at a
+  // time, the first block with the caller's arguments (so that it checks them); else one call.
   std::string emitRowBlocks(const std::string& runName) const;
 
   // A ThreadSplit's numbers as C++ expressions in `batch`.
