@@ -243,11 +243,19 @@ std::optional<PostOpPlan> postOpPlan(const KernelProgram& p, const Kernel& k) {
   return std::nullopt;  // no store
 }
 
+// A layer the bf16/int8 weights rule leaves in f32 for its size (kMinReducedWeights).
+static bool tooSmallToNarrow(const KernelProgram& p, const Kernel& k) { return packedN(p, k) * packedK(p, k) < kMinReducedWeights; }
+
 std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern,
                                const std::optional<InjectedFault>& fault, Precision precision) {
   if (!packable(p, k)) return {};
   std::vector<Impl> v = {Impl::Gemm4x32, Impl::Gemm4x16};
-  if (precision == Precision::Fp32 && convRowTiles(p, k)) v.push_back(Impl::ConvRows);
+  // conv_rows reads the f32 weight: with fp32, or bf16/int8 weights where the layer is too small
+  // to be narrowed (kMinReducedWeights; IMPALA's convs, whose 16-channel ones went to oneDNN's
+  // slower convs with --precision bf16-weights: impala_cnn at batch 64 1.25x slower than fp32).
+  // Not with products in bf16, which narrows every layer oneDNN may run (decideWeightStorage).
+  const bool f32Weight = precision == Precision::Fp32 || (precision != Precision::Bf16 && tooSmallToNarrow(p, k));
+  if (f32Weight && convRowTiles(p, k)) v.push_back(Impl::ConvRows);
   if (allowExtern && onednnEligible(p, k)) {
     v.push_back(Impl::Onednn);
     // An injected fault lives in the generated epilogue: keep the epilogue generated.
@@ -620,7 +628,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
       }
       continue;
     }
-    if (w.isUpdatable() || packedN(p, k) * packedK(p, k) < kMinReducedWeights) continue;
+    if (w.isUpdatable() || tooSmallToNarrow(p, k)) continue;
     if (o.precision == Precision::Int8Weights) {
       const float* d = w.paramData().data<float>();
       if (!std::all_of(d, d + w.paramData().numel(), [](float v) { return std::isfinite(v); })) continue;  // no scale for inf

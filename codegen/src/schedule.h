@@ -36,7 +36,8 @@ std::optional<Impl> implByName(const std::string& name);
 std::string implNames();  // "gemm4x32, gemm4x16, onednn, onednn_postops, conv_rows, gemm6x16, gemm8x32"
 
 // The implementations kernel `k` has (none: it is not a packed linear/conv kernel). conv_rows
-// reads the f32 weight as it is, so it is one only with f32 weights (`precision` fp32).
+// reads the f32 weight as it is, so it is one only with f32 weights (`precision` fp32, or a
+// layer too small for bf16/int8 weights to narrow it).
 std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern,
                                const std::optional<InjectedFault>& fault = std::nullopt, Precision precision = Precision::Fp32);
 

@@ -168,14 +168,16 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   }
   CHECK(convs == 3);
   // impala_cnn without AVX-512: conv_rows for every conv (rows of 64, 32 and 16 columns, and of 8
-  // two to a chunk); with narrowed weights (no conv_rows) oneDNN for the 16-channel convs, the
-  // implicit GEMM for the 32-channel ones. With AVX-512 conv_rows for the 16-channel convs only.
+  // two to a chunk), with bf16 weights too (every conv below the size the rule narrows); with
+  // products in bf16 (no conv_rows) oneDNN for the 16-channel convs, the implicit GEMM for the
+  // 32-channel ones. With AVX-512 conv_rows for the 16-channel convs only.
   auto impala = driver::loadModel(testing::sourcePath("examples/models/impala_cnn.onnx"));
   passes::runPipeline(*impala);
   codegen::KernelProgram ip = codegen::lowerGraph(*impala);
   codegen::fuseKernels(ip);
   const codegen::ImplChoice chosen = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true);
   const codegen::ImplChoice narrowed = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true, codegen::Precision::Bf16Weights);
+  const codegen::ImplChoice dot = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true, codegen::Precision::Bf16);
   const codegen::ImplChoice wide = codegen::heuristicChoice(ip, {1, 16, 64}, true);
   int rowsConvs = 0, wideConvs = 0;
   for (const codegen::Kernel& k : ip.kernels) {
@@ -183,12 +185,13 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
     INFO(k.name << " " << k.domain[3].value() << " columns");
     const std::string impl = chosen.at(k.name).front().impl;
     CHECK(impl == "conv_rows");
+    CHECK(narrowed.at(k.name).front().impl == "conv_rows");
     if (k.domain[1].value() >= 32) {
-      CHECK(narrowed.at(k.name).front().impl == "gemm6x16");
+      CHECK(dot.at(k.name).front().impl == "gemm4x16");
       CHECK(wide.at(k.name).front().impl == "gemm8x32");
       ++wideConvs;
     } else {
-      CHECK(narrowed.at(k.name).front().impl.rfind("onednn", 0) == 0);
+      CHECK(dot.at(k.name).front().impl.rfind("onednn", 0) == 0);
       CHECK(wide.at(k.name).front().impl == "conv_rows");
     }
     rowsConvs += impl == "conv_rows";
