@@ -1033,9 +1033,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
   if (o.rowBlockBytes > 0 && !o.tuning && !s.usesExtern && rowsIndependent(p)) {
     auto rowBytes = [&](int id) {
       const Buffer& b = p.buffer(id);
-      int64_t n = static_cast<int64_t>(ir::dtypeSize(b.type.dtype));
-      for (size_t d = 1; d < b.type.shape.size(); ++d) n *= b.type.shape[d].value();
-      return n;
+      return ir::rowNumel(b.type.shape) * static_cast<int64_t>(ir::dtypeSize(b.type.dtype));
     };
     int64_t perRow = plan.perBatchBytes;
     for (int id : p.inputs) perRow += s.inputRowBytes.emplace_back(rowBytes(id));
@@ -1076,12 +1074,9 @@ std::string cHeader(const KernelProgram& p_, const Schedule& schedule, const std
     const Buffer& b = p_.buffer(id);
     std::string N = cName;
     for (char& c : N) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    int64_t per = 1;
     std::vector<std::string> dims;
-    for (const ir::Dim& d : b.type.shape) {
-      dims.push_back(d.isBatch() ? "batch" : std::to_string(d.value()));
-      if (d.isStatic()) per *= d.value();
-    }
+    for (const ir::Dim& d : b.type.shape) dims.push_back(d.isBatch() ? "batch" : std::to_string(d.value()));
+    const int64_t per = ir::rowNumel(b.type.shape);
     return fmt::format("/* {} {}[{}] */\n#define {}_{}_SIZE {}  /* elements per batch row */\n", escape::cComment(n),
                        ir::dtypeName(b.type.dtype), fmt::join(dims, ","), up, N, per);
   };

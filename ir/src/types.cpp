@@ -79,6 +79,14 @@ int64_t staticNumel(const std::vector<int64_t>& dims) {
   return *n;
 }
 
+int64_t rowNumel(const Shape& shape) {
+  std::vector<int64_t> dims;
+  for (const Dim& d : shape) {
+    if (d.isStatic()) dims.push_back(d.value());
+  }
+  return staticNumel(dims);
+}
+
 std::string TensorType::str() const { return fmt::format("{}{}", dtypeName(dtype), shapeStr(shape)); }
 
 }  // namespace policyc::ir

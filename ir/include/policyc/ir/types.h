@@ -45,6 +45,7 @@ std::vector<int64_t> evalShape(const Shape& shape, int64_t batch);
 bool isStaticShape(const Shape& shape);
 Shape staticShape(const std::vector<int64_t>& dims);
 int64_t staticNumel(const std::vector<int64_t>& dims);
+int64_t rowNumel(const Shape& shape);  // elements per batch row: the product of the static dims
 
 struct TensorType {
   DType dtype = DType::F32;
