@@ -1006,16 +1006,41 @@ class Pool {
     ctx_ = ctx;
     done_.store(0, std::memory_order_relaxed);
     const uint64_t gen = ((state_.load(std::memory_order_relaxed) >> 32) + 1) & 0xffffffffu;
+    callerCpu_.store(sched_getcpu(), std::memory_order_relaxed);
     pthread_mutex_lock(&wake_);
     // Generation in the high half, the number of chunks and the next unclaimed one below.
     state_.store(gen << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
-    const bool sleepers = sleeping_ > 0;
+    // Only workers that no earlier run has woken yet: one woken but not yet running (its core
+    // busy with another process) needs no second wake-up, and a wake-up is a system call.
+    const bool sleepers = sleeping_.load(std::memory_order_relaxed) > 0;
+    sleeping_.store(0, std::memory_order_relaxed);
     pthread_mutex_unlock(&wake_);
-    if (sleepers) pthread_cond_broadcast(&wakeCv_);
-    claim(gen);
-    waitDone(chunks);
+    if (sleepers) {
+      alive_.store(nowNs(), std::memory_order_relaxed);  // expected up soon
+      pthread_cond_broadcast(&wakeCv_);
+    }
+    const uint64_t t0 = nowNs();
+    const int mine = claim(gen, false);
+    // The workers hold at most one chunk each when the caller runs out: a worker that is running
+    // ends it within about a chunk's time, so the caller spins twice its own chunks' mean time
+    // (kCallerMinSpinNs..kCallerSpinNs). A worker that takes longer has most likely been
+    // preempted, and the caller goes to sleep: its core idle, the scheduler moves the worker
+    // there at once, where a spinning caller would keep it waiting for its own core's next turn.
+    const uint64_t perChunk = mine > 0 ? (nowNs() - t0) / static_cast<uint64_t>(mine) : kCallerSpinNs;
+    waitDone(chunks, perChunk * 2 < kCallerMinSpinNs ? kCallerMinSpinNs : perChunk * 2 > kCallerSpinNs ? kCallerSpinNs : perChunk * 2);
     pthread_mutex_unlock(&busy_);
   }
+
+  // Whether a worker is likely to take part in a run now: one spinning or woken in the last
+  // kAbsentNs, or one asleep that the run would wake. No: the workers are awake but have not run
+  // for that long, their cores taken by other processes (a woken thread waits for the running
+  // one's time slice, milliseconds); the caller would run every chunk itself, paying for the
+  // split (each chunk's setup, a conv's rows read twice at chunk edges) for nothing.
+  bool workersAround() const {
+    if (getpid() != pid_ || started_.load(std::memory_order_relaxed) == 0 || sleeping_.load(std::memory_order_relaxed) > 0) return true;
+    return nowNs() - alive_.load(std::memory_order_relaxed) < kAbsentNs;
+  }
+  static constexpr uint64_t kAbsentNs = 50000;
 
   ~Pool() {
     // Held for good: a run that starts after this (a thread still calling at exit) finds the pool
@@ -1037,7 +1062,7 @@ class Pool {
     pid_ = getpid();
     workers_ = 0;
     started_.store(0, std::memory_order_relaxed);  // the child's workers are numbered from 1 again
-    sleeping_ = 0;
+    sleeping_.store(0, std::memory_order_relaxed);
     stop_ = false;
     pthread_mutex_init(&busy_, nullptr);
     pthread_mutex_init(&wake_, nullptr);
@@ -1058,15 +1083,18 @@ class Pool {
     return nullptr;
   }
 
-  // Claims and runs chunks of generation `gen` until none is left.
-  void claim(uint64_t gen) {
+  // Claims and runs chunks of generation `gen` until none is left; returns how many it ran.
+  int claim(uint64_t gen, bool worker) {
     uint64_t s = state_.load(std::memory_order_acquire);
+    int ran = 0;
     for (;;) {
-      if (s >> 32 != gen) return;
+      if (s >> 32 != gen) return ran;
       const uint64_t chunks = s >> 16 & 0xffff, next = s & 0xffff;
-      if (next >= chunks) return;
+      if (next >= chunks) return ran;
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
       task_(ctx_, static_cast<int>(next));
+      ++ran;
+      if (worker) alive_.store(nowNs(), std::memory_order_relaxed);  // seen by the caller with done_
       // (seq_cst, with callerWaiting_: the caller sees this chunk done or this thread sees it asleep)
       if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == static_cast<int>(chunks) &&
           callerWaiting_.load(std::memory_order_seq_cst)) {
@@ -1078,16 +1106,17 @@ class Pool {
     }
   }
 
-  // The caller, its own chunks done, waits for the workers' chunks: spinning a little (a chunk
+  // The caller, its own chunks done, waits for the workers' chunks: spinning up to spinNs (a chunk
   // claimed by a running worker ends about when the caller's does), then asleep. Not spinning on:
   // on a machine where other processes want the cores, a worker that claimed a chunk may have been
   // preempted, and a caller that keeps its core busy keeps the scheduler from moving the worker
   // there; asleep, the core is free and an idle core pulls a waiting thread at once.
-  void waitDone(int chunks) {
+  void waitDone(int chunks, uint64_t spinNs) {
     const uint64_t t0 = nowNs();
     for (int spin = 1; done_.load(std::memory_order_acquire) < chunks; ++spin) {
       cpuRelax();
-      if (spin % 64 == 0 && nowNs() - t0 > kCallerSpinNs) {
+      if (spin % 64 == 0) sched_yield();
+      if (spin % 16 == 0 && nowNs() - t0 > spinNs) {
         pthread_mutex_lock(&wake_);
         callerWaiting_.store(true, std::memory_order_seq_cst);
         while (done_.load(std::memory_order_seq_cst) < chunks) pthread_cond_wait(&doneCv_, &wake_);
@@ -1097,7 +1126,7 @@ class Pool {
       }
     }
   }
-  static constexpr uint64_t kCallerSpinNs = 1000000, kWorkerSpinNs = 200000, kWorkerMinSpinNs = 5000;
+  static constexpr uint64_t kCallerSpinNs = 1000000, kCallerMinSpinNs = 10000, kWorkerSpinNs = 200000, kWorkerMinSpinNs = 5000;
 
   void work() {
     uint64_t seen = state_.load(std::memory_order_acquire) >> 32;
@@ -1118,21 +1147,34 @@ class Pool {
       for (int spin = 1; gen == seen; ++spin) {
         cpuRelax();
         gen = state_.load(std::memory_order_acquire) >> 32;
-        if (spin % 64 == 0 && nowNs() - t0 > spinNs) break;
+        if (spin % 64 == 0) {
+          const uint64_t now = nowNs();
+          alive_.store(now, std::memory_order_relaxed);
+          if (now - t0 > spinNs) break;
+          // On the caller's core (the scheduler put both there), the caller runs now: a spinning
+          // worker would hold it back. Not elsewhere: a yield to another process's thread would
+          // hand it the core for a whole time slice (milliseconds), during which this worker
+          // takes no part in the runs.
+          if (sched_getcpu() == callerCpu_.load(std::memory_order_relaxed)) sched_yield();
+        }
       }
       spinNs = gen == seen ? (spinNs / 2 > kWorkerMinSpinNs ? spinNs / 2 : kWorkerMinSpinNs)
                            : (spinNs * 2 < kWorkerSpinNs ? spinNs * 2 : kWorkerSpinNs);
       if (gen == seen) {
         pthread_mutex_lock(&wake_);
-        ++sleeping_;
-        while (!stop_ && (gen = state_.load(std::memory_order_acquire) >> 32) == seen) pthread_cond_wait(&wakeCv_, &wake_);
-        --sleeping_;
+        // sleeping_: the workers waiting that no run has woken (a run zeroes it as it wakes them;
+        // one waking for another reason counts itself again: at worst a wake-up too many).
+        while (!stop_ && (gen = state_.load(std::memory_order_acquire) >> 32) == seen) {
+          sleeping_.fetch_add(1, std::memory_order_relaxed);
+          pthread_cond_wait(&wakeCv_, &wake_);
+        }
+        alive_.store(nowNs(), std::memory_order_relaxed);
         const bool stop = stop_;
         pthread_mutex_unlock(&wake_);
         if (stop) return;
       }
       seen = gen;
-      claim(gen);
+      claim(gen, true);
     }
   }
 
@@ -1141,7 +1183,9 @@ class Pool {
   pthread_cond_t wakeCv_ = PTHREAD_COND_INITIALIZER;
   pthread_cond_t doneCv_ = PTHREAD_COND_INITIALIZER;  // the last chunk is done (a sleeping caller waits on it)
   std::atomic<bool> callerWaiting_{false};
-  int sleeping_ = 0;
+  std::atomic<int> sleeping_{0};  // changed under wake_; read without it by workersAround
+  std::atomic<int> callerCpu_{-1};  // the core of the thread that called the latest run
+  std::atomic<uint64_t> alive_{0};  // when a worker was last seen spinning, or last woken (nowNs)
   bool stop_ = false;
   std::atomic<uint64_t> state_{0};
   std::atomic<int> done_{0};
@@ -1173,7 +1217,7 @@ template <class F>
 PC_INLINE void parallelFor(int32_t threads, int64_t units, double costPerUnit, double minChunkCost, const F& f,
                            const ChunkTrace* trace = nullptr) {
   const int64_t chunks = chunkCount(threads, units, costPerUnit, minChunkCost);
-  if (chunks <= 1) {
+  if (chunks <= 1 || !Pool::get().workersAround()) {
     if (units > 0) f(int64_t{0}, units);
     return;
   }
@@ -1204,6 +1248,88 @@ using KernelFn = void (*)(const void* const*, void* const*, int64_t, unsigned ch
                                                                   int* status, const ChunkTrace* trace = nullptr) {
   parallelFor(threads, units, costPerUnit, minChunkCost,
               [&](int64_t lo, int64_t hi) { fn(inputs, outputs, batch, ws, status, lo, hi); }, trace);
+}
+
+// ---- row blocks (Schedule::rowBlock). A model whose rows are independent runs a large batch
+// `block` rows at a time, each block through every kernel, so that a block's activations stay in
+// a core's cache. With threads > 1 and enough blocks, the threads take whole blocks instead of
+// splitting each kernel: each runs its blocks on one thread in its own slot of the workspace
+// (the caller's workspace holds as many slots of a block's size as fit), claiming the next block
+// when done. One wait a run instead of one a kernel: a thread that another process preempts
+// delays only the block it holds, and no kernel is cut into chunks whose edges cost extra.
+// Blocks are a multiple of 4 rows whatever the thread count (a linear layer's row quads fall as
+// in a whole-batch run): the same bits at every thread count.
+
+// A model's kernels on `batch` rows from `first_row` on (inputs and outputs advanced to it).
+typedef int (*RunRowsFn)(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads,
+                         int64_t first_row);
+
+struct RowBlocks {
+  RunRowsFn rows;
+  size_t (*workspaceBytes)(int64_t batch);
+  int64_t block;  // rows a block
+  int64_t maxBatch;
+  const int64_t* inputRowBytes;  // bytes a row of each input, each output
+  int32_t numInputs;
+  const int64_t* outputRowBytes;
+  int32_t numOutputs;
+};
+
+[[maybe_unused]] static __attribute__((noinline)) int runRowBlocks(const RowBlocks& m, const void* const* inputs,
+                                                                    void* const* outputs, int64_t batch, void* workspace,
+                                                                    int32_t threads) {
+  if (batch <= m.block) return m.rows(inputs, outputs, batch, workspace, threads, 0);
+  if (batch > m.maxBatch) return POLICYC_ERROR_ARGUMENT;
+  const size_t slotBytes = (m.workspaceBytes(m.block) + 63) / 64 * 64;
+  const int64_t slots = slotBytes == 0 ? int64_t{Pool::kMaxWorkers + 1} : static_cast<int64_t>(m.workspaceBytes(batch) / slotBytes);
+  int64_t lanes = threads < slots ? threads : slots;
+  if (lanes > Pool::kMaxWorkers + 1) lanes = Pool::kMaxWorkers + 1;
+  // Threads take whole blocks where each gets two or more (else a thread idles at the end for a
+  // block's time: each kernel is split between the threads instead). The first rows run alone,
+  // with the caller's arguments, which that run checks: four rows (the least a block holds), then
+  // the rest in blocks of about m.block rows, as many as make a multiple of the threads.
+  const int64_t head = lanes >= 2 && batch - 4 >= 2 * lanes * m.block ? 4 : m.block;
+  const int first = m.rows(inputs, outputs, head, workspace, threads, 0);
+  if (first != POLICYC_OK) return first;
+  const int64_t rest = batch - head;
+  int64_t block = m.block;
+  if (head == 4) {
+    int64_t blocks = (rest + block - 1) / block;
+    blocks = (blocks + lanes - 1) / lanes * lanes;
+    block = ((rest + blocks - 1) / blocks + 3) / 4 * 4;
+  } else {
+    lanes = 1;
+  }
+  struct Lanes {
+    const RowBlocks* m;
+    const void* const* inputs;
+    void* const* outputs;
+    int64_t batch, head, block, blocks;
+    unsigned char* workspace;
+    size_t slotBytes;
+    int32_t threads;  // each block's threads: 1 when the threads take whole blocks
+    std::atomic<int64_t> next{0};
+    std::atomic<int> rc{POLICYC_OK};
+    // Runs blocks from `next` on in workspace slot `slot` until none is left or one failed.
+    void lane(int slot) {
+      const void** ins = static_cast<const void**>(__builtin_alloca(sizeof(void*) * (m->numInputs + 1)));
+      void** outs = static_cast<void**>(__builtin_alloca(sizeof(void*) * (m->numOutputs + 1)));
+      for (int64_t b; rc.load(std::memory_order_relaxed) == POLICYC_OK && (b = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) {
+        const int64_t r = head + b * block;
+        for (int32_t i = 0; i < m->numInputs; ++i) ins[i] = static_cast<const unsigned char*>(inputs[i]) + r * m->inputRowBytes[i];
+        for (int32_t i = 0; i < m->numOutputs; ++i) outs[i] = static_cast<unsigned char*>(outputs[i]) + r * m->outputRowBytes[i];
+        const int got = m->rows(ins, outs, batch - r < block ? batch - r : block, workspace + slot * slotBytes, threads, r);
+        if (got != POLICYC_OK) rc.store(got, std::memory_order_relaxed);
+      }
+    }
+  } run{&m, inputs, outputs, batch, head, block, (rest + block - 1) / block, static_cast<unsigned char*>(workspace), slotBytes,
+        lanes >= 2 ? 1 : threads};
+  if (lanes < 2) {
+    run.lane(0);
+  } else {
+    Pool::get().run(static_cast<int>(lanes), static_cast<int>(lanes), [](void* p, int c) { static_cast<Lanes*>(p)->lane(c); }, &run);
+  }
+  return run.rc.load(std::memory_order_relaxed);
 }
 
 template <class T> PC_INLINE T inf() { return std::numeric_limits<T>::infinity(); }

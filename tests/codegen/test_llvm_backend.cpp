@@ -1633,7 +1633,7 @@ TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's 
     cpp.minChunkCost = 0;
     cpp.rowBlockBytes = budget;
     const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-    CHECK(occurrences(generated.source, "static constexpr int64_t kRowBlock = 4;") == static_cast<size_t>(budget));
+    CHECK(occurrences(generated.source, "pc::RowBlocks pc_row_blocks = {pc_run_rows, pc_workspace_bytes, 4,") == static_cast<size_t>(budget));
     const fs::path so = scratch() / fmt::format("row_blocks_{}.so", budget);
     codegen::buildSharedObject(generated, so.string(), {});
     models.push_back(runtime::Model::load(so.string()));
@@ -1643,17 +1643,20 @@ TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's 
     llvm.minChunkCost = 0;
     llvm.rowBlockBytes = budget;
     llvm.keepUnoptimizedIr = true;
-    CHECK(occurrences(codegen::generateLlvm(*graph, llvm).unoptimizedIr(), "@pc_run_rows(") == (budget ? 4u : 0u));  // defined, called thrice
+    // defined, and called on the whole batch where the support's row blocks are absent
+    CHECK(occurrences(codegen::generateLlvm(*graph, llvm).unoptimizedIr(), "@pc_run_rows(") == (budget ? 2u : 0u));
     models.push_back(jitModel(*graph, llvm));
   }
   std::swap(models[1], models[2]);  // cpp whole, llvm whole, cpp blocks, llvm blocks
-  for (int64_t batch : {1, 3, 4, 5, 8, 9, 13}) {
+  // Blocks of 4 rows: from batch 21 (six blocks) two threads take whole blocks (pc::runRowBlocks),
+  // below they split each kernel.
+  for (int64_t batch : {1, 3, 4, 5, 8, 9, 13, 21, 38}) {
     std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 41);
     std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
     std::vector<ir::Tensor> whole = driver::runModel(models[0], inputs, 1);
     for (size_t o = 0; o < want.size(); ++o) CHECK(driver::compareTensors("", whole[o], want[o], 1e-5, 1e-5).pass);
     for (size_t m = 0; m < models.size(); ++m) {
-      for (int threads : {1, 2}) {
+      for (int threads : {1, 2, 3}) {
         std::vector<ir::Tensor> got = driver::runModel(models[m], inputs, threads);
         for (size_t o = 0; o < want.size(); ++o) {
           INFO("model " << m << " batch " << batch << " threads " << threads << " output " << o);
@@ -1686,6 +1689,11 @@ TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's 
     REQUIRE(prof->num_kernels > 0);
     for (int32_t k = 0; k < prof->num_kernels; ++k) CHECK(prof->kernel_calls[k] == 1);
     CHECK(*prof->trace_count == 3 * prof->num_kernels);  // a trace event a kernel and block
+    // Two threads taking whole blocks (six of them): still one call a kernel, one event a block.
+    prof->reset();
+    driver::runModel(profiled, driver::randomTensors(graphInputTypes(*graph), 21, 43), 2);
+    for (int32_t k = 0; k < prof->num_kernels; ++k) CHECK(prof->kernel_calls[k] == 1);
+    CHECK(*prof->trace_count == 6 * prof->num_kernels);
   }
   auto across = ir::parseGraph(R"(graph shared(%x: f32[batch,3], %k: f32[3]) {
   %s = add(%x, %k) : f32[batch,3]
@@ -1694,5 +1702,5 @@ TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's 
   passes::runPipeline(*across);
   codegen::CppOptions cpp;
   cpp.rowBlockBytes = 1;
-  CHECK(occurrences(codegen::generateCpp(*across, cpp).source, "kRowBlock") == 0);
+  CHECK(occurrences(codegen::generateCpp(*across, cpp).source, "pc_row_blocks") == 0);
 }

@@ -158,28 +158,15 @@ std::string Emitter::emitRowBlocks(const std::string& runName) const {
   std::string s = fmt::format("static int {}(const void* const* inputs, void* const* outputs, int64_t batch, void* workspace, int32_t threads) {{\n",
                               runName);
   if (s_.rowBlock <= 0) return s + "  return pc_run_rows(inputs, outputs, batch, workspace, threads, 0);\n}\n\n";
-  s = fmt::format("// Rows {} at a time (Schedule::rowBlock): a block's activations stay in the core's cache.\n"
-                  "static constexpr int64_t kRowBlock = {};\n{}",
-                  s_.rowBlock, s_.rowBlock, s);
-  s += "  if (batch <= kRowBlock) return pc_run_rows(inputs, outputs, batch, workspace, threads, 0);\n";
-  s += "  if (batch > pc_max_batch) return POLICYC_ERROR_ARGUMENT;\n";
-  s += "  const int first = pc_run_rows(inputs, outputs, kRowBlock, workspace, threads, 0);  // checks the arguments\n";
-  s += "  if (first != POLICYC_OK) return first;\n";
-  s += "  for (int64_t r = kRowBlock; r < batch; r += kRowBlock) {\n";
-  // The block's pointers: each array's, advanced by r rows of its tensor.
-  auto pointers = [&](const std::string& qualifier, const char* from, const char* to, const std::vector<int64_t>& rowBytes) {
-    std::vector<std::string> at;
-    for (size_t i = 0; i < rowBytes.size(); ++i) {
-      at.push_back(fmt::format("static_cast<{}unsigned char*>({}[{}]) + r * {}", qualifier, from, i, rowBytes[i]));
-    }
-    if (at.empty()) at.push_back("nullptr");
-    return fmt::format("    {}void* {}[{}] = {{{}}};\n", qualifier, to, at.size(), fmt::join(at, ", "));
+  auto rowBytes = [](const char* name, const std::vector<int64_t>& bytes) {
+    return fmt::format("static const int64_t {}[] = {{{}}};\n", name, bytes.empty() ? "0" : fmt::format("{}", fmt::join(bytes, ", ")));
   };
-  s += pointers("const ", "inputs", "ins", s_.inputRowBytes);
-  s += pointers("", "outputs", "outs", s_.outputRowBytes);
-  s += "    const int rc = pc_run_rows(ins, outs, batch - r < kRowBlock ? batch - r : kRowBlock, workspace, threads, r);\n";
-  s += "    if (rc != POLICYC_OK) return rc;\n  }\n  return POLICYC_OK;\n}\n\n";
-  return s;
+  return fmt::format("// Rows {} at a time (Schedule::rowBlock; pc::runRowBlocks): a block's activations stay in a core's cache.\n"
+                     "{}{}static const pc::RowBlocks pc_row_blocks = {{pc_run_rows, pc_workspace_bytes, {}, pc_max_batch,\n"
+                     "                                             pc_input_row_bytes, {}, pc_output_row_bytes, {}}};\n"
+                     "{}  return pc::runRowBlocks(pc_row_blocks, inputs, outputs, batch, workspace, threads);\n}}\n\n",
+                     s_.rowBlock, rowBytes("pc_input_row_bytes", s_.inputRowBytes), rowBytes("pc_output_row_bytes", s_.outputRowBytes),
+                     s_.rowBlock, s_.inputRowBytes.size(), s_.outputRowBytes.size(), s);
 }
 
 std::string Emitter::emitProfile() const {

@@ -547,9 +547,9 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
   }
 }
 
-// The run function over pc_run_rows (`rows`): with row blocks (Schedule::rowBlock) a block of rows
-// at a time, the first with the caller's arguments (so that it checks them), the inputs' and
-// outputs' pointers advanced by the rows before the block; without, one call from row 0.
+// The run function over pc_run_rows (`rows`): with row blocks (Schedule::rowBlock) the support's
+// pc::runRowBlocks runs it a block at a time, as the C++ backend's; without (or in an object
+// linked without the support archive: the symbol is weak), one call on the whole batch.
 llvm::Function* Emitter::emitRowBlocks(llvm::Function* rows, const std::string& name) {
   llvm::Function* run = function(i32_, {ptr_, ptr_, i64_, ptr_, i32_}, name, false);
   auto a = run->arg_begin();
@@ -558,54 +558,32 @@ llvm::Function* Emitter::emitRowBlocks(llvm::Function* rows, const std::string& 
   Value* batch = &*a++;
   Value* ws = &*a++;
   Value* threads = &*a;
-  const int64_t per = s_.rowBlock;
-  auto callRows = [&](Value* ins, Value* outs, Value* n, Value* first) {
-    return b_.CreateCall(rows, {ins, outs, n, ws, threads, first}, "rc");
-  };
-  if (per <= 0) {
-    b_.CreateRet(callRows(inputs, outputs, batch, c64(0)));
+  Value* whole = nullptr;
+  auto callWhole = [&] { whole = b_.CreateCall(rows, {inputs, outputs, batch, ws, threads, c64(0)}, "rc"); };
+  if (s_.rowBlock <= 0) {
+    callWhole();
+    b_.CreateRet(whole);
     return run;
   }
-  auto returnUnless = [&](Value* rc) {  // returns rc where it is not POLICYC_OK
-    llvm::BasicBlock* bad = block("failed");
-    llvm::BasicBlock* ok = block("ok");
-    b_.CreateCondBr(b_.CreateICmpNE(rc, b_.getInt32(POLICYC_OK)), bad, ok);
-    b_.SetInsertPoint(bad);
-    b_.CreateRet(rc);
-    b_.SetInsertPoint(ok);
+  // i32 policyc_rt_row_blocks(rows, workspace_bytes, block, max_batch, input_row_bytes, inputs,
+  //                           output_row_bytes, outputs, inputs, outputs, batch, workspace, threads)
+  auto* ty = llvm::FunctionType::get(i32_, {ptr_, ptr_, i64_, i64_, ptr_, i32_, ptr_, i32_, ptr_, ptr_, i64_, ptr_, i32_}, false);
+  auto* rowBlocks = llvm::Function::Create(ty, llvm::GlobalValue::ExternalWeakLinkage, llvmbe::kRowBlocks, m_);
+  auto rowBytes = [&](const std::vector<int64_t>& bytes, const char* what) {
+    std::vector<int64_t> v = bytes.empty() ? std::vector<int64_t>{0} : bytes;
+    return constGlobal(llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<int64_t>(v)), what);
   };
-  {
-    llvm::BasicBlock* whole = block("whole");
-    llvm::BasicBlock* blocks = block("blocks");
-    b_.CreateCondBr(b_.CreateICmpSLE(batch, c64(per)), whole, blocks);
-    b_.SetInsertPoint(whole);
-    b_.CreateRet(callRows(inputs, outputs, batch, c64(0)));
-    b_.SetInsertPoint(blocks);
-  }
-  llvm::BasicBlock* tooMany = block("too_many");
-  llvm::BasicBlock* fits = block("fits");
-  b_.CreateCondBr(b_.CreateICmpSGT(batch, c64(s_.maxBatch)), tooMany, fits);
-  b_.SetInsertPoint(tooMany);
-  b_.CreateRet(b_.getInt32(static_cast<uint32_t>(POLICYC_ERROR_ARGUMENT)));
-  b_.SetInsertPoint(fits);
-  returnUnless(callRows(inputs, outputs, c64(per), c64(0)));  // checks the arguments
-  auto* ins = b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(s_.inputRowBytes.size(), 1)), nullptr, "ins");
-  auto* outs = b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(s_.outputRowBytes.size(), 1)), nullptr, "outs");
-  Value* count = b_.CreateSDiv(b_.CreateAdd(batch, c64(per - 1)), c64(per), "blocks");
-  forRange(c64(1), count, "block", [&](Value* q) {
-    Value* r = b_.CreateMul(q, c64(per), "row");
-    auto advance = [&](Value* from, Value* to, const std::vector<int64_t>& rowBytes) {
-      for (size_t i = 0; i < rowBytes.size(); ++i) {
-        Value* at = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, from, i));
-        b_.CreateStore(b_.CreateGEP(b_.getInt8Ty(), at, b_.CreateMul(r, c64(rowBytes[i]))), b_.CreateConstInBoundsGEP1_64(ptr_, to, i));
-      }
-    };
-    advance(inputs, ins, s_.inputRowBytes);
-    advance(outputs, outs, s_.outputRowBytes);
-    Value* n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(batch, r), c64(per));
-    returnUnless(callRows(ins, outs, n, r));
-  });
-  b_.CreateRet(b_.getInt32(POLICYC_OK));
+  llvm::BasicBlock* blocks = block("blocks");
+  llvm::BasicBlock* once = block("whole");
+  b_.CreateCondBr(b_.CreateIsNull(rowBlocks), once, blocks);
+  b_.SetInsertPoint(once);
+  callWhole();
+  b_.CreateRet(whole);
+  b_.SetInsertPoint(blocks);
+  b_.CreateRet(b_.CreateCall(rowBlocks, {rows, m_.getFunction("pc_workspace_bytes"), c64(s_.rowBlock), c64(s_.maxBatch),
+                                         rowBytes(s_.inputRowBytes, "pc_input_row_bytes"), b_.getInt32(static_cast<uint32_t>(s_.inputRowBytes.size())),
+                                         rowBytes(s_.outputRowBytes, "pc_output_row_bytes"), b_.getInt32(static_cast<uint32_t>(s_.outputRowBytes.size())),
+                                         inputs, outputs, batch, ws, threads}, "rc"));
   return run;
 }
 

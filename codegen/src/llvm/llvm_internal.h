@@ -34,6 +34,7 @@ void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine, const Ll
 // Symbols of the run-time support (support.cpp) the emitted IR calls.
 constexpr const char* kParallelFor = "policyc_rt_parallel_for";
 constexpr const char* kThreadWorkspace = "policyc_rt_thread_workspace";
+constexpr const char* kRowBlocks = "policyc_rt_row_blocks";             // models run in row blocks
 constexpr const char* kNowNs = "policyc_rt_now_ns";                    // models built with --profile
 constexpr const char* kProfileRecord = "policyc_rt_profile_record";
 constexpr const char* kSetWeights = "policyc_rt_set_weights";            // updatable weights

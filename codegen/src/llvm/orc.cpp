@@ -38,6 +38,9 @@
 extern "C" {
 void policyc_rt_parallel_for(int32_t, int64_t, double, double, void (*)(void*, int64_t, int64_t), void*, const void*);
 void* policyc_rt_thread_workspace(int64_t);
+int32_t policyc_rt_row_blocks(int (*)(const void* const*, void* const*, int64_t, void*, int32_t, int64_t), size_t (*)(int64_t), int64_t,
+                              int64_t, const int64_t*, int32_t, const int64_t*, int32_t, const void* const*, void* const*, int64_t, void*,
+                              int32_t);
 uint64_t policyc_rt_now_ns();
 void policyc_rt_profile_record(uint64_t*, uint64_t*, policyc_trace_event*, int64_t, int64_t*, int32_t, int64_t, uint64_t);
 int32_t policyc_rt_set_weights(unsigned char*, int64_t, void*, const policyc_tensor_desc*, int32_t, const policyc_tensor_desc*,
@@ -348,6 +351,7 @@ std::unique_ptr<JitModel> jitCompile(LlvmModule module) {
   const std::pair<const char*, void*> symbols[] = {
       {llvmbe::kParallelFor, reinterpret_cast<void*>(&policyc_rt_parallel_for)},
       {llvmbe::kThreadWorkspace, reinterpret_cast<void*>(&policyc_rt_thread_workspace)},
+      {llvmbe::kRowBlocks, reinterpret_cast<void*>(&policyc_rt_row_blocks)},
       {llvmbe::kNowNs, reinterpret_cast<void*>(&policyc_rt_now_ns)},
       {llvmbe::kProfileRecord, reinterpret_cast<void*>(&policyc_rt_profile_record)},
       {llvmbe::kOnednnConv, reinterpret_cast<void*>(&policyc_rt_onednn_conv)},

@@ -18,6 +18,16 @@ __attribute__((visibility("hidden"))) void policyc_rt_parallel_for(int32_t threa
   pc::parallelFor(threads, units, costPerUnit, minChunkCost, [&](int64_t lo, int64_t hi) { fn(ctx, lo, hi); }, trace);
 }
 
+// A model's run in row blocks (pc::runRowBlocks): `rows` is its pc_run_rows.
+__attribute__((visibility("hidden"))) int32_t policyc_rt_row_blocks(pc::RunRowsFn rows, size_t (*workspaceBytes)(int64_t), int64_t block,
+                                                                  int64_t maxBatch, const int64_t* inputRowBytes, int32_t numInputs,
+                                                                  const int64_t* outputRowBytes, int32_t numOutputs,
+                                                                  const void* const* inputs, void* const* outputs, int64_t batch,
+                                                                  void* workspace, int32_t threads) {
+  const pc::RowBlocks m{rows, workspaceBytes, block, maxBatch, inputRowBytes, numInputs, outputRowBytes, numOutputs};
+  return pc::runRowBlocks(m, inputs, outputs, batch, workspace, threads);
+}
+
 // The calling thread's workspace of at least `bytes` (64-byte aligned), grown when a larger
 // batch needs more, freed when the thread exits; null when the allocation fails (or nothing
 // was ever needed).
