@@ -1032,8 +1032,8 @@ TEST_CASE("llvm and cpp backends: a constant pad by rows matches the interpreter
 // (Form::AvgPoolRows): the sums in registers, chunks of 16 columns (a and b: a partial chunk,
 // taps cut at both ends, count_include_pad, ceil_mode and asymmetric pads), or, past 256 columns,
 // in memory (c); a strided one does not (d: a window per output, 8 at a time in the C++ backend).
-// With the padding counted, a pool whose windows all lie inside the padded input divides by the
-// window's size as a constant (a); one whose last row of windows is clipped (e: ceil_mode) by
+// With the padding counted, a pool whose windows all lie inside the padded input divides its sums
+// by the window's size as whole vectors (a); one whose last row of windows is clipped (e: ceil_mode) by
 // each window's clipped size.
 TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", "[llvm][cpp]") {
   auto graph = ir::parseGraph(R"(graph avg(%x: f32[batch,2,5,21], %w: f32[batch,1,2,260]) {
@@ -1047,7 +1047,8 @@ TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", 
   passes::runPipeline(*graph);
   const std::string source = checkGenerated(*graph, "avg", 9, 1e-6);
   CHECK(occurrences(source, "alignas(64) float sum[") == 4);
-  CHECK(occurrences(source, "sum[i3] / static_cast<float>(9);") == 1);
+  CHECK(occurrences(source, "r1 / 9.0f);") == 1);  // a's 21 columns: two chunks divided as vectors
+  CHECK(occurrences(source, "const float acc = count == 0 ? 0.0f : sum[i3];") == 1);
   CHECK(occurrences(source, "sum[i3] / static_cast<float>(static_cast<int32_t>(e0 - b0) * (e1 - b1));") == 1);
   CHECK(source.find("r1 = pc::fmaLanesZ<0, 5>(r1, row + 15, 1.0f);") != std::string::npos);
   CHECK(source.find("for (int64_t i3 = 1; i3 < 260; ++i3) sum[i3] += row[i3*1 - 1];") != std::string::npos);
