@@ -1115,7 +1115,7 @@ class Pool {
     const uint64_t t0 = nowNs();
     for (int spin = 1; done_.load(std::memory_order_acquire) < chunks; ++spin) {
       cpuRelax();
-      if (spin % 64 == 0) sched_yield();
+      if (spin % 64 == 0) sched_yield();  // a worker the scheduler put on this core runs now
       if (spin % 16 == 0 && nowNs() - t0 > spinNs) {
         pthread_mutex_lock(&wake_);
         callerWaiting_.store(true, std::memory_order_seq_cst);
