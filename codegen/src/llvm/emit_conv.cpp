@@ -230,7 +230,33 @@ void Emitter::emitPackedConv(const Kernel& k) {
           }
         },
         [&] {
-          forRange(pos, c64(P), "t0", [&](Value* t0) {
+          // The last tile's positions (P % R): four as one tile of gathered patches where there
+          // are that many, the rest one by one (as the C++ backend's).
+          const bool tail4 = R > 4 && P % R >= 4;
+          if (tail4) {
+            std::vector<Value*> rows;
+            for (int64_t tq = 0; tq < 4; ++tq) {
+              gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+              rows.push_back(b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K)));
+            }
+            auto tile = [&](Value* j, int per) {
+              const PanelRef w = panelAt(index, j, "w");
+              Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+              auto acc = gemmTile(rows, per, K, w, bias, &n);
+              for (int p = 0; p < per; ++p) {
+                for (int64_t tq = 0; tq < 4; ++tq) {
+                  finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
+                }
+              }
+            };
+            if (panelGroup() == 1) {
+              forRange(c64(0), c64(panels), "j", [&](Value* j) { tile(j, 1); });
+            } else {
+              if (panels >= 2) forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
+              if (panels % 2) tile(c64(panels - 1), 1);
+            }
+          }
+          forRange(tail4 ? b_.CreateAdd(pos, c64(4)) : pos, c64(P), "t0", [&](Value* t0) {
             gather(i0, t0, 0);
             forCount(panels, "j", [&](Value* j) {
               const PanelRef w = panelAt(index, j, "w");
