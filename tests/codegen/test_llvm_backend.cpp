@@ -2,11 +2,13 @@
 // (batch 1, 3, 64; 1 and 2 threads, bitwise equal between them), the AOT shared object against
 // the JIT, an aarch64 object's ABI symbols, module.ll's provenance, target and CPU errors,
 // injected faults, and the CLI's --backend llvm / --emit.
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -1660,6 +1662,26 @@ TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's 
           CHECK(std::memcmp(whole[o].bytes(), got[o].bytes(), whole[o].nbytes()) == 0);
         }
       }
+    }
+  }
+  // Two callers at once on each model in blocks (batch 38, 2 threads each): one has the pool, the
+  // other runs its lanes of whole blocks itself; both get the whole batch's bits.
+  {
+    const std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), 38, 47);
+    const std::vector<ir::Tensor> whole = driver::runModel(models[0], inputs, 1);
+    for (size_t m : {size_t{2}, size_t{3}}) {
+      std::atomic<int> wrong{0};
+      auto caller = [&] {
+        for (int i = 0; i < 50; ++i) {
+          const std::vector<ir::Tensor> got = driver::runModel(models[m], inputs, 2);
+          for (size_t o = 0; o < whole.size(); ++o) wrong += std::memcmp(whole[o].bytes(), got[o].bytes(), whole[o].nbytes()) != 0;
+        }
+      };
+      std::thread a(caller), b(caller);
+      a.join();
+      b.join();
+      INFO("model " << m);
+      CHECK(wrong.load() == 0);
     }
   }
   // Profiled in blocks: batch 9 is three blocks, one call a kernel.
