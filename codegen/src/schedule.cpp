@@ -261,11 +261,13 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
     // An injected fault lives in the generated epilogue: keep the epilogue generated.
     if (postOpPlan(p, k) && !hasAccuracyFault(k, fault)) v.push_back(Impl::OnednnPostOps);
   }
-  // Convs' six- and eight-position tiles, on f32, bf16 and int8 panels (not bf16 pairs for vdpbf16ps).
+  // Convs' six- and eight-position tiles, on f32, bf16 and int8 panels (not bf16 pairs for vdpbf16ps);
+  // linear layers' tiles of eight rows on f32 panels (not the narrowed ones widened per tile).
   if (k.kind == KernelKind::Conv && precision != Precision::Bf16) {
     v.push_back(Impl::Gemm6x16);
     v.push_back(Impl::Gemm8x32);
   }
+  if (k.kind == KernelKind::Linear && precision == Precision::Fp32) v.push_back(Impl::Gemm8x32);
   return v;
 }
 
@@ -295,6 +297,11 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   // stays ahead or even. Products in bf16 (no gemm8x32) stay below: oneDNN's bf16 convs ran
   // atari_cnn at batch 64 2.2x faster than gemm4x32's vdpbf16ps tiles.
   if (k.kind == KernelKind::Conv && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
+  // Linear layers of two panels or more with AVX-512: tiles of eight rows by two panels (sixteen
+  // accumulators; gemm4x32's eight keep the two 512-bit FMA pipes waiting on the FMA latency): a
+  // 1024 x 1024 layer at 64 rows 121 -> 161 GFLOP/s on its own (docs/performance.md). At every
+  // batch size: below 8 rows a unit runs gemm4x32's quad and single rows as before, one variant.
+  if (k.kind == KernelKind::Linear && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
   if (has(Impl::ConvRows)) {
     // Output rows that fill at least 7/8 of their chunks' lanes (rows of at most 8 columns two to
     // a chunk): conv_rows beat oneDNN at batch 1 and 64 on every IMPALA conv (no layout copies);
@@ -746,8 +753,9 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
       return domainSplit(k.domain, K.isBatch() ? 64 : K.value());
     }
     case Form::PackedGemm: {
-      // A quad of rows (all leading dims flattened) times a group of panels (a pair for gemm4x32,
-      // one for gemm4x16), group-major so that the panels stay in cache while every row passes.
+      // A quad of rows (all leading dims flattened; an octet for gemm8x32) times a group of panels
+      // (a pair for gemm4x32 and gemm8x32, one for gemm4x16), group-major so that the panels stay in
+      // cache while every row passes.
       const int64_t per = panelsPerTile(impl.value_or(Impl::Gemm4x32));
       const int64_t panels = (packedN(p, k) + kPanel - 1) / kPanel;
       ThreadSplit sp;
@@ -762,10 +770,10 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
           sp.rowsFixed *= k.domain[d].value();
         }
       }
-      sp.tile = 4;
+      sp.tile = rowsPerTile(impl.value_or(Impl::Gemm4x32));
       sp.mult = (panels + per - 1) / per;
       sp.costFixed = per * kPanel * packedK(p, k);
-      sp.tileCost = true;  // a unit of fewer than 4 rows does less
+      sp.tileCost = true;  // a unit of fewer rows than a tile's does less
       return sp;
     }
     case Form::PackedConv: {

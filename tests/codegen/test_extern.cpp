@@ -114,14 +114,20 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   codegen::fuseKernels(p);
   // ppo_mlp: the merged first layer reads the dense input; the next layers read split views of
   // its output (strided rows), which oneDNN 2.6 runs with its slow reference inner product.
-  CHECK(codegen::implCandidates(p, p.kernels[0], true) == kImpls);
-  CHECK(codegen::implCandidates(p, p.kernels[1], true) == std::vector<std::string>{"gemm4x32", "gemm4x16"});
-  CHECK(codegen::implCandidates(p, p.kernels[0], false) == std::vector<std::string>{"gemm4x32", "gemm4x16"});
+  // Eight-row tiles on f32 panels only.
+  std::vector<std::string> withOctets = kImpls;
+  withOctets.push_back("gemm8x32");
+  CHECK(codegen::implCandidates(p, p.kernels[0], true) == withOctets);
+  CHECK(codegen::implCandidates(p, p.kernels[0], true, std::nullopt, codegen::Precision::Bf16Weights) == kImpls);
+  CHECK(codegen::implCandidates(p, p.kernels[1], true) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32"});
+  CHECK(codegen::implCandidates(p, p.kernels[0], false) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32"});
   CHECK(codegen::batchRangeBounds({1, 16, 64}) == std::vector<int64_t>{4, 32, -1});
   CHECK(codegen::batchRangeBounds({8}) == std::vector<int64_t>{-1});
-  // The heuristic: linear layers stay generated.
+  // The heuristic: linear layers stay generated; with AVX-512 those of two panels or more (the
+  // three hidden layers, not the heads of 12 and 1 outputs) by tiles of eight rows, at every batch.
   for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true)) {
-    CHECK(d == codegen::ImplDispatch{{-1, "gemm4x32"}});
+    INFO(name);
+    CHECK(d == codegen::ImplDispatch{{-1, name.rfind("fused_linear_bias_tanh_", 0) == 0 ? "gemm8x32" : "gemm4x32"}});
   }
   // Without AVX-512 (16 registers of 256 bits) the one-panel microkernel, whose accumulators fit.
   for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true, std::nullopt, true)) {

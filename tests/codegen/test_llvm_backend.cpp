@@ -241,7 +241,7 @@ TEST_CASE("llvm backend: every implementation, forced or chosen per batch range,
   chosen.choice = missing;
   chosen.externKernels = false;  // --no-extern
   CHECK_THROWS_WITH(codegen::generateLlvm(*graph, chosen),
-                    Catch::Contains("kernel 'fused_linear_bias_relu_3' has no implementation 'onednn' (candidates: gemm4x32, gemm4x16)"));
+                    Catch::Contains("kernel 'fused_linear_bias_relu_3' has no implementation 'onednn' (candidates: gemm4x32, gemm4x16, gemm8x32)"));
 }
 
 // The autotuner's hooks in a tuning build: the candidates of each kernel, and a selection that
@@ -678,11 +678,67 @@ TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its til
   size_t direct = 0;
   for (size_t at = 0; (at = generated.source.find("auto dst = ", at)) != std::string::npos; ++at) ++direct;
   CHECK(direct == 3);  // y and the two halves of c
-  CHECK(generated.source.find("bp + j*16, dst(r, j*16), 48)") != std::string::npos);
-  CHECK(generated.source.find("bp + j*16, dst(r, j*16), 64)") != std::string::npos);
+  // With AVX-512 (gemm8x32) a unit's eight rows by a pair of panels as one tile on the stack,
+  // copied to the output rows; its quads (a last partial octet, a single last panel) write there.
+  const bool octets = !codegen::narrowVectorTarget("native");
+  const std::string quad = octets ? "q" : "r";
+  CHECK(generated.source.find(fmt::format("bp + j*16, dst({}, j*16), 48)", quad)) != std::string::npos);
+  CHECK(generated.source.find(fmt::format("bp + j*16, dst({}, j*16), 64)", quad)) != std::string::npos);
+  CHECK((generated.source.find("std::memcpy(dst(r + t, j*16), out8[t], sizeof out8[t]);") != std::string::npos) == octets);
   CHECK(generated.source.find("+ n0 + 32; };") != std::string::npos);
   CHECK(generated.source.find("out16[0], 16)") != std::string::npos);  // the relu layer's tile
-  checkGeneratedBitwise(*graph, generated, "direct_rows", {1, 3, 9}, 29, 1e-5);
+  checkGeneratedBitwise(*graph, generated, "direct_rows", {1, 3, 9, 21}, 29, 1e-5);
+}
+
+// Linear layers by tiles of eight rows (gemm8x32) give gemm4x32's bits: each output sums over k
+// in order in both, the rows past the last whole quad alone in both. Both backends, 1-3 threads,
+// batches that leave 0-7 rows past the last octet; a layer with an odd last panel (48 columns:
+// its octets as two quads) and one over a leading dim (rows = batch x 3).
+TEST_CASE("llvm and cpp backends: linear layers by tiles of eight rows give the bits of tiles of four", "[llvm][cpp]") {
+  auto weights = [](int64_t n) { return paramValues(n, 0.125, 7, -0.5); };
+  const std::string text = fmt::format(R"(graph eight(%x: f32[batch,40], %z: f32[batch,3,40]) {{
+  %w = param f32[64,40] [{}]
+  %b = param f32[64] [{}]
+  %y = linear(%x, %w, %b) : f32[batch,64]
+  %t = tanh(%y) : f32[batch,64]
+  %v = param f32[48,64] [{}]
+  %o = linear(%t, %v) : f32[batch,48]
+  %u = param f32[32,40] [{}]
+  %p = linear(%z, %u) : f32[batch,3,32]
+  return (o=%o, p=%p)
+}})", weights(64 * 40), weights(64), weights(48 * 64), weights(32 * 40));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  std::vector<runtime::Model> models;  // cpp 4x32, llvm 4x32, cpp 8x32, llvm 8x32
+  for (const std::string impl : {"gemm4x32", "gemm8x32"}) {
+    codegen::CppOptions cpp;
+    cpp.minChunkCost = 0;
+    cpp.forceImpl = impl;
+    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+    CHECK((generated.source.find("pc::gemm_8x32(40, x8,") != std::string::npos) == (impl == "gemm8x32"));
+    const fs::path so = scratch() / fmt::format("eight_rows_{}.so", impl);
+    codegen::buildSharedObject(generated, so.string(), {});
+    models.push_back(runtime::Model::load(so.string()));
+    codegen::LlvmOptions llvm;
+    llvm.minChunkCost = 0;
+    llvm.forceImpl = impl;
+    models.push_back(jitModel(*graph, llvm));
+  }
+  for (int64_t batch : {1, 3, 4, 5, 8, 12, 13, 21, 64}) {
+    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 17);
+    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+    std::vector<ir::Tensor> first = driver::runModel(models[0], inputs, 1);
+    for (size_t o = 0; o < want.size(); ++o) CHECK(driver::compareTensors("", first[o], want[o], 1e-5, 1e-5).pass);
+    for (size_t m = 0; m < models.size(); ++m) {
+      for (int threads : {1, 2, 3}) {
+        std::vector<ir::Tensor> got = driver::runModel(models[m], inputs, threads);
+        for (size_t o = 0; o < want.size(); ++o) {
+          INFO("model " << m << " batch " << batch << " threads " << threads << " output " << o);
+          CHECK(std::memcmp(first[o].bytes(), got[o].bytes(), first[o].nbytes()) == 0);
+        }
+      }
+    }
+  }
 }
 
 // A grouped or depthwise 2-D conv runs an output row at a time in both backends (schedule.h,

@@ -307,7 +307,7 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
   return code;
 }
 
-std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per) const {
+std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per, int64_t tileRows) const {
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   int64_t N = packedN(k), K = packedK(k);
   int64_t panels = (N + kPanel - 1) / kPanel;
@@ -370,12 +370,16 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
                      decomp, body);
   }
   s += fmt::format("  const int64_t rows = {};\n", rowsExpr);
-  // Units of work: a quad of rows times a pair of panels (32 columns; the last may be single),
-  // pair-major, so the pair (2 x K x 16 floats) stays in cache while every row passes. A unit
-  // always runs the same microkernel (4 rows, or the last rows one by one), whichever chunk it
-  // falls in.
-  s += "  const int64_t quads = (rows + 3) / 4;\n";
+  // Units of work: a quad of rows (an octet with gemm8x32) times a pair of panels (32 columns; the
+  // last may be single), pair-major, so the pair (2 x K x 16 floats) stays in cache while every
+  // row passes. A unit always runs the same microkernels (8 or 4 rows, or the last rows one by
+  // one), whichever chunk it falls in; a row is in a tile of 8 or 4 rows (the same bits: each
+  // output sums over k in order) or, past the last whole quad, alone, whatever the tile rows.
+  const bool octets = tileRows == 8;
+  if (octets && ks.widenRows) fail("internal error: {}: eight-row tiles on narrowed panels", k.name);  // candidatesOf: f32 only
+  s += fmt::format("  const int64_t quads = (rows + {}) / {};{}\n", tileRows - 1, tileRows, octets ? "  // octets of rows" : "");
   if (!ks.directRows) s += "  float out[4][32];\n  float out16[4][16];\n";
+  if (octets) s += "  float out8[8][32];\n";
   if (ks.widenBuffer) {
     s += fmt::format("  // {} panels widened to f32 once for the many rows that pass them (KernelSchedule::widenRows)\n",
                      weightStorageName(ks.weightStorage));
@@ -388,7 +392,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   // Where many rows widen bf16-dot pairs inside each tile: the same weights as bf16x2.
   const std::string pairs = "reinterpret_cast<const pc::bf16x2*>(w)";
   s += unitLoop();
-  s += fmt::format("    const int64_t j = uq / quads * {}, r = uq % quads * 4;\n", per);
+  s += fmt::format("    const int64_t j = uq / quads * {}, r = uq % quads * {};\n", per, tileRows);
   s += fmt::format("    const auto* PC_RESTRICT w = wp + j*{};\n", s_.kernels[index].panelStride);
   s += fmt::format("    const int64_t jEnd = j + {} < {} ? j + {} : {};  // one past the unit's last panel\n", per, panels, per, panels);
   // The epilogue of `width` columns from panel `panel` of row `row`, held at `acc` (column n at
@@ -409,25 +413,25 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     if (ks.directRows) return fmt::format("dst({}, {}*16), {}", row, panel, ks.directRows);
     return fmt::format("{}[0], {}", width == 32 ? "out" : "out16", width);
   };
-  auto finishTile = [&](const std::string& in, int64_t width) -> std::string {
+  auto finishTile = [&](const std::string& in, const std::string& r, int64_t width) -> std::string {
     if (ks.directRows) return "";
     const std::string acc = width == 32 ? "out[t]" : "out16[t]";
-    return in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", "r + t", "j", acc, width) + in + "  }\n";
+    return in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", r + " + t", "j", acc, width) + in + "  }\n";
   };
-  // The unit's quad of rows as one tile, from the panels at `w`.
-  auto quadTiles = [&](const std::string& w, const std::string& in) {
+  // The quad of rows from row `r` as one tile, from the panels at `w`.
+  auto quadTiles = [&](const std::string& w, const std::string& in, const std::string& r) {
     std::string t;
     if (per == 2) {
-      t += in + "if (r + 4 <= rows && jEnd == j + 2) {\n";
-      t += fmt::format("{}  pc::gemm_4x32({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, {}{});\n", in, K, w,
-                       tile("r", "j", 32), scaleArg(index, "j"));
-      t += finishTile(in, 32);
+      t += fmt::format("{}if ({} + 4 <= rows && jEnd == j + 2) {{\n", in, r);
+      t += fmt::format("{}  pc::gemm_4x32({}, row({}), row({} + 1), row({} + 2), row({} + 3), {}, bp + j*16, {}{});\n", in, K, r, r, r,
+                       r, w, tile(r, "j", 32), scaleArg(index, "j"));
+      t += finishTile(in, r, 32);
       t += in + "  continue;\n" + in + "}\n";
     }
-    t += in + "if (r + 4 <= rows) {\n";
-    t += fmt::format("{}  pc::gemm_4x16({}, row(r), row(r + 1), row(r + 2), row(r + 3), {}, bp + j*16, {}{});\n", in, K, w,
-                     tile("r", "j", 16), scaleArg(index, "j"));
-    t += finishTile(in, 16);
+    t += fmt::format("{}if ({} + 4 <= rows) {{\n", in, r);
+    t += fmt::format("{}  pc::gemm_4x16({}, row({}), row({} + 1), row({} + 2), row({} + 3), {}, bp + j*16, {}{});\n", in, K, r, r, r, r,
+                     w, tile(r, "j", 16), scaleArg(index, "j"));
+    t += finishTile(in, r, 16);
     t += in + "  continue;\n" + in + "}\n";
     return t;
   };
@@ -437,11 +441,27 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
       s += fmt::format("      if (j != wideJ) {{\n        pc::widenPanels({}, w, {}, jEnd - j, wide);\n        wideJ = j;\n      }}\n", K,
                        ks.panelStride);
     }
-    s += quadTiles(ks.widenBuffer ? "wide" : pairs, "      ");
+    s += quadTiles(ks.widenBuffer ? "wide" : pairs, "      ", "r");
     s += "    }\n";
   }
-  s += quadTiles("w", "    ");
-  s += "    for (int64_t t = r; t < rows; ++t) {\n";
+  if (octets) {
+    // Eight rows by the pair as one tile (f32 panels: candidatesOf), else the unit's quads.
+    s += "    if (r + 8 <= rows && jEnd == j + 2) {\n";
+    s += "      const float* x8[8] = {row(r), row(r + 1), row(r + 2), row(r + 3), row(r + 4), row(r + 5), row(r + 6), row(r + 7)};\n";
+    s += fmt::format("      pc::gemm_8x32({}, x8, w, bp + j*16, out8{});\n", K, scaleArg(index, "j"));
+    if (ks.directRows) {
+      s += "      for (int64_t t = 0; t < 8; ++t) std::memcpy(dst(r + t, j*16), out8[t], sizeof out8[t]);\n";
+    } else {
+      s += "      for (int64_t t = 0; t < 8; ++t) {\n" + finishing("        ", "r + t", "j", "out8[t]", 32) + "      }\n";
+    }
+    s += "      continue;\n    }\n";
+    s += "    for (int64_t q = r; q < r + 8 && q < rows; q += 4) {\n";
+    s += quadTiles("w", "      ", "q");
+    s += "      for (int64_t t = q; t < rows; ++t) {\n";
+  } else {
+    s += quadTiles("w", "    ", "r");
+    s += "    for (int64_t t = r; t < rows; ++t) {\n";
+  }
   s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
   const std::string one = ks.directRows ? "dst(t, jj*16)" : "out16[0]";
   const std::string single = fmt::format("pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, {}{});", K, ks.panelStride, one, scaleArg(index, "jj"));
@@ -455,7 +475,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     s += "        " + single + "\n";
   }
   if (!ks.directRows) s += finishing("        ", "t", "jj", "out16[0]", 16);
-  s += "      }\n    }\n  }\n";
+  s += octets ? "        }\n      }\n    }\n  }\n" : "      }\n    }\n  }\n";
   return s;
 }
 

@@ -104,7 +104,7 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
     switch (s_.kernels[index].form) {
       case Form::Pointwise: s += emitPointwise(k); break;
       case Form::Gemm: s += emitLinear(k); break;
-      case Form::PackedGemm: s += emitPackedLinear(k, index, per); break;
+      case Form::PackedGemm: s += emitPackedLinear(k, index, per, impl ? rowsPerTile(*impl) : 4); break;
       case Form::DirectConv: s += emitConv(k, index); break;
       case Form::PackedConv: s += impl == Impl::ConvRows ? emitConvRows(k, index) : emitPackedConv(k, index, impl); break;
       case Form::Pool: s += emitPool(k); break;

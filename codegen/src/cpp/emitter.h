@@ -209,7 +209,8 @@ class Emitter {
 
   // linear with a constant weight: rows of x times weight panels of 16 columns, 4 rows at a time.
   // `per` panels per unit of work: 2 runs the 4x32 microkernel (two panels), 1 the 4x16 one.
-  std::string emitPackedLinear(const Kernel& k, size_t index, int64_t per = 2) const;
+  // per: panels a tile (gemm4x32 2, gemm4x16 1); tileRows: rows a unit (8 for gemm8x32, else 4).
+  std::string emitPackedLinear(const Kernel& k, size_t index, int64_t per = 2, int64_t tileRows = 4) const;
 
   // 2-D conv with a constant weight as an implicit GEMM: a tile of output positions (4, or 6 for
   // gemm6x16) reads its windows in place, or gathers them (im2col, zeros for padding) into a stack

@@ -490,7 +490,10 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   auto rowsOf = product(b_, lead, -1, 1);
   Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
   Value* rows = rowsOf(batch_);
-  Value* quads = b_.CreateSDiv(b_.CreateAdd(rows, c64(3)), c64(4), "quads");
+  // Units: a quad of rows (an octet with gemm8x32) by a group of panels, as the C++ backend's.
+  const int64_t T = impl_ ? rowsPerTile(*impl_) : 4;
+  if (T == 8 && s_.kernels[index].widenRows) fail("internal error: {}: eight-row tiles on narrowed panels", k.name);  // candidatesOf: f32 only
+  Value* quads = b_.CreateSDiv(b_.CreateAdd(rows, c64(T - 1)), c64(T), "quads");
   // Row r of x (leading dims flattened) as its domain variables, and its pointer.
   auto rowVars = [&](Value* r) {
     std::vector<Value*> v(R - 1, nullptr);
@@ -523,33 +526,34 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   if (ks.widenRows) widened = b_.CreateICmpSGE(rows, c64(ks.widenRows), "widened");
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
-    Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(4), "r");
+    Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(T), "r");
     Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(per)), c64(panels));
     Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
-    Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(r, c64(4)), rows);
-    auto quadTile = [&](const PanelRef& w, int group) {
+    // `count` rows from row r0 as one tile by `group` panels.
+    auto rowTile = [&](Value* r0, int64_t count, const PanelRef& w, int group) {
       std::vector<std::vector<Value*>> rv;
       std::vector<Value*> ptrs;
-      for (int t = 0; t < 4; ++t) {
-        rv.push_back(rowVars(b_.CreateAdd(r, c64(t))));
+      for (int64_t t = 0; t < count; ++t) {
+        rv.push_back(rowVars(b_.CreateAdd(r0, c64(t))));
         ptrs.push_back(rowPtr(rv.back()));
       }
       auto acc = gemmTile(ptrs, group, K, w, bias, k.anchor);
-      for (int t = 0; t < 4; ++t) {
+      for (int64_t t = 0; t < count; ++t) {
         for (int p = 0; p < group; ++p) {
           finishPanel(k, rv[static_cast<size_t>(t)], b_.CreateMul(b_.CreateAdd(j, c64(p)), c64(kPanel)),
                       acc[static_cast<size_t>(t)][static_cast<size_t>(p)], N, vec);
         }
       }
     };
-    // The unit's tiles from its panels `w`: a quad of rows by a whole group; then a quad by a last
-    // single panel; else row by row, panel jj from panelOf(jj).
-    auto tiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf) {
+    // The tiles of the quad from row q, from the panels `w`: the quad by a whole group; then the
+    // quad by a last single panel; else row by row, panel jj from panelOf(jj).
+    auto quadTiles = [&](Value* q, const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf) {
+      Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(q, c64(4)), rows);
       auto partial = [&] {
         ifElse(
-            fullQuad, "quad1", [&] { quadTile(w, 1); },
+            fullQuad, "quad1", [&] { rowTile(q, 4, w, 1); },
             [&] {
-              forRange(r, rows, "t", [&](Value* t) {
+              forRange(q, rows, "t", [&](Value* t) {
                 forRange(j, jEnd, "jj", [&](Value* jj) {
                   std::vector<Value*> rv = rowVars(t);
                   Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
@@ -560,10 +564,24 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             });
       };
       if (per == 2) {
-        ifElse(b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { quadTile(w, 2); }, partial);
+        ifElse(b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { rowTile(q, 4, w, 2); }, partial);
       } else {
         partial();
       }
+    };
+    // The unit's tiles: its quad; or its octet by a pair of panels as one tile, else its two quads
+    // (f32 panels only: candidatesOf).
+    auto tiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf) {
+      if (T != 8) return quadTiles(r, w, panelOf);
+      Value* fullOctet = b_.CreateAnd(b_.CreateICmpSLE(b_.CreateAdd(r, c64(8)), rows), b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2))));
+      ifElse(
+          fullOctet, "octet", [&] { rowTile(r, 8, w, 2); },
+          [&] {
+            forCount(2, "half", [&](Value* h) {
+              Value* q = b_.CreateAdd(r, b_.CreateMul(h, c64(4)), "q");
+              ifThen(b_.CreateICmpSLT(q, rows), "quad", [&] { quadTiles(q, w, panelOf); });
+            });
+          });
     };
     const PanelRef narrow = panelAt(index, j, "w");
     auto narrowPanel = [&](Value* jj) { return panelAt(index, jj, "wj"); };
