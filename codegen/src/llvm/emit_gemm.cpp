@@ -538,6 +538,29 @@ void Emitter::emitPackedLinear(const Kernel& k) {
         ptrs.push_back(rowPtr(rv.back()));
       }
       auto acc = gemmTile(ptrs, group, K, w, bias, k.anchor);
+      if (count == 8) {
+        // Eight rows' accumulators to the stack, then the epilogue row by row in a loop (as the C++
+        // backend's): sixteen epilogues inline after the tile (SiLU's exp each) made brax_ppo_silu's
+        // 256 x 256 layers at batch 64 1.5x the C++ backend's time.
+        llvm::Type* vt = acc[0][0]->getType();
+        llvm::AllocaInst* tile = local(llvm::ArrayType::get(vt, static_cast<uint64_t>(count * group)), "tile");
+        for (int64_t t = 0; t < count; ++t) {
+          for (int p = 0; p < group; ++p) {
+            b_.CreateAlignedStore(acc[static_cast<size_t>(t)][static_cast<size_t>(p)],
+                                  b_.CreateConstInBoundsGEP2_32(tile->getAllocatedType(), tile, 0, static_cast<unsigned>(t * group + p)),
+                                  llvm::Align(64));
+          }
+        }
+        forCount(count, "t", [&](Value* t) {
+          const std::vector<Value*> row = rowVars(b_.CreateAdd(r0, t));
+          for (int p = 0; p < group; ++p) {
+            Value* at = b_.CreateAdd(b_.CreateMul(t, c64(group)), c64(p));
+            Value* v = b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(tile->getAllocatedType(), tile, {c64(0), at}), llvm::Align(64), "acc");
+            finishPanel(k, row, b_.CreateMul(b_.CreateAdd(j, c64(p)), c64(kPanel)), v, N, vec);
+          }
+        });
+        return;
+      }
       for (int64_t t = 0; t < count; ++t) {
         for (int p = 0; p < group; ++p) {
           finishPanel(k, rv[static_cast<size_t>(t)], b_.CreateMul(b_.CreateAdd(j, c64(p)), c64(kPanel)),
