@@ -871,10 +871,12 @@ PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const flo
 // 16-lane accumulators on AVX-512, where gemm_4x32's eight keep two 512-bit FMA pipes half busy).
 // Panel p's weights start p * panelElems(K) after w. Row t's element k is x[t][at(k)]; every
 // output sums over k in order, as gemm_4x16_by: the same bits. Not inlined, as gemm_4x2v_by.
+// Row t of the tile is stored at out + t * os (os = 16 * P: a stack tile; a linear layer's output
+// rows: their stride).
 template <int R, int P, class At, class WT>
 __attribute__((noinline)) static void gemm_rxp_by(int64_t K, At at, const float* const* PC_RESTRICT x, const WT* PC_RESTRICT w,
                                                   const float* PC_RESTRICT bias, float* PC_RESTRICT out,
-                                                  const float* PC_RESTRICT scale) {
+                                                  const float* PC_RESTRICT scale, int64_t os = 16 * P) {
 #if defined(__AVX512F__)
   typedef f32x16 V;
   constexpr int H = 1;  // vectors a panel row
@@ -921,7 +923,7 @@ __attribute__((noinline)) static void gemm_rxp_by(int64_t K, At at, const float*
   }
   for (int t = 0; t < R; ++t)
     for (int q = 0; q < Q; ++q)
-      storev(out + t * 16 * P + L * q, accEnd<V, WT>(acc[t][q], bias + L * q, scale ? scale + L * q : nullptr));
+      storev(out + t * os + L * q, accEnd<V, WT>(acc[t][q], bias + L * q, scale ? scale + L * q : nullptr));
 }
 // A conv tile's rows as an array (emitPackedConv): four rows at x[t][off[k]] (the windows inside
 // the input) or contiguous (gathered patches), one or two panels; then six rows, one panel.
@@ -957,6 +959,11 @@ PC_INLINE void gemm_4x32(int64_t K, const float* const* x, const WT* PC_RESTRICT
   PC_INLINE void gemm_##R##x##COLS(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,  \
                                 float (*PC_RESTRICT out)[COLS], const float* PC_RESTRICT scale = nullptr) {                   \
     gemm_rxp_by<R, COLS / 16>(K, [](int64_t k) { return k; }, x, w, bias, out[0], scale);                                     \
+  }                                                                                                                       \
+  template <class WT>                                                                                                     \
+  PC_INLINE void gemm_##R##x##COLS(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,  \
+                                float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale = nullptr) {               \
+    gemm_rxp_by<R, COLS / 16>(K, [](int64_t k) { return k; }, x, w, bias, out, scale, os);                                    \
   }
 PC_GEMM_RXP(6, 16)
 PC_GEMM_RXP(8, 16)

@@ -301,7 +301,11 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   // accumulators; gemm4x32's eight keep the two 512-bit FMA pipes waiting on the FMA latency): a
   // 1024 x 1024 layer at 64 rows 121 -> 161 GFLOP/s on its own (docs/performance.md). At every
   // batch size: below 8 rows a unit runs gemm4x32's quad and single rows as before, one variant.
-  if (k.kind == KernelKind::Linear && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
+  // Not over short rows (K < 64), where the tile's sixteen accumulators to set up and store
+  // outweigh its gain (sac_actor's 24-input first layer at batch 64: 4.8 -> 5.4 us in C++).
+  if (k.kind == KernelKind::Linear && !narrowVectors && packedN(p, k) >= 32 && packedK(p, k) >= 64 && has(Impl::Gemm8x32)) {
+    return Impl::Gemm8x32;
+  }
   if (has(Impl::ConvRows)) {
     // Output rows that fill at least 7/8 of their chunks' lanes (rows of at most 8 columns two to
     // a chunk): conv_rows beat oneDNN at batch 1 and 64 on every IMPALA conv (no layout copies);

@@ -379,7 +379,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   if (octets && ks.widenRows) fail("internal error: {}: eight-row tiles on narrowed panels", k.name);  // candidatesOf: f32 only
   s += fmt::format("  const int64_t quads = (rows + {}) / {};{}\n", tileRows - 1, tileRows, octets ? "  // octets of rows" : "");
   if (!ks.directRows) s += "  float out[4][32];\n  float out16[4][16];\n";
-  if (octets) s += "  float out8[8][32];\n";
+  if (octets && !ks.directRows) s += "  float out8[8][32];\n";
   if (ks.widenBuffer) {
     s += fmt::format("  // {} panels widened to f32 once for the many rows that pass them (KernelSchedule::widenRows)\n",
                      weightStorageName(ks.weightStorage));
@@ -448,10 +448,10 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     // Eight rows by the pair as one tile (f32 panels: candidatesOf), else the unit's quads.
     s += "    if (r + 8 <= rows && jEnd == j + 2) {\n";
     s += "      const float* x8[8] = {row(r), row(r + 1), row(r + 2), row(r + 3), row(r + 4), row(r + 5), row(r + 6), row(r + 7)};\n";
-    s += fmt::format("      pc::gemm_8x32({}, x8, w, bp + j*16, out8{});\n", K, scaleArg(index, "j"));
     if (ks.directRows) {
-      s += "      for (int64_t t = 0; t < 8; ++t) std::memcpy(dst(r + t, j*16), out8[t], sizeof out8[t]);\n";
+      s += fmt::format("      pc::gemm_8x32({}, x8, w, bp + j*16, {}{});\n", K, tile("r", "j", 32), scaleArg(index, "j"));
     } else {
+      s += fmt::format("      pc::gemm_8x32({}, x8, w, bp + j*16, out8{});\n", K, scaleArg(index, "j"));
       s += "      for (int64_t t = 0; t < 8; ++t) {\n" + finishing("        ", "r + t", "j", "out8[t]", 32) + "      }\n";
     }
     s += "      continue;\n    }\n";
