@@ -1044,8 +1044,9 @@ class Pool {
   // one's time slice, milliseconds); the caller would run every chunk itself, paying for the
   // split (each chunk's setup, a conv's rows read twice at chunk edges) for nothing.
   bool workersAround() const {
-    if (getpid() != pid_ || started_.load(std::memory_order_relaxed) == 0 || sleeping_.load(std::memory_order_relaxed) > 0) return true;
-    return nowNs() - alive_.load(std::memory_order_relaxed) < kAbsentNs;
+    if (started_.load(std::memory_order_relaxed) == 0 || sleeping_.load(std::memory_order_relaxed) > 0) return true;
+    if (nowNs() - alive_.load(std::memory_order_relaxed) < kAbsentNs) return true;
+    return getpid() != pid_;  // a child of fork(): run() starts its workers anew (a system call: only here)
   }
   static constexpr uint64_t kAbsentNs = 50000;
 
