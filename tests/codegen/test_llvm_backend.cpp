@@ -695,6 +695,31 @@ TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its til
   checkGeneratedBitwise(*graph, octets, "direct_rows_octets", {1, 3, 9, 21}, 29, 1e-5);
 }
 
+namespace {
+
+// At each batch size: the first model (1 thread) within 1e-5 of the interpreter, and every model
+// at 1, 2 and 3 threads bit for bit equal to it.
+void checkSameBits(const ir::Graph& graph, const std::vector<runtime::Model>& models, const std::vector<int64_t>& batches,
+                   uint64_t seed) {
+  for (int64_t batch : batches) {
+    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(graph), batch, seed);
+    std::vector<ir::Tensor> want = ir::interpret(graph, inputs);
+    std::vector<ir::Tensor> first = driver::runModel(models[0], inputs, 1);
+    for (size_t o = 0; o < want.size(); ++o) CHECK(driver::compareTensors("", first[o], want[o], 1e-5, 1e-5).pass);
+    for (size_t m = 0; m < models.size(); ++m) {
+      for (int threads : {1, 2, 3}) {
+        std::vector<ir::Tensor> got = driver::runModel(models[m], inputs, threads);
+        for (size_t o = 0; o < want.size(); ++o) {
+          INFO("model " << m << " batch " << batch << " threads " << threads << " output " << o);
+          CHECK(std::memcmp(first[o].bytes(), got[o].bytes(), first[o].nbytes()) == 0);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 // Linear layers by tiles of eight rows (gemm8x32) give gemm4x32's bits: each output sums over k
 // in order in both, the rows past the last whole quad alone in both. Both backends, 1-3 threads,
 // batches that leave 0-7 rows past the last octet; a layer with an odd last panel (48 columns:
@@ -729,21 +754,7 @@ TEST_CASE("llvm and cpp backends: linear layers by tiles of eight rows give the 
     llvm.forceImpl = impl;
     models.push_back(jitModel(*graph, llvm));
   }
-  for (int64_t batch : {1, 3, 4, 5, 8, 12, 13, 21, 64}) {
-    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 17);
-    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-    std::vector<ir::Tensor> first = driver::runModel(models[0], inputs, 1);
-    for (size_t o = 0; o < want.size(); ++o) CHECK(driver::compareTensors("", first[o], want[o], 1e-5, 1e-5).pass);
-    for (size_t m = 0; m < models.size(); ++m) {
-      for (int threads : {1, 2, 3}) {
-        std::vector<ir::Tensor> got = driver::runModel(models[m], inputs, threads);
-        for (size_t o = 0; o < want.size(); ++o) {
-          INFO("model " << m << " batch " << batch << " threads " << threads << " output " << o);
-          CHECK(std::memcmp(first[o].bytes(), got[o].bytes(), first[o].nbytes()) == 0);
-        }
-      }
-    }
-  }
+  checkSameBits(*graph, models, {1, 3, 4, 5, 8, 12, 13, 21, 64}, 17);
 }
 
 // A grouped or depthwise 2-D conv runs an output row at a time in both backends (schedule.h,
@@ -1710,21 +1721,7 @@ TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's 
   std::swap(models[1], models[2]);  // cpp whole, llvm whole, cpp blocks, llvm blocks
   // Blocks of 4 rows: from batch 21 (six blocks) two threads take whole blocks (pc::runRowBlocks),
   // below they split each kernel.
-  for (int64_t batch : {1, 3, 4, 5, 8, 9, 13, 21, 38}) {
-    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 41);
-    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-    std::vector<ir::Tensor> whole = driver::runModel(models[0], inputs, 1);
-    for (size_t o = 0; o < want.size(); ++o) CHECK(driver::compareTensors("", whole[o], want[o], 1e-5, 1e-5).pass);
-    for (size_t m = 0; m < models.size(); ++m) {
-      for (int threads : {1, 2, 3}) {
-        std::vector<ir::Tensor> got = driver::runModel(models[m], inputs, threads);
-        for (size_t o = 0; o < want.size(); ++o) {
-          INFO("model " << m << " batch " << batch << " threads " << threads << " output " << o);
-          CHECK(std::memcmp(whole[o].bytes(), got[o].bytes(), whole[o].nbytes()) == 0);
-        }
-      }
-    }
-  }
+  checkSameBits(*graph, models, {1, 3, 4, 5, 8, 9, 13, 21, 38}, 41);
   // Two callers at once on each model in blocks (batch 38, 2 threads each): one has the pool, the
   // other runs its lanes of whole blocks itself; both get the whole batch's bits.
   {

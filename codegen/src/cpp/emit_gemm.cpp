@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -604,26 +605,20 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
                      j, R, OW, OW, o);
     return t;
   };
-  if (per == 1) {
-    s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
-    s += block("j", 16);
-    s += "      }\n";
-  }
-  if (per == 2 && panels >= 2) {
-    s += fmt::format("      for (int64_t j = 0; j + 2 <= {}; j += 2) {{\n", panels);
-    s += block("j", 32);
-    s += "      }\n";
-  }
-  if (per == 2 && panels % 2) {
-    s += fmt::format("      {{\n        const int64_t j = {};\n", panels - 1);
-    s += block("j", 16);
-    s += "      }\n";
-  }
+  // body(j, width) over every panel, indented by `in`: one at a time, or pairs and an odd last one alone.
+  auto byPanelGroups = [&](const std::string& in, const std::function<std::string(const std::string&, int)>& body) {
+    std::string t;
+    if (per == 1) t += fmt::format("{}for (int64_t j = 0; j < {}; ++j) {{\n", in, panels) + body("j", 16) + in + "}\n";
+    if (per == 2 && panels >= 2) t += fmt::format("{}for (int64_t j = 0; j + 2 <= {}; j += 2) {{\n", in, panels) + body("j", 32) + in + "}\n";
+    if (per == 2 && panels % 2) t += fmt::format("{}{{\n{}  const int64_t j = {};\n", in, in, panels - 1) + body("j", 16) + in + "}\n";
+    return t;
+  };
+  s += byPanelGroups("      ", block);
   s += "      continue;\n    }\n";
   // The last tile's positions (P % R of them; only the last tile of an image gets here): four as
   // one tile of gathered patches where there are that many (GAP CNN's 6 x 6 conv: 4 of 36
   // positions one by one took a fifth of its time), the rest one by one.
-  const bool tail4 = R > 4 && P % R >= 4;
+  const bool tail4 = convTailTile(P, R) == 4;
   if (tail4) {
     s += "    for (int64_t t = 0; t < 4; ++t) gather(i0, pos + t, patch[t]);\n";
     s += "    const float* tail[4] = {patch[0], patch[1], patch[2], patch[3]};\n";
@@ -636,9 +631,7 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
                              "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {}[t][n - {}*16]);\n      }}\n",
                              j, OW, OW, o, j);
     };
-    if (per == 1) s += fmt::format("    for (int64_t j = 0; j < {}; ++j) {{\n", panels) + tail("j", 16) + "    }\n";
-    if (per == 2 && panels >= 2) s += fmt::format("    for (int64_t j = 0; j + 2 <= {}; j += 2) {{\n", panels) + tail("j", 32) + "    }\n";
-    if (per == 2 && panels % 2) s += fmt::format("    {{\n      const int64_t j = {};\n", panels - 1) + tail("j", 16) + "    }\n";
+    s += byPanelGroups("    ", tail);
   }
   s += fmt::format("    for (int64_t t0 = pos{}; t0 < {}; ++t0) {{\n", tail4 ? " + 4" : "", P);
   s += "      const int64_t t = t0 - pos;\n      gather(i0, t0, patch[0]);\n";

@@ -182,6 +182,15 @@ void Emitter::emitPackedConv(const Kernel& k) {
       emitBody(k.body, {i0, nn, oh, ow}, b_.CreateAlignedLoad(v8, col, llvm::Align(32), "acc"), 8, static_cast<unsigned>(R));
     });
   };
+  // tile(j, group) over every panel: one at a time, or pairs and an odd last one alone.
+  auto byPanelGroups = [&](const std::function<void(Value*, int)>& tile) {
+    if (panelGroup() == 1) {
+      forRange(c64(0), c64(panels), "j", [&](Value* j) { tile(j, 1); });
+      return;
+    }
+    if (panels >= 2) forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
+    if (panels % 2) tile(c64(panels - 1), 1);
+  };
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* i0 = b_.CreateSDiv(u, c64(tiles), "i0");
     Value* pos = b_.CreateMul(b_.CreateSRem(u, c64(tiles)), c64(R), "pos");
@@ -220,19 +229,12 @@ void Emitter::emitPackedConv(const Kernel& k) {
               }
             }
           };
-          if (panelGroup() == 1) {
-            forRange(c64(0), c64(panels), "j", [&](Value* j) { tile(j, 1); });
-          } else {
-            if (panels >= 2) {
-              forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
-            }
-            if (panels % 2) tile(c64(panels - 1), 1);
-          }
+          byPanelGroups(tile);
         },
         [&] {
           // The last tile's positions (P % R): four as one tile of gathered patches where there
           // are that many, the rest one by one (as the C++ backend's).
-          const bool tail4 = R > 4 && P % R >= 4;
+          const bool tail4 = convTailTile(P, R) == 4;
           if (tail4) {
             std::vector<Value*> rows;
             for (int64_t tq = 0; tq < 4; ++tq) {
@@ -249,12 +251,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
                 }
               }
             };
-            if (panelGroup() == 1) {
-              forRange(c64(0), c64(panels), "j", [&](Value* j) { tile(j, 1); });
-            } else {
-              if (panels >= 2) forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
-              if (panels % 2) tile(c64(panels - 1), 1);
-            }
+            byPanelGroups(tile);
           }
           forRange(tail4 ? b_.CreateAdd(pos, c64(4)) : pos, c64(P), "t0", [&](Value* t0) {
             gather(i0, t0, 0);

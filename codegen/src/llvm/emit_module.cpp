@@ -558,11 +558,9 @@ llvm::Function* Emitter::emitRowBlocks(llvm::Function* rows, const std::string& 
   Value* batch = &*a++;
   Value* ws = &*a++;
   Value* threads = &*a;
-  Value* whole = nullptr;
-  auto callWhole = [&] { whole = b_.CreateCall(rows, {inputs, outputs, batch, ws, threads, c64(0)}, "rc"); };
+  auto callWhole = [&] { return b_.CreateCall(rows, {inputs, outputs, batch, ws, threads, c64(0)}, "rc"); };
   if (s_.rowBlock <= 0) {
-    callWhole();
-    b_.CreateRet(whole);
+    b_.CreateRet(callWhole());
     return run;
   }
   // i32 policyc_rt_row_blocks(rows, workspace_bytes, block, max_batch, input_row_bytes, inputs,
@@ -577,8 +575,7 @@ llvm::Function* Emitter::emitRowBlocks(llvm::Function* rows, const std::string& 
   llvm::BasicBlock* once = block("whole");
   b_.CreateCondBr(b_.CreateIsNull(rowBlocks), once, blocks);
   b_.SetInsertPoint(once);
-  callWhole();
-  b_.CreateRet(whole);
+  b_.CreateRet(callWhole());
   b_.SetInsertPoint(blocks);
   b_.CreateRet(b_.CreateCall(rowBlocks, {rows, m_.getFunction("pc_workspace_bytes"), c64(s_.rowBlock), c64(s_.maxBatch),
                                          rowBytes(s_.inputRowBytes, "pc_input_row_bytes"), b_.getInt32(static_cast<uint32_t>(s_.inputRowBytes.size())),
