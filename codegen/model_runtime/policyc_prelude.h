@@ -1915,18 +1915,49 @@ PC_INLINE V expFull(V x) {
   e = x < -103.972f ? V{} : e;
   return x != x ? x : e;
 }
+// Eight rows of eight floats turned into eight columns (and back: the transpose is its own
+// inverse) with 24 two-source shuffles, where lane inserts took three times as many.
+PC_INLINE void transpose8x8(f32x8 (&v)[8]) {
+  f32x8 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[2 * i + 1] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      u[4 * i + 2 * h] = __builtin_shufflevector(t[4 * i + h], t[4 * i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[4 * i + 2 * h + 1] = __builtin_shufflevector(t[4 * i + h], t[4 * i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = __builtin_shufflevector(u[c], u[c + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    v[c + 4] = __builtin_shufflevector(u[c], u[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
 // A softmax over eight short rows of N values (KernelSchedule::kShortRow) at once, a row a
 // vector lane: lane by lane the operations of one row's pc::maxShort, pc::expFull, pc::sumOf
 // and division, so the same bits (a zero maximum's sign, which maxShort looks up, changes no
 // exp). f(r, j) is value j of row r of the eight, out(r, j, y) takes its result. One row at a
 // time, the sum and the divisions were scalar: a softmax over rows of 8 at batch 64 took 2.2x
-// the LLVM backend's time, whose vectoriser takes eight rows at a time the same way.
+// the LLVM backend's time, whose vectoriser takes eight rows at a time the same way. Rows of
+// up to 8 are read and written as rows (vectorised copies) and transposed in registers; longer
+// ones are gathered lane by lane.
 template <int N, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
   static_assert(0 < N && N <= 16, "a short row");
   typedef double f64x4 __attribute__((vector_size(32)));
   typedef float f32x4 __attribute__((vector_size(16)));
-  f32x8 v[N];
-  for (int j = 0; j < N; ++j) v[j] = lanesOf<f32x8>([&](int r) { return f(r, j); });  // value j of the eight rows
+  constexpr bool kRows = N <= 8;
+  f32x8 v[kRows ? 8 : N];
+  if constexpr (kRows) {
+    alignas(32) float in[8][8] = {};
+    for (int r = 0; r < 8; ++r) {
+      for (int j = 0; j < N; ++j) in[r][j] = f(r, j);
+    }
+    for (int r = 0; r < 8; ++r) std::memcpy(&v[r], in[r], sizeof v[r]);
+    transpose8x8(v);
+  } else {
+    for (int j = 0; j < N; ++j) v[j] = lanesOf<f32x8>([&](int r) { return f(r, j); });  // value j of the eight rows
+  }
   f32x8 m = splat8(-inf<float>());
   i32x8 nans = {};
   for (int j = 0; j < N; ++j) {
@@ -1935,8 +1966,22 @@ template <int N, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
   }
   m = nans != 0 ? splat8(pc::nan<float>()) : m;
   f32x8 e[N];
-  for (int j = 0; j < N; ++j) e[j] = expFull(v[j] - m);
-  alignas(32) float y[N][8];
+  for (int j = 0; j + 1 < N; j += 2) {  // two values a vector of 16 (one 8-lane exp per value took twice as long)
+    const f32x16 x = byHalves(join16(v[j] - m, v[j + 1] - m), [](auto t) { return expFull(t); });
+    e[j] = lo8(x), e[j + 1] = hi8(x);
+  }
+  if (N % 2) e[N - 1] = expFull(v[N - 1] - m);
+#if defined(__AVX512F__)
+  // All eight rows in double at once: one conversion and one division of eight lanes a value.
+  typedef double f64x8 __attribute__((vector_size(64)));
+  auto wide = [&](int j) { return __builtin_convertvector(e[j], f64x8); };
+  f64x8 q[8];
+  for (int l = 0; l < 8; ++l) q[l] = (l < N ? wide(l) : f64x8{}) + (l + 8 < N ? wide(l + 8) : f64x8{});
+  const f64x8 sum = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+  f32x8 y[N];
+  for (int j = 0; j < N; ++j) y[j] = __builtin_convertvector(wide(j) / sum, f32x8);
+#else
+  f32x4 h2[2][N];  // h2[h][j]: value j of rows 4h .. 4h + 3
   for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3 in double
     auto wide = [&](int j) -> f64x4 {
       const f32x4 x = h ? __builtin_shufflevector(e[j], e[j], 4, 5, 6, 7) : __builtin_shufflevector(e[j], e[j], 0, 1, 2, 3);
@@ -1945,13 +1990,28 @@ template <int N, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
     f64x4 q[8];
     for (int l = 0; l < 8; ++l) q[l] = (l < N ? wide(l) : f64x4{}) + (l + 8 < N ? wide(l + 8) : f64x4{});
     const f64x4 sum = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
-    for (int j = 0; j < N; ++j) {
-      const f32x4 r = __builtin_convertvector(wide(j) / sum, f32x4);
-      std::memcpy(&y[j][4 * h], &r, sizeof r);
-    }
+    for (int j = 0; j < N; ++j) h2[h][j] = __builtin_convertvector(wide(j) / sum, f32x4);
   }
-  for (int r = 0; r < 8; ++r) {
-    for (int j = 0; j < N; ++j) out(r, j, y[j][r]);
+  f32x8 y[N];
+  for (int j = 0; j < N; ++j) y[j] = __builtin_shufflevector(h2[0][j], h2[1][j], 0, 1, 2, 3, 4, 5, 6, 7);
+#endif
+  if constexpr (kRows) {
+    for (int j = 0; j < 8; ++j) v[j] = j < N ? y[j] : f32x8{};
+    transpose8x8(v);  // back to rows
+    // Stored two rows a vector: GCC reads the copy below by 16 floats, and a 16-float load of
+    // two 8-float stores waits for them (no store forwarding).
+    alignas(64) float o[8][8];
+    for (int r = 0; r < 8; r += 2) {
+      const f32x16 w = join16(v[r], v[r + 1]);
+      std::memcpy(o[r], &w, sizeof w);
+    }
+    for (int r = 0; r < 8; ++r) {
+      for (int j = 0; j < N; ++j) out(r, j, o[r][j]);
+    }
+  } else {
+    for (int r = 0; r < 8; ++r) {
+      for (int j = 0; j < N; ++j) out(r, j, y[j][r]);
+    }
   }
 }
 template <class V>

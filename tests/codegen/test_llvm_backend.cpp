@@ -1397,23 +1397,26 @@ TEST_CASE("llvm and cpp backends: erf and GELU agree bit for bit", "[llvm][cpp]"
 // Softmax over short rows (at most KernelSchedule::kShortRow) along the last axis: the C++
 // printer takes eight rows at a time, a row a vector lane (pc::softmaxRows8), the rows past the
 // last eight one by one; rows of 8 (a categorical head), rows of 5 three to a batch row (rows
-// crossing batch rows), rows of 4 after a fused prologue. A log_softmax and a softmax over rows
+// crossing batch rows), rows of 4 after a fused prologue (rows of up to 8 transposed in
+// registers), rows of 13 (gathered lane by lane). A log_softmax and a softmax over rows
 // of 37 stay one row at a time. Random rows at several batch sizes (tails of 0 to 7 rows), then
 // rows with a NaN, all -inf, +inf, equal values and signed zeros inside one block of eight: both
 // backends, 1 and 2 threads, bit for bit, and as the interpreter.
 TEST_CASE("llvm and cpp backends: softmax over short rows eight rows at a time agrees bit for bit", "[llvm][cpp]") {
-  auto graph = ir::parseGraph(R"(graph sm8(%x: f32[batch,8], %y: f32[batch,3,5], %z: f32[batch,2,4], %w: f32[batch,37]) {
+  auto graph = ir::parseGraph(R"(graph sm8(%x: f32[batch,8], %y: f32[batch,3,5], %z: f32[batch,2,4], %w: f32[batch,37], %v: f32[batch,13]) {
   %a = softmax(%x) {axis=-1} : f32[batch,8]
+  %e = softmax(%v) {axis=-1} : f32[batch,13]
   %b = softmax(%y) {axis=-1} : f32[batch,3,5]
   %q = mul(%z, %z) : f32[batch,2,4]
   %c = softmax(%q) {axis=2} : f32[batch,2,4]
   %l = log_softmax(%x) {axis=-1} : f32[batch,8]
   %d = softmax(%w) {axis=-1} : f32[batch,37]
-  return (a=%a, b=%b, c=%c, l=%l, d=%d)
+  return (a=%a, b=%b, c=%c, l=%l, d=%d, e=%e)
 })");
   passes::runPipeline(*graph);
   const codegen::GeneratedCpp generated = splitCpp(*graph);
-  CHECK(occurrences(generated.source, "pc::softmaxRows8<") == 3);
+  CHECK(occurrences(generated.source, "pc::softmaxRows8<") == 4);
+  CHECK(occurrences(generated.source, "pc::softmaxRows8<13>(") == 1);
   CHECK(occurrences(generated.source, "pc::softmaxRows8<8>(") == 1);
   CHECK(occurrences(generated.source, "pc::softmaxRows8<5>([&](int64_t r, int64_t j) { const int64_t i0 = (rb + r) / 3, i1 = (rb + r) / 1 % 3, i2 = j;") == 1);
   checkGeneratedBitwise(*graph, generated, "softmax_rows8", {1, 7, 8, 13, 64}, 41, 1e-6);
