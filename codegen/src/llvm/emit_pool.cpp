@@ -159,15 +159,16 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
   llvm::AllocaInst* nanIn = local(llvm::ArrayType::get(i8_, static_cast<uint64_t>(colSize)), "nanIn");
   llvm::AllocaInst* out = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(8 * ((OW + 7) / 8))), "out");
   const bool vec = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].vectorEpilogue;
-  // g.window: the window step on the registers too, and one NaN flag for the whole unit, as the
-  // C++ printer: the rare unit that holds a NaN reads its rows again for the flags per column
-  // (i32 lanes there; i8 lanes were packed from the compares at every row).
+  // g.window: the window step on the registers too, and one NaN test for the whole unit, as the
+  // C++ printer (the rows' values summed into nanAny, which a NaN keeps NaN): the rare unit that
+  // holds a NaN reads its rows again for the flags per column (i32 lanes there; i8 lanes were
+  // packed from the compares at every row).
   const bool inRegisters = !g.window.empty();
   llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
   llvm::Type* b8 = llvm::FixedVectorType::get(inRegisters ? i32_ : i8_, 8);
   std::vector<llvm::AllocaInst*> ms, ns;
   for (int64_t j = 0; j < chunks; ++j) ms.push_back(local(v8, "m" + std::to_string(j))), ns.push_back(local(b8, "n" + std::to_string(j)));
-  llvm::AllocaInst* nanAny = inRegisters ? local(b8, "nanAny") : nullptr;
+  llvm::AllocaInst* nanAny = inRegisters ? local(v8, "nanAny") : nullptr;
   Value* negInf8 = b_.CreateVectorSplat(8, llvm::ConstantFP::getInfinity(f32_, true));
   Value* negInf = llvm::ConstantFP::getInfinity(f32_, true);
   Value* noNan = llvm::Constant::getNullValue(b8);
@@ -187,7 +188,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
       b_.CreateStore(negInf8, ms[static_cast<size_t>(j)]);
       if (!inRegisters) b_.CreateStore(noNan, ns[static_cast<size_t>(j)]);
     }
-    if (inRegisters) b_.CreateStore(noNan, nanAny);
+    if (inRegisters) b_.CreateStore(llvm::Constant::getNullValue(v8), nanAny);
     if (!chunks) {
       forCount(W, "iw", [&](Value* iw) {
         Value* at = b_.CreateAdd(iw, c64(padL));
@@ -201,6 +202,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
         Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(i2, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
         ifThen(b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H))), "inside", [&] {
           Value* row = elemPtr(X.id, {i0, i1, ih, nullptr});
+          std::vector<Value*> xs;  // the row's values, summed into nanAny
           for (int64_t j = 0; j < chunks; ++j) {
             const int64_t lanes = std::min<int64_t>(8, W - 8 * j);
             Value* at = b_.CreateInBoundsGEP(f32_, row, c64(8 * j));
@@ -217,12 +219,21 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
               Value* m = b_.CreateLoad(v8, ms[static_cast<size_t>(j)]);
               b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m, x), m, x), ms[static_cast<size_t>(j)]);
             }
-            if (flags) {
-              llvm::AllocaInst* into = inRegisters && max ? nanAny : ns[static_cast<size_t>(j)];
+            if (inRegisters && max) {
+              xs.push_back(x);
+            } else if (flags) {
+              llvm::AllocaInst* into = ns[static_cast<size_t>(j)];
               Value* nan = inRegisters ? b_.CreateSExt(isNan(x), b8) : b_.CreateZExt(isNan(x), b8);
               b_.CreateStore(b_.CreateOr(b_.CreateLoad(b8, into), nan), into);
             }
           }
+          while (xs.size() > 1) {  // pairwise, as the C++ printer's tree
+            std::vector<Value*> sums;
+            for (size_t i = 0; i + 1 < xs.size(); i += 2) sums.push_back(b_.CreateFAdd(xs[i], xs[i + 1]));
+            if (xs.size() % 2) sums.push_back(xs.back());
+            xs = sums;
+          }
+          if (!xs.empty()) b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(v8, nanAny), xs[0]), nanAny);
           if (chunks) return;
           forCount(W, "iw", [&](Value* iw) {
             Value* at = b_.CreateAdd(iw, c64(padL));
@@ -271,7 +282,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
           }
         }
       };
-      ifElse(b_.CreateICmpEQ(b_.CreateOrReduce(b_.CreateLoad(b8, nanAny)), b_.getInt32(0)), "nan", [&] { steps(false); }, [&] {
+      ifElse(b_.CreateNot(b_.CreateOrReduce(isNan(b_.CreateLoad(v8, nanAny)))), "nan", [&] { steps(false); }, [&] {
         // a NaN in the unit's rows: the flags per column
         for (llvm::AllocaInst* flag : ns) b_.CreateStore(noNan, flag);
         rows(false, true);
