@@ -393,7 +393,11 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   // Where many rows widen bf16-dot pairs inside each tile: the same weights as bf16x2.
   const std::string pairs = "reinterpret_cast<const pc::bf16x2*>(w)";
   s += unitLoop();
-  s += fmt::format("    const int64_t j = uq / quads * {}, r = uq % quads * {};\n", per, tileRows);
+  if (panels <= per) {  // one group of panels (a head of up to 32 outputs): j is 0, so the column bounds below fold
+    s += fmt::format("    const int64_t j = 0, r = uq * {};\n", tileRows);
+  } else {
+    s += fmt::format("    const int64_t j = uq / quads * {}, r = uq % quads * {};\n", per, tileRows);
+  }
   s += fmt::format("    const auto* PC_RESTRICT w = wp + j*{};\n", s_.kernels[index].panelStride);
   s += fmt::format("    const int64_t jEnd = j + {} < {} ? j + {} : {};  // one past the unit's last panel\n", per, panels, per, panels);
   // The epilogue of `width` columns from panel `panel` of row `row`, held at `acc` (column n at

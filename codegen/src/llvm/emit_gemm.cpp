@@ -525,8 +525,9 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   }
   if (ks.widenRows) widened = b_.CreateICmpSGE(rows, c64(ks.widenRows), "widened");
   forRange(lo_, hi_, "u", [&](Value* u) {
-    Value* j = b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
-    Value* r = b_.CreateMul(b_.CreateSRem(u, quads), c64(T), "r");
+    // One group of panels (a head of up to 32 outputs): j is 0, so the column bounds below fold.
+    Value* j = panels <= per ? c64(0) : b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
+    Value* r = b_.CreateMul(panels <= per ? u : b_.CreateSRem(u, quads), c64(T), "r");
     Value* jEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(j, c64(per)), c64(panels));
     Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
     // `count` rows from row r0 as one tile by `group` panels.
