@@ -908,6 +908,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       default: break;
     }
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);
+    ks.vectorTail = ks.form == Form::PackedGemm && k.kind == KernelKind::Linear && !wholeChunks && !ks.anchorFault && vectorBody(p, k);
     if (ks.form == Form::PackedGemm && ks.vectorEpilogue) ks.directRows = directRowStride(p, k);
     ks.disjointTemps = disjointTemps(p, plan, k);
     ks.sumRun = sumRun(p, k);

@@ -328,6 +328,12 @@ struct KernelSchedule {
   // (vectorBody on an f32 result, no injected accuracy fault on the anchor, which the scalar
   // epilogue carries). The C++ printer leaves the pad's plain loop to GCC's vectoriser.
   bool vectorEpilogue = false;
+  // A packed linear layer whose last panel is partial (N % 16 columns: a policy head) and whose
+  // epilogue vectorises (vectorBody, no injected accuracy fault): the LLVM printer runs that
+  // panel's epilogue on the first N % 16 lanes of a vector (the others neither read nor written),
+  // whole panels on whole vectors. Column by column, a head's tanh took 3.2x the C++ backend's
+  // time (simba_actor at batch 64), whose scalar loop over the 16 columns GCC vectorises.
+  bool vectorTail = false;
   // Per domain axis: some load or store walks it with a stride other than 0 or 1 (a transpose's
   // read or write). Loops over it stay scalar: vectorised, they gather or scatter (measured 2.6x
   // slower than scalar code in a pointwise kernel). Not so where the body is mathHeavy.

@@ -465,6 +465,13 @@ void Emitter::finishPanel(const Kernel& k, const std::vector<Value*>& rowVars, V
     emitBody(k.body, vars, acc, kLanes);
     return;
   }
+  if (s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].vectorTail) {  // KernelSchedule::vectorTail
+    vars.push_back(n0);
+    const unsigned tail = static_cast<unsigned>(N % kLanes);
+    ifElse(b_.CreateICmpSLE(b_.CreateAdd(n0, c64(kLanes)), c64(N)), "whole", [&] { emitBody(k.body, vars, acc, kLanes); },
+           [&] { emitBody(k.body, vars, acc, kLanes, tail); });
+    return;
+  }
   llvm::AllocaInst* tmp = local(llvm::ArrayType::get(f32_, kLanes), "panel");
   b_.CreateAlignedStore(acc, tmp, llvm::Align(64));
   Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(n0, c64(kLanes)), c64(N));
