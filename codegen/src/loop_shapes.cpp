@@ -213,7 +213,7 @@ size_t collapseFrom(const KernelProgram& p, const Kernel& k, const ThreadSplit& 
 
 int vectorAxis(const Kernel& k, size_t collapseFrom) {
   const size_t r = k.domain.size();
-  if (r < 2 || collapseFrom != r || !mathHeavy(k) || !k.domain[r - 1].isStatic() || k.domain[r - 1].value() >= 16) return -1;
+  if (r < 2 || collapseFrom != r || !mathHeavy(k) || !k.domain[r - 1].isStatic() || k.domain[r - 1].value() % 8 == 0) return -1;
   for (size_t a = r - 1; a-- > 0;) {
     if (k.domain[a].isBatch() || k.domain[a].value() >= 16) return static_cast<int>(a);
   }
