@@ -125,6 +125,9 @@ bool stridedAlong(const KernelProgram& p, const Kernel& k, size_t axis) {
   for (const Instr& in : k.body) {
     if (in.opcode != Opcode::Load && in.opcode != Opcode::Store) continue;
     const int64_t stride = axisStride(p, in, axis);
+    // A load of every 2nd to 4th element (an NHWC image's channel) vectorises as whole vectors
+    // and shuffles (LLVM's interleaved groups, GCC's grouped loads), not a gather.
+    if (in.opcode == Opcode::Load && stride >= 2 && stride <= 4) continue;
     if (stride != 0 && stride != 1) return true;
   }
   return false;
