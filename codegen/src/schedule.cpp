@@ -118,7 +118,8 @@ bool isExtern(Impl i) { return i == Impl::Onednn || i == Impl::OnednnPostOps; }
 bool usesPanels(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm4x16 || i == Impl::Gemm6x16 || i == Impl::Gemm8x32; }
 int64_t panelsPerTile(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm8x32 ? 2 : 1; }
 int64_t rowsPerTile(Impl i) { return i == Impl::Gemm6x16 ? 6 : i == Impl::Gemm8x32 ? 8 : 4; }
-int64_t convTailTile(int64_t P, int64_t R) { return R > 4 && P % R >= 4 ? 4 : 0; }
+int64_t convTailTile(int64_t P, int64_t R) { return R == 8 && P % R >= 6 ? 8 : R > 4 && P % R >= 4 ? 4 : 0; }
+int64_t convTailCovered(int64_t P, int64_t R) { return std::min(convTailTile(P, R), P % R); }
 std::optional<Impl> implByName(const std::string& name) {
   for (int i = 0; i < static_cast<int>(std::size(kImplNames)); ++i) {
     if (name == kImplNames[i]) return static_cast<Impl>(i);

@@ -32,9 +32,13 @@ bool isExtern(Impl i);  // a oneDNN primitive: the model links libdnnl
 bool usesPanels(Impl i);  // reads the weight packed as panels (gemm4x32, gemm4x16, gemm6x16, gemm8x32)
 int64_t panelsPerTile(Impl i);  // the panels a microkernel tile spans: 2 for gemm4x32 and gemm8x32, else 1
 int64_t rowsPerTile(Impl i);  // the rows (conv output positions) a microkernel tile spans: 6 for gemm6x16, 8 for gemm8x32, else 4
-// The positions past an image's last whole tile of R (P positions) that run as one tile of 4 on
-// gathered patches: 4 where R > 4 leaves 4 or more, else 0 (all one by one).
+// The rows of the one tile on gathered patches that takes the positions past an image's last
+// whole tile of R (P positions): 8 where R is 8 and 6 or 7 remain (all of them; the tile's rows
+// past them repeat the last one, computed and dropped: cheaper than a tile of 4 and the rest one
+// by one, rma_conv1d's 7 positions 1.4x), 4 where R > 4 leaves 4 or 5 (the first four; the
+// rest one by one), else 0 (all one by one). The positions it computes: convTailCovered.
 int64_t convTailTile(int64_t P, int64_t R);
+int64_t convTailCovered(int64_t P, int64_t R);
 std::optional<Impl> implByName(const std::string& name);
 std::string implNames();  // "gemm4x32, gemm4x16, onednn, onednn_postops, conv_rows, gemm6x16, gemm8x32"
 

@@ -619,25 +619,27 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   };
   s += byPanelGroups("      ", block);
   s += "      continue;\n    }\n";
-  // The last tile's positions (P % R of them; only the last tile of an image gets here): four as
-  // one tile of gathered patches where there are that many (GAP CNN's 6 x 6 conv: 4 of 36
+  // The last tile's positions (P % R of them; only the last tile of an image gets here): as one
+  // tile of gathered patches where there are enough (convTailTile; GAP CNN's 6 x 6 conv: 4 of 36
   // positions one by one took a fifth of its time), the rest one by one.
-  const bool tail4 = convTailTile(P, R) == 4;
-  if (tail4) {
-    s += "    for (int64_t t = 0; t < 4; ++t) gather(i0, pos + t, patch[t]);\n";
-    s += "    const float* tail[4] = {patch[0], patch[1], patch[2], patch[3]};\n";
+  const int64_t tailRows = convTailTile(P, R), covered = convTailCovered(P, R);
+  if (tailRows) {
+    s += fmt::format("    for (int64_t t = 0; t < {}; ++t) gather(i0, pos + t, patch[t]);\n", covered);
+    std::vector<std::string> tailPatches;
+    for (int64_t t = 0; t < tailRows; ++t) tailPatches.push_back(fmt::format("patch[{}]", std::min(t, covered - 1)));
+    s += fmt::format("    const float* tail[{}] = {{{}}};\n", tailRows, fmt::join(tailPatches, ", "));
     auto tail = [&](const std::string& j, int width) {
       const std::string o = width == 32 ? "out" : "out16";
-      std::string t = fmt::format("      pc::gemm_4x{}({}, tail, wp + {}*{}, bp + {}*16, {}{});\n", width, K, j, s_.kernels[index].panelStride, j,
-                                  o, scaleArg(index, j));
+      std::string t = fmt::format("      pc::gemm_{}x{}({}, tail, wp + {}*{}, bp + {}*16, {}{});\n", tailRows, width, K, j,
+                                  s_.kernels[index].panelStride, j, o, scaleArg(index, j));
       t += fmt::format("      const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
-      return t + fmt::format("      for (int64_t n = {}*16; n < nEnd; ++n) {{\n        for (int64_t t = 0; t < 4; ++t) "
+      return t + fmt::format("      for (int64_t n = {}*16; n < nEnd; ++n) {{\n        for (int64_t t = 0; t < {}; ++t) "
                              "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {}[t][n - {}*16]);\n      }}\n",
-                             j, OW, OW, o, j);
+                             j, covered, OW, OW, o, j);
     };
     s += byPanelGroups("    ", tail);
   }
-  s += fmt::format("    for (int64_t t0 = pos{}; t0 < {}; ++t0) {{\n", tail4 ? " + 4" : "", P);
+  s += fmt::format("    for (int64_t t0 = pos{}; t0 < {}; ++t0) {{\n", covered ? fmt::format(" + {}", covered) : "", P);
   s += "      const int64_t t = t0 - pos;\n      gather(i0, t0, patch[0]);\n";
   s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);
   s += fmt::format("        pc::gemm_1x16({}, patch[0], wp + j*{}, bp + j*16, out[0]{});\n", K, s_.kernels[index].panelStride, scaleArg(index, "j"));

@@ -232,28 +232,28 @@ void Emitter::emitPackedConv(const Kernel& k) {
           byPanelGroups(tile);
         },
         [&] {
-          // The last tile's positions (P % R): four as one tile of gathered patches where there
-          // are that many, the rest one by one (as the C++ backend's).
-          const bool tail4 = convTailTile(P, R) == 4;
-          if (tail4) {
+          // The last tile's positions (P % R): as one tile of gathered patches where there are
+          // enough (convTailTile), the rest one by one (as the C++ backend's).
+          const int64_t tailRows = convTailTile(P, R), covered = convTailCovered(P, R);
+          if (tailRows) {
             std::vector<Value*> rows;
-            for (int64_t tq = 0; tq < 4; ++tq) {
-              gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
-              rows.push_back(b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K)));
+            for (int64_t tq = 0; tq < covered; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+            for (int64_t tq = 0; tq < tailRows; ++tq) {
+              rows.push_back(b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(std::min(tq, covered - 1) * K)));
             }
             auto tile = [&](Value* j, int per) {
               const PanelRef w = panelAt(index, j, "w");
               Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
               auto acc = gemmTile(rows, per, K, w, bias, &n);
               for (int p = 0; p < per; ++p) {
-                for (int64_t tq = 0; tq < 4; ++tq) {
+                for (int64_t tq = 0; tq < covered; ++tq) {
                   finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
                 }
               }
             };
             byPanelGroups(tile);
           }
-          forRange(tail4 ? b_.CreateAdd(pos, c64(4)) : pos, c64(P), "t0", [&](Value* t0) {
+          forRange(covered ? b_.CreateAdd(pos, c64(covered)) : pos, c64(P), "t0", [&](Value* t0) {
             gather(i0, t0, 0);
             forCount(panels, "j", [&](Value* j) {
               const PanelRef w = panelAt(index, j, "w");
