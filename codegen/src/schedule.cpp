@@ -917,6 +917,11 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       const ir::Dim& row = k.domain[static_cast<size_t>(normalizeAxis(k.anchor->attrInt("axis"), k.domain.size()))];
       if (row.isStatic() && row.value() <= 4096) ks.keptExps = row.value();
       ks.f32Exps = ks.keptExps > 0 && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32;
+      const size_t r = k.domain.size(), axis = static_cast<size_t>(normalizeAxis(k.anchor->attrInt("axis"), r));
+      if (ks.f32Exps && ks.keptExps <= KernelSchedule::kShortRow && r >= 2 && axis + 1 == r && ks.split.axis == 0) {
+        ks.rowsAcross = 1;
+        for (size_t d = 1; d < axis && ks.rowsAcross; ++d) ks.rowsAcross = k.domain[d].isStatic() ? ks.rowsAcross * k.domain[d].value() : 0;
+      }
     }
     if (k.anchor && k.anchor->isOp(Op::LayerNorm) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32) {
       const size_t axis = static_cast<size_t>(normalizeAxis(k.anchor->attrInt("axis"), k.domain.size()));

@@ -259,13 +259,8 @@ std::string Emitter::emitReduction(const Kernel& k) const {
     // A softmax over short rows (KernelSchedule::kShortRow) along the last axis, its rows split
     // between threads by the first: eight rows at a time, a row a vector lane (pc::softmaxRows8;
     // the same bits as one row at a time, below, which takes the rows past the last eight).
-    // `across`: the rows an index of the first axis holds.
-    int64_t across = 0;
-    if (n.isOp(Op::Softmax) && ks.f32Exps && ks.keptExps <= KernelSchedule::kShortRow && reduced.size() == 1 && reduced[0] + 1 == r &&
-        !outer.empty() && outer[0] == 0 && splitAt == 0) {
-      across = 1;
-      for (size_t i = 1; i < outer.size() && across; ++i) across = k.domain[outer[i]].isStatic() ? across * k.domain[outer[i]].value() : 0;
-    }
+    // `across`: the rows an index of the first axis holds (KernelSchedule::rowsAcross).
+    const int64_t across = ks.rowsAcross;
     // The outer axes' indices of row `q` (rows in the loops' order), and the reduced one `j`.
     auto rowIndices = [&](const std::string& q, const std::string& j) {
       std::string t = fmt::format("const int64_t {} = {} / {}", vars[0], q, across);

@@ -240,6 +240,104 @@ Value* Emitter::sumOf(int64_t n, const std::function<Value*(Value*)>& f) {
                        b_.CreateFAdd(b_.CreateFAdd(q[4], q[5]), b_.CreateFAdd(q[6], q[7])), "sum");
 }
 
+Value* Emitter::softmaxRows8(const Kernel& k, int64_t across) {
+  const size_t r = k.domain.size(), axis = r - 1;
+  const int64_t N = k.domain[axis].value();
+  auto* v8 = llvm::FixedVectorType::get(f32_, 8);
+  auto* d8 = llvm::FixedVectorType::get(f64_, 8);
+  Value* first = b_.CreateMul(lo_, c64(across), "rows.first");
+  Value* blocks = b_.CreateSDiv(b_.CreateSub(b_.CreateMul(hi_, c64(across)), first), c64(8), "blocks");
+  // Row q's domain variables (its value j: the last).
+  auto rowVars = [&](Value* q) {
+    std::vector<Value*> v(r, nullptr);
+    int64_t inner = across;
+    v[0] = b_.CreateSDiv(q, c64(across));
+    for (size_t d = 1; d < axis; ++d) {
+      inner /= k.domain[d].value();
+      v[d] = b_.CreateSRem(b_.CreateSDiv(q, c64(inner)), c64(k.domain[d].value()));
+    }
+    return v;
+  };
+  forRange(c64(0), blocks, "rb", [&](Value* bi) {
+    Value* rb = b_.CreateAdd(first, b_.CreateMul(bi, c64(8)));
+    std::vector<std::vector<Value*>> rows;
+    for (int64_t t = 0; t < 8; ++t) rows.push_back(rowVars(b_.CreateAdd(rb, c64(t))));
+    // Value j of the eight rows as one vector: rows of up to 8 as row vectors turned by shuffles
+    // (their loads combine into vector loads), longer ones lane by lane.
+    std::vector<Value*> x;
+    auto valueAt = [&](unsigned t, int64_t j) {
+      std::vector<Value*> at = rows[t];
+      at[axis] = c64(j);
+      return operand(k, at);
+    };
+    if (N <= 8) {
+      for (unsigned t = 0; t < 8; ++t) {
+        Value* v = llvm::Constant::getNullValue(v8);
+        for (int64_t j = 0; j < N; ++j) v = b_.CreateInsertElement(v, valueAt(t, j), static_cast<uint64_t>(j));
+        x.push_back(v);
+      }
+      x = transpose8x8(x);
+      x.resize(static_cast<size_t>(N));
+    } else {
+      for (int64_t j = 0; j < N; ++j) {
+        Value* v = llvm::PoisonValue::get(v8);
+        for (unsigned t = 0; t < 8; ++t) v = b_.CreateInsertElement(v, valueAt(t, j), t);
+        x.push_back(v);
+      }
+    }
+    // Their maximum (NaN where a row holds one).
+    Value* m = llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(8), llvm::ConstantFP::getInfinity(f32_, true));
+    Value* nans = llvm::Constant::getNullValue(llvm::FixedVectorType::get(i1_, 8));
+    for (Value* v : x) {
+      m = b_.CreateSelect(b_.CreateFCmpOGT(v, m), v, m);
+      nans = b_.CreateOr(nans, isNan(v));
+    }
+    m = b_.CreateSelect(nans, llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(8), llvm::ConstantFP::getNaN(f32_)), m);
+    // The exps, two values' a 16-lane vector (as pc::softmaxRows8: one 8-lane exp a value took
+    // twice as long); their sum in double in sumOf's order (value j in lane j % 16 of the partial
+    // sums: lanes l and l + 8 added, then those pairwise); each exp over it.
+    std::vector<Value*> w;
+    std::vector<int> both(16), low(8), high(8);
+    for (int l = 0; l < 16; ++l) both[static_cast<size_t>(l)] = l;
+    for (int l = 0; l < 8; ++l) low[static_cast<size_t>(l)] = l, high[static_cast<size_t>(l)] = l + 8;
+    for (int64_t j = 0; j < N; j += 2) {
+      Value* d = b_.CreateFSub(x[static_cast<size_t>(j)], m);
+      if (j + 1 == N) {
+        w.push_back(b_.CreateFPExt(exp(d), d8));
+        break;
+      }
+      Value* e = exp(b_.CreateShuffleVector(d, b_.CreateFSub(x[static_cast<size_t>(j + 1)], m), both));
+      w.push_back(b_.CreateFPExt(b_.CreateShuffleVector(e, low), d8));
+      w.push_back(b_.CreateFPExt(b_.CreateShuffleVector(e, high), d8));
+    }
+    Value* zero = llvm::Constant::getNullValue(d8);
+    std::vector<Value*> q;
+    for (int64_t l = 0; l < 8; ++l) {
+      q.push_back(b_.CreateFAdd(l < N ? w[static_cast<size_t>(l)] : zero, l + 8 < N ? w[static_cast<size_t>(l + 8)] : zero));
+    }
+    Value* sum = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFAdd(q[0], q[1]), b_.CreateFAdd(q[2], q[3])),
+                               b_.CreateFAdd(b_.CreateFAdd(q[4], q[5]), b_.CreateFAdd(q[6], q[7])), "sum");
+    const DType outT = accType(k);
+    std::vector<Value*> y;
+    for (int64_t j = 0; j < N; ++j) y.push_back(b_.CreateFPTrunc(b_.CreateFDiv(w[static_cast<size_t>(j)], sum), v8));
+    // Back to rows where they were turned: row t's results one vector.
+    const bool turned = N <= 8;
+    if (turned) {
+      y.resize(8, llvm::Constant::getNullValue(v8));
+      y = transpose8x8(y);
+    }
+    for (unsigned t = 0; t < 8; ++t) {
+      for (int64_t j = 0; j < N; ++j) {
+        std::vector<Value*> at = rows[t];
+        at[axis] = c64(j);
+        Value* value = turned ? b_.CreateExtractElement(y[t], static_cast<uint64_t>(j)) : b_.CreateExtractElement(y[static_cast<size_t>(j)], t);
+        emitBody(k.body, at, convert(value, DType::F32, outT));
+      }
+    }
+  }, false);  // a vector loop already
+  return b_.CreateAdd(first, b_.CreateMul(blocks, c64(8)), "rows.rest");
+}
+
 Value* Emitter::laneMax(Value* v) {
   const unsigned lanes = static_cast<unsigned>(llvm::cast<llvm::FixedVectorType>(v->getType())->getNumElements());
   for (unsigned w = lanes / 2; w >= 1; w /= 2) {
@@ -419,106 +517,123 @@ void Emitter::emitReduction(const Kernel& k) {
     std::vector<size_t> reduced, outer;
     for (size_t d = 0; d < r; ++d) ((d >= axis && (ln || d == axis)) ? reduced : outer).push_back(d);
     const int splitAt = split_->axis;
+    // KernelSchedule::rowsAcross: rows eight at a time first (softmaxRows8), the rest one at a time
+    // below from the first row past them (the loops start at its index of the first axis and skip
+    // the rows before it there).
+    const int64_t across = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].rowsAcross;
+    Value* const lo = lo_;
+    Value* rest = across ? softmaxRows8(k, across) : nullptr;
+    if (rest) lo_ = b_.CreateSDiv(rest, c64(across));
     // The outer loops walk only the kept axes (the reduced ones are walked by `inner`).
     std::vector<Value*> vars(r, nullptr);
     domainLoops(k.domain, splitAt, [&](const std::vector<Value*>& ov) {
       vars = ov;
-      auto inner = [&](const std::function<void(const std::vector<Value*>&)>& f) {
-        domainLoops(k.domain, -1, f, reduced, vars);
-      };
-      llvm::AllocaInst* a = local(f64_, "a");
-      llvm::AllocaInst* s = local(f64_, "s");
-      if (ln) {
-        int64_t cols = 1;
-        for (size_t d : reduced) cols *= k.domain[d].value();
-        const bool normRow = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].normRow != 0;
-        auto at = [&](Value* j) {
-          std::vector<Value*> idx = vars;
-          idx[reduced[0]] = j;
-          return operand(k, idx);
+      auto row = [&] {
+        auto inner = [&](const std::function<void(const std::vector<Value*>&)>& f) {
+          domainLoops(k.domain, -1, f, reduced, vars);
         };
-        b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), a);
-        if (normRow) {  // KernelSchedule::normRow: both sums through sumOf, as the C++ backend's pc::sumOf
-          b_.CreateStore(sumOf(cols, at), a);
-        } else {
-          inner([&](const std::vector<Value*>& v) { b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, a), asF64(operand(k, v))), a); });
-        }
-        Value* mean = b_.CreateFDiv(b_.CreateLoad(f64_, a), llvm::ConstantFP::get(f64_, static_cast<double>(cols)), "mean");
-        b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
-        if (normRow) {
-          b_.CreateStore(sumOf(cols, [&](Value* j) {
-                           Value* d = b_.CreateFPTrunc(b_.CreateFSub(asF64(at(j)), mean), f32_);
-                           return b_.CreateFMul(d, d);
-                         }),
-                         s);
-        } else {
-          inner([&](const std::vector<Value*>& v) {
-            Value* d = b_.CreateFSub(asF64(operand(k, v)), mean);
-            b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), b_.CreateFMul(d, d)), s);
-          });
-        }
-        Value* var = b_.CreateFDiv(b_.CreateLoad(f64_, s), llvm::ConstantFP::get(f64_, static_cast<double>(cols)));
-        Value* invStd = b_.CreateFDiv(llvm::ConstantFP::get(f64_, 1.0),
-                                      b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFAdd(var, llvm::ConstantFP::get(f64_, n.attrFloat("epsilon")))),
-                                      "invStd");
-        auto paramAt = [&](int id, const std::vector<Value*>& v) {
-          const Buffer& P = p_.buffer(id);
-          std::vector<Value*> idx(P.type.rank(), nullptr);
-          const size_t lead = r - P.type.rank();
-          for (size_t d = 0; d < P.type.rank(); ++d) {
-            bool bc = P.type.shape[d].isStatic() && P.type.shape[d].value() == 1 &&
-                      !(k.domain[lead + d].isStatic() && k.domain[lead + d].value() == 1);
-            idx[d] = bc ? nullptr : v[lead + d];
+        llvm::AllocaInst* a = local(f64_, "a");
+        llvm::AllocaInst* s = local(f64_, "s");
+        if (ln) {
+          int64_t cols = 1;
+          for (size_t d : reduced) cols *= k.domain[d].value();
+          const bool normRow = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].normRow != 0;
+          auto at = [&](Value* j) {
+            std::vector<Value*> idx = vars;
+            idx[reduced[0]] = j;
+            return operand(k, idx);
+          };
+          b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), a);
+          if (normRow) {  // KernelSchedule::normRow: both sums through sumOf, as the C++ backend's pc::sumOf
+            b_.CreateStore(sumOf(cols, at), a);
+          } else {
+            inner([&](const std::vector<Value*>& v) { b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, a), asF64(operand(k, v))), a); });
           }
-          return convert(loadElem(id, idx, P.name), P.type.dtype, DType::F64);
-        };
-        inner([&](const std::vector<Value*>& v) {
-          Value* y = b_.CreateFMul(b_.CreateFMul(b_.CreateFSub(asF64(operand(k, v)), mean), invStd), paramAt(k.anchorInputs[1], v));
-          if (k.anchorInputs.size() > 2) y = b_.CreateFAdd(y, paramAt(k.anchorInputs[2], v));
-          emitBody(k.body, v, convert(y, DType::F64, outT));
-        });
-      } else {
-        if (xT == DType::F32 && reduced.size() == 1) {
-          // The row's maximum vectorised (maxOf).
-          b_.CreateStore(asF64(maxOf(k.domain[reduced[0]].value(), [&](Value* i) {
-                           std::vector<Value*> at = vars;
-                           at[reduced[0]] = i;
-                           return operand(k, at);
-                         })), a);
-        } else {
-          b_.CreateStore(llvm::ConstantFP::getInfinity(f64_, true), a);
-          inner([&](const std::vector<Value*>& v) { b_.CreateStore(maxNaN(b_.CreateLoad(f64_, a), asF64(operand(k, v)), true), a); });
-        }
-        Value* mx = b_.CreateLoad(f64_, a, "max");
-        b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
-        // KernelSchedule::keptExps: the row's exps kept for the second pass.
-        const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
-        const int64_t kept = ks.keptExps;
-        llvm::Type* et = ks.f32Exps ? f32_ : f64_;
-        llvm::AllocaInst* e = kept ? local(llvm::ArrayType::get(et, static_cast<uint64_t>(kept)), "exps") : nullptr;
-        auto keptAt = [&](const std::vector<Value*>& v) { return b_.CreateInBoundsGEP(et, e, v[reduced[0]]); };
-        if (ks.f32Exps) {
-          // KernelSchedule::f32Exps: the exps in f32 first (a loop that vectorises), then their sum.
-          Value* mx32 = b_.CreateFPTrunc(mx, f32_);  // exact: the maximum of f32 values
-          inner([&](const std::vector<Value*>& v) { b_.CreateStore(exp(b_.CreateFSub(operand(k, v), mx32)), keptAt(v)); });
-          b_.CreateStore(sumOf(kept, [&](Value* j) { return b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, e, j)); }), s);
-        } else {
+          Value* mean = b_.CreateFDiv(b_.CreateLoad(f64_, a), llvm::ConstantFP::get(f64_, static_cast<double>(cols)), "mean");
+          b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
+          if (normRow) {
+            b_.CreateStore(sumOf(cols, [&](Value* j) {
+                             Value* d = b_.CreateFPTrunc(b_.CreateFSub(asF64(at(j)), mean), f32_);
+                             return b_.CreateFMul(d, d);
+                           }),
+                           s);
+          } else {
+            inner([&](const std::vector<Value*>& v) {
+              Value* d = b_.CreateFSub(asF64(operand(k, v)), mean);
+              b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), b_.CreateFMul(d, d)), s);
+            });
+          }
+          Value* var = b_.CreateFDiv(b_.CreateLoad(f64_, s), llvm::ConstantFP::get(f64_, static_cast<double>(cols)));
+          Value* invStd = b_.CreateFDiv(llvm::ConstantFP::get(f64_, 1.0),
+                                        b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFAdd(var, llvm::ConstantFP::get(f64_, n.attrFloat("epsilon")))),
+                                        "invStd");
+          auto paramAt = [&](int id, const std::vector<Value*>& v) {
+            const Buffer& P = p_.buffer(id);
+            std::vector<Value*> idx(P.type.rank(), nullptr);
+            const size_t lead = r - P.type.rank();
+            for (size_t d = 0; d < P.type.rank(); ++d) {
+              bool bc = P.type.shape[d].isStatic() && P.type.shape[d].value() == 1 &&
+                        !(k.domain[lead + d].isStatic() && k.domain[lead + d].value() == 1);
+              idx[d] = bc ? nullptr : v[lead + d];
+            }
+            return convert(loadElem(id, idx, P.name), P.type.dtype, DType::F64);
+          };
           inner([&](const std::vector<Value*>& v) {
-            Value* t = exp(b_.CreateFSub(asF64(operand(k, v)), mx));
-            if (e) b_.CreateStore(t, keptAt(v));
-            b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), t), s);
+            Value* y = b_.CreateFMul(b_.CreateFMul(b_.CreateFSub(asF64(operand(k, v)), mean), invStd), paramAt(k.anchorInputs[1], v));
+            if (k.anchorInputs.size() > 2) y = b_.CreateFAdd(y, paramAt(k.anchorInputs[2], v));
+            emitBody(k.body, v, convert(y, DType::F64, outT));
+          });
+        } else {
+          if (xT == DType::F32 && reduced.size() == 1) {
+            // The row's maximum vectorised (maxOf).
+            b_.CreateStore(asF64(maxOf(k.domain[reduced[0]].value(), [&](Value* i) {
+                             std::vector<Value*> at = vars;
+                             at[reduced[0]] = i;
+                             return operand(k, at);
+                           })), a);
+          } else {
+            b_.CreateStore(llvm::ConstantFP::getInfinity(f64_, true), a);
+            inner([&](const std::vector<Value*>& v) { b_.CreateStore(maxNaN(b_.CreateLoad(f64_, a), asF64(operand(k, v)), true), a); });
+          }
+          Value* mx = b_.CreateLoad(f64_, a, "max");
+          b_.CreateStore(llvm::ConstantFP::get(f64_, 0.0), s);
+          // KernelSchedule::keptExps: the row's exps kept for the second pass.
+          const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+          const int64_t kept = ks.keptExps;
+          llvm::Type* et = ks.f32Exps ? f32_ : f64_;
+          llvm::AllocaInst* e = kept ? local(llvm::ArrayType::get(et, static_cast<uint64_t>(kept)), "exps") : nullptr;
+          auto keptAt = [&](const std::vector<Value*>& v) { return b_.CreateInBoundsGEP(et, e, v[reduced[0]]); };
+          if (ks.f32Exps) {
+            // KernelSchedule::f32Exps: the exps in f32 first (a loop that vectorises), then their sum.
+            Value* mx32 = b_.CreateFPTrunc(mx, f32_);  // exact: the maximum of f32 values
+            inner([&](const std::vector<Value*>& v) { b_.CreateStore(exp(b_.CreateFSub(operand(k, v), mx32)), keptAt(v)); });
+            b_.CreateStore(sumOf(kept, [&](Value* j) { return b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, e, j)); }), s);
+          } else {
+            inner([&](const std::vector<Value*>& v) {
+              Value* t = exp(b_.CreateFSub(asF64(operand(k, v)), mx));
+              if (e) b_.CreateStore(t, keptAt(v));
+              b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f64_, s), t), s);
+            });
+          }
+          Value* sum = b_.CreateLoad(f64_, s, "sum");
+          Value* logSum = n.isOp(Op::LogSoftmax) ? log(sum) : nullptr;
+          inner([&](const std::vector<Value*>& v) {
+            Value* d = b_.CreateFSub(asF64(operand(k, v)), mx);
+            Value* kept64 = e ? convert(b_.CreateLoad(et, keptAt(v)), ks.f32Exps ? DType::F32 : DType::F64, DType::F64) : nullptr;
+            Value* y = logSum ? b_.CreateFSub(d, logSum) : b_.CreateFDiv(e ? kept64 : exp(d), sum);
+            emitBody(k.body, v, convert(y, DType::F64, outT));
           });
         }
-        Value* sum = b_.CreateLoad(f64_, s, "sum");
-        Value* logSum = n.isOp(Op::LogSoftmax) ? log(sum) : nullptr;
-        inner([&](const std::vector<Value*>& v) {
-          Value* d = b_.CreateFSub(asF64(operand(k, v)), mx);
-          Value* kept64 = e ? convert(b_.CreateLoad(et, keptAt(v)), ks.f32Exps ? DType::F32 : DType::F64, DType::F64) : nullptr;
-          Value* y = logSum ? b_.CreateFSub(d, logSum) : b_.CreateFDiv(e ? kept64 : exp(d), sum);
-          emitBody(k.body, v, convert(y, DType::F64, outT));
-        });
+      };
+      if (!rest) {
+        row();
+        return;
       }
+      Value* flat = vars[0];  // the row's number
+      for (size_t d = 1; d < axis; ++d) flat = b_.CreateAdd(b_.CreateMul(flat, c64(k.domain[d].value())), vars[d]);
+      ifThen(b_.CreateICmpSGE(flat, rest), "row", row);
     }, outer, std::vector<Value*>(r, nullptr));
+    lo_ = lo;
     return;
   }
 

@@ -290,6 +290,9 @@ class Emitter : llvmbe::Builder {
                  const std::function<std::pair<Value*, Value*>(Value*)>& hit);
   // The sum of n f32 values f(0), ..., f(n - 1) in double, in pc::sumOf's order (KernelSchedule::sumRun).
   Value* sumOf(int64_t n, const std::function<Value*(Value*)>& f);
+  // A softmax's rows eight at a time from the chunk's first (KernelSchedule::rowsAcross: `across`
+  // rows an index of the first axis), as pc::softmaxRows8; returns the first row it left.
+  Value* softmaxRows8(const Kernel& k, int64_t across);
 
   // ---- irregular data movement
 
