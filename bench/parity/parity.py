@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The backend parity guard: every example model and every one-op graph of make_ops.py through
+"""The backend parity guard: every example and zoo model and every one-op graph of make_ops.py through
 both backends, compiled with --profile, timed by `policyc bench --compare-backends` (both builds
 in one process, their calls interleaved a few milliseconds at a time, so that a change of the
 machine's speed hits both alike); then per kernel the two backends' microseconds per call side
