@@ -927,6 +927,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       const size_t axis = static_cast<size_t>(normalizeAxis(k.anchor->attrInt("axis"), k.domain.size()));
       const ir::Dim& row = k.domain.back();
       if (axis + 1 == k.domain.size() && row.isStatic() && row.value() >= 16) ks.normRow = row.value();
+      ks.normStaged = ks.normRow && ks.normRow <= KernelSchedule::kMaxStagedRow && mathHeavy(k);
     }
     ks.collapseFrom = ks.form == Form::Pointwise ? collapseFrom(p, k, ks.split) : k.domain.size();
     ks.vectorAxis = ks.form == Form::Pointwise ? vectorAxis(k, ks.collapseFrom) : -1;

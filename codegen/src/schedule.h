@@ -414,6 +414,12 @@ struct KernelSchedule {
   // rounded to f32 and squared there, the same in both backends. 0: two running sums in double,
   // a chain of dependent adds (a row of 64 took 150 ns).
   int64_t normRow = 0;
+  // A normRow layer norm of at most kMaxStagedRow values with a mathHeavy epilogue (SiLU, tanh,
+  // Mish): the row normalised into a buffer first, then the epilogue over it in a loop of its own,
+  // in both printers. In one loop the epilogue ran at the width of the normalisation's doubles
+  // (8 lanes), half a float vector: tdmpc2's layer norm + Mish 1.5x the time of the two apart.
+  bool normStaged = false;
+  static constexpr int64_t kMaxStagedRow = 4096;
   // A Form::Pointwise kernel's trailing domain axes [collapseFrom, rank) that every load and store
   // walks as one contiguous run (or not at all) run as one loop (loopExtents): a 21x21 map is one
   // loop of 441, not 21 loops of 21 each with a vector tail. rank: none.

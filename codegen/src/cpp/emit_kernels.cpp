@@ -349,6 +349,13 @@ std::string Emitter::emitReduction(const Kernel& k) const {
         s += fmt::format("{}  for (int64_t l = 0; l < {}; ++l) {{ const int64_t {} = {}b + l; {} o[l] = static_cast<{}>(y); }}\n", indent, block, v, v, y, OT);
         s += fmt::format("{}  for (int64_t l = 0; l < {}; ++l) {{ const int64_t {} = {}b + l; {} }}\n{}}}\n", indent, block, v, v,
                          callEpilogue(vars, "o[l]"), indent);
+      } else if (ks.normStaged) {
+        // KernelSchedule::normStaged: the row normalised into a buffer first (doubles, 8 lanes a
+        // vector), then the epilogue over it in a loop of its own (floats, 16 lanes a vector).
+        const std::string v = vars[reduced[0]];
+        s += fmt::format("{}{} row[{}];\n", indent, OT, cols);
+        s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{ {} row[{}] = static_cast<{}>(y); }}\n", indent, v, v, cols, v, y, v, OT);
+        s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{ {} }}\n", indent, v, v, cols, v, callEpilogue(vars, fmt::format("row[{}]", v)));
       } else {
         s += innerLoops(fmt::format("{{ {} {} }}", y, callEpilogue(vars, fmt::format("static_cast<{}>(y)", OT))));
       }

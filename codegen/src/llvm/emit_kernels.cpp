@@ -578,11 +578,21 @@ void Emitter::emitReduction(const Kernel& k) {
             }
             return convert(loadElem(id, idx, P.name), P.type.dtype, DType::F64);
           };
-          inner([&](const std::vector<Value*>& v) {
+          auto normalised = [&](const std::vector<Value*>& v) {
             Value* y = b_.CreateFMul(b_.CreateFMul(b_.CreateFSub(asF64(operand(k, v)), mean), invStd), paramAt(k.anchorInputs[1], v));
             if (k.anchorInputs.size() > 2) y = b_.CreateFAdd(y, paramAt(k.anchorInputs[2], v));
-            emitBody(k.body, v, convert(y, DType::F64, outT));
-          });
+            return convert(y, DType::F64, outT);
+          };
+          if (s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].normStaged) {
+            // KernelSchedule::normStaged: the row into a buffer, then the epilogue over it.
+            llvm::Type* et = regType(outT, 0);
+            llvm::AllocaInst* staged = local(llvm::ArrayType::get(et, static_cast<uint64_t>(cols)), "row");
+            auto slot = [&](const std::vector<Value*>& v) { return b_.CreateInBoundsGEP(et, staged, v[reduced[0]]); };
+            inner([&](const std::vector<Value*>& v) { b_.CreateStore(normalised(v), slot(v)); });
+            inner([&](const std::vector<Value*>& v) { emitBody(k.body, v, b_.CreateLoad(et, slot(v))); });
+          } else {
+            inner([&](const std::vector<Value*>& v) { emitBody(k.body, v, normalised(v)); });
+          }
         } else {
           if (xT == DType::F32 && reduced.size() == 1) {
             // The row's maximum vectorised (maxOf).
