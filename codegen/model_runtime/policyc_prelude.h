@@ -1944,7 +1944,8 @@ PC_INLINE void transpose8x8(f32x8 (&v)[8]) {
 // the LLVM backend's time, whose vectoriser takes eight rows at a time the same way. Rows of
 // up to 8 are read and written as rows (vectorised copies) and transposed in registers; longer
 // ones are gathered lane by lane.
-template <int N, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
+// Log: a log_softmax's rows, (x - max) - log(sum) in double (libm's log of each row's sum).
+template <int N, bool Log = false, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
   static_assert(0 < N && N <= 16, "a short row");
   typedef double f64x4 __attribute__((vector_size(32)));
   typedef float f32x4 __attribute__((vector_size(16)));
@@ -1986,7 +1987,14 @@ template <int N, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
   for (int l = 0; l < 8; ++l) q[l] = (l < N ? wide(l) : f64x8{}) + (l + 8 < N ? wide(l + 8) : f64x8{});
   const f64x8 sum = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
   f32x8 y[N];
-  for (int j = 0; j < N; ++j) y[j] = __builtin_convertvector(wide(j) / sum, f32x8);
+  if constexpr (Log) {
+    f64x8 ls;
+    for (int l = 0; l < 8; ++l) ls[l] = pc::log(sum[l]);
+    const f64x8 mw = __builtin_convertvector(m, f64x8);
+    for (int j = 0; j < N; ++j) y[j] = __builtin_convertvector((__builtin_convertvector(v[j], f64x8) - mw) - ls, f32x8);
+  } else {
+    for (int j = 0; j < N; ++j) y[j] = __builtin_convertvector(wide(j) / sum, f32x8);
+  }
 #else
   f32x4 h2[2][N];  // h2[h][j]: value j of rows 4h .. 4h + 3
   for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3 in double
@@ -1997,7 +2005,17 @@ template <int N, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
     f64x4 q[8];
     for (int l = 0; l < 8; ++l) q[l] = (l < N ? wide(l) : f64x4{}) + (l + 8 < N ? wide(l + 8) : f64x4{});
     const f64x4 sum = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
-    for (int j = 0; j < N; ++j) h2[h][j] = __builtin_convertvector(wide(j) / sum, f32x4);
+    if constexpr (Log) {
+      f64x4 ls;
+      for (int l = 0; l < 4; ++l) ls[l] = pc::log(sum[l]);
+      auto half = [&](f32x8 x) -> f64x4 {
+        const f32x4 t = h ? __builtin_shufflevector(x, x, 4, 5, 6, 7) : __builtin_shufflevector(x, x, 0, 1, 2, 3);
+        return __builtin_convertvector(t, f64x4);
+      };
+      for (int j = 0; j < N; ++j) h2[h][j] = __builtin_convertvector((half(v[j]) - half(m)) - ls, f32x4);
+    } else {
+      for (int j = 0; j < N; ++j) h2[h][j] = __builtin_convertvector(wide(j) / sum, f32x4);
+    }
   }
   f32x8 y[N];
   for (int j = 0; j < N; ++j) y[j] = __builtin_shufflevector(h2[0][j], h2[1][j], 0, 1, 2, 3, 4, 5, 6, 7);

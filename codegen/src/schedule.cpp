@@ -913,7 +913,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     if (ks.form == Form::PackedGemm && ks.vectorEpilogue) ks.directRows = directRowStride(p, k);
     ks.disjointTemps = disjointTemps(p, plan, k);
     ks.sumRun = sumRun(p, k);
-    if (k.anchor && k.anchor->isOp(Op::Softmax)) {
+    if (k.anchor && (k.anchor->isOp(Op::Softmax) || k.anchor->isOp(Op::LogSoftmax))) {
       const ir::Dim& row = k.domain[static_cast<size_t>(normalizeAxis(k.anchor->attrInt("axis"), k.domain.size()))];
       if (row.isStatic() && row.value() <= 4096) ks.keptExps = row.value();
       ks.f32Exps = ks.keptExps > 0 && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32;

@@ -390,14 +390,16 @@ struct KernelSchedule {
   std::optional<SumRun> sumRun;
   // A softmax over at most 4096 values: the first pass keeps each exp(x - max) of the row (this
   // many doubles on the stack) and the second divides them, where it computed them again (two
-  // libm exps a value, the kernel's whole time at small widths). 0: computed twice.
+  // libm exps a value, the kernel's whole time at small widths). 0: computed twice. A
+  // log_softmax's too (f32Exps: its sum from f32 exps, where a libm exp in double a value took
+  // 3.2 us at batch 64 over rows of 8, 0.84 so).
   int64_t keptExps = 0;
   // With keptExps over f32 values: the row's exps computed in f32 (the Cephes polynomial both
   // backends share, within 1.5e-6 relative) in a loop of their own, which vectorises, and summed
   // through sumOf; a libm exp in double a value took the kernel's whole time (8 values: 54 ns a row).
   bool f32Exps = false;
-  // A softmax over short rows (f32Exps, at most kShortRow values) along the last axis, split by
-  // the first axis: both printers take its rows eight at a time, a row a vector lane (pc::softmaxRows8,
+  // A softmax or log_softmax over short rows (f32Exps, at most kShortRow values) along the last
+  // axis, split by the first axis: both printers take its rows eight at a time, a row a vector lane (pc::softmaxRows8,
   // Emitter::softmaxRows8; the same bits as one row at a time, which takes the rows past the last
   // eight). The rows an index of the first axis holds (the static axes between it and the row's
   // multiplied); 0: one row at a time. Left to LLVM's loop vectoriser, rows of 4 after a fused

@@ -273,7 +273,8 @@ std::string Emitter::emitReduction(const Kernel& k) const {
     };
     if (across) {
       s += fmt::format("{}int64_t rb = lo * {};\n{}for (; rb + 8 <= hi * {}; rb += 8) {{\n", indent, across, indent, across);
-      s += fmt::format("{}  pc::softmaxRows8<{}>([&](int64_t r, int64_t j) {{ {} return static_cast<float>({}); }},\n", indent, ks.keptExps,
+      s += fmt::format("{}  pc::softmaxRows8<{}{}>([&](int64_t r, int64_t j) {{ {} return static_cast<float>({}); }},\n", indent, ks.keptExps,
+                       n.isOp(Op::LogSoftmax) ? ", true" : "",
                        rowIndices("(rb + r)", "j"), operandCall(vars));
       s += fmt::format("{}      [&](int64_t r, int64_t j, float y) {{ {} {} }});\n{}}}\n", indent, rowIndices("(rb + r)", "j"),
                        callEpilogue(vars, fmt::format("static_cast<{}>(y)", OT)), indent);
@@ -395,7 +396,9 @@ std::string Emitter::emitReduction(const Kernel& k) const {
       } else {
         s += innerLoops(fmt::format("sum += pc::exp(double({}) - maxValue);", x));
       }
-      std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - pc::log(sum)", x)
+      // log_softmax: the sum's log once a row (GCC called libm's log for every value).
+      if (n.isOp(Op::LogSoftmax)) s += fmt::format("{}const double logSum = pc::log(sum);\n", indent);
+      std::string y = n.isOp(Op::LogSoftmax) ? fmt::format("double({}) - maxValue - logSum", x)
                       : kept                 ? fmt::format("double(e[{}]) / sum", vars[reduced[0]])
                                              : fmt::format("pc::exp(double({}) - maxValue) / sum", x);
       s += innerLoops(callEpilogue(vars, fmt::format("static_cast<{}>({})", OT, y)));

@@ -319,7 +319,17 @@ Value* Emitter::softmaxRows8(const Kernel& k, int64_t across) {
                                b_.CreateFAdd(b_.CreateFAdd(q[4], q[5]), b_.CreateFAdd(q[6], q[7])), "sum");
     const DType outT = accType(k);
     std::vector<Value*> y;
-    for (int64_t j = 0; j < N; ++j) y.push_back(b_.CreateFPTrunc(b_.CreateFDiv(w[static_cast<size_t>(j)], sum), v8));
+    if (k.anchor->isOp(Op::LogSoftmax)) {
+      // (x - max) - log(sum) in double, libm's log of each row's sum.
+      Value* logs = llvm::PoisonValue::get(d8);
+      for (unsigned t = 0; t < 8; ++t) logs = b_.CreateInsertElement(logs, log(b_.CreateExtractElement(sum, t)), t);
+      Value* mw = b_.CreateFPExt(m, d8);
+      for (int64_t j = 0; j < N; ++j) {
+        y.push_back(b_.CreateFPTrunc(b_.CreateFSub(b_.CreateFSub(b_.CreateFPExt(x[static_cast<size_t>(j)], d8), mw), logs), v8));
+      }
+    } else {
+      for (int64_t j = 0; j < N; ++j) y.push_back(b_.CreateFPTrunc(b_.CreateFDiv(w[static_cast<size_t>(j)], sum), v8));
+    }
     // Back to rows where they were turned: row t's results one vector.
     const bool turned = N <= 8;
     if (turned) {
