@@ -1786,10 +1786,8 @@ template <class T> PC_INLINE T minNaN(T a, T b) {
 // ---- f32 exp / tanh / sigmoid from polynomials (Cephes exp within 1.5e-6 relative; tanh below,
 // within 3e-7 relative): arithmetic and selects, no libm calls. NaN propagates; overflow gives inf.
 PC_INLINE float exp(float x) {
-  // Above 87, exp(x) = 2 exp(x - ln 2) keeps the exponent of 2^n below 128.
-  const bool hi = x > 87.0f;
-  const float xs = hi ? x - 0.693147180559945f : x;
-  const float c = xs < -87.3365f ? -87.3365f : (xs > 88.05f ? 88.05f : xs);
+  const float c0 = x < -87.3365f ? -87.3365f : x;
+  const float c = c0 > 88.7228f ? 88.7228f : c0;
   // Generated code is built with -fno-trapping-math, under which GCC vectorises floor (and not a
   // floor through an int conversion after the clamp above).
   const float fx = __builtin_floorf(c * 1.44269504088896341f + 0.5f);
@@ -1803,9 +1801,10 @@ PC_INLINE float exp(float x) {
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * z + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(fx) + 127) << 23;
-  float e = y * __builtin_bit_cast(float, bits);
-  e = hi ? e * 2.0f : e;
+  // 2^n as two factors (n reaches 128 near the top of the range), as the LLVM backend's exp: with
+  // exp(x - ln 2) doubled above 87, the two backends were an ulp apart there.
+  const int32_t n = static_cast<int32_t>(fx), n1 = n >> 1;
+  float e = y * __builtin_bit_cast(float, (n1 + 127) << 23) * __builtin_bit_cast(float, (n - n1 + 127) << 23);
   e = x > 88.7228f ? std::numeric_limits<float>::infinity() : e;
   e = x < -103.972f ? 0.0f : e;
   return x != x ? x : e;
@@ -1865,15 +1864,15 @@ PC_INLINE float expm1(float x) { return pc::exp(x) - 1.0f; }
 PC_INLINE double expm1(double x) { return __builtin_expm1(x); }
 
 // tanh(x) = x P(x^2) / Q(x^2) (degrees 6 and 3 in x^2: the rational approximation of Eigen's
-// ptanh_float; within 3e-7 relative, 5 ulps, of libm's over every float) on x clamped to
-// +-7.99881172 (past it tanh(x) rounds to +-1), x itself
-// under 0.0004 in magnitude (its sign and denormals kept): one division and eleven FMAs, where
-// 1 - 2 / (exp(2|x|) + 1) and a small-argument polynomial, both computed and selected, took twice
-// as many instructions (the tanh of a PPO MLP's layers was most of their time at batch 64). The
-// LLVM backend's Builder::tanh is the same arithmetic.
+// ptanh_float; within 3e-7 relative, 5 ulps, of libm's over every float) up to |x| = 7.99881172
+// (its range; past it +-1, within 2.4e-7 of tanh), x itself under 0.0004 in magnitude (its sign
+// and denormals kept): one division and eleven FMAs, where 1 - 2 / (exp(2|x|) + 1) and a
+// small-argument polynomial, both computed and selected, took twice as many instructions (the tanh
+// of a PPO MLP's layers was most of their time at batch 64). The LLVM backend's Builder::tanh is
+// the same arithmetic. Past the range a select on x, not a clamp of x: GCC evaluated P and Q of
+// the clamp's constant at compile time without the FMAs, an ulp from the LLVM backend's.
 PC_INLINE float tanh(float x) {
-  const float c = x > 7.99881172180175781f ? 7.99881172180175781f : (x < -7.99881172180175781f ? -7.99881172180175781f : x);
-  const float z = c * c;
+  const float z = x * x;
   float p = -2.76076847742355e-16f;
   p = p * z + 2.00018790482477e-13f;
   p = p * z - 8.60467152213735e-11f;
@@ -1881,12 +1880,13 @@ PC_INLINE float tanh(float x) {
   p = p * z + 1.48572235717979e-05f;
   p = p * z + 6.37261928875436e-04f;
   p = p * z + 4.89352455891786e-03f;
-  p = c * p;
+  p = x * p;
   float q = 1.19825839466702e-06f;
   q = q * z + 1.18534705686654e-04f;
   q = q * z + 2.26843463243900e-03f;
   q = q * z + 4.89352518554385e-03f;
-  const float r = pc::fabs(x) < 0.0004f ? x : p / q;
+  const float a = pc::fabs(x);
+  const float r = a < 0.0004f ? x : a > 7.99881172180175781f ? (x < 0.0f ? -1.0f : 1.0f) : p / q;
   return x != x ? x : r;
 }
 PC_INLINE double tanh(double x) { return __builtin_tanh(x); }
@@ -2054,8 +2054,7 @@ template <int N, bool Log = false, class F, class O> PC_INLINE void softmaxRows8
 }
 template <class V>
 PC_INLINE V tanhv(V x) {  // pc::tanh(float) on every lane
-  const V c = x > 7.99881172180175781f ? splatv(V{}, 7.99881172180175781f) : (x < -7.99881172180175781f ? splatv(V{}, -7.99881172180175781f) : x);
-  const V z = c * c;
+  const V z = x * x;
   V p = splatv(V{}, -2.76076847742355e-16f);
   p = p * z + 2.00018790482477e-13f;
   p = p * z - 8.60467152213735e-11f;
@@ -2063,13 +2062,14 @@ PC_INLINE V tanhv(V x) {  // pc::tanh(float) on every lane
   p = p * z + 1.48572235717979e-05f;
   p = p * z + 6.37261928875436e-04f;
   p = p * z + 4.89352455891786e-03f;
-  p = c * p;
+  p = x * p;
   V q = splatv(V{}, 1.19825839466702e-06f);
   q = q * z + 1.18534705686654e-04f;
   q = q * z + 2.26843463243900e-03f;
   q = q * z + 4.89352518554385e-03f;
   const V a = x < 0.0f ? -x : x;
-  const V r = a < 0.0004f ? x : p / q;
+  const V one = x < 0.0f ? splatv(V{}, -1.0f) : splatv(V{}, 1.0f);
+  const V r = a < 0.0004f ? x : (a > 7.99881172180175781f ? one : p / q);
   return x != x ? x : r;
 }
 // f on 16 lanes. Without 512-bit vectors GCC 12 lowers a select on 16 lanes one lane at a time

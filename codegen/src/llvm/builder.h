@@ -306,17 +306,18 @@ class Builder {
     r = b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), fc(NAN, x), r);
     return b_.CreateSelect(isNan(x), x, r, "log");
   }
-  // tanh (f32: pc::tanh's rational approximation, x P(x^2) / Q(x^2) on x clamped to +-7.99881172,
-  // x itself under 0.0004; f64: libm).
+  // tanh (f32: pc::tanh's rational approximation, x P(x^2) / Q(x^2) up to |x| = 7.99881172, +-1
+  // past it, x itself under 0.0004; f64: libm).
   Value* tanh(Value* x) {
     if (!isF32(x)) return callLibm("tanh", x);
-    Value* c = b_.CreateSelect(b_.CreateFCmpOGT(x, fc(7.99881172180175781, x)), fc(7.99881172180175781, x),
-                               b_.CreateSelect(b_.CreateFCmpOLT(x, fc(-7.99881172180175781, x)), fc(-7.99881172180175781, x), x));
-    Value* z = b_.CreateFMul(c, c);
-    Value* p = b_.CreateFMul(c, poly(z, {-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+    Value* z = b_.CreateFMul(x, x);
+    Value* p = b_.CreateFMul(x, poly(z, {-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
                                          1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03}));
     Value* q = poly(z, {1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03});
-    Value* r = b_.CreateSelect(b_.CreateFCmpOLT(fabs(x), fc(0.0004, x)), x, b_.CreateFDiv(p, q));
+    Value* a = fabs(x);
+    Value* one = b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0, x)), fc(-1, x), fc(1, x));
+    Value* r = b_.CreateSelect(b_.CreateFCmpOLT(a, fc(0.0004, x)), x,
+                               b_.CreateSelect(b_.CreateFCmpOGT(a, fc(7.99881172180175781, x)), one, b_.CreateFDiv(p, q)));
     return b_.CreateSelect(isNan(x), x, r, "tanh");
   }
   Value* sigmoid(Value* x) {
