@@ -1871,22 +1871,23 @@ PC_INLINE double expm1(double x) { return __builtin_expm1(x); }
 // of a PPO MLP's layers was most of their time at batch 64). The LLVM backend's Builder::tanh is
 // the same arithmetic. Past the range a select on x, not a clamp of x: GCC evaluated P and Q of
 // the clamp's constant at compile time without the FMAs, an ulp from the LLVM backend's.
-PC_INLINE float tanh(float x) {
-  const float z = x * x;
-  float p = -2.76076847742355e-16f;
-  p = p * z + 2.00018790482477e-13f;
+// x P(x^2) / Q(x^2) on a float or on every lane of a vector (pc::tanh, pc::tanhv).
+template <class V> PC_INLINE V tanhRational(V x) {
+  const V z = x * x;
+  V p = z * -2.76076847742355e-16f + 2.00018790482477e-13f;
   p = p * z - 8.60467152213735e-11f;
   p = p * z + 5.12229709037114e-08f;
   p = p * z + 1.48572235717979e-05f;
   p = p * z + 6.37261928875436e-04f;
   p = p * z + 4.89352455891786e-03f;
-  p = x * p;
-  float q = 1.19825839466702e-06f;
-  q = q * z + 1.18534705686654e-04f;
+  V q = z * 1.19825839466702e-06f + 1.18534705686654e-04f;
   q = q * z + 2.26843463243900e-03f;
   q = q * z + 4.89352518554385e-03f;
+  return x * p / q;
+}
+PC_INLINE float tanh(float x) {
   const float a = pc::fabs(x);
-  const float r = a < 0.0004f ? x : a > 7.99881172180175781f ? (x < 0.0f ? -1.0f : 1.0f) : p / q;
+  const float r = a < 0.0004f ? x : a > 7.99881172180175781f ? (x < 0.0f ? -1.0f : 1.0f) : tanhRational(x);
   return x != x ? x : r;
 }
 PC_INLINE double tanh(double x) { return __builtin_tanh(x); }
@@ -2054,22 +2055,9 @@ template <int N, bool Log = false, class F, class O> PC_INLINE void softmaxRows8
 }
 template <class V>
 PC_INLINE V tanhv(V x) {  // pc::tanh(float) on every lane
-  const V z = x * x;
-  V p = splatv(V{}, -2.76076847742355e-16f);
-  p = p * z + 2.00018790482477e-13f;
-  p = p * z - 8.60467152213735e-11f;
-  p = p * z + 5.12229709037114e-08f;
-  p = p * z + 1.48572235717979e-05f;
-  p = p * z + 6.37261928875436e-04f;
-  p = p * z + 4.89352455891786e-03f;
-  p = x * p;
-  V q = splatv(V{}, 1.19825839466702e-06f);
-  q = q * z + 1.18534705686654e-04f;
-  q = q * z + 2.26843463243900e-03f;
-  q = q * z + 4.89352518554385e-03f;
   const V a = x < 0.0f ? -x : x;
   const V one = x < 0.0f ? splatv(V{}, -1.0f) : splatv(V{}, 1.0f);
-  const V r = a < 0.0004f ? x : (a > 7.99881172180175781f ? one : p / q);
+  const V r = a < 0.0004f ? x : (a > 7.99881172180175781f ? one : tanhRational(x));
   return x != x ? x : r;
 }
 // f on 16 lanes. Without 512-bit vectors GCC 12 lowers a select on 16 lanes one lane at a time
