@@ -1863,14 +1863,6 @@ PC_INLINE double erf(double x) { return __builtin_erf(x); }
 PC_INLINE float expm1(float x) { return pc::exp(x) - 1.0f; }
 PC_INLINE double expm1(double x) { return __builtin_expm1(x); }
 
-// tanh(x) = x P(x^2) / Q(x^2) (degrees 6 and 3 in x^2: the rational approximation of Eigen's
-// ptanh_float; within 3e-7 relative, 5 ulps, of libm's over every float) up to |x| = 7.99881172
-// (its range; past it +-1, within 2.4e-7 of tanh), x itself under 0.0004 in magnitude (its sign
-// and denormals kept): one division and eleven FMAs, where 1 - 2 / (exp(2|x|) + 1) and a
-// small-argument polynomial, both computed and selected, took twice as many instructions (the tanh
-// of a PPO MLP's layers was most of their time at batch 64). The LLVM backend's Builder::tanh is
-// the same arithmetic. Past the range a select on x, not a clamp of x: GCC evaluated P and Q of
-// the clamp's constant at compile time without the FMAs, an ulp from the LLVM backend's.
 // x P(x^2) / Q(x^2) on a float or on every lane of a vector (pc::tanh, pc::tanhv).
 template <class V> PC_INLINE V tanhRational(V x) {
   const V z = x * x;
@@ -1885,6 +1877,14 @@ template <class V> PC_INLINE V tanhRational(V x) {
   q = q * z + 4.89352518554385e-03f;
   return x * p / q;
 }
+// tanh(x) = x P(x^2) / Q(x^2) (degrees 6 and 3 in x^2: the rational approximation of Eigen's
+// ptanh_float; within 3e-7 relative, 5 ulps, of libm's over every float) up to |x| = 7.99881172
+// (its range; past it +-1, within 2.4e-7 of tanh), x itself under 0.0004 in magnitude (its sign
+// and denormals kept): one division and eleven FMAs, where 1 - 2 / (exp(2|x|) + 1) and a
+// small-argument polynomial, both computed and selected, took twice as many instructions (the tanh
+// of a PPO MLP's layers was most of their time at batch 64). The LLVM backend's Builder::tanh is
+// the same arithmetic. Past the range a select on x, not a clamp of x: GCC evaluated P and Q of
+// the clamp's constant at compile time without the FMAs, an ulp from the LLVM backend's.
 PC_INLINE float tanh(float x) {
   const float a = pc::fabs(x);
   const float r = a < 0.0004f ? x : a > 7.99881172180175781f ? (x < 0.0f ? -1.0f : 1.0f) : tanhRational(x);
@@ -1928,25 +1928,6 @@ PC_INLINE V expFull(V x) {
   e = x < -103.972f ? V{} : e;
   return x != x ? x : e;
 }
-// Eight rows of eight floats turned into eight columns (and back: the transpose is its own
-// inverse) with 24 two-source shuffles, where lane inserts took three times as many.
-PC_INLINE void transpose8x8(f32x8 (&v)[8]) {
-  f32x8 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[2 * i + 1] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int i = 0; i < 2; ++i) {
-    for (int h = 0; h < 2; ++h) {
-      u[4 * i + 2 * h] = __builtin_shufflevector(t[4 * i + h], t[4 * i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      u[4 * i + 2 * h + 1] = __builtin_shufflevector(t[4 * i + h], t[4 * i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-    }
-  }
-  for (int c = 0; c < 4; ++c) {
-    v[c] = __builtin_shufflevector(u[c], u[c + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    v[c + 4] = __builtin_shufflevector(u[c], u[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-  }
-}
 // A softmax over eight short rows of N values (KernelSchedule::kShortRow) at once, a row a
 // vector lane: lane by lane the operations of one row's pc::maxShort, pc::expFull, pc::sumOf
 // and division, so the same bits (a zero maximum's sign, which maxShort looks up, changes no
@@ -1968,12 +1949,12 @@ template <int N, bool Log = false, class F, class O> PC_INLINE void softmaxRows8
       for (int j = 0; j < N; ++j) in[r][j] = f(r, j);
     }
     for (int r = 0; r < 8; ++r) std::memcpy(&v[r], in[r], sizeof v[r]);
-    transpose8x8(v);
+    transpose8(v);
   } else if constexpr (kRows) {
     // Shorter rows built in registers: through a row array, each vector load waited for the
     // scalar stores before it (rows of 6 at 1.9x the LLVM backend's time).
     for (int r = 0; r < 8; ++r) v[r] = lanesOf<f32x8>([&](int j) { return j < N ? f(r, j) : 0.0f; });
-    transpose8x8(v);
+    transpose8(v);
   } else {
     for (int j = 0; j < N; ++j) v[j] = lanesOf<f32x8>([&](int r) { return f(r, j); });  // value j of the eight rows
   }
@@ -2033,7 +2014,7 @@ template <int N, bool Log = false, class F, class O> PC_INLINE void softmaxRows8
 #endif
   if constexpr (kRows) {
     for (int j = 0; j < 8; ++j) v[j] = j < N ? y[j] : f32x8{};
-    transpose8x8(v);  // back to rows
+    transpose8(v);  // back to rows (the transpose is its own inverse)
     // Stored two rows a vector: GCC reads the copy below by 16 floats, and a 16-float load of
     // two 8-float stores waits for them (no store forwarding).
     alignas(64) float o[8][8];
