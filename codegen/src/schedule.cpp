@@ -849,6 +849,15 @@ std::optional<KernelSchedule::PaddedImage> paddedImage(const KernelProgram& p, c
   return im;
 }
 
+// KernelSchedule::tapGroup: KW where a window row's taps are consecutive floats of the image the
+// whole tiles read (the padded copy, or the input itself), else 1.
+int64_t tapGroup(const KernelProgram& p, const Kernel& k, bool padded) {
+  const Buffer& X = p.buffer(k.anchorInputs[0]);
+  const int64_t columnStride = padded ? 1 : X.strides[3];
+  const int64_t KW = p.buffer(k.anchorInputs[1]).type.shape[3].value();
+  return spatialList(*k.anchor, "dilations", 2, 1)[1] * columnStride == 1 ? KW : 1;
+}
+
 }  // namespace
 
 Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const ScheduleOptions& o) {
@@ -958,6 +967,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     if (std::find(ks.impls.begin(), ks.impls.end(), Impl::ConvRows) != ks.impls.end()) ks.convRows = convRowTiles(p, k);
     if (ks.form == Form::PackedConv) {
       ks.paddedImage = paddedImage(p, k);
+      ks.tapGroup = tapGroup(p, k, ks.paddedImage.has_value());
       ks.tileEpilogue = !ks.anchorFault && vectorBody(p, k) && planeDense(p, k);
     }
     ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !usesPanels(i); });

@@ -445,6 +445,14 @@ struct KernelSchedule {
   };
   std::optional<PaddedImage> paddedImage;
   static constexpr int64_t kMaxPaddedFloats = 32768;
+  // A Form::PackedConv kernel's taps along a window row as one group of its implicit GEMM's k
+  // (pc::gemm_rxp_by's G, the LLVM gemmTile's group): where consecutive taps are consecutive
+  // floats of the image read in place (unit column stride and dilation), one offset a group of KW
+  // values of k and the others constant displacements from it, where every k loaded its own
+  // offset (the table's load and the loop's instructions were a tenth of a tile's body: gap_cnn's
+  // 3x3 convs at batch 64 2-5% faster, LLVM). 1: every k its offset. The same sums in the same order:
+  // the same bits. (The C++ four-row tiles, pc::gemm_4x16_by and gemm_4x2v_by, read every offset.)
+  int64_t tapGroup = 1;
   // A Form::PackedConv kernel's implicit GEMM tiles (R <= 8 output positions by a panel of
   // channels): the epilogue transposes the tile in registers (8 x 8 blocks) and runs on the R
   // positions of one channel at a time as one vector, stored as R consecutive floats, where it ran

@@ -1049,6 +1049,50 @@ TEST_CASE("llvm and cpp backends: padded convs read a padded copy of the image w
   checkBothBackends(*graph, so, llvm, 17, 1e-5);
 }
 
+// A window row's taps are one group of the implicit GEMM's k (KernelSchedule::tapGroup): one
+// offset read a group, the other taps displacements from it, where they are consecutive floats of
+// the image read (the padded copy, or the input itself): a padded 3x3 conv and an unpadded 5x2
+// one; not with a dilated row (every k its offset). Eight- and six-position tiles, both backends
+// against the interpreter and each other bit for bit, 1 and 2 threads.
+TEST_CASE("llvm and cpp backends: implicit GEMM tiles read a window row's taps from one offset", "[llvm][cpp]") {
+  auto weights = [](int64_t n) { return paramValues(n, 0.125, 13, -0.75); };
+  const std::string text = fmt::format(R"(graph taps(%x: f32[batch,5,12,12]) {{
+  %w = param f32[32,5,3,3] [{}]
+  %a = conv(%x, %w) {{strides=[2, 2], pads=[1, 1, 1, 1]}} : f32[batch,32,6,6]
+  %v = param f32[32,5,5,2] [{}]
+  %b = conv(%x, %v) : f32[batch,32,8,11]
+  %d = conv(%x, %w) {{dilations=[1, 2]}} : f32[batch,32,10,8]
+  return (a=%a, b=%b, d=%d)
+}})", weights(32 * 45), weights(32 * 50));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  auto count = [](const std::string& haystack, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = haystack.find(what); at != std::string::npos; at = haystack.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const char* impl : {"gemm8x32", "gemm6x16"}) {
+    INFO(impl);
+    codegen::CppOptions cpp;
+    cpp.minChunkCost = 0;
+    cpp.forceImpl = impl;
+    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+    const std::string kern = std::string(impl).substr(4);
+    CHECK(count(generated.source, "pc::gemm_" + kern + "_at<3>(") >= 1);
+    CHECK(count(generated.source, "pc::gemm_" + kern + "_at<2>(") >= 1);
+    CHECK(count(generated.source, "pc::gemm_" + kern + "_at(") >= 1);  // the dilated conv
+    const fs::path so = scratch() / fmt::format("tap_groups_{}.so", impl);
+    codegen::buildSharedObject(generated, so.string(), {});
+    codegen::LlvmOptions llvm;
+    llvm.minChunkCost = 0;
+    llvm.forceImpl = impl;
+    llvm.keepUnoptimizedIr = true;
+    const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
+    CHECK(count(ir, "\ntaps.body:") >= 2);
+    checkBothBackends(*graph, so, llvm, 19, 1e-5);
+  }
+}
+
 // The implicit GEMM's tiles run their epilogue on one channel's positions at a time
 // (KernelSchedule::tileEpilogue): a tile transposed, each channel's R positions one vector, stored
 // as R consecutive floats. Strided relu convs with 20 channels (a partial panel) on 6-column

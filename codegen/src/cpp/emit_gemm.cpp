@@ -587,7 +587,9 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   auto block = [&](const std::string& j, int width) {
     const std::string kern = fmt::format("{}x{}", R, width);
     const std::string o = width == 32 ? "out" : "out16";
-    const std::string inPlace = fmt::format("pc::gemm_{}_at({}, window, origins, wp + {}*{}, bp + {}*16, {}{});\n", kern, K, j,
+    // The four-row tiles (pc::gemm_4x16_by, gemm_4x2v_by) take every k's offset from the table.
+    const int64_t G = R == 4 ? 1 : s_.kernels[index].tapGroup;
+    const std::string inPlace = fmt::format("pc::gemm_{}_at{}({}, window, origins, wp + {}*{}, bp + {}*16, {}{});\n", kern, G > 1 ? fmt::format("<{}>", G) : "", K, j,
                                             s_.kernels[index].panelStride, j, o, scaleArg(index, j));
     std::string t;
     if (padded) {

@@ -216,7 +216,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
           auto tile = [&](Value* j, int per) {
             const PanelRef w = panelAt(index, j, "w");
             Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
-            auto acc = gemmTile(rows, per, K, w, bias, &n, offsets);
+            auto acc = gemmTile(rows, per, K, w, bias, &n, offsets, s_.kernels[index].tapGroup);
             for (int p = 0; p < per; ++p) {
               if (columns) {
                 std::vector<Value*> rowsOfPanel;

@@ -341,7 +341,8 @@ Value* Emitter::scaledEnd(Value* acc, Value* scales, Value* bias) {
   return b_.CreateIntrinsic(llvm::Intrinsic::fma, {acc->getType()}, {acc, scales, bias}, nullptr, acc->getName());
 }
 
-std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets) {
+std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets,
+                                                   int64_t group) {
   llvm::Type* vt = llvm::FixedVectorType::get(f32_, kLanes);
   if (w.storage == WeightStorage::Bf16Dot) return gemmDotTile(rows, panels, K, w, bias, node, offsets);
   if (rows.size() == 1 && panels == 1 && !offsets) return {{gemmRow(rows[0], K, w, bias, node)}};
@@ -359,8 +360,9 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
   }
   tag(since, node);
   // Row q of every panel's weights (wv) into every row's accumulators.
-  auto step = [&](Value* q, const std::vector<Value*>& wv) {
-    Value* at = offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, q), "at"), i64_) : q;
+  auto offsetOf = [&](Value* q) { return offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, q), "at"), i64_) : q; };
+  // Row q of every panel's weights (wv) into every row's accumulators, the rows' values at `at`.
+  auto stepAt = [&](Value* at, const std::vector<Value*>& wv) {
     for (size_t t = 0; t < rows.size(); ++t) {
       Value* x = b_.CreateVectorSplat(kLanes, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, rows[t], at), "x"));
       for (int p = 0; p < panels; ++p) {
@@ -368,6 +370,12 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
         b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {x, wv[static_cast<size_t>(p)], b_.CreateLoad(vt, a)}), a);
       }
     }
+  };
+  auto step = [&](Value* q, const std::vector<Value*>& wv) { stepAt(offsetOf(q), wv); };
+  auto panelRows = [&](Value* q) {
+    std::vector<Value*> wv;
+    for (int p = 0; p < panels; ++p) wv.push_back(loadPanelRow(w, b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * w.stride))));
+    return wv;
   };
   if (w.storage == WeightStorage::Bf16) {
     // bf16 pairs along k: rows 2q2 and 2q2 + 1 from one load per panel (pc::loadPair); an odd K's
@@ -386,15 +394,20 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
     };
     forCount(K / 2, "q2", [&](Value* q2) { pairStep(q2, true); });
     if (K % 2) pairStep(c64(K / 2), false);
+  } else if (group > 1) {
+    // A conv's taps along a window row (pc::gemm_rxp_by's G): one offset a group, the others
+    // displacements from it.
+    forCount(K / group, "taps", [&](Value* g) {
+      llvm::Instruction* s0 = mark();
+      Value* q0 = b_.CreateMul(g, c64(group));
+      Value* at = offsetOf(q0);
+      for (int64_t u = 0; u < group; ++u) stepAt(b_.CreateAdd(at, c64(u)), panelRows(b_.CreateAdd(q0, c64(u))));
+      tag(s0, node);
+    });
   } else {
     forRange(c64(0), c64(K), "q", [&](Value* q) {
       llvm::Instruction* s0 = mark();
-      std::vector<Value*> wv;
-      for (int p = 0; p < panels; ++p) {
-        Value* at = b_.CreateAdd(b_.CreateMul(q, c64(kLanes)), c64(static_cast<int64_t>(p) * w.stride));
-        wv.push_back(loadPanelRow(w, at));
-      }
-      step(q, wv);
+      step(q, panelRows(q));
       tag(s0, node);
     });
   }

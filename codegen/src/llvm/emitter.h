@@ -201,7 +201,8 @@ class Emitter : llvmbe::Builder {
   // i32 offset table: conv windows read in place) times `panels` consecutive weight panels from
   // `w` (panel p's row q at w + p*w.stride + q*16), each column starting from its bias. Returns
   // acc[t][p], one <16 x float> per row and panel; sums over q in order.
-  std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets = nullptr);
+  std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets = nullptr,
+                                            int64_t group = 1);
 
   // gemmTile over bf16 pairs (WeightStorage::Bf16Dot, as pc::gemmDot): the rows rounded to bf16
   // pairs into a local array first (vcvtneps2bf16), then per pair of k one vdpbf16ps per row and
