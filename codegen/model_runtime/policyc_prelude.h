@@ -222,10 +222,54 @@ PC_INLINE void transpose8(f32x8 (&x)[8]) {
     x[c + 4] = __builtin_shufflevector(b[c], b[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
   }
 }
+#if defined(__AVX512F__)
+// Eight rows of sixteen as sixteen columns of eight: column c's lanes (x[t][c], t = 0..7) go to
+// tr[c]. Three rounds of eight two-source shuffles (unpack pairs of rows, then pairs of pairs as
+// 64-bit elements, then the two row groups' 128-bit lanes side by side), where two 8 x 8 blocks
+// take 48 and the extracts of their halves: the LLVM printer's Emitter::transpose8x16.
+PC_INLINE void transpose8x16(const f32x16 (&x)[8], float (*PC_RESTRICT tr)[8]) {
+  f32x16 a[8], b[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    a[i] = __builtin_shufflevector(x[i], x[i + 1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+    a[i + 1] = __builtin_shufflevector(x[i], x[i + 1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+  }
+  // b[4g + j], 128-bit lane L: rows 4g..4g+3 of column 4L + j.
+#pragma GCC unroll 2
+  for (int g = 0; g < 8; g += 4) {
+    b[g] = __builtin_shufflevector(a[g], a[g + 2], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+    b[g + 1] = __builtin_shufflevector(a[g], a[g + 2], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    b[g + 2] = __builtin_shufflevector(a[g + 1], a[g + 3], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+    b[g + 3] = __builtin_shufflevector(a[g + 1], a[g + 3], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {  // columns j and 4 + j, 8 + j and 12 + j
+    const f32x16 lo = __builtin_shufflevector(b[j], b[j + 4], 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const f32x16 hi = __builtin_shufflevector(b[j], b[j + 4], 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    store8(tr[j], lo8(lo));
+    store8(tr[4 + j], hi8(lo));
+    store8(tr[8 + j], lo8(hi));
+    store8(tr[12 + j], hi8(hi));
+  }
+}
+#endif
 // An implicit GEMM tile out[R][W] (R <= 8 positions by W = 16 or 32 channels) as tr[W][8]: lane t
-// of channel n's row is out[t][n], lanes R..7 zero, by 8 x 8 blocks (transpose8).
+// of channel n's row is out[t][n], lanes R..7 zero, by 8 x 16 blocks with AVX-512
+// (transpose8x16), else 8 x 8 ones (transpose8).
 template <int R, int W> PC_INLINE void transposeTile(const float (*PC_RESTRICT out)[W], float (*PC_RESTRICT tr)[8]) {
   static_assert(0 < R && R <= 8 && W % 8 == 0, "a tile of at most 8 rows");
+#if defined(__AVX512F__)
+  if constexpr (W % 16 == 0) {
+#pragma GCC unroll 2
+    for (int h = 0; h < W / 16; ++h) {
+      f32x16 x[8];
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) x[t] = t < R ? load16(out[t] + 16 * h) : f32x16{};
+      transpose8x16(x, tr + 16 * h);
+    }
+    return;
+  }
+#endif
 #pragma GCC unroll 4
   for (int h = 0; h < W / 8; ++h) {
     f32x8 x[8];

@@ -35,6 +35,32 @@ std::vector<Value*> Emitter::transpose8x8(const std::vector<Value*>& x) {
   return c;
 }
 
+std::vector<Value*> Emitter::transpose8x16(const std::vector<Value*>& x) {
+  std::vector<Value*> a(8), b(8), c(16);
+  for (size_t i = 0; i < 8; i += 2) {  // unpack pairs of rows (vunpcklps, vunpckhps)
+    a[i] = b_.CreateShuffleVector(x[i], x[i + 1], {0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29});
+    a[i + 1] = b_.CreateShuffleVector(x[i], x[i + 1], {2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31});
+  }
+  // b[4g + j], 128-bit lane L: rows 4g..4g+3 of column 4L + j (vunpcklpd, vunpckhpd)
+  for (size_t g = 0; g < 8; g += 4) {
+    b[g] = b_.CreateShuffleVector(a[g], a[g + 2], {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29});
+    b[g + 1] = b_.CreateShuffleVector(a[g], a[g + 2], {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31});
+    b[g + 2] = b_.CreateShuffleVector(a[g + 1], a[g + 3], {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29});
+    b[g + 3] = b_.CreateShuffleVector(a[g + 1], a[g + 3], {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31});
+  }
+  // The two row groups' lanes L side by side (vpermt2ps): columns j and 4 + j, 8 + j and 12 + j.
+  const std::vector<int> low = {0, 1, 2, 3, 4, 5, 6, 7}, high = {8, 9, 10, 11, 12, 13, 14, 15};
+  for (size_t j = 0; j < 4; ++j) {
+    Value* lo = b_.CreateShuffleVector(b[j], b[j + 4], {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23});
+    Value* hi = b_.CreateShuffleVector(b[j], b[j + 4], {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31});
+    c[j] = b_.CreateShuffleVector(lo, low);
+    c[4 + j] = b_.CreateShuffleVector(lo, high);
+    c[8 + j] = b_.CreateShuffleVector(hi, low);
+    c[12 + j] = b_.CreateShuffleVector(hi, high);
+  }
+  return c;
+}
+
 void Emitter::emitPackedConv(const Kernel& k) {
   const size_t index = static_cast<size_t>(&k - p_.kernels.data());
   const ir::Node& n = *k.anchor;
@@ -155,23 +181,16 @@ void Emitter::emitPackedConv(const Kernel& k) {
     });
   };
   // KernelSchedule::tileEpilogue: the tile's R accumulators of a panel (16 channels each)
-  // transposed by 8 x 8 blocks in three rounds of shuffles (pc::transposeTile's), a channel's R
-  // positions then one vector through the epilogue.
+  // transposed in three rounds of shuffles (transpose8x16, as pc::transposeTile's with AVX-512),
+  // a channel's R positions then one vector through the epilogue.
   llvm::FixedVectorType* v8 = llvm::FixedVectorType::get(f32_, 8);
   llvm::AllocaInst* columns = s_.kernels[index].tileEpilogue ? local(llvm::ArrayType::get(f32_, kLanes * 8), "columns") : nullptr;
   auto finishTile = [&](Value* i0, Value* pos, Value* j, const std::vector<Value*>& acc) {
-    for (int64_t h = 0; h < static_cast<int64_t>(kLanes) / 8; ++h) {
-      std::vector<int> half;
-      for (int l = 0; l < 8; ++l) half.push_back(static_cast<int>(8 * h + l));
-      std::vector<Value*> x;
-      for (int64_t tq = 0; tq < 8; ++tq) {
-        x.push_back(tq < R ? b_.CreateShuffleVector(acc[static_cast<size_t>(tq)], half) : llvm::Constant::getNullValue(v8));
-      }
-      const std::vector<Value*> c = transpose8x8(x);
-      for (size_t q = 0; q < 8; ++q) {
-        b_.CreateAlignedStore(c[q], b_.CreateConstInBoundsGEP1_64(f32_, columns, static_cast<uint64_t>((8 * h + static_cast<int64_t>(q)) * 8)),
-                              llvm::Align(32));
-      }
+    std::vector<Value*> x;
+    for (int64_t tq = 0; tq < 8; ++tq) x.push_back(tq < R ? acc[static_cast<size_t>(tq)] : llvm::Constant::getNullValue(acc[0]->getType()));
+    const std::vector<Value*> c = transpose8x16(x);
+    for (size_t q = 0; q < c.size(); ++q) {
+      b_.CreateAlignedStore(c[q], b_.CreateConstInBoundsGEP1_64(f32_, columns, static_cast<uint64_t>(q * 8)), llvm::Align(32));
     }
     Value* n0 = b_.CreateMul(j, c64(kPanel));
     Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(n0, c64(kLanes)), c64(M));
