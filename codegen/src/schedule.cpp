@@ -248,6 +248,23 @@ std::optional<PostOpPlan> postOpPlan(const KernelProgram& p, const Kernel& k) {
 // A layer the bf16/int8 weights rule leaves in f32 for its size (kMinReducedWeights).
 static bool tooSmallToNarrow(const KernelProgram& p, const Kernel& k) { return packedN(p, k) * packedK(p, k) < kMinReducedWeights; }
 
+// The names --keep-fp32 knows a layer by: its kernel's, its anchor node's and the model file's
+// names of that node (ir::Node::provenance, what the file calls it: "/fc/Gemm").
+static std::vector<std::string> layerNames(const Kernel& k) {
+  std::vector<std::string> names = {k.name, k.anchor->name()};
+  names.insert(names.end(), k.anchor->provenance().begin(), k.anchor->provenance().end());
+  return names;
+}
+
+Precision layerPrecision(const KernelProgram& p, const Kernel& k, Precision precision, const std::vector<std::string>& keepFp32) {
+  if (precision == Precision::Fp32 || !packable(p, k)) return precision;
+  for (const std::string& n : layerNames(k)) {
+    if (std::find(keepFp32.begin(), keepFp32.end(), n) != keepFp32.end()) return Precision::Fp32;
+  }
+  if (precision == Precision::Bf16 && k.kind == KernelKind::Conv && packedK(p, k) < kMinBf16ConvWindow) return Precision::Fp32;
+  return precision;
+}
+
 std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern,
                                const std::optional<InjectedFault>& fault, Precision precision) {
   if (!packable(p, k)) return {};
@@ -364,9 +381,12 @@ void layoutWeightUpdates(Schedule& s, const std::vector<ir::Graph::UpdatableWeig
 }  // namespace
 
 std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
-                                        const std::optional<InjectedFault>& fault, Precision precision) {
+                                        const std::optional<InjectedFault>& fault, Precision precision,
+                                        const std::vector<std::string>& keepFp32) {
   std::vector<std::string> names;
-  for (Impl i : candidatesOf(program, kernel, allowExtern, fault, precision)) names.push_back(implName(i));
+  for (Impl i : candidatesOf(program, kernel, allowExtern, fault, layerPrecision(program, kernel, precision, keepFp32))) {
+    names.push_back(implName(i));
+  }
   return names;
 }
 
@@ -430,14 +450,16 @@ bool bf16DotTarget(const std::string& cppTarget) {
 }
 
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
-                           const std::optional<InjectedFault>& fault, bool narrowVectors, Precision precision) {
+                           const std::optional<InjectedFault>& fault, bool narrowVectors, Precision precision,
+                           const std::vector<std::string>& keepFp32) {
   ImplChoice choice;
   std::vector<int64_t> bounds = batchRangeBounds(batches);
   for (const Kernel& k : program.kernels) {
-    if (candidatesOf(program, k, allowExtern, fault, precision).empty()) continue;
+    const Precision layer = layerPrecision(program, k, precision, keepFp32);
+    if (candidatesOf(program, k, allowExtern, fault, layer).empty()) continue;
     ImplDispatch d;
     for (size_t i = 0; i < batches.size(); ++i) {
-      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern, fault, narrowVectors, precision));
+      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern, fault, narrowVectors, layer));
       if (!d.empty() && d.back().impl == impl) {
         d.back().maxBatch = bounds[i];
       } else {
@@ -588,14 +610,6 @@ std::vector<bool> headLayers(const KernelProgram& p) {
   return head;
 }
 
-// The names --keep-fp32 knows a layer by: its kernel's, its anchor node's and the model file's
-// names of that node (ir::Node::provenance, what the file calls it: "/fc/Gemm").
-std::vector<std::string> layerNames(const Kernel& k) {
-  std::vector<std::string> names = {k.name, k.anchor->name()};
-  names.insert(names.end(), k.anchor->provenance().begin(), k.anchor->provenance().end());
-  return names;
-}
-
 // The name a layer is shown by: what the model file calls its node ("/fc/Gemm"), else the graph
 // node's name.
 std::string layerName(const Kernel& k) { return k.anchor->provenance().empty() ? k.anchor->name() : k.anchor->provenance().front(); }
@@ -628,7 +642,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
   const std::vector<bool> head = headLayers(p);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
-    if (!packable(p, k) || head[i] || kept[i]) continue;
+    if (!packable(p, k) || head[i] || kept[i] || layerPrecision(p, k, o.precision, {}) == Precision::Fp32) continue;
     const ir::Node& w = *p.buffer(k.anchorInputs[1]).value->producer();
     const bool dotFits = bf16PairRows(packedK(p, k)) <= kMaxBf16DotPairs;
     if (ks[i].rawWeight) {
@@ -895,7 +909,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     if (!forced) fail("unknown implementation '{}' (valid: {})", o.forceImpl, implNames());
   }
   s.kernels.resize(p.kernels.size());
-  const ImplChoice heuristic = heuristicChoice(p, batches, o.externKernels, o.fault, o.narrowVectors, o.precision);
+  const ImplChoice heuristic = heuristicChoice(p, batches, o.externKernels, o.fault, o.narrowVectors, o.precision, o.keepFp32);
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const Kernel& k = p.kernels[ki];
     KernelSchedule& ks = s.kernels[ki];
@@ -943,7 +957,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.unrollCalls = ks.form == Form::Pointwise && callsLibm(k) ? KernelSchedule::kUnrollCalls : 0;
     if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split);
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
-    std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault, o.precision);
+    std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault, layerPrecision(p, k, o.precision, o.keepFp32));
     if (c.empty()) continue;
     if (o.tuning) {
       ks.impls = c;

@@ -42,6 +42,10 @@ int64_t convTailCovered(int64_t P, int64_t R);
 std::optional<Impl> implByName(const std::string& name);
 std::string implNames();  // "gemm4x32, gemm4x16, onednn, onednn_postops, conv_rows, gemm6x16, gemm8x32"
 
+// The precision a layer's weights and products get: `precision`, or fp32 for a layer `keepFp32`
+// names (a kernel's, its node's or the model file's name) and for the convs kMinBf16ConvWindow
+// leaves in fp32. The candidates (candidatesOf) and the heuristic take it per layer.
+Precision layerPrecision(const KernelProgram& p, const Kernel& k, Precision precision, const std::vector<std::string>& keepFp32);
 // The implementations kernel `k` has (none: it is not a packed linear/conv kernel). conv_rows
 // reads the f32 weight as it is, so it is one only with f32 weights (`precision` fp32, or a
 // layer too small for bf16/int8 weights to narrow it).

@@ -298,6 +298,58 @@ TEST_CASE("precision: check --precision reports agreement and the budget, fp32 m
   CHECK(compiled(*g, codegen::Backend::Llvm, codegen::Precision::Fp32, "fp32").precision() == "fp32");
 }
 
+// Under bf16 a conv whose window holds fewer than kMinBf16ConvWindow values (a first layer over a
+// 3-channel image) keeps fp32 weights and the fp32 implementations; a layer --keep-fp32 names
+// gets the fp32 implementations too (not only f32 weights: it ran on oneDNN's f32 conv, the
+// one implementation left to a bf16 conv without its weights in bf16).
+TEST_CASE("precision: bf16 keeps a few-channel first conv and the kept layers in fp32, implementations too", "[precision]") {
+  using codegen::Precision;
+  using codegen::WeightStorage;
+  using Storages = std::vector<std::pair<std::string, WeightStorage>>;
+  auto g = std::make_unique<Graph>("first_conv");
+  Value* x = g->addInput("obs", {DType::F32, {Dim::batch(), 3, 10, 10}});
+  auto weight = [&](const std::string& name, std::vector<int64_t> shape) {
+    Tensor w(DType::F32, std::move(shape));
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = std::cos(0.37f * static_cast<float>(i)) * 0.05f;
+    return g->addParam(name, std::move(w));
+  };
+  const ir::AttrMap pads = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  Value* c1 = g->addOp(Op::Relu, {g->addOp(Op::Conv, {x, weight("conv1.w", {32, 3, 3, 3})}, pads, "conv1")->output()}, {}, "act1")->output();
+  Value* c2 = g->addOp(Op::Relu, {g->addOp(Op::Conv, {c1, weight("conv2.w", {32, 32, 3, 3})}, pads, "conv2")->output()}, {}, "act2")->output();
+  Value* f = g->addOp(Op::Flatten, {c2}, {{"axis", int64_t{1}}}, "flat")->output();
+  g->setOutputs({{"logits", g->addOp(Op::Linear, {f, weight("head.w", {4, 3200})}, {}, "head")->output()}});
+  REQUIRE(codegen::kMinBf16ConvWindow > 27);
+  REQUIRE(codegen::kMinBf16ConvWindow <= 288);
+  CHECK(narrowedStorages(*g, Precision::Bf16, {}, true, true) == Storages{{"conv2", WeightStorage::Bf16Dot}});
+  CHECK(narrowedStorages(*g, Precision::Bf16, {"conv2"}, true, true).empty());
+  // bf16-weights narrows by size (kMinReducedWeights): neither conv, the first or the second.
+  CHECK(narrowedStorages(*g, Precision::Bf16Weights, {}, true, true).empty());
+
+  auto optimized = g->clone();  // the kernel program points into it
+  passes::runPipeline(*optimized);
+  const codegen::PlannedProgram planned = codegen::planGraph(*optimized);
+  auto kernelOf = [&](const std::string& anchor) -> const codegen::Kernel& {
+    for (const codegen::Kernel& k : planned.program.kernels) {
+      if (k.anchor->name() == anchor) return k;
+    }
+    FAIL("no kernel anchored at " << anchor);
+    return planned.program.kernels.front();
+  };
+  const codegen::KernelProgram& p = planned.program;
+  auto candidates = [&](const std::string& anchor, Precision precision, std::vector<std::string> keep = {}) {
+    return codegen::implCandidates(p, kernelOf(anchor), true, std::nullopt, precision, keep);
+  };
+  const auto fp32First = candidates("conv1", Precision::Fp32), fp32Second = candidates("conv2", Precision::Fp32);
+  CHECK(std::find(fp32First.begin(), fp32First.end(), "gemm8x32") != fp32First.end());
+  CHECK(candidates("conv1", Precision::Bf16) == fp32First);
+  CHECK(candidates("conv2", Precision::Bf16) != fp32Second);  // bf16 products: no gemm8x32
+  CHECK(candidates("conv2", Precision::Bf16, {"conv2"}) == fp32Second);
+  const codegen::ImplChoice kept = codegen::heuristicChoice(p, {1, 64}, true, std::nullopt, false, Precision::Bf16, {"conv2"});
+  const codegen::ImplChoice fp32 = codegen::heuristicChoice(p, {1, 64}, true, std::nullopt, false, Precision::Fp32);
+  CHECK(kept.at(kernelOf("conv1").name) == fp32.at(kernelOf("conv1").name));
+  CHECK(kept.at(kernelOf("conv2").name) == fp32.at(kernelOf("conv2").name));
+}
+
 TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else widens bf16 weights", "[precision]") {
   using codegen::WeightStorage;
   using Storages = std::vector<std::pair<std::string, WeightStorage>>;

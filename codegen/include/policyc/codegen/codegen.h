@@ -56,7 +56,7 @@ Precision parsePrecision(const std::string& name);
 // accuracy fault (`fault`) has no onednn_postops: the fault lives in the generated epilogue.
 std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
                                         const std::optional<InjectedFault>& fault = std::nullopt,
-                                        Precision precision = Precision::Fp32);
+                                        Precision precision = Precision::Fp32, const std::vector<std::string>& keepFp32 = {});
 
 // Which implementation a kernel runs for a range of batch sizes: `impl` up to `maxBatch`
 // (inclusive; -1: every larger batch). Ranges are in increasing order, the last unbounded.
@@ -76,7 +76,7 @@ std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
 // `narrowVectors`: a target without AVX-512 (16 vector registers of at most 256 bits).
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
                            const std::optional<InjectedFault>& fault = std::nullopt, bool narrowVectors = false,
-                           Precision precision = Precision::Fp32);
+                           Precision precision = Precision::Fp32, const std::vector<std::string>& keepFp32 = {});
 // Whether the C++ backend's target (a cppTargets() name) lacks AVX-512; "native" asks the host.
 // (The LLVM backend reads it from its resolved target: LlvmTarget::avx512.)
 bool narrowVectorTarget(const std::string& cppTarget);
@@ -120,6 +120,11 @@ inline constexpr int64_t kMaxBf16DotPairs = 2048;
 // head (a layer no other linear/conv layer reads from: its error goes straight to the action),
 // and the layers named in CodegenOptions::keepFp32.
 inline constexpr int64_t kMinReducedWeights = 16384;
+// Under --precision bf16, a conv whose window holds fewer values than this (a first layer over an
+// image of 3 or 4 channels, 3x3) keeps fp32 and the fp32 implementations: oneDNN's bf16
+// convolution and its layout copies cost more than the products save (impala_cnn's 3-channel
+// first conv at batch 1: 80 us in bf16 on oneDNN, 30 us as fp32 conv_rows).
+inline constexpr int64_t kMinBf16ConvWindow = 64;
 
 // The options both backends take (CppOptions and LlvmOptions add their own).
 struct CodegenOptions {
