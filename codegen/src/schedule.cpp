@@ -956,6 +956,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.vectorAxis = ks.form == Form::Pointwise ? vectorAxis(k, ks.collapseFrom) : -1;
     ks.unrollCalls = ks.form == Form::Pointwise && callsLibm(k) ? KernelSchedule::kUnrollCalls : 0;
     if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split);
+    if (ks.transpose) ks.transpose->across = !o.narrowVectors && ks.transpose->tile == 8 && k.domain[ks.transpose->loadAxis].value() >= 16 ? 16 : ks.transpose->tile;
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault, layerPrecision(p, k, o.precision, o.keepFp32));
     if (c.empty()) continue;

@@ -1656,25 +1656,38 @@ TEST_CASE("llvm and cpp backends: an integer mod by zero fails the run", "[llvm]
 // A transpose moves tiles of 8x8 (or 4x4) values through registers (KernelSchedule::transpose):
 // whole tiles and the values past them (y: 10x12, u: 4x6 by tiles of 4, w: NCHW -> NHWC over
 // 9 columns, an i32 one), not where an axis has fewer than 4 values (v) or the kernel also
-// computes (z: a neg fused after the transpose).
+// computes (z: a neg fused after the transpose). With AVX-512 a tile spans 16 values along the
+// loaded axis where it has 16 or more (k: 20 by 9, the values past one 16 x 8 tile one at a time;
+// g: i32, 32 by 8).
 TEST_CASE("llvm and cpp backends: transposes by register tiles match the interpreter", "[llvm][cpp]") {
-  auto graph = ir::parseGraph(R"(graph tiles(%x: f32[batch,10,12], %u: f32[batch,4,6], %w: i32[batch,8,5,9], %v: f32[batch,3,6], %s: f32[batch,10,12]) {
+  auto graph = ir::parseGraph(R"(graph tiles(%x: f32[batch,10,12], %u: f32[batch,4,6], %w: i32[batch,8,5,9], %v: f32[batch,3,6], %s: f32[batch,10,12], %a: f32[batch,9,20], %e: i32[batch,8,32]) {
+  %k = transpose(%a) {perm=[0, 2, 1]} : f32[batch,20,9]
+  %g = transpose(%e) {perm=[0, 2, 1]} : i32[batch,32,8]
   %y = transpose(%x) {perm=[0, 2, 1]} : f32[batch,12,10]
   %t = transpose(%u) {perm=[0, 2, 1]} : f32[batch,6,4]
   %n = transpose(%w) {perm=[0, 2, 3, 1]} : i32[batch,5,9,8]
   %q = transpose(%v) {perm=[0, 2, 1]} : f32[batch,6,3]
   %r = transpose(%s) {perm=[0, 2, 1]} : f32[batch,12,10]
   %z = neg(%r) : f32[batch,12,10]
-  return (y=%y, t=%t, n=%n, q=%q, z=%z)
+  return (y=%y, t=%t, n=%n, q=%q, z=%z, k=%k, g=%g)
 })");
   passes::runPipeline(*graph);
   checkGenerated(*graph, "transpose_tiles", 41, 0);
-  codegen::LlvmOptions options;
-  options.keepUnoptimizedIr = true;
-  const std::string ir = codegen::generateLlvm(*graph, options).unoptimizedIr();
-  CHECK(occurrences(ir, "shufflevector <8 x float>") == 24);  // y: three rounds of 8 zips
-  CHECK(occurrences(ir, "shufflevector <8 x i32>") == 24);    // n
-  CHECK(occurrences(ir, "shufflevector <4 x float>") == 8);   // t: two rounds of 4
+  for (const char* target : {"x86-64-v4", "x86-64-v3"}) {
+    INFO(target);
+    codegen::LlvmOptions options;
+    options.target.target = target;
+    options.keepUnoptimizedIr = true;
+    const std::string ir = codegen::generateLlvm(*graph, options).unoptimizedIr();
+    const bool wide = std::string(target) == "x86-64-v4";
+    // y: three rounds of 8 zips (and, on 8-lane tiles, k's 8 x 8 tile and g's four)
+    CHECK(occurrences(ir, "shufflevector <8 x float>") == (wide ? 24 : 48));
+    CHECK(occurrences(ir, "shufflevector <8 x i32>") == (wide ? 24 : 48));  // n (and g)
+    CHECK(occurrences(ir, "shufflevector <4 x float>") == 8);   // t: two rounds of 4
+    // k and g by 8 x 16 tiles: three rounds of eight shuffles and the sixteen columns' halves
+    CHECK(occurrences(ir, "shufflevector <16 x float>") == (wide ? 40 : 0));
+    CHECK(occurrences(ir, "shufflevector <16 x i32>") == (wide ? 40 : 0));
+  }
 }
 
 // A transcendental body over rows shorter than a vector loops over the rows innermost and

@@ -151,15 +151,15 @@ void Emitter::emitPointwise(const Kernel& k) {
 void Emitter::emitTransposeTiles(const Kernel& k, const TransposeTiles& t) {
   const Instr &load = k.body[0], &store = k.body[1];
   const size_t last = k.domain.size() - 1, across = t.loadAxis;
-  const int64_t n = k.domain[across].value(), m = k.domain[last].value(), T = t.tile;
-  llvm::Type* vt = llvm::FixedVectorType::get(memType(p_.buffer(load.buffer).type.dtype), static_cast<unsigned>(T));
+  const int64_t n = k.domain[across].value(), m = k.domain[last].value(), T = t.tile, A = t.across;
+  llvm::Type* vt = llvm::FixedVectorType::get(memType(p_.buffer(load.buffer).type.dtype), static_cast<unsigned>(A));
   std::vector<ir::Dim> outer = k.domain;
   outer[across] = outer[last] = 1;
   domainLoops(outer, split_->axis, [&](const std::vector<Value*>& outerVars) {
     std::vector<Value*> vars = outerVars;
-    forCount(n / T, "tb", [&](Value* tb) {
+    forCount(n / A, "tb", [&](Value* tb) {
       forCount(m / T, "ta", [&](Value* ta) {
-        Value* b0 = b_.CreateMul(tb, c64(T));
+        Value* b0 = b_.CreateMul(tb, c64(A));
         Value* a0 = b_.CreateMul(ta, c64(T));
         // Row j: the values at last-axis index a0 + j along `across`.
         std::vector<Value*> rows;
@@ -169,6 +169,16 @@ void Emitter::emitTransposeTiles(const Kernel& k, const TransposeTiles& t) {
           llvm::LoadInst* v = b_.CreateAlignedLoad(vt, elemPtr(load.buffer, indices(load.index, vars)), llvm::Align(4));
           restrictAccess(v, load.buffer);
           rows.push_back(v);
+        }
+        if (A == 16) {  // eight rows of 16 as sixteen columns of 8
+          const std::vector<Value*> columns = transpose8x16(rows);
+          for (int64_t i = 0; i < A; ++i) {
+            vars[across] = b_.CreateAdd(b0, c64(i));
+            vars[last] = a0;
+            restrictAccess(b_.CreateAlignedStore(columns[static_cast<size_t>(i)], elemPtr(store.buffer, indices(store.index, vars)), llvm::Align(4)),
+                           store.buffer);
+          }
+          return;
         }
         // log2(T) rounds of zips of rows j and j + T/2 transpose the tile.
         const int64_t h = T / 2;
@@ -203,8 +213,8 @@ void Emitter::emitTransposeTiles(const Kernel& k, const TransposeTiles& t) {
         });
       });
     };
-    values(0, n - n % T, m - m % T, m);
-    values(n - n % T, n, 0, m);
+    values(0, n - n % A, m - m % T, m);
+    values(n - n % A, n, 0, m);
   });
 }
 
