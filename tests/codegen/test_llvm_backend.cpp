@@ -906,11 +906,14 @@ TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each
     INFO(k.name);
     CHECK(has == (k.domain[3].value() != 10));  // not the column stride of 2
     // conv_rows reads the weight as it is: with bf16 weights only where the layer is too small to
-    // be narrowed (all of these), never with products in bf16.
+    // be narrowed (all of these), with products in bf16 only where the window is too small for
+    // them (codegen::kMinBf16ConvWindow: the layer keeps fp32).
     const std::vector<std::string> narrow = codegen::implCandidates(planned.program, k, true, std::nullopt, codegen::Precision::Bf16Weights);
     CHECK((std::find(narrow.begin(), narrow.end(), "conv_rows") != narrow.end()) == has);
     const std::vector<std::string> dot = codegen::implCandidates(planned.program, k, true, std::nullopt, codegen::Precision::Bf16);
-    CHECK(std::find(dot.begin(), dot.end(), "conv_rows") == dot.end());
+    const ir::TensorType& w = planned.program.buffer(k.anchorInputs[1]).type;
+    const bool smallWindow = w.shape[1].value() * w.shape[2].value() * w.shape[3].value() < codegen::kMinBf16ConvWindow;
+    CHECK((std::find(dot.begin(), dot.end(), "conv_rows") != dot.end()) == (has && smallWindow));
   }
   codegen::CppOptions cpp;
   cpp.minChunkCost = 0;
@@ -1037,7 +1040,7 @@ TEST_CASE("llvm and cpp backends: padded convs read a padded copy of the image w
   };
   CHECK(count(generated.source, "if (i0 != copied) padImage(i0);") == 1);
   CHECK(count(generated.source, "alignas(64) float padded[1176];") == 1);  // 6 x 14 x 14
-  CHECK(count(generated.source, "const bool direct = inside(pos)") == 2);
+  CHECK(count(generated.source, "const bool direct = inside(pos)") == 4);  // u and b: whole tiles and the last one
   const fs::path so = scratch() / "padded_image.so";
   codegen::buildSharedObject(generated, so.string(), {});
   codegen::LlvmOptions llvm;

@@ -559,58 +559,7 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   }
   s += fmt::format("  alignas(32) float patch[{}][{}];\n  float out[{}][32];\n", R, K, R);
   if (panels % 2 || per == 1) s += fmt::format("  float out16[{}][16];\n", R);
-  // KernelSchedule::tileEpilogue: a channel's R positions as one vector (pc::transposeTile).
-  const std::optional<std::string> tileCode =
-      s_.kernels[index].tileEpilogue ? vectorEpilogue(k, {"i0", "n", "oh", "ow"}, "ow", 8, static_cast<int>(R)) : std::nullopt;
-  if (tileCode) s += "  alignas(32) float columns[32][8];\n";
-  // Units of work: a tile of R output positions (4, 6 or 8) of one image, every panel.
-  // The last positions that do not fill a tile run one by one, whichever chunk they fall in.
-  std::vector<std::string> positions;
-  for (int64_t t = 0; t < R; ++t) positions.push_back(t ? fmt::format("pos + {}", t) : "pos");
-  s += unitLoop();
-  s += fmt::format("    const int64_t i0 = uq / {}, pos = uq % {} * {};\n", tiles, tiles, R);
-  s += fmt::format("    if (pos + {} <= {}) {{\n", R, P);
-  if (padded) {
-    s += "      if (i0 != copied) padImage(i0);  // every window lies inside the padded image\n";
-  } else {
-    s += fmt::format("      const bool direct = inside({});\n", fmt::join(positions, ") && inside("));
-    s += fmt::format("      if (!direct) for (int64_t t = 0; t < {}; ++t) gather(i0, pos + t, patch[t]);\n", R);
-  }
-  // The tile's rows: the window origins in the input, or the gathered patches.
-  s += fmt::format("      const float* origins[{}] = {{origin(i0, {})}};\n", R, fmt::join(positions, "), origin(i0, "));
-  std::vector<std::string> rows;
-  for (int64_t t = 0; t < R; ++t) rows.push_back(fmt::format("patch[{}]", t));
-  if (!padded) s += fmt::format("      const float* gathered[{}] = {{{}}};\n", R, fmt::join(rows, ", "));
-  // Panels two at a time (pc::gemm_4x32: twice the accumulators), an odd last one alone.
-  // Channel outer, position inner in the epilogue: the tile's positions of a channel are adjacent
-  // in memory, while channels are a plane apart (often 4 KB: every channel in one cache set).
-  auto block = [&](const std::string& j, int width) {
-    const std::string kern = fmt::format("{}x{}", R, width);
-    const std::string o = width == 32 ? "out" : "out16";
-    // The four-row tiles (pc::gemm_4x16_by, gemm_4x2v_by) take every k's offset from the table.
-    const int64_t G = R == 4 ? 1 : s_.kernels[index].tapGroup;
-    const std::string inPlace = fmt::format("pc::gemm_{}_at{}({}, window, origins, wp + {}*{}, bp + {}*16, {}{});\n", kern, G > 1 ? fmt::format("<{}>", G) : "", K, j,
-                                            s_.kernels[index].panelStride, j, o, scaleArg(index, j));
-    std::string t;
-    if (padded) {
-      t = "        " + inPlace;
-    } else {
-      t = "        if (direct) {\n          " + inPlace;
-      t += fmt::format("        }} else {{\n          pc::gemm_{}({}, gathered, wp + {}*{}, bp + {}*16, {}{});\n        }}\n", kern, K, j,
-                       s_.kernels[index].panelStride, j, o, scaleArg(index, j));
-    }
-    t += fmt::format("        const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
-    if (tileCode) {
-      t += fmt::format("        pc::transposeTile<{}, {}>({}, columns);\n", R, width, o);
-      t += fmt::format("        const int64_t oh = pos / {}, ow = pos % {};\n", OW, OW);
-      t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          pc::f32x8 v = pc::load8(columns[n - {}*16]);\n", j, j);
-      return t + indented(*tileCode, "          ") + "        }\n";
-    }
-    t += fmt::format("        for (int64_t n = {}*16; n < nEnd; ++n) {{\n          for (int64_t t = 0; t < {}; ++t) "
-                     "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {}[t][n - j*16]);\n        }}\n",
-                     j, R, OW, OW, o);
-    return t;
-  };
+  if (s_.kernels[index].tileEpilogue) s += "  alignas(32) float columns[32][8];\n";
   // body(j, width) over every panel, indented by `in`: one at a time, or pairs and an odd last one alone.
   auto byPanelGroups = [&](const std::string& in, const std::function<std::string(const std::string&, int)>& body) {
     std::string t;
@@ -619,28 +568,75 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
     if (per == 2 && panels % 2) t += fmt::format("{}{{\n{}  const int64_t j = {};\n", in, in, panels - 1) + body("j", 16) + in + "}\n";
     return t;
   };
-  s += byPanelGroups("      ", block);
+  // A tile of `rows` positions from pos, the first `count` of them real (the others repeat the
+  // last), indented by `in`: its windows read in place (from the padded image, or the input where
+  // every one lies inside it), else gathered into patches; its epilogue a channel's positions at
+  // a time (KernelSchedule::tileEpilogue: pc::transposeTile, the first `count` lanes stored), else
+  // value by value.
+  auto tileCode = [&](int64_t rows, int64_t count, const std::string& in) {
+    std::vector<std::string> positions, origins, gathered;
+    for (int64_t t = 0; t < count; ++t) positions.push_back(t ? fmt::format("pos + {}", t) : "pos");
+    for (int64_t t = 0; t < rows; ++t) {
+      origins.push_back(fmt::format("origin(i0, {})", positions[static_cast<size_t>(std::min(t, count - 1))]));
+      gathered.push_back(fmt::format("patch[{}]", std::min(t, count - 1)));
+    }
+    std::string c;
+    if (padded) {
+      c += in + "if (i0 != copied) padImage(i0);  // every window lies inside the padded image\n";
+    } else {
+      c += fmt::format("{}const bool direct = inside({});\n", in, fmt::join(positions, ") && inside("));
+      c += fmt::format("{}if (!direct) for (int64_t t = 0; t < {}; ++t) gather(i0, pos + t, patch[t]);\n", in, count);
+    }
+    // The tile's rows: the window origins in the input, or the gathered patches.
+    c += fmt::format("{}const float* origins[{}] = {{{}}};\n", in, rows, fmt::join(origins, ", "));
+    if (!padded) c += fmt::format("{}const float* gathered[{}] = {{{}}};\n", in, rows, fmt::join(gathered, ", "));
+    const std::optional<std::string> vectorCode =
+        s_.kernels[index].tileEpilogue ? vectorEpilogue(k, {"i0", "n", "oh", "ow"}, "ow", 8, static_cast<int>(count)) : std::nullopt;
+    // Panels two at a time (pc::gemm_4x32: twice the accumulators), an odd last one alone.
+    // Channel outer, position inner in the epilogue: the tile's positions of a channel are adjacent
+    // in memory, while channels are a plane apart (often 4 KB: every channel in one cache set).
+    auto block = [&](const std::string& j, int width) {
+      const std::string kern = fmt::format("{}x{}", rows, width);
+      const std::string o = width == 32 ? "out" : "out16";
+      // The four-row tiles (pc::gemm_4x16_by, gemm_4x2v_by) take every k's offset from the table.
+      const int64_t G = rows == 4 ? 1 : s_.kernels[index].tapGroup;
+      const std::string inPlace = fmt::format("pc::gemm_{}_at{}({}, window, origins, wp + {}*{}, bp + {}*16, {}{});\n", kern,
+                                              G > 1 ? fmt::format("<{}>", G) : "", K, j, s_.kernels[index].panelStride, j, o,
+                                              scaleArg(index, j));
+      std::string t;
+      if (padded) {
+        t = in + "  " + inPlace;
+      } else {
+        t = in + "  if (direct) {\n" + in + "    " + inPlace;
+        t += fmt::format("{}  }} else {{\n{}    pc::gemm_{}({}, gathered, wp + {}*{}, bp + {}*16, {}{});\n{}  }}\n", in, in, kern, K, j,
+                         s_.kernels[index].panelStride, j, o, scaleArg(index, j), in);
+      }
+      t += fmt::format("{}  const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", in, j, width, M, j, width, M);
+      if (vectorCode) {
+        t += fmt::format("{}  pc::transposeTile<{}, {}>({}, columns);\n", in, rows, width, o);
+        t += fmt::format("{}  const int64_t oh = pos / {}, ow = pos % {};\n", in, OW, OW);
+        t += fmt::format("{}  for (int64_t n = {}*16; n < nEnd; ++n) {{\n{}    pc::f32x8 v = pc::load8(columns[n - {}*16]);\n", in, j, in, j);
+        return t + indented(*vectorCode, in + "    ") + in + "  }\n";
+      }
+      t += fmt::format("{}  for (int64_t n = {}*16; n < nEnd; ++n) {{\n{}    for (int64_t t = 0; t < {}; ++t) "
+                       "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {}[t][n - j*16]);\n{}  }}\n",
+                       in, j, in, count, OW, OW, o, in);
+      return t;
+    };
+    return c + byPanelGroups(in, block);
+  };
+  // Units of work: a tile of R output positions (4, 6 or 8) of one image, every panel.
+  // The last positions that do not fill a tile run one by one, whichever chunk they fall in.
+  s += unitLoop();
+  s += fmt::format("    const int64_t i0 = uq / {}, pos = uq % {} * {};\n", tiles, tiles, R);
+  s += fmt::format("    if (pos + {} <= {}) {{\n", R, P);
+  s += tileCode(R, R, "      ");
   s += "      continue;\n    }\n";
   // The last tile's positions (P % R of them; only the last tile of an image gets here): as one
-  // tile of gathered patches where there are enough (convTailTile; GAP CNN's 6 x 6 conv: 4 of 36
-  // positions one by one took a fifth of its time), the rest one by one.
+  // tile where there are enough (convTailTile; GAP CNN's 6 x 6 conv: 4 of 36 positions one by
+  // one took a fifth of its time), the rest one by one.
   const int64_t tailRows = convTailTile(P, R), covered = convTailCovered(P, R);
-  if (tailRows) {
-    s += fmt::format("    for (int64_t t = 0; t < {}; ++t) gather(i0, pos + t, patch[t]);\n", covered);
-    std::vector<std::string> tailPatches;
-    for (int64_t t = 0; t < tailRows; ++t) tailPatches.push_back(fmt::format("patch[{}]", std::min(t, covered - 1)));
-    s += fmt::format("    const float* tail[{}] = {{{}}};\n", tailRows, fmt::join(tailPatches, ", "));
-    auto tail = [&](const std::string& j, int width) {
-      const std::string o = width == 32 ? "out" : "out16";
-      std::string t = fmt::format("      pc::gemm_{}x{}({}, tail, wp + {}*{}, bp + {}*16, {}{});\n", tailRows, width, K, j,
-                                  s_.kernels[index].panelStride, j, o, scaleArg(index, j));
-      t += fmt::format("      const int64_t nEnd = {}*16 + {} < {} ? {}*16 + {} : {};\n", j, width, M, j, width, M);
-      return t + fmt::format("      for (int64_t n = {}*16; n < nEnd; ++n) {{\n        for (int64_t t = 0; t < {}; ++t) "
-                             "epilogue(i0, n, (pos + t) / {}, (pos + t) % {}, {}[t][n - {}*16]);\n      }}\n",
-                             j, covered, OW, OW, o, j);
-    };
-    s += byPanelGroups("    ", tail);
-  }
+  if (tailRows) s += "    {\n" + tileCode(tailRows, covered, "      ") + "    }\n";
   s += fmt::format("    for (int64_t t0 = pos{}; t0 < {}; ++t0) {{\n", covered ? fmt::format(" + {}", covered) : "", P);
   s += "      const int64_t t = t0 - pos;\n      gather(i0, t0, patch[0]);\n";
   s += fmt::format("      for (int64_t j = 0; j < {}; ++j) {{\n", panels);

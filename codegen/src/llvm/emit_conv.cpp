@@ -185,9 +185,10 @@ void Emitter::emitPackedConv(const Kernel& k) {
   // a channel's R positions then one vector through the epilogue.
   llvm::FixedVectorType* v8 = llvm::FixedVectorType::get(f32_, 8);
   llvm::AllocaInst* columns = s_.kernels[index].tileEpilogue ? local(llvm::ArrayType::get(f32_, kLanes * 8), "columns") : nullptr;
-  auto finishTile = [&](Value* i0, Value* pos, Value* j, const std::vector<Value*>& acc) {
+  // The tile's first `lanes` positions are stored.
+  auto finishTile = [&](Value* i0, Value* pos, Value* j, const std::vector<Value*>& acc, int64_t lanes) {
     std::vector<Value*> x;
-    for (int64_t tq = 0; tq < 8; ++tq) x.push_back(tq < R ? acc[static_cast<size_t>(tq)] : llvm::Constant::getNullValue(acc[0]->getType()));
+    for (size_t tq = 0; tq < 8; ++tq) x.push_back(tq < acc.size() ? acc[tq] : llvm::Constant::getNullValue(acc[0]->getType()));
     const std::vector<Value*> c = transpose8x16(x);
     for (size_t q = 0; q < c.size(); ++q) {
       b_.CreateAlignedStore(c[q], b_.CreateConstInBoundsGEP1_64(f32_, columns, static_cast<uint64_t>(q * 8)), llvm::Align(32));
@@ -198,7 +199,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
     Value* ow = b_.CreateSRem(pos, c64(OW));
     forRange(n0, end, "n", [&](Value* nn) {
       Value* col = b_.CreateInBoundsGEP(f32_, columns, b_.CreateMul(b_.CreateSub(nn, n0), c64(8)));
-      emitBody(k.body, {i0, nn, oh, ow}, b_.CreateAlignedLoad(v8, col, llvm::Align(32), "acc"), 8, static_cast<unsigned>(R));
+      emitBody(k.body, {i0, nn, oh, ow}, b_.CreateAlignedLoad(v8, col, llvm::Align(32), "acc"), 8, static_cast<unsigned>(lanes));
     });
   };
   // tile(j, group) over every panel: one at a time, or pairs and an odd last one alone.
@@ -210,68 +211,56 @@ void Emitter::emitPackedConv(const Kernel& k) {
     if (panels >= 2) forRange(c64(0), c64(panels / 2), "jp", [&](Value* jp) { tile(b_.CreateMul(jp, c64(2)), 2); });
     if (panels % 2) tile(c64(panels - 1), 1);
   };
+  // A tile of `rowsN` positions from pos, the first `count` of them real (the others repeat the
+  // last): its windows read in place (from the padded image, or the input where every one lies
+  // inside it), else gathered into patches; its epilogue a channel's positions at a time where
+  // the schedule says so (tileEpilogue), else value by value.
+  auto runTile = [&](Value* i0, Value* pos, int64_t rowsN, int64_t count) {
+    Value* direct = b_.getTrue();  // with a padded image, every window is inside it
+    if (padded) {
+      ifThen(b_.CreateICmpNE(i0, b_.CreateLoad(i64_, copied)), "pad", [&] { padImage(i0); });
+    } else {
+      for (int64_t tq = 0; tq < count; ++tq) direct = b_.CreateAnd(direct, inside(b_.CreateAdd(pos, c64(tq))));
+      direct->setName("direct");
+      ifThen(b_.CreateNot(direct), "gather", [&] {
+        for (int64_t tq = 0; tq < count; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
+      });
+    }
+    std::vector<Value*> rows;
+    for (int64_t tq = 0; tq < rowsN; ++tq) {
+      const int64_t real = std::min(tq, count - 1);
+      Value* row = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(real * K));
+      rows.push_back(b_.CreateSelect(direct, origin(i0, b_.CreateAdd(pos, c64(real))), row));
+    }
+    Value* offsets = b_.CreateSelect(direct, windowTable, identityTable, "offsets");
+    auto tile = [&](Value* j, int per) {
+      const PanelRef w = panelAt(index, j, "w");
+      Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
+      auto acc = gemmTile(rows, per, K, w, bias, &n, offsets, s_.kernels[index].tapGroup);
+      for (int p = 0; p < per; ++p) {
+        if (columns) {
+          std::vector<Value*> rowsOfPanel;
+          for (int64_t tq = 0; tq < rowsN; ++tq) rowsOfPanel.push_back(acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
+          finishTile(i0, pos, b_.CreateAdd(j, c64(p)), rowsOfPanel, count);
+          continue;
+        }
+        for (int64_t tq = 0; tq < count; ++tq) {
+          finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
+        }
+      }
+    };
+    byPanelGroups(tile);
+  };
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* i0 = b_.CreateSDiv(u, c64(tiles), "i0");
     Value* pos = b_.CreateMul(b_.CreateSRem(u, c64(tiles)), c64(R), "pos");
     ifElse(
-        b_.CreateICmpSLE(b_.CreateAdd(pos, c64(R)), c64(P)), "tile",
+        b_.CreateICmpSLE(b_.CreateAdd(pos, c64(R)), c64(P)), "tile", [&] { runTile(i0, pos, R, R); },
         [&] {
-          Value* direct = b_.getTrue();  // with a padded image, every window is inside it
-          if (padded) {
-            ifThen(b_.CreateICmpNE(i0, b_.CreateLoad(i64_, copied)), "pad", [&] { padImage(i0); });
-          } else {
-            for (int64_t tq = 0; tq < R; ++tq) direct = b_.CreateAnd(direct, inside(b_.CreateAdd(pos, c64(tq))));
-            direct->setName("direct");
-            ifThen(b_.CreateNot(direct), "gather", [&] {
-              for (int64_t tq = 0; tq < R; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
-            });
-          }
-          std::vector<Value*> rows;
-          for (int64_t tq = 0; tq < R; ++tq) {
-            Value* row = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(tq * K));
-            rows.push_back(b_.CreateSelect(direct, origin(i0, b_.CreateAdd(pos, c64(tq))), row));
-          }
-          Value* offsets = b_.CreateSelect(direct, windowTable, identityTable, "offsets");
-          auto tile = [&](Value* j, int per) {
-            const PanelRef w = panelAt(index, j, "w");
-            Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
-            auto acc = gemmTile(rows, per, K, w, bias, &n, offsets, s_.kernels[index].tapGroup);
-            for (int p = 0; p < per; ++p) {
-              if (columns) {
-                std::vector<Value*> rowsOfPanel;
-                for (int64_t tq = 0; tq < R; ++tq) rowsOfPanel.push_back(acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
-                finishTile(i0, pos, b_.CreateAdd(j, c64(p)), rowsOfPanel);
-                continue;
-              }
-              for (int64_t tq = 0; tq < R; ++tq) {
-                finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
-              }
-            }
-          };
-          byPanelGroups(tile);
-        },
-        [&] {
-          // The last tile's positions (P % R): as one tile of gathered patches where there are
-          // enough (convTailTile), the rest one by one (as the C++ backend's).
+          // The last tile's positions (P % R): as one tile where there are enough
+          // (convTailTile), the rest one by one (as the C++ backend's).
           const int64_t tailRows = convTailTile(P, R), covered = convTailCovered(P, R);
-          if (tailRows) {
-            std::vector<Value*> rows;
-            for (int64_t tq = 0; tq < covered; ++tq) gather(i0, b_.CreateAdd(pos, c64(tq)), tq);
-            for (int64_t tq = 0; tq < tailRows; ++tq) {
-              rows.push_back(b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(std::min(tq, covered - 1) * K)));
-            }
-            auto tile = [&](Value* j, int per) {
-              const PanelRef w = panelAt(index, j, "w");
-              Value* bias = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(j, c64(kPanel)));
-              auto acc = gemmTile(rows, per, K, w, bias, &n);
-              for (int p = 0; p < per; ++p) {
-                for (int64_t tq = 0; tq < covered; ++tq) {
-                  finish(i0, b_.CreateAdd(pos, c64(tq)), b_.CreateAdd(j, c64(p)), acc[static_cast<size_t>(tq)][static_cast<size_t>(p)]);
-                }
-              }
-            };
-            byPanelGroups(tile);
-          }
+          if (tailRows) runTile(i0, pos, tailRows, covered);
           forRange(covered ? b_.CreateAdd(pos, c64(covered)) : pos, c64(P), "t0", [&](Value* t0) {
             gather(i0, t0, 0);
             forCount(panels, "j", [&](Value* j) {
