@@ -132,6 +132,16 @@ size_t occurrences(const std::string& text, const std::string& what) {
   return n;
 }
 
+// LLVM options forcing one GEMM/conv implementation, every kernel split however small, the
+// unoptimized IR kept for the tests' checks.
+codegen::LlvmOptions forcedLlvm(const std::string& impl) {
+  codegen::LlvmOptions o;
+  o.minChunkCost = 0;
+  o.forceImpl = impl;
+  o.keepUnoptimizedIr = true;
+  return o;
+}
+
 std::string capture(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
@@ -1069,11 +1079,6 @@ TEST_CASE("llvm and cpp backends: implicit GEMM tiles read a window row's taps f
 }})", weights(32 * 45), weights(32 * 50));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
-  auto count = [](const std::string& haystack, const std::string& what) {
-    size_t n = 0;
-    for (size_t at = haystack.find(what); at != std::string::npos; at = haystack.find(what, at + 1)) ++n;
-    return n;
-  };
   for (const char* impl : {"gemm8x32", "gemm6x16"}) {
     INFO(impl);
     codegen::CppOptions cpp;
@@ -1081,17 +1086,13 @@ TEST_CASE("llvm and cpp backends: implicit GEMM tiles read a window row's taps f
     cpp.forceImpl = impl;
     const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
     const std::string kern = std::string(impl).substr(4);
-    CHECK(count(generated.source, "pc::gemm_" + kern + "_at<3>(") >= 1);
-    CHECK(count(generated.source, "pc::gemm_" + kern + "_at<2>(") >= 1);
-    CHECK(count(generated.source, "pc::gemm_" + kern + "_at(") >= 1);  // the dilated conv
+    CHECK(occurrences(generated.source, "pc::gemm_" + kern + "_at<3>(") >= 1);
+    CHECK(occurrences(generated.source, "pc::gemm_" + kern + "_at<2>(") >= 1);
+    CHECK(occurrences(generated.source, "pc::gemm_" + kern + "_at(") >= 1);  // the dilated conv
     const fs::path so = scratch() / fmt::format("tap_groups_{}.so", impl);
     codegen::buildSharedObject(generated, so.string(), {});
-    codegen::LlvmOptions llvm;
-    llvm.minChunkCost = 0;
-    llvm.forceImpl = impl;
-    llvm.keepUnoptimizedIr = true;
-    const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
-    CHECK(count(ir, "\ntaps.body:") >= 2);
+    const codegen::LlvmOptions llvm = forcedLlvm(impl);
+    CHECK(occurrences(codegen::generateLlvm(*graph, llvm).unoptimizedIr(), "\ntaps.body:") >= 2);
     checkBothBackends(*graph, so, llvm, 19, 1e-5);
   }
 }
@@ -1147,10 +1148,7 @@ TEST_CASE("llvm and cpp backends: implicit GEMM tiles run the epilogue a channel
     CHECK(occurrences(generated.source, load) >= 1 + (rows == "8" ? occurrences(generated.source, "pc::load8(columns") : 0));
     const fs::path so = scratch() / fmt::format("tiles_{}.so", impl);
     codegen::buildSharedObject(generated, so.string(), {});
-    codegen::LlvmOptions llvm;
-    llvm.minChunkCost = 0;
-    llvm.forceImpl = impl;
-    llvm.keepUnoptimizedIr = true;
+    const codegen::LlvmOptions llvm = forcedLlvm(impl);
     CHECK(occurrences(codegen::generateLlvm(*graph, llvm).unoptimizedIr(), "%columns = alloca [128 x float]") == 4);  // not pow's
     checkBothBackends(*graph, so, llvm, 23, 1e-5);
     runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
