@@ -359,7 +359,7 @@ std::vector<std::vector<Value*>> Emitter::gemmTile(const std::vector<Value*>& ro
     }
   }
   tag(since, node);
-  // Row q of every panel's weights (wv) into every row's accumulators.
+  // Where row q's value lies in each row: offsets[q], or q.
   auto offsetOf = [&](Value* q) { return offsets ? b_.CreateSExt(b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, offsets, q), "at"), i64_) : q; };
   // Row q of every panel's weights (wv) into every row's accumulators, the rows' values at `at`.
   auto stepAt = [&](Value* at, const std::vector<Value*>& wv) {

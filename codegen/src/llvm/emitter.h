@@ -204,7 +204,9 @@ class Emitter : llvmbe::Builder {
   // The microkernel: `rows` row pointers (x_t[q] at rows[t] + q, or rows[t] + offsets[q] with an
   // i32 offset table: conv windows read in place) times `panels` consecutive weight panels from
   // `w` (panel p's row q at w + p*w.stride + q*16), each column starting from its bias. Returns
-  // acc[t][p], one <16 x float> per row and panel; sums over q in order.
+  // acc[t][p], one <16 x float> per row and panel; sums over q in order. `group` > 1
+  // (KernelSchedule::tapGroup, f32 and int8 panels): offsets[q + u] = offsets[q] + u within groups
+  // of that many q, one offset loaded a group.
   std::vector<std::vector<Value*>> gemmTile(const std::vector<Value*>& rows, int panels, int64_t K, const PanelRef& w, Value* bias, const ir::Node* node, Value* offsets = nullptr,
                                             int64_t group = 1);
 
