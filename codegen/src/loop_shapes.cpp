@@ -233,7 +233,7 @@ std::vector<size_t> loopOrder(const Kernel& k, const KernelSchedule& ks, bool ve
   return order;
 }
 
-std::optional<TransposeTiles> transposeTiles(const KernelProgram& p, const Kernel& k, const ThreadSplit& split) {
+std::optional<TransposeTiles> transposeTiles(const KernelProgram& p, const Kernel& k, const ThreadSplit& split, bool wideVectors) {
   const size_t r = k.domain.size();
   if (r < 2 || k.body.size() != 2 || k.body[0].opcode != Opcode::Load || k.body[1].opcode != Opcode::Store) return std::nullopt;
   const Instr &load = k.body[0], &store = k.body[1];
@@ -246,7 +246,8 @@ std::optional<TransposeTiles> transposeTiles(const KernelProgram& p, const Kerne
     if (static_cast<int>(a) == split.axis || !k.domain[a].isStatic() || axisStride(p, load, a) != 1) continue;
     const int64_t least = std::min(k.domain[a].value(), k.domain[last].value());
     const int64_t tile = least >= 8 ? 8 : least >= 4 ? 4 : 0;
-    if (tile > 0 && axisStride(p, store, a) != 0) return TransposeTiles{a, tile};
+    const int64_t across = wideVectors && tile == 8 && k.domain[a].value() >= 16 ? 16 : tile;
+    if (tile > 0 && axisStride(p, store, a) != 0) return TransposeTiles{a, tile, across};
   }
   return std::nullopt;
 }

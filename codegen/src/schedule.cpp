@@ -617,14 +617,11 @@ std::string layerName(const Kernel& k) { return k.anchor->provenance().empty() ?
 // The storage of each kernel's packed weight under options `o` (F32 for kernels without one).
 void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::vector<KernelSchedule>& ks) {
   const std::set<std::string> keep(o.keepFp32.begin(), o.keepFp32.end());
-  std::set<std::string> named;
-  std::vector<bool> kept(p.kernels.size(), false);
-  for (size_t i = 0; i < p.kernels.size(); ++i) {
-    if (!packable(p, p.kernels[i])) continue;
-    for (const std::string& n : layerNames(p.kernels[i])) {
-      if (!keep.count(n)) continue;
-      named.insert(n);
-      kept[i] = true;
+  std::set<std::string> named;  // the --keep-fp32 names that name a layer
+  for (const Kernel& k : p.kernels) {
+    if (!packable(p, k)) continue;
+    for (const std::string& n : layerNames(k)) {
+      if (keep.count(n)) named.insert(n);
     }
   }
   if (named.size() < keep.size()) {
@@ -642,7 +639,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
   const std::vector<bool> head = headLayers(p);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
-    if (!packable(p, k) || head[i] || kept[i] || layerPrecision(p, k, o.precision, {}) == Precision::Fp32) continue;
+    if (!packable(p, k) || head[i] || layerPrecision(p, k, o.precision, o.keepFp32) == Precision::Fp32) continue;
     const ir::Node& w = *p.buffer(k.anchorInputs[1]).value->producer();
     const bool dotFits = bf16PairRows(packedK(p, k)) <= kMaxBf16DotPairs;
     if (ks[i].rawWeight) {
@@ -955,8 +952,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.collapseFrom = ks.form == Form::Pointwise ? collapseFrom(p, k, ks.split) : k.domain.size();
     ks.vectorAxis = ks.form == Form::Pointwise ? vectorAxis(k, ks.collapseFrom) : -1;
     ks.unrollCalls = ks.form == Form::Pointwise && callsLibm(k) ? KernelSchedule::kUnrollCalls : 0;
-    if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split);
-    if (ks.transpose) ks.transpose->across = !o.narrowVectors && ks.transpose->tile == 8 && k.domain[ks.transpose->loadAxis].value() >= 16 ? 16 : ks.transpose->tile;
+    if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split, !o.narrowVectors);
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault, layerPrecision(p, k, o.precision, o.keepFp32));
     if (c.empty()) continue;

@@ -285,7 +285,8 @@ struct TransposeTiles {
   // transposes at batch 64 5.8 -> 4.3 and 5.7 -> 3.9 us).
   int64_t across = 8;
 };
-std::optional<TransposeTiles> transposeTiles(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);
+// wideVectors: a target with AVX-512 (the 16 x 8 tiles).
+std::optional<TransposeTiles> transposeTiles(const KernelProgram& p, const Kernel& k, const ThreadSplit& split, bool wideVectors);
 // Whether every window of a pooling kernel lies inside its input (KernelSchedule::windowInside).
 bool windowInside(const KernelProgram& p, const Kernel& k);
 
@@ -463,7 +464,8 @@ struct KernelSchedule {
   // the same bits. (The C++ four-row tiles, pc::gemm_4x16_by and gemm_4x2v_by, read every offset.)
   int64_t tapGroup = 1;
   // A Form::PackedConv kernel's implicit GEMM tiles (R <= 8 output positions by a panel of
-  // channels): the epilogue transposes the tile in registers (8 x 8 blocks) and runs on the R
+  // channels): the epilogue transposes the tile in registers (8 x 16 blocks with AVX-512, the
+  // LLVM printer's always; else 8 x 8) and runs on the R
   // positions of one channel at a time as one vector, stored as R consecutive floats, where it ran
   // once per value with the value's address computed each time. Where the body is a vectorBody
   // whose loads and stores walk the output plane densely (planeDense: a tile's positions may go on
