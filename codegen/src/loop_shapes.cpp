@@ -387,7 +387,7 @@ std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, cons
   return rowTapsOf(p, k);
 }
 
-std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k) {
+std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k, bool wideVectors) {
   if (k.kind != KernelKind::Conv || !packable(p, k)) return std::nullopt;
   const Buffer& X = p.buffer(k.anchorInputs[0]);
   if (X.strides[3] != 1 || !k.domain[0].isBatch()) return std::nullopt;
@@ -396,7 +396,12 @@ std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k
   // Lanes past the row are loaded as zeros and multiplied by every channel's weight: only
   // finite weights leave the sums as they are.
   if (t.taps.chunks == 0 || !t.taps.finiteWeights) return std::nullopt;
-  t.channels = kConvRowsChannels;
+  if (wideVectors) {
+    t.passChunks = std::min<int64_t>(t.taps.chunks, 2);
+    t.channels = kConvRowsWideAccumulators / t.passChunks;
+  } else {
+    t.channels = kConvRowsChannels;
+  }
   t.blocks = (k.domain[1].value() + t.channels - 1) / t.channels;
   t.C = X.type.shape[1].value();
   t.H = X.type.shape[2].value();

@@ -274,7 +274,7 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
   // slower convs with --precision bf16-weights: impala_cnn at batch 64 1.25x slower than fp32).
   // Not with products in bf16, which narrows every layer oneDNN may run (decideWeightStorage).
   const bool f32Weight = precision == Precision::Fp32 || (precision != Precision::Bf16 && tooSmallToNarrow(p, k));
-  if (f32Weight && convRowTiles(p, k)) v.push_back(Impl::ConvRows);
+  if (f32Weight && convRowTiles(p, k, false)) v.push_back(Impl::ConvRows);
   if (allowExtern && onednnEligible(p, k)) {
     v.push_back(Impl::Onednn);
     // An injected fault lives in the generated epilogue: keep the epilogue generated.
@@ -330,7 +330,7 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
     // a chunk): conv_rows beat oneDNN at batch 1 and 64 on every IMPALA conv (no layout copies);
     // NatureCNN's 7x7 (3/4 of the lanes: seven rows in four pairs of seven columns) ran 1.25x
     // behind oneDNN at batch 1. Without oneDNN it beats the implicit GEMM everywhere.
-    const ConvRowTiles t = *convRowTiles(p, k);
+    const ConvRowTiles t = *convRowTiles(p, k, !narrowVectors);
     if (!has(Impl::Onednn) || 8 * t.OH * t.OW >= 7 * 16 * t.rowUnits * t.taps.chunks) return Impl::ConvRows;
   }
   // Without AVX-512 a conv's implicit GEMM by six positions (twelve accumulators; 1.15x gemm4x16's
@@ -747,7 +747,7 @@ ThreadSplit perRowSplit(const Kernel& k, int64_t perRow, int64_t cost) {
 
 }  // namespace
 
-ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl) {
+ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl, bool wideVectors) {
   const int64_t bodyCost = static_cast<int64_t>(k.body.size());
   if (impl && isExtern(*impl)) {
     // oneDNN runs the layer with its own threads; the epilogue over its result is ours.
@@ -758,7 +758,7 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
   }
   if (impl == Impl::ConvRows) {
     // An output row of one image by a block of channels (ConvRowTiles).
-    const ConvRowTiles t = *convRowTiles(p, k);
+    const ConvRowTiles t = *convRowTiles(p, k, wideVectors);
     return perRowSplit(k, t.blocks * t.rowUnits, t.channels * t.rows * k.domain[3].value() * packedK(p, k));
   }
   switch (formOf(p, k)) {
@@ -911,7 +911,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     const Kernel& k = p.kernels[ki];
     KernelSchedule& ks = s.kernels[ki];
     ks.form = formOf(p, k);
-    ks.split = threadSplit(p, k, std::nullopt);
+    ks.split = threadSplit(p, k, std::nullopt, !o.narrowVectors);
     // A mathHeavy body pays vectorised even where its loads and stores gather and scatter.
     const bool heavy = mathHeavy(k);
     for (size_t d = 0; d < k.domain.size(); ++d) ks.stridedAxes.push_back(!heavy && stridedAlong(p, k, d));
@@ -922,7 +922,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     switch (ks.form) {
       case Form::PackedGemm: wholeChunks = packedN(p, k) % kPanel == 0; break;
       case Form::DirectConv: wholeChunks = rows && rows->chunks > 0; break;  // a partial last chunk by vectors of 8
-      case Form::PackedConv: wholeChunks = convRowTiles(p, k) && k.domain[3].value() % 16 == 0; break;  // conv_rows' chunks
+      case Form::PackedConv: wholeChunks = convRowTiles(p, k, !o.narrowVectors) && k.domain[3].value() % 16 == 0; break;  // conv_rows' chunks
       case Form::MaxPoolRows: wholeChunks = !rowPoolGeometry(p, k).window.empty() && k.domain[3].value() % 8 == 0; break;
       case Form::Copy: wholeChunks = padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32; break;
       case Form::Pool: wholeChunks = evenColumnPool(p, k, ks.split); break;
@@ -974,8 +974,8 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       }
       ks.dispatch = d;
     }
-    for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im));
-    if (std::find(ks.impls.begin(), ks.impls.end(), Impl::ConvRows) != ks.impls.end()) ks.convRows = convRowTiles(p, k);
+    for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im, !o.narrowVectors));
+    if (std::find(ks.impls.begin(), ks.impls.end(), Impl::ConvRows) != ks.impls.end()) ks.convRows = convRowTiles(p, k, !o.narrowVectors);
     if (ks.form == Form::PackedConv) {
       ks.paddedImage = paddedImage(p, k);
       ks.tapGroup = tapGroup(p, k, ks.paddedImage.has_value());

@@ -160,7 +160,10 @@ ShuffledLanes shuffledLanes(const std::array<int, 8>& sources);
 // reads zeros); a unit is then a pair of output rows.
 struct ConvRowTiles {
   RowTaps taps;          // the columns each window column reaches, chunks of 16
-  int64_t channels = 0;  // kConvRowsChannels
+  int64_t channels = 0;  // output channels a block: kConvRowsChannels, or with AVX-512 16 / passChunks
+  // Chunks of the row a pass over the input keeps (channels x passChunks accumulators): 1 with
+  // AVX2 (a chunk is two of its 16 registers), up to 2 with AVX-512 (32 registers).
+  int64_t passChunks = 1;
   int64_t blocks = 0;    // ceil(M / channels)
   int64_t rows = 1;      // output rows per chunk (1, or 2 for rows of at most 8 columns)
   int64_t rowUnits = 0;  // ceil(OH / rows): units per block and image
@@ -171,9 +174,15 @@ struct ConvRowTiles {
   bool bias = false;
 };
 constexpr int64_t kConvRowsChannels = 6;
+// With AVX-512 (`wideVectors`) a pass keeps 16 accumulators: 8 channels by 2 chunks, or 16
+// channels by one chunk (rows of at most 16 columns, or pairs of rows of 8): the two 512-bit FMA
+// pipes need 8 independent chains to cover the FMA's latency, and each input vector then feeds
+// 8 or 16 FMAs. Six channels by one chunk left the chains short (IMPALA's 16-channel 32 x 32
+// convs at half the FMA peak).
+constexpr int64_t kConvRowsWideAccumulators = 16;
 // nullopt where conv_rows cannot run `k` (not a 2-D group-1 conv with f32 operands and finite
 // weights, column stride 1, rows of at most 256 columns).
-std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k);
+std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k, bool wideVectors);
 
 // A Form::MaxPoolRows or AvgPoolRows kernel's geometry: window, strides, dilations and pads of
 // its two spatial axes, its sizes, and the padded input row both emitters hold on the stack for
@@ -234,8 +243,9 @@ struct ThreadSplit {
 };
 
 // The split of kernel `k` run by implementation `impl` (none: the kernel's generated form); for
-// an extern implementation, its epilogue's over the result (whole with post-ops).
-ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl);
+// an extern implementation, its epilogue's over the result (whole with post-ops). wideVectors: a
+// target with AVX-512 (conv_rows' blocks).
+ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl, bool wideVectors);
 
 // nullopt when `k` is not computed by rows: not 2-D, or its thread split is over the columns.
 std::optional<RowTaps> convRowTaps(const KernelProgram& p, const Kernel& k, const ThreadSplit& split);

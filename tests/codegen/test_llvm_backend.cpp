@@ -925,41 +925,55 @@ TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each
     const bool smallWindow = w.shape[1].value() * w.shape[2].value() * w.shape[3].value() < codegen::kMinBf16ConvWindow;
     CHECK((std::find(dot.begin(), dot.end(), "conv_rows") != dot.end()) == (has && smallWindow));
   }
-  codegen::CppOptions cpp;
-  cpp.minChunkCost = 0;
-  cpp.forceImpl = "conv_rows";
-  const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-  CHECK(generated.source.find("implementation conv_rows") != std::string::npos);
-  CHECK(generated.source.find("pc::loadChunk<1, 16>(xr + 0)") != std::string::npos);  // the left pad's tap
-  CHECK(generated.source.find("a5 = pc::fmaChunk(a5, x, wr[") != std::string::npos);
-  CHECK(generated.source.find("pc::f32x16 v = pc::load16(row) + pc::splat16(bias);") != std::string::npos);  // rows of 32
-  CHECK(generated.source.find("pc::loadRows2<1, 7>(xr + 0, xr1 + 0, in0, in1)") != std::string::npos);  // rows of 7 in pairs
-  const fs::path so = scratch() / "convrows.so";
-  codegen::buildSharedObject(generated, so.string(), {});
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  llvm.forceImpl = "conv_rows";
-  llvm.keepUnoptimizedIr = true;
-  const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
-  CHECK(ir.find("%a5 = alloca <16 x float>") != std::string::npos);  // six accumulators a block
-  CHECK(ir.find("@llvm.masked.load.v16f32") != std::string::npos);
-  runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
-  for (int64_t batch : {1, 3, 5}) {
-    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 21);
-    std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
-    std::vector<ir::Tensor> one = driver::runModel(c, inputs, 1), fromLlvm = driver::runModel(l, inputs, 1);
-    for (int threads : {2, 3}) {
-      std::vector<ir::Tensor> cppN = driver::runModel(c, inputs, threads), llvmN = driver::runModel(l, inputs, threads);
-      for (size_t o = 0; o < want.size(); ++o) {
-        INFO("batch " << batch << " threads " << threads << " output " << o);
-        CHECK(std::memcmp(one[o].bytes(), cppN[o].bytes(), one[o].nbytes()) == 0);
-        CHECK(std::memcmp(fromLlvm[o].bytes(), llvmN[o].bytes(), one[o].nbytes()) == 0);
+  // The blocks of both kinds of target (ConvRowTiles): six channels by one chunk without AVX-512;
+  // with it, eight by two chunks (rows of 20 and 32: blocks of 8 and 5, a last block of 6 alone)
+  // and sixteen by one chunk (rows of 7 in pairs: one block of 9). "native" is the second kind on
+  // an AVX-512 host; x86-64-v3 runs everywhere.
+  for (const char* target : {"x86-64-v3", "native"}) {
+    INFO(target);
+    const bool wide = !codegen::narrowVectorTarget(target);
+    codegen::CppOptions cpp;
+    cpp.minChunkCost = 0;
+    cpp.forceImpl = "conv_rows";
+    cpp.target = target;
+    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+    CHECK(generated.source.find("implementation conv_rows") != std::string::npos);
+    CHECK(generated.source.find("pc::loadChunk<1, 16>(xr + 0)") != std::string::npos);  // the left pad's tap
+    CHECK(generated.source.find(wide ? "a7_1 = pc::fmaChunk(a7_1, x, wr[" : "a5_0 = pc::fmaChunk(a5_0, x, wr[") != std::string::npos);
+    CHECK((generated.source.find("a6_0 = pc::fmaChunk(a6_0, x, wr[") != std::string::npos) == wide);  // over 6 channels a block
+    CHECK((generated.source.find("a8_0 = pc::fmaChunk(a8_0, x, wr[") != std::string::npos) == wide);  // the pairs' 9 channels
+    CHECK((generated.source.find("a0_1") != std::string::npos) == wide);  // two chunks a pass
+    CHECK(generated.source.find("pc::f32x16 v = pc::load16(row) + pc::splat16(bias);") != std::string::npos);  // rows of 32
+    CHECK(generated.source.find("pc::loadRows2<1, 7>(xr + 0, xr1 + 0, in0, in1)") != std::string::npos);  // rows of 7 in pairs
+    const fs::path so = scratch() / "convrows.so";
+    codegen::buildSharedObject(generated, so.string(), {});
+    codegen::LlvmOptions llvm;
+    llvm.minChunkCost = 0;
+    llvm.forceImpl = "conv_rows";
+    llvm.keepUnoptimizedIr = true;
+    llvm.target.target = target;
+    const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
+    CHECK(ir.find(wide ? "%a7_1 = alloca <16 x float>" : "%a5_0 = alloca <16 x float>") != std::string::npos);
+    CHECK((ir.find("%a8_0 = alloca <16 x float>") != std::string::npos) == wide);
+    CHECK(ir.find("@llvm.masked.load.v16f32") != std::string::npos);
+    runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
+    for (int64_t batch : {1, 3, 5}) {
+      std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(*graph), batch, 21);
+      std::vector<ir::Tensor> want = ir::interpret(*graph, inputs);
+      std::vector<ir::Tensor> one = driver::runModel(c, inputs, 1), fromLlvm = driver::runModel(l, inputs, 1);
+      for (int threads : {2, 3}) {
+        std::vector<ir::Tensor> cppN = driver::runModel(c, inputs, threads), llvmN = driver::runModel(l, inputs, threads);
+        for (size_t o = 0; o < want.size(); ++o) {
+          INFO("batch " << batch << " threads " << threads << " output " << o);
+          CHECK(std::memcmp(one[o].bytes(), cppN[o].bytes(), one[o].nbytes()) == 0);
+          CHECK(std::memcmp(fromLlvm[o].bytes(), llvmN[o].bytes(), one[o].nbytes()) == 0);
+        }
       }
-    }
-    for (size_t o = 0; o < want.size(); ++o) {
-      INFO("batch " << batch << " output " << o);
-      CHECK(driver::compareTensors("", one[o], want[o], 1e-5, 1e-5).pass);
-      CHECK(std::memcmp(one[o].bytes(), fromLlvm[o].bytes(), one[o].nbytes()) == 0);
+      for (size_t o = 0; o < want.size(); ++o) {
+        INFO("batch " << batch << " output " << o);
+        CHECK(driver::compareTensors("", one[o], want[o], 1e-5, 1e-5).pass);
+        CHECK(std::memcmp(one[o].bytes(), fromLlvm[o].bytes(), one[o].nbytes()) == 0);
+      }
     }
   }
 }

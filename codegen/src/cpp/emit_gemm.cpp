@@ -662,8 +662,8 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   const bool pair = t.rows == 2;
-  s += fmt::format("  // conv_rows: {} by {} output channels at a time, {} chunk(s) of 16 lanes\n", pair ? "two output rows" : "an output row",
-                   t.channels, t.taps.chunks);
+  s += fmt::format("  // conv_rows: {} by {} output channels at a time, {} chunk(s) of 16 lanes, {} a pass\n",
+                   pair ? "two output rows" : "an output row", t.channels, t.taps.chunks, t.passChunks);
   if (bias) s += fmt::format("  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n", s_.kernels[index].packedBias);
   // Signed (unitLoop's unsigned quotients measured 1.05-1.1x slower here: GCC allocates the
   // blocks' twelve accumulators differently).
@@ -673,17 +673,22 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
   // A block of `cb` channels from m0 (the full ones, then a narrower last one).
   auto block = [&](int64_t cb, const std::string& in) {
     std::string b;
-    for (int64_t j = 0; j < t.taps.chunks; ++j) {
+    // A pass over the input adds into the accumulators of chunks j0 .. j0 + pc - 1 (a{o}_{jj}).
+    for (int64_t j0 = 0; j0 < t.taps.chunks; j0 += t.passChunks) {
+      const int64_t pc = std::min(t.passChunks, t.taps.chunks - j0);
+      auto acc = [&](int64_t o, int64_t j) { return fmt::format("a{}_{}", o, j - j0); };
       b += in + "{\n";
       std::vector<std::string> regs;
-      for (int64_t o = 0; o < cb; ++o) regs.push_back(fmt::format("a{}{{}}", o));
+      for (int64_t o = 0; o < cb; ++o) {
+        for (int64_t j = j0; j < j0 + pc; ++j) regs.push_back(acc(o, j) + "{}");
+      }
       b += fmt::format("{}  pc::RowChunk {};\n", in, fmt::join(regs, ", "));
       b += fmt::format("{}  for (int64_t c = 0; c < {}; ++c) {{\n", in, C);
       // A row of one chunk: the window's rows unrolled. In a rolled loop (its `continue` on the
       // padding rows) GCC kept one of the 6 x 2 AVX2 accumulators on the stack, a load and a
       // store on its chain each tap (impala's 32-channel 16 x 16 conv 1.25x slower than LLVM,
       // which unrolls it itself). Rows of two chunks ran 1.2x slower unrolled.
-      if (KH <= 8 && t.taps.chunks == 1) b += fmt::format("{}    #pragma GCC unroll {}\n", in, KH);
+      if (KH <= 8 && pc == 1) b += fmt::format("{}    #pragma GCC unroll {}\n", in, KH);
       b += fmt::format("{}    for (int64_t k0 = 0; k0 < {}; ++k0) {{\n", in, KH);
       b += fmt::format("{}      const int64_t p0 = oh*{} + k0*{} - {};\n", in, t.strideH, t.dilationH, t.padTop);
       if (pair) {
@@ -705,13 +710,14 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
         for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
           const int64_t off = t.taps.offset(k1);
           for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
-            if (l.chunk != j) continue;
+            if (l.chunk < j0 || l.chunk >= j0 + pc) continue;
+            const int64_t j = l.chunk;
             const std::string load = pair ? fmt::format("pc::loadRows2<{}, {}>(xr + {}, xr1 + {}, {})", l.first, l.last, l.first + off,
                                                         l.first + off, flags)
                                           : fmt::format("pc::loadChunk<{}, {}>(xr + {})", l.first, l.last, 16 * j + l.first + off);
             r += fmt::format("{}{{\n{}  const pc::RowChunk x = {};\n", tin, tin, load);
             for (int64_t o = 0; o < cb; ++o) {
-              r += fmt::format("{}  a{} = pc::fmaChunk(a{}, x, wr[{}]);\n", tin, o, o, o * W.strides[0] + static_cast<int64_t>(k1) * W.strides[3]);
+              r += fmt::format("{}  {} = pc::fmaChunk({}, x, wr[{}]);\n", tin, acc(o, j), acc(o, j), o * W.strides[0] + static_cast<int64_t>(k1) * W.strides[3]);
             }
             r += tin + "}\n";
           }
@@ -725,26 +731,28 @@ std::string Emitter::emitConvRows(const Kernel& k, size_t index) const {
         b += taps("", in + "      ");
       }
       b += in + "    }\n" + in + "  }\n";
-      // The epilogue along the chunk's columns, a channel at a time.
+      // The epilogue along each chunk's columns, a channel at a time.
       b += fmt::format("{}  alignas(64) float row[16];\n", in);
-      const int64_t cols = std::min<int64_t>(16, OW - 16 * j);
-      for (int64_t o = 0; o < cb; ++o) {
-        b += fmt::format("{}  pc::storeChunk(row, a{});\n", in, o);
-        if (bias) b += fmt::format("{}  {{\n{}    const float bias = bp[m0 + {}];\n", in, in, o);
-        else b += in + "  {\n";
-        if (vec) {
-          // The epilogue on the whole chunk (KernelSchedule::vectorEpilogue).
-          b += fmt::format("{}    const int64_t i1 = m0 + {}, i2 = oh;\n", in, o);
-          b += chunkEpilogue(k, "row", 16 * j, bias, in + "    ");
-        } else if (pair) {
-          b += fmt::format("{}    for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh, c, row[c]{});\n", in, OW, o, bias ? " + bias" : "");
-          b += fmt::format("{}    if (oh + 1 < {}) for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh + 1, c, row[8 + c]{});\n", in, OH, OW, o,
-                           bias ? " + bias" : "");
-        } else {
-          b += fmt::format("{}    for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh, {} + c, row[c]{});\n", in, cols, o, 16 * j,
-                           bias ? " + bias" : "");
+      for (int64_t j = j0; j < j0 + pc; ++j) {
+        const int64_t cols = std::min<int64_t>(16, OW - 16 * j);
+        for (int64_t o = 0; o < cb; ++o) {
+          b += fmt::format("{}  pc::storeChunk(row, {});\n", in, acc(o, j));
+          if (bias) b += fmt::format("{}  {{\n{}    const float bias = bp[m0 + {}];\n", in, in, o);
+          else b += in + "  {\n";
+          if (vec) {
+            // The epilogue on the whole chunk (KernelSchedule::vectorEpilogue).
+            b += fmt::format("{}    const int64_t i1 = m0 + {}, i2 = oh;\n", in, o);
+            b += chunkEpilogue(k, "row", 16 * j, bias, in + "    ");
+          } else if (pair) {
+            b += fmt::format("{}    for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh, c, row[c]{});\n", in, OW, o, bias ? " + bias" : "");
+            b += fmt::format("{}    if (oh + 1 < {}) for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh + 1, c, row[8 + c]{});\n", in, OH, OW, o,
+                             bias ? " + bias" : "");
+          } else {
+            b += fmt::format("{}    for (int64_t c = 0; c < {}; ++c) epilogue(i0, m0 + {}, oh, {} + c, row[c]{});\n", in, cols, o, 16 * j,
+                             bias ? " + bias" : "");
+          }
+          b += in + "  }\n";
         }
-        b += in + "  }\n";
       }
       b += in + "}\n";
     }

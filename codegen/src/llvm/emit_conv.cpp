@@ -313,12 +313,16 @@ void Emitter::emitConvRows(const Kernel& k) {
   llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
   Value* bp = bias ? weightsAt(s_.kernels[index].packedBias, "bp") : nullptr;
   // A block of `cb` channels from m0 (the full ones, then a narrower last one), as the C++ printer.
+  // A pass over the input adds into the accumulators of chunks j0 .. j0 + pc - 1 (acc[o * pc + jj]).
   auto block = [&](Value* i0, Value* m0, Value* oh, int64_t cb) {
-    for (int64_t j = 0; j < t.taps.chunks; ++j) {
+    for (int64_t j0 = 0; j0 < t.taps.chunks; j0 += t.passChunks) {
+      const int64_t pc = std::min(t.passChunks, t.taps.chunks - j0);
       std::vector<llvm::AllocaInst*> acc;
       for (int64_t o = 0; o < cb; ++o) {
-        acc.push_back(local(v16, fmt::format("a{}", o)));
-        b_.CreateStore(llvm::Constant::getNullValue(v16), acc.back());
+        for (int64_t jj = 0; jj < pc; ++jj) {
+          acc.push_back(local(v16, fmt::format("a{}_{}", o, jj)));
+          b_.CreateStore(llvm::Constant::getNullValue(v16), acc.back());
+        }
       }
       auto lanes = [&](int64_t first, int64_t last) {
         std::vector<llvm::Constant*> on;
@@ -344,7 +348,8 @@ void Emitter::emitConvRows(const Kernel& k) {
             for (size_t k1 = 0; k1 < t.taps.lo.size(); ++k1) {
               const int64_t off = t.taps.offset(k1);
               for (const RowTaps::Lanes& l : t.taps.lanesOf(k1)) {
-                if (l.chunk != j) continue;
+                if (l.chunk < j0 || l.chunk >= j0 + pc) continue;
+                const int64_t j = l.chunk;
                 Value* x = nullptr;
                 if (t.rows == 2) {
                   // Lanes 8.. from the second row (its lane 8's column at lane 0's - 8), each half
@@ -371,7 +376,7 @@ void Emitter::emitConvRows(const Kernel& k) {
                 }
                 for (int64_t o = 0; o < cb; ++o) {
                   Value* w = loadElem(W.id, {b_.CreateAdd(m0, c64(o)), c, k0, c64(static_cast<int64_t>(k1))}, W.name);
-                  llvm::AllocaInst* a = acc[static_cast<size_t>(o)];
+                  llvm::AllocaInst* a = acc[static_cast<size_t>(o * pc + j - j0)];
                   b_.CreateStore(fma(x, b_.CreateVectorSplat(16, w), b_.CreateLoad(v16, a)), a);
                 }
               }
@@ -384,33 +389,35 @@ void Emitter::emitConvRows(const Kernel& k) {
           }
         });
       });
-      // The epilogue along the chunk's columns, a channel at a time.
-      const int64_t cols = std::min<int64_t>(16, OW - 16 * j);
-      for (int64_t o = 0; o < cb; ++o) {
-        Value* m = b_.CreateAdd(m0, c64(o));
-        Value* r = b_.CreateLoad(v16, acc[static_cast<size_t>(o)]);
-        Value* bv = bias ? b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, bp, m), "bias") : nullptr;
-        if (vec) {
-          if (bv) r = b_.CreateFAdd(r, b_.CreateVectorSplat(16, bv), nodeLabel(&n));
-          emitBody(k.body, {i0, m, oh, c64(16 * j)}, r, 16);
-          continue;
-        }
-        llvm::AllocaInst* row = local(llvm::ArrayType::get(f32_, 16), "row");
-        b_.CreateAlignedStore(r, row, llvm::Align(4));
-        // A row's columns from lane `from` (the second of a pair from lane 8).
-        auto finishRow = [&](Value* r2, int64_t from, int64_t count, int64_t col0) {
-          forCount(count, "i3", [&](Value* i3) {
-            Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, b_.CreateAdd(i3, c64(from))), "acc");
-            if (bv) a = b_.CreateFAdd(a, bv, nodeLabel(&n));
-            emitBody(k.body, {i0, m, r2, b_.CreateAdd(i3, c64(col0))}, convert(a, DType::F32, accT));
-          });
-        };
-        if (t.rows == 2) {
-          finishRow(oh, 0, OW, 0);
-          Value* oh1 = b_.CreateAdd(oh, c64(1));
-          ifThen(b_.CreateICmpSLT(oh1, c64(OH)), "second", [&] { finishRow(oh1, 8, OW, 0); });
-        } else {
-          finishRow(oh, 0, cols, 16 * j);
+      // The epilogue along each chunk's columns, a channel at a time.
+      for (int64_t j = j0; j < j0 + pc; ++j) {
+        const int64_t cols = std::min<int64_t>(16, OW - 16 * j);
+        for (int64_t o = 0; o < cb; ++o) {
+          Value* m = b_.CreateAdd(m0, c64(o));
+          Value* r = b_.CreateLoad(v16, acc[static_cast<size_t>(o * pc + j - j0)]);
+          Value* bv = bias ? b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, bp, m), "bias") : nullptr;
+          if (vec) {
+            if (bv) r = b_.CreateFAdd(r, b_.CreateVectorSplat(16, bv), nodeLabel(&n));
+            emitBody(k.body, {i0, m, oh, c64(16 * j)}, r, 16);
+            continue;
+          }
+          llvm::AllocaInst* row = local(llvm::ArrayType::get(f32_, 16), "row");
+          b_.CreateAlignedStore(r, row, llvm::Align(4));
+          // A row's columns from lane `from` (the second of a pair from lane 8).
+          auto finishRow = [&](Value* r2, int64_t from, int64_t count, int64_t col0) {
+            forCount(count, "i3", [&](Value* i3) {
+              Value* a = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row, b_.CreateAdd(i3, c64(from))), "acc");
+              if (bv) a = b_.CreateFAdd(a, bv, nodeLabel(&n));
+              emitBody(k.body, {i0, m, r2, b_.CreateAdd(i3, c64(col0))}, convert(a, DType::F32, accT));
+            });
+          };
+          if (t.rows == 2) {
+            finishRow(oh, 0, OW, 0);
+            Value* oh1 = b_.CreateAdd(oh, c64(1));
+            ifThen(b_.CreateICmpSLT(oh1, c64(OH)), "second", [&] { finishRow(oh1, 8, OW, 0); });
+          } else {
+            finishRow(oh, 0, cols, 16 * j);
+          }
         }
       }
     }
