@@ -293,16 +293,17 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
 namespace {
 
 // The heuristic of --mode default for a kernel at batch sizes around `batch` (measured on the
-// reference policies and the zoo, docs/performance.md): the generated implicit GEMM for convs of
-// 32 output channels or more (gemm8x32 with AVX-512), conv_rows for the others it runs on
-// well-filled rows (below); else oneDNN's convolution (on IMPALA's 16-channel convs with narrowed
-// weights, and on the strided 16-channel ones, it beat the implicit GEMM's half-filled tiles),
-// with the epilogue as post-ops (and oneDNN's own layouts) when those are cheap ones — relu,
-// x*a+b, a residual sum — and as generated code otherwise (oneDNN 2.6's tanh post-op, for one, is several
-// times slower than its logistic); the generated two-panel microkernel for linear layers, where
-// oneDNN's fixed per-call cost is larger than the whole layer at small batches. On a target without
-// AVX-512 the one-panel microkernel: the two-panel one's accumulators fill its 16 registers (on an
-// AVX2 host wide_mlp's 1024x1024 layer at batch 64 took 4281 us with gemm4x32, 2043 with gemm4x16).
+// reference policies, the zoo and single convs, docs/performance.md): every conv the generated
+// code can run stays generated — conv_rows where its output rows fill its chunks, else the
+// implicit GEMM's tiles (gemm8x32 with AVX-512, gemm6x16 without) — so that no fp32, bf16-weights
+// or int8-weights model needs libdnnl; oneDNN's convolution only for products in bf16 (its AMX
+// and avx512_core_bf16 kernels), with the epilogue as post-ops (and oneDNN's own layouts) when
+// those are cheap ones — relu, x*a+b, a residual sum — and as generated code otherwise (oneDNN
+// 2.6's tanh post-op, for one, is several times slower than its logistic); the generated
+// two-panel microkernel for linear layers, where oneDNN's fixed per-call cost is larger than the
+// whole layer at small batches. On a target without AVX-512 the one-panel microkernel: the
+// two-panel one's accumulators fill its 16 registers (on an AVX2 host wide_mlp's 1024x1024 layer
+// at batch 64 took 4281 us with gemm4x32, 2043 with gemm4x16).
 Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern,
                    const std::optional<InjectedFault>& fault, bool narrowVectors, Precision precision) {
   (void)batch;
@@ -312,9 +313,8 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   // tiles of eight positions by two panels: on an Intel host with two 512-bit FMA pipes they beat
   // oneDNN 2.6 and conv_rows on every such conv of the CNN fixtures and zoo, at batch 1 and 64
   // (1.2-3x; the 3-input-channel first convs most), and gemm4x32's tiles by 1.05-1.3x
-  // (docs/performance.md), with f32, bf16 or int8 weights. With 16 channels (one panel) conv_rows
-  // stays ahead or even. Products in bf16 (no gemm8x32) stay below: oneDNN's bf16 convs ran
-  // atari_cnn at batch 64 2.2x faster than gemm4x32's vdpbf16ps tiles.
+  // (docs/performance.md), with f32, bf16 or int8 weights. Products in bf16 (no gemm8x32) stay
+  // below: oneDNN's bf16 convs ran atari_cnn at batch 64 2.2x faster than gemm4x32's vdpbf16ps tiles.
   if (k.kind == KernelKind::Conv && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
   // Linear layers of two panels or more with AVX-512: tiles of eight rows by two panels (sixteen
   // accumulators; gemm4x32's eight keep the two 512-bit FMA pipes waiting on the FMA latency): a
@@ -327,22 +327,28 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   }
   if (has(Impl::ConvRows)) {
     // Output rows that fill at least 7/8 of their chunks' lanes (rows of at most 8 columns two to
-    // a chunk): conv_rows beat oneDNN at batch 1 and 64 on every IMPALA conv (no layout copies);
-    // NatureCNN's 7x7 (3/4 of the lanes: seven rows in four pairs of seven columns) ran 1.25x
-    // behind oneDNN at batch 1. Without oneDNN it beats the implicit GEMM everywhere.
+    // a chunk): conv_rows beat oneDNN and the implicit GEMM at batch 1 and 64 on every IMPALA conv
+    // of 16 channels (no layout copies; with AVX-512 its 16-accumulator passes 27.8 us against
+    // gemm8x32's 8 x 16 tiles' 31). On rows of 12 columns (3/4 of the lanes) the implicit GEMM
+    // was ahead: 4.1 against 5.0 us with AVX-512, 5.6 against 7.5 without (a 16-channel 3x3
+    // conv at batch 1).
     const ConvRowTiles t = *convRowTiles(p, k, !narrowVectors);
-    if (!has(Impl::Onednn) || 8 * t.OH * t.OW >= 7 * 16 * t.rowUnits * t.taps.chunks) return Impl::ConvRows;
+    if (8 * t.OH * t.OW >= 7 * 16 * t.rowUnits * t.taps.chunks) return Impl::ConvRows;
   }
-  // Without AVX-512 a conv's implicit GEMM by six positions (twelve accumulators; 1.15x gemm4x16's
-  // rate on NatureCNN's first conv).
-  const Impl narrow = has(Impl::Gemm6x16) ? Impl::Gemm6x16 : Impl::Gemm4x16;
-  if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return narrowVectors ? narrow : Impl::Gemm4x32;
-  // Without AVX-512, convs of 32 output channels or more run faster as the generated implicit
-  // GEMM than in oneDNN 2.6 (its AVX2 kernels and layout copies), whatever the stride, batch or
-  // weight precision: NatureCNN's three convs 1.2-1.7x at batch 1 and 64, the strided 3x3s of a
-  // GAP CNN 1.1-1.4x (docs/performance.md). With 16 channels (IMPALA's first stack; one
-  // half-filled tile row) the GEMM ran 2-3x behind.
-  if (narrowVectors && packedN(p, k) >= 32) return narrow;
+  // The other convs (strided or poorly filled rows, fewer than 32 channels, or any size without
+  // AVX-512): the implicit GEMM's tiles, with AVX-512 eight positions by one or two panels
+  // (gemm8x32; a 16-channel strided conv's 8 x 16 tiles 2.0 us against oneDNN's 6.9 at batch 1,
+  // 129 against 309 us at batch 64), without it six positions by one panel (gemm6x16, twelve
+  // accumulators, 1.15x gemm4x16's rate on NatureCNN's first conv; on an AVX2 host it beat oneDNN
+  // 2.6 on every conv of NatureCNN, the multi-input CNN and a GAP CNN at batch 1 and 64, 1.1-2.4x;
+  // docs/performance.md notes the strided convs where oneDNN stays a few percent ahead).
+  if (k.kind == KernelKind::Conv && has(Impl::Gemm8x32)) return narrowVectors ? Impl::Gemm6x16 : Impl::Gemm8x32;
+  const Impl generated = narrowVectors ? Impl::Gemm4x16 : Impl::Gemm4x32;
+  if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return generated;
+  // Products in bf16 (bf16 pairs: no gemm6x16 or gemm8x32): oneDNN's convolution; without AVX-512
+  // (where bf16 computes as bf16-weights) the one-panel tiles from 32 channels, ahead of oneDNN
+  // on NatureCNN's convs with narrowed weights.
+  if (narrowVectors && packedN(p, k) >= 32) return generated;
   if (has(Impl::OnednnPostOps)) {
     bool cheap = true;
     const std::optional<PostOpPlan> plan = postOpPlan(p, k);

@@ -21,7 +21,7 @@ namespace policyc::codegen {
 
 // ---- implementations of GEMM/conv kernels (cpp_backend.h lists them)
 
-// ConvRows: a 2-D conv by output rows, kConvRowsChannels output channels at a time (ConvRowTiles).
+// ConvRows: a 2-D conv by output rows, a block of output channels at a time (ConvRowTiles).
 // Gemm6x16: a conv's implicit GEMM by tiles of six output positions times one panel (twelve
 // 8-lane accumulators with AVX2, where gemm4x16's eight leave the FMA pipes waiting on their latency).
 // Gemm8x32: a conv's implicit GEMM by tiles of eight output positions times two panels (sixteen
@@ -146,15 +146,16 @@ struct ShuffledLanes {
 // The shuffles that put source `sources[l]` in lane l (register * 8 + lane, or LaneShuffle::kFill).
 ShuffledLanes shuffledLanes(const std::array<int, 8>& sources);
 
-// Impl::ConvRows: a unit is an output row of one image and a block of kConvRowsChannels output
-// channels (the last block may be narrower). Each chunk of 16 output columns keeps one
-// accumulator per channel of the block in registers (12 of AVX2's 16 vector registers with two
-// per chunk); per input channel, window row and window column, the input's lanes of that chunk
-// are loaded once (masked where the window reaches past the row: those lanes read 0, and the
-// weights are finite, so their products add only zeros) and multiplied by each channel's weight.
-// The implicit GEMM gathers and packs windows and its microkernel broadcasts one input per FMA
-// pair; here an input vector serves six FMAs and the output row stays NCHW (no layout copies,
-// as around oneDNN's convolutions).
+// Impl::ConvRows: a unit is an output row of one image and a block of `channels` output channels
+// (the last block may be narrower). A pass over the input keeps one accumulator per channel of
+// the block and chunk of 16 output columns it covers (passChunks; without AVX-512 one chunk, 12
+// of AVX2's 16 vector registers with two per chunk); per input channel, window row and window
+// column, the input's lanes of each chunk are loaded once (masked where the window reaches past
+// the row: those lanes read 0, and the weights are finite, so their products add only zeros) and
+// multiplied by each channel's weight. Each accumulator sums in the same order whatever the
+// blocks, so every target's blocks give the same bits. The implicit GEMM gathers and packs
+// windows and its microkernel broadcasts one input per FMA pair; here an input vector serves 6 to
+// 16 FMAs and the output row stays NCHW (no layout copies, as around oneDNN's convolutions).
 // Rows of at most 8 columns go two to a chunk (`rows` 2): lanes 0-7 hold output row oh, lanes
 // 8-15 row oh + 1, each half loaded from its own input row (a row past the image or the output
 // reads zeros); a unit is then a pair of output rows.
