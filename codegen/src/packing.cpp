@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 namespace policyc::codegen {
 
@@ -91,9 +92,33 @@ std::vector<int8_t> toInt8(const std::vector<float>& packed, int64_t panelCount,
       for (int64_t q = 0; q < kk; ++q) maxAbs = std::max(maxAbs, std::abs(panel[q * kPanel + c]));
       const float scale = maxAbs / 127.0f;
       scales[static_cast<size_t>(j * kPanel + c)] = scale;
+      if (scale == 0) continue;  // a zero or padding column: zeros
+      // Round to nearest; `left`: each value's w / scale - q, in (-0.5, 0.5] steps.
+      std::vector<double> left(static_cast<size_t>(kk));
+      double sum = 0;
       for (int64_t q = 0; q < kk; ++q) {
-        const float v = scale > 0 ? std::nearbyint(panel[q * kPanel + c] / scale) : 0.0f;
-        out[static_cast<size_t>((j * kk + q) * kPanel + c)] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+        const float v = std::clamp(std::nearbyint(panel[q * kPanel + c] / scale), -127.0f, 127.0f);
+        out[static_cast<size_t>((j * kk + q) * kPanel + c)] = static_cast<int8_t>(v);
+        left[static_cast<size_t>(q)] = static_cast<double>(panel[q * kPanel + c] / scale) - v;
+        sum += left[static_cast<size_t>(q)];
+      }
+      // Round |n| values the other way, those nearest the half step first (ties by k).
+      const int64_t n = static_cast<int64_t>(std::nearbyint(sum));
+      if (n == 0) continue;
+      std::vector<int64_t> order(static_cast<size_t>(kk));
+      std::iota(order.begin(), order.end(), 0);
+      const double sign = n > 0 ? 1.0 : -1.0;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return sign * left[static_cast<size_t>(a)] > sign * left[static_cast<size_t>(b)]; });
+      // At least 2|n| - 1 values have left of n's sign (each is at most half a step), and each
+      // moves toward its w / scale; one at +-127 (w / scale a rounding past max |w| / scale) stays.
+      const int step = n > 0 ? 1 : -1;
+      for (int64_t i = 0, moved = 0; i < kk && moved < std::abs(n); ++i) {
+        const size_t at = static_cast<size_t>(order[static_cast<size_t>(i)]);
+        int8_t& v = out[(static_cast<size_t>(j * kk) + at) * kPanel + static_cast<size_t>(c)];
+        if (sign * left[at] <= 0 || std::abs(v + step) > 127) continue;
+        v = static_cast<int8_t>(v + step);
+        ++moved;
       }
     }
   }

@@ -33,7 +33,13 @@ uint16_t bf16Bits(float v);
 std::vector<uint16_t> toBf16Pairs(const std::vector<float>& packed, int64_t panelCount, int64_t kk);
 inline int64_t bf16PairRows(int64_t kk) { return (kk + 1) / 2; }
 // int8 takes one scale per column (per output channel), max |w| / 127, and rounds w / scale to
-// nearest. `scales` gets panels * 16 floats (0 for a zero or padding column).
+// nearest, then keeps each column's sum: where the rounding errors of a column add up to n whole
+// steps, the |n| values rounded farthest from w / scale (each within half a step of the other
+// way) are rounded the other way, so that the column's sum of q is the nearest integer to the
+// sum of w / scale. A column then passes an input's mean (a ReLU feature's, an observation's
+// offset) to within half a step instead of about sqrt(K / 12) steps; each value stays within one
+// step of w / scale and inside [-127, 127]. `scales` gets panels * 16 floats (0 for a zero or
+// padding column).
 std::vector<int8_t> toInt8(const std::vector<float>& packed, int64_t panelCount, int64_t kk, std::vector<float>& scales);
 // The bias padded to whole panels (zeros when the layer has none).
 std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <numeric>
 #include <functional>
 #include <string>
 #include <vector>
@@ -49,13 +50,35 @@ float bf16(float x) {
   return ((bits >> 16) & 1u) ? hi : lo;
 }
 
-// A weight [n, k] rounded as int8 with one scale per output channel (row): max |w| / 127.
+// A weight [n, k] rounded as int8 with one scale per output channel (row): max |w| / 127, each
+// value to nearest, then, while the row's rounding errors add up to a whole step or more, the
+// value rounded farthest from w / scale in that direction (the first of equals) the other way
+// (packing.h, toInt8).
 void int8Rows(float* w, int64_t n, int64_t k) {
   for (int64_t r = 0; r < n; ++r) {
     float m = 0;
     for (int64_t c = 0; c < k; ++c) m = std::max(m, std::abs(w[r * k + c]));
     const float scale = m / 127.0f;
-    for (int64_t c = 0; c < k; ++c) w[r * k + c] = scale > 0 ? std::nearbyint(w[r * k + c] / scale) * scale : 0.0f;
+    if (scale == 0) continue;
+    std::vector<float> q(static_cast<size_t>(k));
+    std::vector<double> left(static_cast<size_t>(k));
+    for (int64_t c = 0; c < k; ++c) {
+      q[c] = std::clamp(std::nearbyint(w[r * k + c] / scale), -127.0f, 127.0f);
+      left[c] = static_cast<double>(w[r * k + c] / scale) - q[c];
+    }
+    for (;;) {
+      const double sum = std::accumulate(left.begin(), left.end(), 0.0);
+      if (std::nearbyint(sum) == 0) break;
+      const double sign = sum > 0 ? 1 : -1;
+      int64_t best = -1;
+      for (int64_t c = 0; c < k; ++c) {
+        if (sign * left[c] > 0 && std::abs(q[c] + sign) <= 127 && (best < 0 || sign * left[c] > sign * left[best])) best = c;
+      }
+      if (best < 0) break;
+      q[best] += static_cast<float>(sign);
+      left[best] -= sign;
+    }
+    for (int64_t c = 0; c < k; ++c) w[r * k + c] = q[c] * scale;
   }
 }
 
