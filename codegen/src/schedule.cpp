@@ -274,7 +274,7 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
   // slower convs with --precision bf16-weights: impala_cnn at batch 64 1.25x slower than fp32).
   // Not with products in bf16, which narrows every layer oneDNN may run (decideWeightStorage).
   const bool f32Weight = precision == Precision::Fp32 || (precision != Precision::Bf16 && tooSmallToNarrow(p, k));
-  if (f32Weight && convRowTiles(p, k, false)) v.push_back(Impl::ConvRows);
+  if (f32Weight && convRowTiles(p, k, false)) v.push_back(Impl::ConvRows);  // whether it runs does not depend on the target's blocks
   if (allowExtern && onednnEligible(p, k)) {
     v.push_back(Impl::Onednn);
     // An injected fault lives in the generated epilogue: keep the epilogue generated.

@@ -14,6 +14,10 @@
 //   div->mul          div(x, param c) -> mul(x, 1/c) (float only; not when some 1/c is not a
 //                     normal number of the dtype, where the product would round differently)
 //   sub->add          sub(x, param c) -> add(x, -c) (float only)
+//   unit products removed  mul(x, param 1) or mul(param 1, x), every element of the (float,
+//                     not updatable) param exactly 1 and the product of x's type: x (x * 1 is x
+//                     for every float, -0, infinities and NaN included; a div by 1 meets it as a
+//                     mul by 1, an attention's scale of 1 for one)
 //   reshapes collapsed  chains of flatten/reshape/squeeze/unsqueeze -> one reshape
 //   no-op reshapes removed  flatten/reshape/squeeze/unsqueeze whose result has its operand's type
 //   silu              x * sigmoid(x), either order
@@ -80,7 +84,7 @@ class Canonicalizer {
       case Op::Dropout: return removeIdentity(n);
       case Op::Div: return layerNorm(n) || divToMul(n);
       case Op::Sub: return subToAdd(n);
-      case Op::Mul: return silu(n) || hardSwish(n) || gelu(n);
+      case Op::Mul: return unitProduct(n) || silu(n) || hardSwish(n) || gelu(n);
       case Op::Flatten:
       case Op::Reshape:
       case Op::Squeeze:
@@ -210,6 +214,21 @@ class Canonicalizer {
         addParam(graph_, c->name() + ".recip", fromDoubles(c->paramData().dtype(), c->paramData().shape(), values),
                  c->provenance());
     return replace(n, {n}, Op::Mul, {n->input(0), recip}, {}, "div->mul");
+  }
+
+  bool unitProduct(Node* n) {
+    for (int side = 0; side < 2; ++side) {
+      Node* c = paramNode(n->input(static_cast<size_t>(side)));
+      Value* x = n->input(static_cast<size_t>(1 - side));
+      if (!c || c->isUpdatable() || !isFloatValue(c->output()) || x->type() != n->output()->type()) continue;
+      const std::vector<double> values = toDoubles(c->paramData());
+      if (std::any_of(values.begin(), values.end(), [](double v) { return v != 1.0; })) continue;
+      graph_.replaceAllUsesWith(n->output(), x);
+      erase({n});
+      stats_.add("unit products removed");
+      return true;
+    }
+    return false;
   }
 
   bool subToAdd(Node* n) {

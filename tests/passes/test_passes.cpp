@@ -354,6 +354,36 @@ TEST_CASE("canonicalize: chains of reshapes collapse into one", "[passes][canoni
   }
 }
 
+TEST_CASE("canonicalize: products by a param of ones go", "[passes][canonicalize]") {
+  Builder b;
+  auto filled = [](std::vector<int64_t> shape, float v) {
+    ir::Tensor t(DType::F32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = v;
+    return t;
+  };
+  SECTION("x * 1, 1 * x and x / 1 (a div by 1 becomes a mul by 1 first)") {
+    Value* x = b.input("x", {B, 4});
+    Value* a = b.op(Op::Mul, {x, b.param("one", filled({1}, 1.0f))}, "scale");
+    Value* c = b.op(Op::Mul, {b.param("ones", filled({4}, 1.0f)), b.op(Op::Tanh, {a}, "t")}, "scale2");
+    Value* d = b.op(Op::Div, {c, b.param("den", filled({}, 1.0f))}, "div");
+    b.outputs({{"y", d}});
+    PassStats st = runPass(b.g, passes::canonicalize);
+    CHECK(st.get("unit products removed") == 3);
+    CHECK(count(b.g, Op::Mul) == 0);
+    CHECK(count(b.g, Op::Div) == 0);
+    CHECK(only(b.g, Op::Tanh)->input(0) == b.g.findValue("x"));
+  }
+  SECTION("must not fire: a factor near 1, a product that broadcasts x") {
+    Value* x = b.input("x", {B, 4});
+    Value* near = b.op(Op::Mul, {x, b.param("near_one", filled({1}, 1.0000001f))}, "near");
+    Value* wide = b.op(Op::Mul, {x, b.param("wide_ones", filled({3, 1, 4}, 1.0f))}, "wide");  // [3, B, 4]
+    b.outputs({{"near", near}, {"wide", wide}});
+    PassStats st = runPass(b.g, passes::canonicalize);
+    CHECK(st.get("unit products removed") == 0);
+    CHECK(count(b.g, Op::Mul) == 2);
+  }
+}
+
 TEST_CASE("canonicalize: whole slices go, unit gathers become squeezes", "[passes][canonicalize]") {
   Builder b;
   SECTION("a one-step sequence sliced and gathered back to [batch, 4]") {
