@@ -912,12 +912,14 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     if (!forced) fail("unknown implementation '{}' (valid: {})", o.forceImpl, implNames());
   }
   s.kernels.resize(p.kernels.size());
+  const bool wide = !o.narrowVectors;  // AVX-512: conv_rows' blocks, transposes' 16 x 8 tiles
   const ImplChoice heuristic = heuristicChoice(p, batches, o.externKernels, o.fault, o.narrowVectors, o.precision, o.keepFp32);
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const Kernel& k = p.kernels[ki];
     KernelSchedule& ks = s.kernels[ki];
     ks.form = formOf(p, k);
-    ks.split = threadSplit(p, k, std::nullopt, !o.narrowVectors);
+    ks.split = threadSplit(p, k, std::nullopt, wide);
+    const std::optional<ConvRowTiles> rowTiles = convRowTiles(p, k, wide);
     // A mathHeavy body pays vectorised even where its loads and stores gather and scatter.
     const bool heavy = mathHeavy(k);
     for (size_t d = 0; d < k.domain.size(); ++d) ks.stridedAxes.push_back(!heavy && stridedAlong(p, k, d));
@@ -928,7 +930,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     switch (ks.form) {
       case Form::PackedGemm: wholeChunks = packedN(p, k) % kPanel == 0; break;
       case Form::DirectConv: wholeChunks = rows && rows->chunks > 0; break;  // a partial last chunk by vectors of 8
-      case Form::PackedConv: wholeChunks = convRowTiles(p, k, !o.narrowVectors) && k.domain[3].value() % 16 == 0; break;  // conv_rows' chunks
+      case Form::PackedConv: wholeChunks = rowTiles && k.domain[3].value() % 16 == 0; break;  // conv_rows' chunks
       case Form::MaxPoolRows: wholeChunks = !rowPoolGeometry(p, k).window.empty() && k.domain[3].value() % 8 == 0; break;
       case Form::Copy: wholeChunks = padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32; break;
       case Form::Pool: wholeChunks = evenColumnPool(p, k, ks.split); break;
@@ -958,7 +960,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.collapseFrom = ks.form == Form::Pointwise ? collapseFrom(p, k, ks.split) : k.domain.size();
     ks.vectorAxis = ks.form == Form::Pointwise ? vectorAxis(k, ks.collapseFrom) : -1;
     ks.unrollCalls = ks.form == Form::Pointwise && callsLibm(k) ? KernelSchedule::kUnrollCalls : 0;
-    if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split, !o.narrowVectors);
+    if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split, wide);
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
     std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault, layerPrecision(p, k, o.precision, o.keepFp32));
     if (c.empty()) continue;
@@ -980,8 +982,8 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       }
       ks.dispatch = d;
     }
-    for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im, !o.narrowVectors));
-    if (std::find(ks.impls.begin(), ks.impls.end(), Impl::ConvRows) != ks.impls.end()) ks.convRows = convRowTiles(p, k, !o.narrowVectors);
+    for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im, wide));
+    if (std::find(ks.impls.begin(), ks.impls.end(), Impl::ConvRows) != ks.impls.end()) ks.convRows = rowTiles;
     if (ks.form == Form::PackedConv) {
       ks.paddedImage = paddedImage(p, k);
       ks.tapGroup = tapGroup(p, k, ks.paddedImage.has_value());

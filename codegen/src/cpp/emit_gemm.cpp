@@ -186,9 +186,7 @@ std::string Emitter::emitLinear(const Kernel& k) const {
     // additive mask, broadcast over the heads: the scalar loop left GCC's code 1.6x LLVM's).
     const int width = N % 16 == 0 ? 16 : N % 8 == 0 ? 8 : 0;
     const std::optional<std::string> vec =
-        width && vectorBody(p_, k) && !s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].anchorFault
-            ? vectorEpilogue(k, vars, "c0", width)
-            : std::nullopt;
+        width && !s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].anchorFault ? vectorEpilogue(k, vars, "c0", width) : std::nullopt;
     if (vec) {
       s += fmt::format("{}for (int64_t c0 = 0; c0 < {}; c0 += {}) {{\n", indent, N, width);
       s += fmt::format("{}  pc::f32x{} v = pc::load{}(accs + c0);\n", indent, width, width);

@@ -312,8 +312,8 @@ void Emitter::emitConvRows(const Kernel& k) {
   const DType accT = accType(k);
   llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
   Value* bp = bias ? weightsAt(s_.kernels[index].packedBias, "bp") : nullptr;
-  // A block of `cb` channels from m0 (the full ones, then a narrower last one), as the C++ printer.
-  // A pass over the input adds into the accumulators of chunks j0 .. j0 + pc - 1 (acc[o * pc + jj]).
+  // A block of `cb` channels from m0 (the full ones, then a narrower last one), as the C++ printer:
+  // a pass over the input adds into the accumulators of chunks j0 .. j0 + pc - 1 (acc[o * pc + jj]).
   auto block = [&](Value* i0, Value* m0, Value* oh, int64_t cb) {
     for (int64_t j0 = 0; j0 < t.taps.chunks; j0 += t.passChunks) {
       const int64_t pc = std::min(t.passChunks, t.taps.chunks - j0);
