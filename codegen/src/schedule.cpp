@@ -1041,20 +1041,26 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     const bool generated = std::any_of(ks.impls.begin(), ks.impls.end(), usesPanels);
     const std::vector<float> packed = generated ? packWeightPanels(p, k) : std::vector<float>{};
     ks.panelStride = packedK(p, k) * kPanel;
+    int64_t weightBytes = 0;  // of the packed panels (none where only oneDNN runs it)
     if (generated && (ks.weightStorage == WeightStorage::Bf16 || ks.weightStorage == WeightStorage::Bf16Dot)) {
       // Both bf16 storages are pairs along k: widened by a shift or a mask (Bf16), or multiplied
       // as pairs by vdpbf16ps (Bf16Dot).
       const std::vector<uint16_t> pairs = toBf16Pairs(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k));
       ks.packedWeight = append(pairs.data(), pairs.size() * sizeof(uint16_t));
+      weightBytes = static_cast<int64_t>(pairs.size() * sizeof(uint16_t));
       ks.panelStride = bf16PairRows(packedK(p, k)) * kPanel;
     } else if (generated && ks.weightStorage == WeightStorage::Int8) {
       std::vector<float> scales;
       const std::vector<int8_t> narrow = toInt8(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k), scales);
       ks.packedWeight = append(narrow.data(), narrow.size());
+      weightBytes = static_cast<int64_t>(narrow.size());
       ks.packedScale = append(scales.data(), scales.size() * sizeof(float));
     } else if (generated) {
       ks.packedWeight = append(packed.data(), packed.size() * sizeof(float));
+      weightBytes = static_cast<int64_t>(packed.size() * sizeof(float));
     }
+    ks.alternateUnits = ks.form == Form::PackedGemm && weightBytes >= KernelSchedule::kAlternateUnitsBytes;
+    s.countsCalls = s.countsCalls || ks.alternateUnits;
     // A unit is a pair of panels unless every generated implementation is gemm4x16 (one panel).
     const bool single = !ks.impls.empty() && std::all_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return i == Impl::Gemm4x16 || isExtern(i); });
     const bool fits = (single ? 1 : 2) * packedK(p, k) * kPanel <= KernelSchedule::kMaxWidenedFloats;

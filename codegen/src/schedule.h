@@ -515,6 +515,14 @@ struct KernelSchedule {
   // and a copy (a 256 x 16 by 16 x 48 linear layer at batch 64: 11.7 -> 9.1 us; the LLVM
   // printer's tile is registers, stored where the epilogue stores). 0: through the tile.
   int64_t directRows = 0;
+  // A Form::PackedGemm kernel whose packed weights take at least kAlternateUnitsBytes: every other
+  // run walks its units from the last to the first (Schedule::countsCalls), so that a run starts
+  // on the panels the run before ended on, which are still in the core's L2, where a layer larger
+  // than the L2 streams all of its weights from L3 again every run in one direction
+  // (atari_cnn's 6.4 MB 3136 -> 512 layer at batch 1, docs/performance.md). Each unit still sums
+  // its outputs in the same order: the same bits either way.
+  bool alternateUnits = false;
+  static constexpr int64_t kAlternateUnitsBytes = 512 * 1024;
   const ThreadSplit& splitOf(std::optional<Impl> impl) const;
 };
 
@@ -550,6 +558,11 @@ struct Schedule {
   // the same bits. 0: the whole batch at once (rows not independent, oneDNN kernels, tuning).
   int64_t rowBlock = 0;
   std::vector<int64_t> inputRowBytes, outputRowBytes;
+  // Some kernel alternates its units' order (KernelSchedule::alternateUnits): the run entry
+  // counts the runs (pc_calls, a relaxed atomic add: concurrent runs only change which way a
+  // kernel walks, never a value), and such a kernel reads the count's parity. With row blocks
+  // each block is a run.
+  bool countsCalls = false;
 };
 
 // Whether every row of the batch is computed from the same row of every input alone (so the

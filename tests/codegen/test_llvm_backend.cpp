@@ -713,6 +713,60 @@ TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its til
   checkGeneratedBitwise(*graph, octets, "direct_rows_octets", {1, 3, 9, 21}, 29, 1e-5);
 }
 
+// KernelSchedule::alternateUnits: a linear layer whose packed weights take 512 KiB or more (1024
+// x 160 f32: 640 KiB) walks its units backward every other run, in both printers; the runs give
+// the same bits either way (two runs in a row at each thread count, the C++ backend's and the
+// LLVM one's equal: checkBitwiseBackends). A small layer beside it walks forward always, and so
+// does the large one with int8 weights (160 KiB).
+TEST_CASE("llvm and cpp backends: a large linear layer alternates its units' order from run to run", "[llvm][cpp]") {
+  const std::string text = fmt::format(R"(graph alt(%x: f32[batch,1024]) {{
+  %w = param f32[160,1024] [{}]
+  %b = param f32[160] [{}]
+  %h = linear(%x, %w, %b) : f32[batch,160]
+  %r = relu(%h) : f32[batch,160]
+  %v = param f32[32,160] [{}]
+  %y = linear(%r, %v) : f32[batch,32]
+  return (y=%y)
+}})", paramValues(160 * 1024, 0.004, 11, -0.02), paramValues(160, 0.01, 5, -0.02), paramValues(32 * 160, 0.01, 7, -0.03));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
+  CHECK(occurrences(generated.source, "const int64_t u = back ? lo + hi - 1 - v : v;") == 1);
+  CHECK(occurrences(generated.source, "__atomic_fetch_add(&pc_calls, 1u, __ATOMIC_RELAXED);") == 1);
+  codegen::LlvmOptions llvm;
+  llvm.keepUnoptimizedIr = true;
+  const std::string ir = codegen::generateLlvm(*graph, llvm).unoptimizedIr();
+  CHECK(occurrences(ir, "load atomic i32, ptr @pc_calls monotonic") == 1);
+  CHECK(occurrences(ir, "atomicrmw add ptr @pc_calls, i32 1 monotonic") == 1);
+  const fs::path so = scratch() / "alternate.so";
+  codegen::buildSharedObject(generated, so.string(), {});
+  runtime::Model cppModel = runtime::Model::load(so.string());
+  llvm.minChunkCost = 0;
+  runtime::Model llvmModel = jitModel(*graph, llvm);
+  // Inputs a, b, c, a, b, c: each input's two runs walk opposite ways, and every run follows one
+  // on other inputs, which leaves their values in the workspace (a unit a run skipped would show).
+  for (int64_t batch : {1, 9}) {
+    std::vector<std::vector<ir::Tensor>> inputs;
+    for (uint64_t seed : {31, 32, 33}) inputs.push_back(driver::randomTensors(graphInputTypes(*graph), batch, seed));
+    for (int threads : {1, 2, 3}) {
+      for (runtime::Model* model : {&cppModel, &llvmModel}) {
+        INFO("batch " << batch << " threads " << threads << (model == &cppModel ? " cpp" : " llvm"));
+        std::vector<ir::Tensor> runs;
+        for (size_t r = 0; r < 6; ++r) runs.push_back(driver::runModel(*model, inputs[r % 3], threads)[0]);
+        for (size_t r = 0; r < 3; ++r) CHECK(std::memcmp(runs[r].bytes(), runs[r + 3].bytes(), runs[r].nbytes()) == 0);
+      }
+    }
+  }
+  checkBitwiseBackends(*graph, cppModel, llvmModel, {1, 3, 9}, 37, 1e-4);
+  // int8 weights: 160 KiB, under the threshold; no run counter at all.
+  codegen::CppOptions cpp;
+  cpp.precision = codegen::Precision::Int8Weights;
+  const std::string narrow = codegen::generateCpp(*graph, cpp).source;
+  CHECK(narrow.find("pc_calls") == std::string::npos);
+  llvm.precision = codegen::Precision::Int8Weights;
+  CHECK(codegen::generateLlvm(*graph, llvm).unoptimizedIr().find("pc_calls") == std::string::npos);
+}
+
 // KernelSchedule::vectorTail: a packed linear layer whose last panel is partial runs that
 // panel's epilogue on the first N % 16 lanes of a vector in the LLVM printer (a policy head of 12
 // with tanh; 40 columns, two whole panels and one of 8, with an exp and a sigmoid; one panel of

@@ -413,7 +413,15 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   if (ks.widenRows) s += fmt::format("  const bool widened = rows >= {};\n", ks.widenRows);
   // Where many rows widen bf16-dot pairs inside each tile: the same weights as bf16x2.
   const std::string pairs = "reinterpret_cast<const pc::bf16x2*>(w)";
-  s += unitLoop();
+  if (ks.alternateUnits) {
+    s += "  // every other run walks the units backward: it starts on the panels the last run ended on,\n"
+         "  // still in L2 (KernelSchedule::alternateUnits)\n"
+         "  const bool back = (__atomic_load_n(&pc_calls, __ATOMIC_RELAXED) & 1u) != 0;\n"
+         "  for (int64_t v = lo; v < hi; ++v) {\n    const int64_t u = back ? lo + hi - 1 - v : v;\n"
+         "    const uint64_t uq = static_cast<uint64_t>(u);\n";
+  } else {
+    s += unitLoop();
+  }
   if (panels <= per) {  // one group of panels (a head of up to 32 outputs): j is 0, so the column bounds below fold
     s += fmt::format("    const int64_t j = 0, r = uq * {};\n", tileRows);
   } else {

@@ -52,6 +52,7 @@ GeneratedCpp Emitter::run() {
   }
   if (!o_.injectLine.empty()) s += o_.injectLine + "\n";
   s += emitWeightsBlock();
+  if (s_.countsCalls) s += "static unsigned pc_calls = 0;  // runs so far: kernels that alternate their units' order read its parity\n";
   s += fmt::format("\n// Workspace: {} + {}*batch bytes.\nstatic const int64_t kStaticBytes = {};\nstatic const int64_t kPerBatchBytes = {};\n",
                    s_.workspaceStatic, s_.workspacePerBatch, plan_.staticBytes, plan_.perBatchBytes);
   if (s_.usesExtern) {
@@ -319,6 +320,7 @@ std::string Emitter::emitAbi(const std::string& name) const {
   s += "  if (batch < 0 || batch > pc_max_batch || threads < 1) return POLICYC_ERROR_ARGUMENT;\n";
   if (o_.profile) s += "  uint64_t pc_profile_t0 = 0;\n  pc::ChunkTrace pc_chunks{pc_trace, kTraceCapacity, &pc_trace_count, 0, batch};\n";
   s += "  if (batch == 0) return POLICYC_OK;\n";
+  if (s_.countsCalls) s += "  __atomic_fetch_add(&pc_calls, 1u, __ATOMIC_RELAXED);\n";
   // Every tensor with elements needs memory; an empty one (a zero in its shape) may be null.
   auto nullChecks = [&](const char* array, const std::vector<int>& ids) {
     std::string t;

@@ -544,7 +544,15 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     b_.CreateStore(c64(-1), wideJ);
   }
   if (ks.widenRows) widened = b_.CreateICmpSGE(rows, c64(ks.widenRows), "widened");
-  forRange(lo_, hi_, "u", [&](Value* u) {
+  // Every other run walks the units backward (KernelSchedule::alternateUnits), as the C++ printer.
+  Value* back = nullptr;
+  if (ks.alternateUnits) {
+    llvm::LoadInst* calls = b_.CreateAlignedLoad(i32_, callCounter(), llvm::Align(4), "calls");
+    calls->setAtomic(llvm::AtomicOrdering::Monotonic);
+    back = b_.CreateTrunc(calls, b_.getInt1Ty(), "back");
+  }
+  forRange(lo_, hi_, back ? "v" : "u", [&](Value* u) {
+    if (back) u = b_.CreateSelect(back, b_.CreateSub(b_.CreateAdd(lo_, hi_), b_.CreateAdd(u, c64(1))), u, "u");
     // One group of panels (a head of up to 32 outputs): j is 0, so the column bounds below fold.
     Value* j = panels <= per ? c64(0) : b_.CreateMul(b_.CreateSDiv(u, quads), c64(per), "j");
     Value* r = b_.CreateMul(panels <= per ? u : b_.CreateSRem(u, quads), c64(T), "r");

@@ -148,6 +148,13 @@ llvm::GlobalVariable* Emitter::weightsLock() {
   return weightsLock_;
 }
 
+llvm::GlobalVariable* Emitter::callCounter() {
+  if (!calls_) {
+    calls_ = new llvm::GlobalVariable(m_, i32_, false, llvm::GlobalValue::InternalLinkage, b_.getInt32(0), "pc_calls");
+  }
+  return calls_;
+}
+
 Value* Emitter::weightsAt(int64_t offset, const std::string& name) {
   // No weights at all when every param is empty (a [0, 5] mask, say): nothing reads through the
   // pointer then, as the loops over its elements run zero times.
@@ -273,6 +280,9 @@ void Emitter::emitAbi(const std::vector<std::vector<Variant>>& kernels, const st
       b_.SetInsertPoint(done);
       b_.CreateRet(b_.getInt32(POLICYC_OK));
       b_.SetInsertPoint(go);
+    }
+    if (s_.countsCalls) {  // a run more (KernelSchedule::alternateUnits reads its parity)
+      b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, callCounter(), b_.getInt32(1), llvm::Align(4), llvm::AtomicOrdering::Monotonic);
     }
     // Null arrays and pointers are errors, except for tensors with no elements.
     auto nullChecks = [&](Value* array, const std::vector<int>& ids) {

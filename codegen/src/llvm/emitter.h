@@ -66,6 +66,8 @@ class Emitter : llvmbe::Builder {
   void layoutWeights();
   // The model's pc::WeightsLock (updatable weights), created on first use.
   llvm::GlobalVariable* weightsLock();
+  // pc_calls, the runs so far (Schedule::countsCalls), created on first use.
+  llvm::GlobalVariable* callCounter();
   // A policyc_tensor_desc array named pc_WHAT of (name, type) pairs (inputs, outputs, weights).
   llvm::GlobalVariable* descArray(const std::vector<std::pair<std::string, ir::TensorType>>& tensors, const std::string& what);
   Value* weightsAt(int64_t offset, const std::string& name);
@@ -340,6 +342,7 @@ class Emitter : llvmbe::Builder {
   llvm::GlobalVariable* weightsGv_ = nullptr;
   llvm::StructType* descTy_ = nullptr;  // policyc_tensor_desc
   llvm::GlobalVariable* weightsLock_ = nullptr;  // weightsLock()
+  llvm::GlobalVariable* calls_ = nullptr;        // callCounter()
   llvm::FunctionType* kernelFnTy_ = nullptr;
   llvm::Function* parallelFor_ = nullptr;
   // --profile's counters (null without it)
