@@ -281,12 +281,13 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
     if (postOpPlan(p, k) && !hasAccuracyFault(k, fault)) v.push_back(Impl::OnednnPostOps);
   }
   // Convs' six- and eight-position tiles, on f32, bf16 and int8 panels (not bf16 pairs for vdpbf16ps);
-  // linear layers' tiles of eight rows on f32 panels (not the narrowed ones widened per tile).
+  // linear layers' tiles of eight rows at every precision (bf16 pairs for vdpbf16ps run as quads
+  // below KernelSchedule::widenRows rows, and as eight-row tiles on their widened values above).
   if (k.kind == KernelKind::Conv && precision != Precision::Bf16) {
     v.push_back(Impl::Gemm6x16);
     v.push_back(Impl::Gemm8x32);
   }
-  if (k.kind == KernelKind::Linear && precision == Precision::Fp32) v.push_back(Impl::Gemm8x32);
+  if (k.kind == KernelKind::Linear) v.push_back(Impl::Gemm8x32);
   return v;
 }
 

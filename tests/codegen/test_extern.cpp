@@ -114,11 +114,12 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   codegen::fuseKernels(p);
   // ppo_mlp: the merged first layer reads the dense input; the next layers read split views of
   // its output (strided rows), which oneDNN 2.6 runs with its slow reference inner product.
-  // Eight-row tiles on f32 panels only.
+  // Eight-row tiles at every precision.
   std::vector<std::string> withOctets = kImpls;
   withOctets.push_back("gemm8x32");
   CHECK(codegen::implCandidates(p, p.kernels[0], true) == withOctets);
-  CHECK(codegen::implCandidates(p, p.kernels[0], true, std::nullopt, codegen::Precision::Bf16Weights) == kImpls);
+  CHECK(codegen::implCandidates(p, p.kernels[0], true, std::nullopt, codegen::Precision::Bf16Weights) == withOctets);
+  CHECK(codegen::implCandidates(p, p.kernels[0], true, std::nullopt, codegen::Precision::Int8Weights) == withOctets);
   CHECK(codegen::implCandidates(p, p.kernels[1], true) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32"});
   CHECK(codegen::implCandidates(p, p.kernels[0], false) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32"});
   CHECK(codegen::batchRangeBounds({1, 16, 64}) == std::vector<int64_t>{4, 32, -1});

@@ -279,6 +279,59 @@ TEST_CASE("precision: panels widened once for many rows give the bits of widenin
   }
 }
 
+// Narrowed linear layers run tiles of eight rows too (gemm8x32, the heuristic's with AVX-512): on
+// their panels widened inside the tile below 16 rows, on the widened panels from 16 (bf16 pairs
+// for vdpbf16ps stay quads below 16). Every row sums in the same order as in gemm4x32's quads:
+// batches of 1, 9 (an octet, not widened), 13, 21 and 64 (widened octets and a last partial one)
+// give the same bits with either implementation, in both backends, at 1 and 2 threads.
+TEST_CASE("precision: narrowed linear layers by tiles of eight rows give the bits of quads", "[precision]") {
+  std::vector<codegen::Precision> precisions = {codegen::Precision::Bf16Weights, codegen::Precision::Int8Weights};
+  if (codegen::bf16DotTarget("native")) precisions.push_back(codegen::Precision::Bf16);
+  auto g = mlp(nullptr);
+  auto planned = g->clone();
+  passes::runPipeline(*planned);
+  for (codegen::Precision precision : precisions) {
+    INFO(codegen::precisionName(precision));
+    codegen::CppOptions o;
+    o.precision = precision;
+    o.externKernels = false;
+    const std::string source = codegen::generateCpp(*planned, o).source;
+    CHECK_THAT(source, Contains("pc::gemm_8x32(256, x8, wide, bp + j*16, out8") && Contains("pc::gemm_8x32(64, x8, wide, bp + j*16, out8"));
+    // Not widened: eight rows from the narrowed panels (bf16-dot pairs: quads only).
+    CHECK((source.find("pc::gemm_8x32(256, x8, w, bp + j*16, out8") != std::string::npos) == (precision != codegen::Precision::Bf16));
+    std::vector<std::vector<Tensor>> outs;
+    for (const std::string impl : {"", "gemm4x32"}) {
+      for (codegen::Backend backend : {codegen::Backend::Cpp, codegen::Backend::Llvm}) {
+        driver::CompileRequest r;
+        r.backend = backend;
+        r.cpp.precision = precision;
+        r.cpp.externKernels = false;
+        r.cpp.forceImpl = impl;
+        r.cpp.minChunkCost = 0;
+        r.jit = backend == codegen::Backend::Llvm;
+        r.output = (scratch() / fmt::format("octets_{}_{}_{}.so", codegen::precisionName(precision), impl, codegen::backendName(backend))).string();
+        r.cpp.name = "m";
+        r.progress = false;
+        runtime::Model model = driver::loadCompiled(driver::compileGraph(*g, r));
+        std::vector<Tensor> got;
+        for (int64_t batch : {1, 9, 13, 21, 64}) {
+          const std::vector<Tensor> in = driver::randomInputs(*g, batch, 17);
+          Tensor one = driver::runModel(model, in, 1)[0], two = driver::runModel(model, in, 2)[0];
+          CHECK(std::memcmp(one.bytes(), two.bytes(), one.nbytes()) == 0);
+          got.push_back(std::move(one));
+        }
+        outs.push_back(std::move(got));
+      }
+    }
+    for (size_t m = 1; m < outs.size(); ++m) {
+      for (size_t b = 0; b < outs[0].size(); ++b) {
+        INFO("model " << m << " batch index " << b);
+        CHECK(std::memcmp(outs[0][b].bytes(), outs[m][b].bytes(), outs[0][b].nbytes()) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("precision: check --precision reports agreement and the budget, fp32 models say fp32", "[precision]") {
   auto g = mlp(nullptr);
   debug::CheckOptions o;

@@ -398,7 +398,6 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   // one), whichever chunk it falls in; a row is in a tile of 8 or 4 rows (the same bits: each
   // output sums over k in order) or, past the last whole quad, alone, whatever the tile rows.
   const bool octets = tileRows == 8;
-  if (octets && ks.widenRows) fail("internal error: {}: eight-row tiles on narrowed panels", k.name);  // candidatesOf: f32 only
   s += fmt::format("  const int64_t quads = (rows + {}) / {};{}\n", tileRows - 1, tileRows, octets ? "  // octets of rows" : "");
   if (!ks.directRows) s += "  float out[4][32];\n  float out16[4][16];\n";
   if (octets && !ks.directRows) s += "  float out8[8][32];\n";
@@ -469,27 +468,34 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     t += in + "  continue;\n" + in + "}\n";
     return t;
   };
+  // Eight rows by the pair as one tile from the panels at `from`.
+  auto octetTile = [&](const std::string& from, const std::string& in) {
+    std::string t = in + "if (r + 8 <= rows && jEnd == j + 2) {\n";
+    t += in + "  const float* x8[8] = {row(r), row(r + 1), row(r + 2), row(r + 3), row(r + 4), row(r + 5), row(r + 6), row(r + 7)};\n";
+    if (ks.directRows) {
+      t += fmt::format("{}  pc::gemm_8x32({}, x8, {}, bp + j*16, {}{});\n", in, K, from, tile("r", "j", 32), scaleArg(index, "j"));
+    } else {
+      t += fmt::format("{}  pc::gemm_8x32({}, x8, {}, bp + j*16, out8{});\n", in, K, from, scaleArg(index, "j"));
+      t += in + "  for (int64_t t = 0; t < 8; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out8[t]", 32) + in + "  }\n";
+    }
+    return t + in + "  continue;\n" + in + "}\n";
+  };
+  const std::string widePanels = ks.widenBuffer ? "wide" : pairs;
   if (ks.widenRows) {
     s += "    if (widened) {\n";
     if (ks.widenBuffer) {
       s += fmt::format("      if (j != wideJ) {{\n        pc::widenPanels({}, w, {}, jEnd - j, wide);\n        wideJ = j;\n      }}\n", K,
                        ks.panelStride);
     }
-    s += quadTiles(ks.widenBuffer ? "wide" : pairs, "      ", "r");
+    s += octets ? octetTile(widePanels, "      ") : quadTiles(widePanels, "      ", "r");
     s += "    }\n";
   }
   if (octets) {
-    // Eight rows by the pair as one tile (f32 panels: candidatesOf), else the unit's quads.
-    s += "    if (r + 8 <= rows && jEnd == j + 2) {\n";
-    s += "      const float* x8[8] = {row(r), row(r + 1), row(r + 2), row(r + 3), row(r + 4), row(r + 5), row(r + 6), row(r + 7)};\n";
-    if (ks.directRows) {
-      s += fmt::format("      pc::gemm_8x32({}, x8, w, bp + j*16, {}{});\n", K, tile("r", "j", 32), scaleArg(index, "j"));
-    } else {
-      s += fmt::format("      pc::gemm_8x32({}, x8, w, bp + j*16, out8{});\n", K, scaleArg(index, "j"));
-      s += "      for (int64_t t = 0; t < 8; ++t) {\n" + finishing("        ", "r + t", "j", "out8[t]", 32) + "      }\n";
-    }
-    s += "      continue;\n    }\n";
+    // Eight rows by the pair as one tile (not on bf16 pairs multiplied by vdpbf16ps: those run as
+    // quads below 16 rows), else the unit's quads.
+    if (ks.weightStorage != WeightStorage::Bf16Dot) s += octetTile("w", "    ");
     s += "    for (int64_t q = r; q < r + 8 && q < rows; q += 4) {\n";
+    if (ks.widenRows) s += "      if (widened) {\n" + quadTiles(widePanels, "        ", "q") + "      }\n";
     s += quadTiles("w", "      ", "q");
     s += "      for (int64_t t = q; t < rows; ++t) {\n";
   } else {

@@ -512,7 +512,6 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   Value* rows = rowsOf(batch_);
   // Units: a quad of rows (an octet with gemm8x32) by a group of panels, as the C++ backend's.
   const int64_t T = impl_ ? rowsPerTile(*impl_) : 4;
-  if (T == 8 && s_.kernels[index].widenRows) fail("internal error: {}: eight-row tiles on narrowed panels", k.name);  // candidatesOf: f32 only
   Value* quads = b_.CreateSDiv(b_.CreateAdd(rows, c64(T - 1)), c64(T), "quads");
   // Row r of x (leading dims flattened) as its domain variables, and its pointer.
   auto rowVars = [&](Value* r) {
@@ -622,10 +621,12 @@ void Emitter::emitPackedLinear(const Kernel& k) {
       }
     };
     // The unit's tiles: its quad; or its octet by a pair of panels as one tile, else its two quads
-    // (f32 panels only: candidatesOf).
+    // (always quads on bf16 pairs multiplied by vdpbf16ps, as the C++ printer's).
     auto tiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf) {
       if (T != 8) return quadTiles(r, w, panelOf);
-      Value* fullOctet = b_.CreateAnd(b_.CreateICmpSLE(b_.CreateAdd(r, c64(8)), rows), b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2))));
+      Value* fullOctet = w.storage == WeightStorage::Bf16Dot
+                             ? static_cast<Value*>(b_.getFalse())
+                             : b_.CreateAnd(b_.CreateICmpSLE(b_.CreateAdd(r, c64(8)), rows), b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2))));
       ifElse(
           fullOctet, "octet", [&] { rowTile(r, 8, w, 2); },
           [&] {
