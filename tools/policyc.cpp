@@ -18,6 +18,7 @@
 #include "bench.h"
 #include "policyc/driver/model_io.h"
 #include "policyc/codegen/kernel_program.h"
+#include "policyc/codegen/backend.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/memory_plan.h"
 #include "policyc/debug/check.h"
@@ -615,7 +616,8 @@ const CLI::Range kThreadsRange(1, 1024);
 int main(int argc, char** argv) {
   CLI::App app{"policyc: an ahead-of-time compiler for small neural-network policies"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", fmt::format("policyc {}", driver::kVersion));
+  app.set_version_flag("--version",
+                       fmt::format("policyc {} (oneDNN extern kernels: {})", driver::kVersion, codegen::onednnBuiltIn() ? "yes" : "no"));
 
   DumpOptions dump;
   CLI::App* dumpCmd = app.add_subcommand("dump", "print a model's graph as .pir text, its kernel program, or a picture of either");

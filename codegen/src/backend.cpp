@@ -14,6 +14,14 @@ const char* backendName(Backend backend) {
   return "?";
 }
 
+bool onednnBuiltIn() {
+#ifdef POLICYC_HAVE_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
 Backend parseBackend(std::string_view name, bool compiling) {
   const char* valid = compiling ? "cpp, llvm" : "interp, cpp, llvm";
   if (name == "cpp") return Backend::Cpp;

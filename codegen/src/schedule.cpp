@@ -14,6 +14,7 @@
 
 #include "cpp_embedded.h"
 #include "packing.h"
+#include "policyc/codegen/backend.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
 #include "policyc/support/escape.h"
@@ -275,7 +276,7 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
   // Not with products in bf16, which narrows every layer oneDNN may run (decideWeightStorage).
   const bool f32Weight = precision == Precision::Fp32 || (precision != Precision::Bf16 && tooSmallToNarrow(p, k));
   if (f32Weight && convRowTiles(p, k, false)) v.push_back(Impl::ConvRows);  // whether it runs does not depend on the target's blocks
-  if (allowExtern && onednnEligible(p, k)) {
+  if (allowExtern && onednnBuiltIn() && onednnEligible(p, k)) {
     v.push_back(Impl::Onednn);
     // An injected fault lives in the generated epilogue: keep the epilogue generated.
     if (postOpPlan(p, k) && !hasAccuracyFault(k, fault)) v.push_back(Impl::OnednnPostOps);
@@ -911,6 +912,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
   if (!o.forceImpl.empty()) {
     forced = implByName(o.forceImpl);
     if (!forced) fail("unknown implementation '{}' (valid: {})", o.forceImpl, implNames());
+    if (isExtern(*forced) && !onednnBuiltIn()) fail("--force-impl {}: this policyc was built without oneDNN (libdnnl-dev)", o.forceImpl);
   }
   s.kernels.resize(p.kernels.size());
   const bool wide = !o.narrowVectors;  // AVX-512: conv_rows' blocks, transposes' 16 x 8 tiles
@@ -977,7 +979,8 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
         if (!im || std::find(c.begin(), c.end(), *im) == c.end()) {
           std::vector<std::string> names;
           for (Impl i : c) names.push_back(implName(i));
-          fail("kernel '{}' has no implementation '{}' (candidates: {})", k.name, r.impl, fmt::join(names, ", "));
+          fail("kernel '{}' has no implementation '{}' (candidates: {}){}", k.name, r.impl, fmt::join(names, ", "),
+               im && isExtern(*im) && !onednnBuiltIn() ? "; this policyc was built without oneDNN (libdnnl-dev)" : "");
         }
         if (std::find(ks.impls.begin(), ks.impls.end(), *im) == ks.impls.end()) ks.impls.push_back(*im);
       }

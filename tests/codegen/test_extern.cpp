@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "policyc/driver/model_io.h"
+#include "policyc/codegen/backend.h"
 #include "policyc/codegen/cpp_backend.h"
 #include "policyc/codegen/kernel_program.h"
 #include "policyc/driver/autotune.h"
@@ -34,6 +35,19 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path& scratchDir() { return testing::scratchDir("policyc-extern-test"); }
+
+// A test of oneDNN's kernels runs where the compiler was built with oneDNN and says it skipped
+// otherwise ("extern: oneDNN is an implementation only where ..." checks that build).
+bool withOnednn() {
+  if (codegen::onednnBuiltIn()) return true;
+  WARN("skipped: this policyc was built without oneDNN (POLICYC_ONEDNN=OFF or no libdnnl-dev)");
+  return false;
+}
+// `impls` without oneDNN's where the compiler has none.
+std::vector<std::string> available(std::vector<std::string> impls) {
+  if (!codegen::onednnBuiltIn()) std::erase_if(impls, [](const std::string& i) { return i.rfind("onednn", 0) == 0; });
+  return impls;
+}
 
 Value* param(Graph& g, const std::string& name, std::vector<int64_t> shape) {
   Tensor t(DType::F32, shape);
@@ -108,6 +122,7 @@ std::unique_ptr<Graph> postOpGraph() {
 }  // namespace
 
 TEST_CASE("extern: which kernels have which implementations, and the heuristic", "[extern]") {
+  if (!withOnednn()) return;
   auto g = driver::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
   passes::runPipeline(*g);
   codegen::KernelProgram p = codegen::lowerGraph(*g);
@@ -237,6 +252,7 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
 }
 
 TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact, extern kernels link libdnnl", "[extern]") {
+  if (!withOnednn()) return;
   auto g = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   passes::runPipeline(*g);
   codegen::CppOptions o;
@@ -262,7 +278,34 @@ TEST_CASE("extern: --no-extern leaves no oneDNN in the artifact, extern kernels 
   }
 }
 
+// A compiler built without oneDNN (CMake's POLICYC_ONEDNN=OFF, or no libdnnl-dev) offers no oneDNN
+// implementation anywhere and says why when one is asked for; one built with it offers them. Either
+// way the default artifact of a CNN needs no libdnnl.
+TEST_CASE("extern: oneDNN is an implementation only where the compiler was built with it", "[extern]") {
+  auto g = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
+  passes::runPipeline(*g);
+  const codegen::PlannedProgram planned = codegen::planGraph(*g);
+  bool anyOnednn = false;
+  for (const codegen::Kernel& k : planned.program.kernels) {
+    for (const std::string& c : codegen::implCandidates(planned.program, k, true)) anyOnednn = anyOnednn || c.rfind("onednn", 0) == 0;
+  }
+  CHECK(anyOnednn == codegen::onednnBuiltIn());
+  codegen::CppOptions o;
+  CHECK(codegen::generateCpp(*g, o).libraries.empty());
+  o.forceImpl = "onednn";
+  if (codegen::onednnBuiltIn()) {
+    CHECK(codegen::generateCpp(*g, o).libraries == std::vector<std::string>{"dnnl", "gomp"});
+  } else {
+    CHECK_THROWS_WITH(codegen::generateCpp(*g, o), Catch::Contains("--force-impl onednn: this policyc was built without oneDNN"));
+    o.forceImpl.clear();
+    o.choice = codegen::ImplChoice{{planned.program.kernels[0].name, {{-1, "onednn_postops"}}}};
+    CHECK_THROWS_WITH(codegen::generateCpp(*g, o), Catch::Contains("has no implementation 'onednn_postops'") &&
+                                                       Catch::Contains("built without oneDNN (libdnnl-dev)"));
+  }
+}
+
 TEST_CASE("extern: a choice of a missing implementation is one clear error", "[extern]") {
+  if (!withOnednn()) return;
   auto g = driver::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
   passes::runPipeline(*g);
   codegen::CppOptions o;
@@ -279,6 +322,7 @@ TEST_CASE("extern: a choice of a missing implementation is one clear error", "[e
 }
 
 TEST_CASE("extern: post-op chains and residual sums match the interpreter", "[extern]") {
+  if (!withOnednn()) return;
   auto g = postOpGraph();
   auto opt = g->clone();
   passes::runPipeline(*opt);
@@ -315,7 +359,7 @@ void checkImpls(const std::string& model, const std::vector<std::string>& impls,
                                                              : interpret(*g, inputs);
     cases[batch] = {std::move(inputs), std::move(expected)};
   }
-  for (const std::string& impl : impls) {
+  for (const std::string& impl : available(impls)) {
     codegen::CppOptions o;
     o.forceImpl = impl;
     runtime::Model m = build(*g, o, impl);
@@ -343,6 +387,7 @@ TEST_CASE("extern: impala_cnn with every implementation matches the interpreter"
 }
 
 TEST_CASE("extern: changing the thread count between calls keeps oneDNN results right", "[extern]") {
+  if (!withOnednn()) return;
   auto g = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
   codegen::CppOptions o;
   o.forceImpl = "onednn";
@@ -386,7 +431,7 @@ TEST_CASE("extern: max-autotune times every candidate, writes autotune.txt, and 
   }
   CHECK(batchLines == 12);
   CHECK(winners == 12);
-  CHECK(first.report.find("onednn_postops ") != std::string::npos);
+  CHECK((first.report.find("onednn_postops ") != std::string::npos) == codegen::onednnBuiltIn());
   CHECK(first.report.find(fmt::format("backend {}", codegen::backendName(backend))) != std::string::npos);
   CHECK(first.choice.size() == 6);
   // The second tuning of the same kernels is all cache: nothing built, nothing timed.

@@ -48,14 +48,16 @@ int32_t policyc_rt_set_weights(unsigned char*, int64_t, void*, const policyc_ten
 int32_t policyc_rt_get_weights(unsigned char*, int64_t, void*, const policyc_tensor_desc*, int32_t, void*);
 void policyc_rt_weights_read_lock(void*);
 void policyc_rt_weights_read_unlock(void*);
+extern const unsigned char policyc_llvm_support_archive[];
+extern const unsigned char policyc_llvm_support_archive_end[];
+#ifdef POLICYC_HAVE_ONEDNN  // support_onednn.cpp's (codegen::onednnBuiltIn)
 void* policyc_rt_onednn_conv(void**, const char*, const int64_t*, int32_t, const char*, const float*, const float*, const uint64_t*);
 int32_t policyc_rt_onednn_conv_run(void*, const char*, const float*, const float*, float*, int64_t, int32_t, float*, const float**);
 void* policyc_rt_onednn_linear(void**, const char*, const int64_t*, const char*, const float*, const float*, const uint64_t*);
 int32_t policyc_rt_onednn_linear_run(void*, const char*, const float*, float*, int64_t, int32_t);
-extern const unsigned char policyc_llvm_support_archive[];
-extern const unsigned char policyc_llvm_support_archive_end[];
 extern const unsigned char policyc_llvm_onednn_archive[];
 extern const unsigned char policyc_llvm_onednn_archive_end[];
+#endif
 }
 
 namespace policyc::codegen {
@@ -263,9 +265,13 @@ BuildResult buildLlvmSharedObject(const LlvmModule& module, const std::string& o
   std::vector<std::string> argv = {options.compiler, "-shared", "-o", tmpSo, object.string()};
   // oneDNN's support (and libdnnl) only for a model that calls it.
   if (module.impl().usesOnednn) {
+#ifdef POLICYC_HAVE_ONEDNN
     const fs::path a = dir / "libpolicyc_llvm_onednn.a";
     writeAtomically(a.string(), bytes(policyc_llvm_onednn_archive, policyc_llvm_onednn_archive_end));
     argv.insert(argv.end(), {a.string(), "-ldnnl", "-lgomp"});
+#else
+    fail("internal error: a model calls oneDNN, but this policyc was built without it");
+#endif
   }
   argv.insert(argv.end(), {archive.string(), "-lm", "-lpthread"});
   auto start = std::chrono::steady_clock::now();
@@ -348,21 +354,23 @@ std::unique_ptr<JitModel> jitCompile(LlvmModule module) {
   llvm::orc::LLJIT& j = *impl->jit;
   llvm::orc::JITDylib& lib = j.getMainJITDylib();
   // The run-time support from this process; libm's functions (cold paths) from the process too.
-  const std::pair<const char*, void*> symbols[] = {
+  std::vector<std::pair<const char*, void*>> symbols = {
       {llvmbe::kParallelFor, reinterpret_cast<void*>(&policyc_rt_parallel_for)},
       {llvmbe::kThreadWorkspace, reinterpret_cast<void*>(&policyc_rt_thread_workspace)},
       {llvmbe::kRowBlocks, reinterpret_cast<void*>(&policyc_rt_row_blocks)},
       {llvmbe::kNowNs, reinterpret_cast<void*>(&policyc_rt_now_ns)},
       {llvmbe::kProfileRecord, reinterpret_cast<void*>(&policyc_rt_profile_record)},
-      {llvmbe::kOnednnConv, reinterpret_cast<void*>(&policyc_rt_onednn_conv)},
-      {llvmbe::kOnednnConvRun, reinterpret_cast<void*>(&policyc_rt_onednn_conv_run)},
-      {llvmbe::kOnednnLinear, reinterpret_cast<void*>(&policyc_rt_onednn_linear)},
-      {llvmbe::kOnednnLinearRun, reinterpret_cast<void*>(&policyc_rt_onednn_linear_run)},
       {llvmbe::kSetWeights, reinterpret_cast<void*>(&policyc_rt_set_weights)},
       {llvmbe::kGetWeights, reinterpret_cast<void*>(&policyc_rt_get_weights)},
       {llvmbe::kWeightsReadLock, reinterpret_cast<void*>(&policyc_rt_weights_read_lock)},
       {llvmbe::kWeightsReadUnlock, reinterpret_cast<void*>(&policyc_rt_weights_read_unlock)},
   };
+#ifdef POLICYC_HAVE_ONEDNN
+  symbols.insert(symbols.end(), {{llvmbe::kOnednnConv, reinterpret_cast<void*>(&policyc_rt_onednn_conv)},
+                                 {llvmbe::kOnednnConvRun, reinterpret_cast<void*>(&policyc_rt_onednn_conv_run)},
+                                 {llvmbe::kOnednnLinear, reinterpret_cast<void*>(&policyc_rt_onednn_linear)},
+                                 {llvmbe::kOnednnLinearRun, reinterpret_cast<void*>(&policyc_rt_onednn_linear_run)}});
+#endif
   llvm::orc::SymbolMap support;
   for (const auto& [name, address] : symbols) {
     support[j.mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(address), llvm::JITSymbolFlags::Exported};

@@ -22,6 +22,11 @@ const char* backendName(Backend backend);  // interp | cpp | llvm
 // what replaced it). With compiling = true "interp" is refused too.
 Backend parseBackend(std::string_view name, bool compiling = false);
 
+// Whether this compiler was built with oneDNN (libdnnl-dev, CMake's POLICYC_ONEDNN): its
+// primitives are implementations of conv and linear kernels then; without it every kernel of
+// every model is generated code, whatever CodegenOptions::externKernels says.
+bool onednnBuiltIn();
+
 // Runs `emit` (lowering and emission for `backend`); an UnsupportedError from it is re-thrown
 // naming the backend: "unsupported in backend llvm: node 'x' (op): ...".
 template <class F>
