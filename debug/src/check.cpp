@@ -93,6 +93,19 @@ OutputAccuracy accuracyOf(const std::string& name, const ir::Tensor& got, const 
   return a;
 }
 
+}  // namespace
+
+std::pair<double, double> agreementInterval(double fraction, int64_t rows) {
+  if (rows <= 0) return {0.0, 1.0};
+  constexpr double z = 1.959963984540054;  // the normal distribution's 97.5% quantile
+  const double n = static_cast<double>(rows), z2 = z * z;
+  const double center = (fraction + z2 / (2 * n)) / (1 + z2 / n);
+  const double half = z * std::sqrt(fraction * (1 - fraction) / n + z2 / (4 * n * n)) / (1 + z2 / n);
+  return {std::max(0.0, center - half), std::min(1.0, center + half)};
+}
+
+namespace {
+
 // The prefix of the names given to exposed intermediates (never a name an output already has).
 constexpr const char* kExposed = "policyc.node.";
 
@@ -358,7 +371,11 @@ std::string formatCheckReport(const CheckReport& report, const CheckOptions& opt
     for (const OutputAccuracy& a : report.accuracy) {
       s += fmt::format("  {:<24} {:<16} mean |diff| {:.3g}  max |diff| {:.3g}  (rms {:.3g}, budget {:.3g})", escape::message(a.name),
                        a.type, a.meanAbs, a.maxAbs, a.refRms, a.budget);
-      if (a.agreement) s += fmt::format("  argmax agreement {:.2f}% of {} rows", *a.agreement * 100, a.rows);
+      if (a.agreement) {
+        const auto [lo, hi] = agreementInterval(*a.agreement, a.rows);
+        s += fmt::format("  argmax agreement {:.2f}% of {} rows (95% interval {:.2f}-{:.2f}%)", *a.agreement * 100, a.rows, lo * 100,
+                         hi * 100);
+      }
       s += a.pass ? "  PASS\n" : "  FAIL\n";
     }
     if (!report.crash.empty()) s += fmt::format("the compiled model crashed: {}\n", report.crash);
