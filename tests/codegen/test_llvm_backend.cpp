@@ -718,9 +718,10 @@ TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its til
 
 // KernelSchedule::alternateUnits: a linear layer whose packed weights take 512 KiB or more (1024
 // x 160 f32: 640 KiB) walks its units backward every other run, in both printers; the runs give
-// the same bits either way (two runs in a row at each thread count, the C++ backend's and the
-// LLVM one's equal: checkBitwiseBackends). A small layer beside it walks forward always, and so
-// does the large one with int8 weights (160 KiB).
+// the same bits either way (each of three inputs run once each way at each thread count; the C++
+// backend's and the LLVM one's equal: checkBitwiseBackends). A small layer beside it walks forward
+// always (one counted loop only), and so does the large one with int8 weights (160 KiB: no run
+// counter at all).
 TEST_CASE("llvm and cpp backends: a large linear layer alternates its units' order from run to run", "[llvm][cpp]") {
   const std::string text = fmt::format(R"(graph alt(%x: f32[batch,1024]) {{
   %w = param f32[160,1024] [{}]
