@@ -288,46 +288,66 @@ TEST_CASE("precision: panels widened once for many rows give the bits of widenin
 TEST_CASE("precision: narrowed linear layers by tiles of eight rows give the bits of quads", "[precision]") {
   std::vector<codegen::Precision> precisions = {codegen::Precision::Bf16Weights, codegen::Precision::Int8Weights};
   if (codegen::bf16DotTarget("native")) precisions.push_back(codegen::Precision::Bf16);
+  // Rows of 2048 inputs too: panels too long for the widening buffer (bf16 pairs widened inside
+  // each tile from 16 rows, bf16 and int8 panels always).
+  auto longRows = std::make_unique<Graph>("long_rows");
+  {
+    Value* x = longRows->addInput("obs", {DType::F32, {Dim::batch(), 2048}});
+    Tensor w(DType::F32, {32, 2048}), w2(DType::F32, {2, 32});
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 0.01f * static_cast<float>(i % 11) - 0.05f;
+    for (int64_t i = 0; i < w2.numel(); ++i) w2.data<float>()[i] = 0.1f * static_cast<float>(i % 5);
+    Value* h = longRows->addOp(Op::Relu, {longRows->addOp(Op::Linear, {x, longRows->addParam("fc.w", std::move(w))}, {}, "fc")->output()}, {},
+                               "act")->output();
+    longRows->setOutputs({{"out", longRows->addOp(Op::Linear, {h, longRows->addParam("head.w", std::move(w2))}, {}, "head")->output()}});
+  }
   auto g = mlp(nullptr);
-  auto planned = g->clone();
-  passes::runPipeline(*planned);
-  for (codegen::Precision precision : precisions) {
-    INFO(codegen::precisionName(precision));
-    codegen::CppOptions o;
-    o.precision = precision;
-    o.externKernels = false;
-    const std::string source = codegen::generateCpp(*planned, o).source;
-    CHECK_THAT(source, Contains("pc::gemm_8x32(256, x8, wide, bp + j*16, out8") && Contains("pc::gemm_8x32(64, x8, wide, bp + j*16, out8"));
-    // Not widened: eight rows from the narrowed panels (bf16-dot pairs: quads only).
-    CHECK((source.find("pc::gemm_8x32(256, x8, w, bp + j*16, out8") != std::string::npos) == (precision != codegen::Precision::Bf16));
-    std::vector<std::vector<Tensor>> outs;
-    for (const std::string impl : {"", "gemm4x32"}) {
-      for (codegen::Backend backend : {codegen::Backend::Cpp, codegen::Backend::Llvm}) {
-        driver::CompileRequest r;
-        r.backend = backend;
-        r.cpp.precision = precision;
-        r.cpp.externKernels = false;
-        r.cpp.forceImpl = impl;
-        r.cpp.minChunkCost = 0;
-        r.jit = backend == codegen::Backend::Llvm;
-        r.output = (scratch() / fmt::format("octets_{}_{}_{}.so", codegen::precisionName(precision), impl, codegen::backendName(backend))).string();
-        r.cpp.name = "m";
-        r.progress = false;
-        runtime::Model model = driver::loadCompiled(driver::compileGraph(*g, r));
-        std::vector<Tensor> got;
-        for (int64_t batch : {1, 9, 13, 21, 64}) {
-          const std::vector<Tensor> in = driver::randomInputs(*g, batch, 17);
-          Tensor one = driver::runModel(model, in, 1)[0], two = driver::runModel(model, in, 2)[0];
-          CHECK(std::memcmp(one.bytes(), two.bytes(), one.nbytes()) == 0);
-          got.push_back(std::move(one));
-        }
-        outs.push_back(std::move(got));
+  for (const Graph* graph : {g.get(), longRows.get()}) {
+    auto planned = graph->clone();
+    passes::runPipeline(*planned);
+    for (codegen::Precision precision : precisions) {
+      INFO(graph->name() << " " << codegen::precisionName(precision));
+      codegen::CppOptions o;
+      o.precision = precision;
+      o.externKernels = false;
+      const std::string source = codegen::generateCpp(*planned, o).source;
+      if (graph == g.get()) {
+        CHECK_THAT(source, Contains("pc::gemm_8x32(256, x8, wide, bp + j*16, out8") && Contains("pc::gemm_8x32(64, x8, wide, bp + j*16, out8"));
+        // Not widened: eight rows from the narrowed panels (bf16-dot pairs: quads only).
+        CHECK((source.find("pc::gemm_8x32(256, x8, w, bp + j*16, out8") != std::string::npos) == (precision != codegen::Precision::Bf16));
+      } else {
+        CHECK_THAT(source, Contains(precision == codegen::Precision::Bf16 ? "pc::gemm_8x32(2048, x8, reinterpret_cast<const pc::bf16x2*>(w)"
+                                                                         : "pc::gemm_8x32(2048, x8, w, bp + j*16"));
       }
-    }
-    for (size_t m = 1; m < outs.size(); ++m) {
-      for (size_t b = 0; b < outs[0].size(); ++b) {
-        INFO("model " << m << " batch index " << b);
-        CHECK(std::memcmp(outs[0][b].bytes(), outs[m][b].bytes(), outs[0][b].nbytes()) == 0);
+      std::vector<std::vector<Tensor>> outs;
+      for (const std::string impl : {"", "gemm4x32"}) {
+        for (codegen::Backend backend : {codegen::Backend::Cpp, codegen::Backend::Llvm}) {
+          driver::CompileRequest r;
+          r.backend = backend;
+          r.cpp.precision = precision;
+          r.cpp.externKernels = false;
+          r.cpp.forceImpl = impl;
+          r.cpp.minChunkCost = 0;
+          r.jit = backend == codegen::Backend::Llvm;
+          r.output = (scratch() / fmt::format("octets_{}_{}_{}_{}.so", graph->name(), codegen::precisionName(precision), impl,
+                                              codegen::backendName(backend))).string();
+          r.cpp.name = "m";
+          r.progress = false;
+          runtime::Model model = driver::loadCompiled(driver::compileGraph(*graph, r));
+          std::vector<Tensor> got;
+          for (int64_t batch : {1, 9, 13, 21, 64}) {
+            const std::vector<Tensor> in = driver::randomInputs(*graph, batch, 17);
+            Tensor one = driver::runModel(model, in, 1)[0], two = driver::runModel(model, in, 2)[0];
+            CHECK(std::memcmp(one.bytes(), two.bytes(), one.nbytes()) == 0);
+            got.push_back(std::move(one));
+          }
+          outs.push_back(std::move(got));
+        }
+      }
+      for (size_t m = 1; m < outs.size(); ++m) {
+        for (size_t b = 0; b < outs[0].size(); ++b) {
+          INFO("model " << m << " batch index " << b);
+          CHECK(std::memcmp(outs[0][b].bytes(), outs[m][b].bytes(), outs[0][b].nbytes()) == 0);
+        }
       }
     }
   }
