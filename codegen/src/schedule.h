@@ -509,6 +509,10 @@ struct KernelSchedule {
   int64_t widenRows = 0;
   bool widenBuffer = false;
   static constexpr int64_t kWidenRows = 16, kMaxWidenedFloats = 16384;
+  // Whether gemm8x32's eight-row tiles read this layer's panels as stored: not bf16 pairs for
+  // vdpbf16ps, which run as quads (below widenRows rows; from there the widened panels take the
+  // eight-row tiles at every storage).
+  bool octetsOnStored() const { return weightStorage != WeightStorage::Bf16Dot; }
   // A Form::PackedGemm kernel whose epilogue only stores its f32 result densely into an output
   // whose rows (the domain's leading axes flattened) lie `directRows` elements apart: the C++
   // printer has the microkernel write each tile's rows there, where it went through a stack tile

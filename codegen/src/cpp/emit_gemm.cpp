@@ -491,9 +491,8 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     s += "    }\n";
   }
   if (octets) {
-    // Eight rows by the pair as one tile (not on bf16 pairs multiplied by vdpbf16ps: those run as
-    // quads below 16 rows), else the unit's quads.
-    if (ks.weightStorage != WeightStorage::Bf16Dot) s += octetTile("w", "    ");
+    // Eight rows by the pair as one tile (KernelSchedule::octetsOnStored), else the unit's quads.
+    if (ks.octetsOnStored()) s += octetTile("w", "    ");
     s += "    for (int64_t q = r; q < r + 8 && q < rows; q += 4) {\n";
     if (ks.widenRows) s += "      if (widened) {\n" + quadTiles(widePanels, "        ", "q") + "      }\n";
     s += quadTiles("w", "      ", "q");

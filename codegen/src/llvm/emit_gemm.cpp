@@ -620,13 +620,12 @@ void Emitter::emitPackedLinear(const Kernel& k) {
         partial();
       }
     };
-    // The unit's tiles: its quad; or its octet by a pair of panels as one tile, else its two quads
-    // (always quads on bf16 pairs multiplied by vdpbf16ps, as the C++ printer's).
-    auto tiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf) {
+    // The unit's tiles: its quad; or its octet by a pair of panels as one tile (unless `octets` is
+    // false: the stored panels where KernelSchedule::octetsOnStored says no), else its two quads.
+    auto tiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf, bool octets) {
       if (T != 8) return quadTiles(r, w, panelOf);
-      Value* fullOctet = w.storage == WeightStorage::Bf16Dot
-                             ? static_cast<Value*>(b_.getFalse())
-                             : b_.CreateAnd(b_.CreateICmpSLE(b_.CreateAdd(r, c64(8)), rows), b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2))));
+      Value* fullOctet = !octets ? static_cast<Value*>(b_.getFalse())
+                                 : b_.CreateAnd(b_.CreateICmpSLE(b_.CreateAdd(r, c64(8)), rows), b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2))));
       ifElse(
           fullOctet, "octet", [&] { rowTile(r, 8, w, 2); },
           [&] {
@@ -638,7 +637,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     };
     const PanelRef narrow = panelAt(index, j, "w");
     auto narrowPanel = [&](Value* jj) { return panelAt(index, jj, "wj"); };
-    if (!ks.widenRows) return tiles(narrow, narrowPanel);
+    if (!ks.widenRows) return tiles(narrow, narrowPanel, ks.octetsOnStored());
     // A widened run's last rows read the same panels as its quads (every row the same values).
     ifElse(
         widened, "widened",
@@ -648,7 +647,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
               p.storage = WeightStorage::Bf16;
               return p;
             };
-            tiles(asPairs(narrow), [&](Value* jj) { return asPairs(narrowPanel(jj)); });
+            tiles(asPairs(narrow), [&](Value* jj) { return asPairs(narrowPanel(jj)); }, true);
             return;
           }
           ifThen(b_.CreateICmpNE(j, b_.CreateLoad(i64_, wideJ)), "widen", [&] {
@@ -681,9 +680,9 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             p.stride = K * kPanel;
             return p;
           };
-          tiles(widePanel(narrow, j), [&](Value* jj) { return widePanel(narrowPanel(jj), jj); });
+          tiles(widePanel(narrow, j), [&](Value* jj) { return widePanel(narrowPanel(jj), jj); }, true);
         },
-        [&] { tiles(narrow, narrowPanel); });
+        [&] { tiles(narrow, narrowPanel, ks.octetsOnStored()); });
   });
 }
 
