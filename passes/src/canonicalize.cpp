@@ -117,6 +117,14 @@ class Canonicalizer {
     return true;
   }
 
+  // Removes `n`, its users reading `by` instead (a value of n's output's type).
+  bool bypass(Node* n, Value* by, std::string_view counter) {
+    graph_.replaceAllUsesWith(n->output(), by);
+    erase({n});
+    stats_.add(counter);
+    return true;
+  }
+
   static bool isFloatValue(const Value* v) { return ir::isFloat(v->type().dtype); }
 
   // ---- linear layers
@@ -185,12 +193,7 @@ class Canonicalizer {
 
   // ---- no-ops and constant operands
 
-  bool removeIdentity(Node* n) {
-    graph_.replaceAllUsesWith(n->output(), n->input(0));
-    erase({n});
-    stats_.add("identities removed");
-    return true;
-  }
+  bool removeIdentity(Node* n) { return bypass(n, n->input(0), "identities removed"); }
 
   bool divToMul(Node* n) {
     Node* c = paramNode(n->input(1));
@@ -223,10 +226,7 @@ class Canonicalizer {
       if (!c || c->isUpdatable() || !isFloatValue(c->output()) || x->type() != n->output()->type()) continue;
       const std::vector<double> values = toDoubles(c->paramData());
       if (std::any_of(values.begin(), values.end(), [](double v) { return v != 1.0; })) continue;
-      graph_.replaceAllUsesWith(n->output(), x);
-      erase({n});
-      stats_.add("unit products removed");
-      return true;
+      return bypass(n, x, "unit products removed");
     }
     return false;
   }
@@ -265,10 +265,7 @@ class Canonicalizer {
     const std::vector<int64_t>& steps = n->attrInts("steps");
     if (n->output()->type() != n->input(0)->type()) return false;
     if (std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s != 1; })) return false;  // a reversal keeps the type
-    graph_.replaceAllUsesWith(n->output(), n->input(0));
-    erase({n});
-    stats_.add("whole slices removed");
-    return true;
+    return bypass(n, n->input(0), "whole slices removed");
   }
 
   bool unitTransposeToReshape(Node* n) {
@@ -328,12 +325,7 @@ class Canonicalizer {
   }
 
   bool collapseReshapes(Node* n) {
-    if (n->output()->type() == n->input(0)->type()) {
-      graph_.replaceAllUsesWith(n->output(), n->input(0));
-      erase({n});
-      stats_.add("no-op reshapes removed");
-      return true;
-    }
+    if (n->output()->type() == n->input(0)->type()) return bypass(n, n->input(0), "no-op reshapes removed");
     Node* p = n->input(0)->producer();
     if (!isReshapeLike(p) || !onlyUsedBy(graph_, p->output(), n)) return false;
     Value* x = p->input(0);
