@@ -141,12 +141,13 @@ Round rounding(codegen::Precision precision, std::vector<std::string> narrowed) 
 
 // `graph` compiled by `backend` with `precision` (oneDNN off: every conv on the microkernels).
 runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::Precision precision, const std::string& tag,
-                        std::vector<std::string> keep = {}, bool externKernels = false) {
+                        std::vector<std::string> keep = {}, bool externKernels = false, const std::string& forceImpl = "") {
   driver::CompileRequest r;
   r.backend = backend;
   r.cpp.precision = precision;
   r.cpp.keepFp32 = std::move(keep);
   r.cpp.externKernels = externKernels;
+  r.cpp.forceImpl = forceImpl;
   r.cpp.minChunkCost = 0;  // every thread split
   r.jit = backend == codegen::Backend::Llvm;
   r.output = (scratch() / fmt::format("{}_{}_{}.so", graph.name(), tag, codegen::backendName(backend))).string();
@@ -321,18 +322,8 @@ TEST_CASE("precision: narrowed linear layers by tiles of eight rows give the bit
       std::vector<std::vector<Tensor>> outs;
       for (const std::string impl : {"", "gemm4x32"}) {
         for (codegen::Backend backend : {codegen::Backend::Cpp, codegen::Backend::Llvm}) {
-          driver::CompileRequest r;
-          r.backend = backend;
-          r.cpp.precision = precision;
-          r.cpp.externKernels = false;
-          r.cpp.forceImpl = impl;
-          r.cpp.minChunkCost = 0;
-          r.jit = backend == codegen::Backend::Llvm;
-          r.output = (scratch() / fmt::format("octets_{}_{}_{}_{}.so", graph->name(), codegen::precisionName(precision), impl,
-                                              codegen::backendName(backend))).string();
-          r.cpp.name = "m";
-          r.progress = false;
-          runtime::Model model = driver::loadCompiled(driver::compileGraph(*graph, r));
+          const std::string tag = fmt::format("octets_{}_{}", codegen::precisionName(precision), impl);
+          runtime::Model model = compiled(*graph, backend, precision, tag, {}, false, impl);
           std::vector<Tensor> got;
           for (int64_t batch : {1, 9, 13, 21, 64}) {
             const std::vector<Tensor> in = driver::randomInputs(*graph, batch, 17);
