@@ -521,6 +521,7 @@ ScheduleOptions scheduleOptions(const CodegenOptions& o) {
   s.tuning = o.tuning;
   s.precision = o.precision;
   s.keepFp32 = o.keepFp32;
+  s.minInt8Weights = o.minInt8Weights;
   s.rowBlockBytes = o.rowBlockBytes;
   return s;
 }
@@ -661,7 +662,9 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
       continue;
     }
     if (w.isUpdatable() || tooSmallToNarrow(p, k)) continue;
-    if (o.precision == Precision::Int8Weights) {
+    if (o.precision == Precision::Int8Weights && packedN(p, k) * packedK(p, k) < o.minInt8Weights) {
+      ks[i].weightStorage = WeightStorage::Bf16;  // in L2 anyway: bf16's error, one widening instruction
+    } else if (o.precision == Precision::Int8Weights) {
       const float* d = w.paramData().data<float>();
       if (!std::all_of(d, d + w.paramData().numel(), [](float v) { return std::isfinite(v); })) continue;  // no scale for inf
       ks[i].weightStorage = WeightStorage::Int8;

@@ -328,6 +328,7 @@ struct ScheduleOptions {
   bool bf16Dot = false;
   Precision precision = Precision::Fp32;  // CodegenOptions::precision and keepFp32
   std::vector<std::string> keepFp32;
+  int64_t minInt8Weights = kMinInt8Weights;                // CodegenOptions::minInt8Weights
   int64_t rowBlockBytes = CodegenOptions::kRowBlockBytes;  // CodegenOptions::rowBlockBytes
 };
 

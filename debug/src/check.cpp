@@ -361,11 +361,16 @@ std::string formatCheckReport(const CheckReport& report, const CheckOptions& opt
     for (const auto& [layer, storage] : report.layers) narrowed += storage != codegen::WeightStorage::F32;
     s += fmt::format("precision {}: {} of {} linear/conv layers narrowed", codegen::precisionName(precision), narrowed,
                      report.layers.size());
-    std::vector<std::string> kept;
+    // Under int8-weights the layers too small for int8 store bf16 (codegen::kMinInt8Weights).
+    std::vector<std::string> kept, bf16;
     for (const auto& [layer, storage] : report.layers) {
       if (storage == codegen::WeightStorage::F32) kept.push_back(escape::message(layer));
+      if (precision == codegen::Precision::Int8Weights && storage == codegen::WeightStorage::Bf16) bf16.push_back(escape::message(layer));
     }
-    s += kept.empty() ? "\n" : fmt::format(" (kept fp32: {})\n", fmt::join(kept, ", "));
+    std::vector<std::string> notes;
+    if (!kept.empty()) notes.push_back(fmt::format("kept fp32: {}", fmt::join(kept, ", ")));
+    if (!bf16.empty()) notes.push_back(fmt::format("bf16 for their size: {}", fmt::join(bf16, ", ")));
+    s += notes.empty() ? "\n" : fmt::format(" ({})\n", fmt::join(notes, "; "));
     s += fmt::format("budget: mean |diff| <= {:g}% of the fp32 output's RMS; argmax agreement >= {:g}% on discrete heads\n",
                      precisionBudgetFraction(precision) * 100, options.minAgreement * 100);
     for (const OutputAccuracy& a : report.accuracy) {

@@ -58,13 +58,14 @@ void writeHeader(const std::string& path, const std::string& text) {
   asError([&] { files::writeAtomic(path, text); });
 }
 
-// --precision, --keep-fp32 and --row-block-bytes as part of a key ("" for the defaults: keys made
+// --precision, --keep-fp32, the int8 layers' least size and --row-block-bytes as part of a key ("" for the defaults: keys made
 // before them hold).
 std::string codeOptionsKey(const codegen::CodegenOptions& o) {
   std::string key;
   if (o.precision != codegen::Precision::Fp32 || !o.keepFp32.empty()) {
     key += fmt::format("|precision {} keep {}", codegen::precisionName(o.precision), fmt::join(o.keepFp32, ","));
   }
+  if (o.minInt8Weights != codegen::kMinInt8Weights) key += fmt::format("|min-int8-weights {}", o.minInt8Weights);
   if (o.rowBlockBytes != codegen::CodegenOptions::kRowBlockBytes) key += fmt::format("|row-block-bytes {}", o.rowBlockBytes);
   return key;
 }

@@ -149,6 +149,7 @@ runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::P
   r.cpp.externKernels = externKernels;
   r.cpp.forceImpl = forceImpl;
   r.cpp.minChunkCost = 0;  // every thread split
+  r.cpp.minInt8Weights = codegen::kMinReducedWeights;  // int8-weights: every narrowed layer int8
   r.jit = backend == codegen::Backend::Llvm;
   r.output = (scratch() / fmt::format("{}_{}_{}.so", graph.name(), tag, codegen::backendName(backend))).string();
   r.cpp.name = "m";
@@ -159,7 +160,8 @@ runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::P
 // Each narrowed layer's name and storage (on a target with AVX512_BF16 when bf16Dot), sorted.
 std::vector<std::pair<std::string, codegen::WeightStorage>> narrowedStorages(const Graph& graph, codegen::Precision precision,
                                                                              std::vector<std::string> keep = {}, bool bf16Dot = false,
-                                                                             bool externKernels = false, std::string forceImpl = "") {
+                                                                             bool externKernels = false, std::string forceImpl = "",
+                                                                             int64_t minInt8Weights = codegen::kMinReducedWeights) {
   auto g = graph.clone();
   passes::runPipeline(*g);
   codegen::PlannedProgram planned = codegen::planGraph(*g);
@@ -168,6 +170,7 @@ std::vector<std::pair<std::string, codegen::WeightStorage>> narrowedStorages(con
   o.externKernels = externKernels;
   o.forceImpl = std::move(forceImpl);
   o.keepFp32 = std::move(keep);
+  o.minInt8Weights = minInt8Weights;
   std::vector<std::pair<std::string, codegen::WeightStorage>> out;
   for (const auto& [layer, storage] : codegen::weightStorages(planned.program, planned.plan, o, bf16Dot)) {
     if (storage != codegen::WeightStorage::F32) out.emplace_back(layer, storage);
@@ -200,6 +203,15 @@ TEST_CASE("precision: the rule narrows the large layers and keeps the heads, --k
   CHECK(narrowedLayers(*g, codegen::Precision::Bf16Weights) == std::vector<std::string>{"fc1", "fc2"});
   CHECK(narrowedLayers(*g, codegen::Precision::Int8Weights, {"fc1"}) == std::vector<std::string>{"fc2"});
   CHECK(narrowedLayers(*cnn(nullptr), codegen::Precision::Bf16) == std::vector<std::string>{"conv"});
+  // int8-weights stores int8 from kMinInt8Weights weights, bf16 below (fc1 16384, fc2 65536):
+  // at the threshold int8, one under it bf16.
+  using codegen::WeightStorage;
+  using Storages = std::vector<std::pair<std::string, WeightStorage>>;
+  const auto int8From = [&](int64_t least) { return narrowedStorages(*g, codegen::Precision::Int8Weights, {}, false, false, "", least); };
+  CHECK(int8From(codegen::kMinInt8Weights) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
+  CHECK(int8From(65536) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Int8}});
+  CHECK(int8From(65537) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
+  CHECK(int8From(16384) == Storages{{"fc1", WeightStorage::Int8}, {"fc2", WeightStorage::Int8}});
   // A name that is no layer is one error listing the layers.
   CHECK_THROWS_WITH(narrowedLayers(*g, codegen::Precision::Bf16Weights, {"fc9"}),
                     Contains("--keep-fp32: 'fc9' names no linear or conv layer") && Contains("'fc2'"));
@@ -256,12 +268,14 @@ TEST_CASE("precision: panels widened once for many rows give the bits of widenin
     codegen::CppOptions o;
     o.precision = precision;
     o.externKernels = false;
+    o.minInt8Weights = codegen::kMinReducedWeights;
     const std::string source = codegen::generateCpp(*planned, o).source;
     CHECK_THAT(source, Contains("pc::widenPanels(64, w,") && Contains("pc::widenPanels(256, w,"));
     CHECK_THAT(source, Contains(precision == codegen::Precision::Int8Weights ? "pc::WideI8 wide[" : "float wide["));
     codegen::LlvmOptions llvm;
     llvm.precision = precision;
     llvm.externKernels = false;
+    llvm.minInt8Weights = codegen::kMinReducedWeights;
     llvm.keepUnoptimizedIr = true;
     CHECK_THAT(codegen::generateLlvm(*planned, llvm).unoptimizedIr(), Contains("%widened = icmp sge i64"));
     std::vector<Tensor> many = driver::randomInputs(*g, 21, 9);
@@ -376,8 +390,10 @@ TEST_CASE("precision: check --precision reports agreement and the budget, fp32 m
   CHECK(r.accuracy[0].meanAbs <= r.accuracy[0].budget);
   CHECK(r.layers.size() == 3);
   const std::string text = debug::formatCheckReport(r, o);
-  CHECK_THAT(text, Contains("precision int8-weights: 2 of 3 linear/conv layers narrowed") && Contains("argmax agreement") &&
-                       Contains("of 200 rows (95% interval ") && Contains("budget"));
+  CHECK_THAT(text, Contains("precision int8-weights: 2 of 3 linear/conv layers narrowed (kept fp32: head; bf16 for their size: fc1, fc2)") &&
+                       Contains("argmax agreement") && Contains("of 200 rows (95% interval ") && Contains("budget"));
+  o.compile.cpp.minInt8Weights = 65536;
+  CHECK_THAT(debug::formatCheckReport(debug::checkModel(*g, inputs, o), o), Contains("narrowed (kept fp32: head; bf16 for their size: fc1)\n"));
   // An impossible bar fails.
   o.minAgreement = 1.01;
   CHECK_FALSE(debug::checkModel(*g, inputs, o).pass);
