@@ -1027,6 +1027,66 @@ PC_GEMM_RXP(8, 16)
 PC_GEMM_RXP(8, 32)
 #undef PC_GEMM_RXP
 
+// ---- dot products along k (Impl::DotRows: a linear layer of at most 8 outputs, w as the model
+// has it, [N][K]). Rows x[0 .. R) by the N rows of w: lane l of sixteen partial sums takes k =
+// 16i + l for ascending i (a multiply-add each; the lanes past K add +0 products), then lanes
+// l + 8 into l, l + 4, l + 2, l + 1, and bias[n] last, into out[r][n] — the LLVM printer's order
+// (Emitter::emitDotRows), so both backends give the same bits.
+template <int R, int N>
+PC_INLINE void dotRows(int64_t K, const float* const* x, const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*out)[8]) {
+  static_assert(R >= 1 && R <= 4 && N >= 1 && N <= 8 && R * N <= 16, "dot_rows tile");
+  typedef float f32x4 __attribute__((vector_size(16)));
+#if defined(__AVX512F__)
+  f32x16 acc[R][N] = {};
+  auto step = [&](auto load) {  // one block of 16 k's: load(p) its 16 floats from p
+    f32x16 xv[R];
+    for (int r = 0; r < R; ++r) xv[r] = load(x[r]);
+    for (int n = 0; n < N; ++n) {
+      const f32x16 wv = load(w + n * K);
+      for (int r = 0; r < R; ++r) acc[r][n] += xv[r] * wv;
+    }
+  };
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) step([&](const float* p) { return load16(p + k); });
+  if (k < K) {
+    const unsigned short m = static_cast<unsigned short>((1u << (K - k)) - 1u);
+    step([&](const float* p) { return __builtin_ia32_loadups512_mask(p + k, f32x16{}, m); });
+  }
+  auto sum8 = [&](int r, int n) { return lo8(acc[r][n]) + hi8(acc[r][n]); };
+#else
+  // Without AVX-512 each block as its two halves (lanes 0-7, 8-15): lane by lane the same sums.
+  f32x8 acc[R][N][2] = {};
+  auto step = [&](auto load) {
+    for (int h = 0; h < 2; ++h) {
+      f32x8 xv[R];
+      for (int r = 0; r < R; ++r) xv[r] = load(x[r], h);
+      for (int n = 0; n < N; ++n) {
+        const f32x8 wv = load(w + n * K, h);
+        for (int r = 0; r < R; ++r) acc[r][n][h] += xv[r] * wv;
+      }
+    }
+  };
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) step([&](const float* p, int h) { return load8(p + k + 8 * h); });
+  if (k < K) {
+    step([&](const float* p, int h) {
+      float t[8] = {};
+      for (int64_t l = 0; l < 8 && k + 8 * h + l < K; ++l) t[l] = p[k + 8 * h + l];
+      return load8(t);
+    });
+  }
+  auto sum8 = [&](int r, int n) { return acc[r][n][0] + acc[r][n][1]; };
+#endif
+  for (int r = 0; r < R; ++r) {
+    for (int n = 0; n < N; ++n) {
+      const f32x8 s8 = sum8(r, n);
+      const f32x4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+      const float s = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+      out[r][n] = s + bias[n];
+    }
+  }
+}
+
 // ---- threads. A run with threads > 1 splits each large kernel's outer iteration space into
 // contiguous chunks of whole units (rows, row quads x weight panels, position quads); a unit is
 // computed by the same code whichever thread runs it, so results are bitwise identical for every

@@ -26,7 +26,7 @@ using ir::Op;
 
 namespace {
 
-constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16", "gemm8x32"};
+constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16", "gemm8x32", "dot_rows"};
 constexpr size_t kWeightAlign = 64;
 
 std::string upper(std::string s) {
@@ -289,6 +289,11 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
     v.push_back(Impl::Gemm8x32);
   }
   if (k.kind == KernelKind::Linear) v.push_back(Impl::Gemm8x32);
+  // dot_rows reads the f32 weight as it is, [N, K]: a layer too small to be narrowed at any
+  // precision (heads keep f32 anyway) or kept f32.
+  if (k.kind == KernelKind::Linear && packedN(p, k) <= kDotRowsMaxN && (precision == Precision::Fp32 || tooSmallToNarrow(p, k))) {
+    v.push_back(Impl::DotRows);
+  }
   return v;
 }
 
@@ -318,6 +323,10 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   // (docs/performance.md), with f32, bf16 or int8 weights. Products in bf16 (no gemm8x32) stay
   // below: oneDNN's bf16 convs ran atari_cnn at batch 64 2.2x faster than gemm4x32's vdpbf16ps tiles.
   if (k.kind == KernelKind::Conv && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
+  // Heads of at most eight outputs: dot products along k at every batch size (a 256 -> 1 value
+  // head at batch 64 5.5 -> 0.5 us, at batch 1 0.16 -> 0.05; docs/performance.md). Without
+  // AVX-512 only a single output: the tile's accumulators, each two 8-lane halves, would spill.
+  if (has(Impl::DotRows) && (!narrowVectors || packedN(p, k) == 1)) return Impl::DotRows;
   // Linear layers of two panels or more with AVX-512: tiles of eight rows by two panels (sixteen
   // accumulators; gemm4x32's eight keep the two 512-bit FMA pipes waiting on the FMA latency): a
   // 1024 x 1024 layer at 64 rows 121 -> 161 GFLOP/s on its own (docs/performance.md). At every
@@ -756,6 +765,24 @@ ThreadSplit perRowSplit(const Kernel& k, int64_t perRow, int64_t cost) {
   return sp;
 }
 
+// The rows of a linear kernel (all leading dims flattened: per batch row, or a static count),
+// the split's rows before tile and cost are set.
+ThreadSplit rowGroupSplit(const Kernel& k) {
+  ThreadSplit sp;
+  sp.rowsPerBatch = 0;
+  sp.rowsFixed = 1;
+  for (size_t d = 0; d + 1 < k.domain.size(); ++d) {
+    if (k.domain[d].isBatch()) {
+      sp.rowsPerBatch = sp.rowsFixed;
+      sp.rowsFixed = 0;
+    } else {
+      sp.rowsPerBatch *= k.domain[d].value();
+      sp.rowsFixed *= k.domain[d].value();
+    }
+  }
+  return sp;
+}
+
 }  // namespace
 
 ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<Impl> impl, bool wideVectors) {
@@ -766,6 +793,14 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
     if (k.kind == KernelKind::Linear) return perRowSplit(k, 1, packedN(p, k) * bodyCost);
     const int64_t M = k.domain[1].value(), P = k.domain[2].value() * k.domain[3].value();
     return perRowSplit(k, M, P * bodyCost);  // (image, channel) pairs, each over the positions
+  }
+  if (impl == Impl::DotRows) {
+    // A tile of rows (all leading dims flattened) by every output.
+    ThreadSplit sp = rowGroupSplit(k);
+    sp.tile = dotRowsTile(packedN(p, k));
+    sp.costFixed = packedN(p, k) * packedK(p, k);
+    sp.tileCost = true;  // a unit of fewer rows does less
+    return sp;
   }
   if (impl == Impl::ConvRows) {
     // An output row of one image by a block of channels (ConvRowTiles).
@@ -786,18 +821,7 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
       // cache while every row passes.
       const int64_t per = panelsPerTile(impl.value_or(Impl::Gemm4x32));
       const int64_t panels = (packedN(p, k) + kPanel - 1) / kPanel;
-      ThreadSplit sp;
-      sp.rowsPerBatch = 0;
-      sp.rowsFixed = 1;
-      for (size_t d = 0; d + 1 < k.domain.size(); ++d) {
-        if (k.domain[d].isBatch()) {
-          sp.rowsPerBatch = sp.rowsFixed;
-          sp.rowsFixed = 0;
-        } else {
-          sp.rowsPerBatch *= k.domain[d].value();
-          sp.rowsFixed *= k.domain[d].value();
-        }
-      }
+      ThreadSplit sp = rowGroupSplit(k);
       sp.tile = rowsPerTile(impl.value_or(Impl::Gemm4x32));
       sp.mult = (panels + per - 1) / per;
       sp.costFixed = per * kPanel * packedK(p, k);

@@ -26,7 +26,13 @@ namespace policyc::codegen {
 // 8-lane accumulators with AVX2, where gemm4x16's eight leave the FMA pipes waiting on their latency).
 // Gemm8x32: a conv's implicit GEMM by tiles of eight output positions times two panels (sixteen
 // 16-lane accumulators with AVX-512, for its two 512-bit FMA pipes).
-enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps, ConvRows, Gemm6x16, Gemm8x32 };
+// DotRows: a linear layer of at most kDotRowsMaxN outputs (a value or small action head) as dot
+// products along k, dotRowsTile(N) rows at a time: sixteen lanes of k per multiply-add where a
+// panel's tile used N lanes of sixteen (a 256 -> 1 value head at batch 64 took 5.5 us on gemm4x32).
+enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps, ConvRows, Gemm6x16, Gemm8x32, DotRows };
+inline constexpr int64_t kDotRowsMaxN = 8;
+// The rows of a dot_rows tile: four by up to 4 outputs, two by up to 8 (sixteen accumulators).
+constexpr int64_t dotRowsTile(int64_t N) { return N <= 4 ? 4 : 2; }
 const char* implName(Impl i);
 bool isExtern(Impl i);  // a oneDNN primitive: the model links libdnnl
 bool usesPanels(Impl i);  // reads the weight packed as panels (gemm4x32, gemm4x16, gemm6x16, gemm8x32)

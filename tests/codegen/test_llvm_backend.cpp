@@ -813,6 +813,46 @@ TEST_CASE("llvm and cpp backends: a linear layer's partial last panel runs its e
   checkGeneratedBitwise(*graph, splitCpp(*graph), "vector_tail", {1, 3, 8, 13, 64}, 31, 1e-5);
 }
 
+// Impl::DotRows: linear layers of at most 8 outputs (a value head of 1, heads of 3 and 8, one
+// without bias) as dot products along k (K 256, a whole number of 16-lane blocks; 40 and 7, a
+// masked last block), rows in tiles of 4 (up to 4 outputs) or 2 (up to 8), the last rows one by
+// one, over rows of a [batch, 3, K] input too: both backends the same bits at 1-3 threads,
+// within 1e-5 of the interpreter; the heuristic picks it, a layer of 9 outputs keeps its panels.
+TEST_CASE("llvm and cpp backends: small heads as dot products along k", "[llvm][cpp]") {
+  auto weights = [](int64_t n) { return paramValues(n, 0.03125, 11, -0.17); };
+  const std::string text = fmt::format(R"(graph d(%x: f32[batch,256], %y: f32[batch,3,40], %z: f32[batch,7]) {{
+  %w1 = param f32[1,256] [{}]
+  %b1 = param f32[1] [{}]
+  %v = linear(%x, %w1, %b1) : f32[batch,1]
+  %w8 = param f32[8,256] [{}]
+  %b8 = param f32[8] [{}]
+  %l8 = linear(%x, %w8, %b8) : f32[batch,8]
+  %t8 = tanh(%l8) : f32[batch,8]
+  %w3 = param f32[3,40] [{}]
+  %l3 = linear(%y, %w3) : f32[batch,3,3]
+  %r3 = relu(%l3) : f32[batch,3,3]
+  %w5 = param f32[5,7] [{}]
+  %b5 = param f32[5] [{}]
+  %l5 = linear(%z, %w5, %b5) : f32[batch,5]
+  %w9 = param f32[9,256] [{}]
+  %l9 = linear(%x, %w9) : f32[batch,9]
+  return (v=%v, t8=%t8, r3=%r3, l5=%l5, l9=%l9)
+}})", weights(256), weights(1), weights(2048), weights(8), weights(120), weights(35), weights(5), weights(2304));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
+  using Catch::Contains;
+  CHECK_THAT(generated.source, Contains("pc::dotRows<4, 1>(256,") && Contains("pc::dotRows<2, 8>(256,") &&
+                                   Contains("pc::dotRows<4, 3>(40,") && Contains("pc::dotRows<2, 5>(7,") && Contains("pc::dotRows<1, 1>(256,"));
+  CHECK(generated.source.find("pc::dotRows<4, 9>") == std::string::npos);
+  CHECK_THAT(generated.source, Contains("pc::gemm_4x16(256,"));  // the 9 outputs: one panel
+  checkGeneratedBitwise(*graph, generated, "dot_rows", {1, 2, 3, 5, 8, 13}, 37, 1e-5);
+  // --force-impl gemm4x32 puts them back on the panels.
+  codegen::CppOptions panels;
+  panels.forceImpl = "gemm4x32";
+  CHECK(codegen::generateCpp(*graph, panels).source.find("pc::dotRows<") == std::string::npos);
+}
+
 namespace {
 
 // At each batch size: the first model (1 thread) within 1e-5 of the interpreter, and every model

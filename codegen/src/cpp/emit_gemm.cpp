@@ -329,40 +329,72 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
   return code;
 }
 
-std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per, int64_t tileRows) const {
+Emitter::LinearRows Emitter::linearRows(const Kernel& k) const {
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const size_t R = k.domain.size();
+  LinearRows l;
+  l.vars = axisVars("i", R);
+  l.rows = "1";
+  for (size_t d = 0; d + 1 < R; ++d) l.rows += " * " + dimStr(k.domain[d]);
+  std::vector<std::string> idx(X.type.rank(), "0");
+  std::string rem = "r";
+  for (size_t d = R - 1; d-- > 0;) {
+    if (d == 0) {
+      l.decomp += fmt::format("const int64_t {} = {}; ", l.vars[0], rem);
+    } else {
+      l.decomp += fmt::format("const int64_t {} = {} % {}; const int64_t {}q = {} / {}; ", l.vars[d], rem, dimStr(k.domain[d]),
+                              l.vars[d], rem, dimStr(k.domain[d]));
+      rem = l.vars[d] + "q";
+    }
+    idx[d] = l.vars[d];
+  }
+  l.rowFn = fmt::format("  auto row = [&](int64_t r) -> const float* {{ {}return {} + {}; }};\n", l.decomp, ptrName(X.root), addressOf(X.id, idx));
+  std::vector<std::string> callVars(l.vars.begin(), l.vars.end() - 1);
+  callVars.push_back("n");
+  l.finishFn = fmt::format("  auto finish = [&](int64_t r, int64_t n, float acc) {{ {}{} }};\n", l.decomp, callEpilogue(callVars, "acc"));
+  return l;
+}
+
+std::string Emitter::emitDotRows(const Kernel& k, size_t index) const {
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  const int64_t N = packedN(k), K = packedK(k);
+  const LinearRows l = linearRows(k);
+  std::string s = emitEpilogueLambda(k, accType(k));
+  s += anchorComment(k);
+  const int64_t T = dotRowsTile(N);
+  s += fmt::format("  // dot_rows: x [rows, {}] by the weight's {} row(s) of {} as dot products along k, {} rows a unit\n", K, N, K, T);
+  s += fmt::format("  const float* PC_RESTRICT wr = {} + {};\n", ptrName(W.root), W.offset);
+  s += fmt::format("  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n", s_.kernels[index].packedBias);
+  s += l.rowFn + l.finishFn;
+  s += fmt::format("  const int64_t rows = {};\n  float out[4][8];\n", l.rows);
+  s += unitLoop();
+  std::vector<std::string> ptrs = {"row(r)"};
+  for (int64_t t = 1; t < T; ++t) ptrs.push_back(fmt::format("row(r + {})", t));
+  s += fmt::format("    const int64_t r = static_cast<int64_t>(uq * {});\n", T);
+  s += fmt::format("    if (r + {} <= rows) {{\n      const float* xs[{}] = {{{}}};\n", T, T, fmt::join(ptrs, ", "));
+  s += fmt::format("      pc::dotRows<{}, {}>({}, xs, wr, bp, out);\n", T, N, K);
+  s += fmt::format("      for (int64_t t = 0; t < {}; ++t) {{\n        for (int64_t n = 0; n < {}; ++n) finish(r + t, n, out[t][n]);\n      }}\n", T, N);
+  s += "      continue;\n    }\n";
+  s += "    for (int64_t t = r; t < rows; ++t) {  // the last rows one by one: the same sums\n";
+  s += fmt::format("      const float* x1[1] = {{row(t)}};\n      pc::dotRows<1, {}>({}, x1, wr, bp, out);\n", N, K);
+  s += fmt::format("      for (int64_t n = 0; n < {}; ++n) finish(t, n, out[0][n]);\n    }}\n  }}\n", N);
+  return s;
+}
+
+std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per, int64_t tileRows) const {
   int64_t N = packedN(k), K = packedK(k);
   int64_t panels = (N + kPanel - 1) / kPanel;
-  size_t R = k.domain.size();
-  std::vector<std::string> vars = axisVars("i", R);
-  std::string rowsExpr = "1";
-  for (size_t d = 0; d + 1 < R; ++d) rowsExpr += " * " + dimStr(k.domain[d]);
-  // Row r of x (all leading dims flattened) as its index variables.
-  std::string decomp;
-  std::vector<std::string> idx(X.type.rank(), "0");
-  {
-    std::string rem = "r";
-    for (size_t d = R - 1; d-- > 0;) {
-      if (d == 0) {
-        decomp += fmt::format("const int64_t {} = {}; ", vars[0], rem);
-      } else {
-        decomp += fmt::format("const int64_t {} = {} % {}; const int64_t {}q = {} / {}; ", vars[d], rem,
-                              dimStr(k.domain[d]), vars[d], rem, dimStr(k.domain[d]));
-        rem = vars[d] + "q";
-      }
-      idx[d] = vars[d];
-    }
-  }
-  std::vector<std::string> callVars(vars.begin(), vars.end() - 1);
-  callVars.push_back("n");
+  const LinearRows l = linearRows(k);
+  const std::vector<std::string>& vars = l.vars;
+  const std::string& decomp = l.decomp;
+  const std::string& rowsExpr = l.rows;
   const KernelSchedule& ks = s_.kernels[index];
   std::optional<std::string> vec = ks.vectorEpilogue && !ks.directRows ? vectorEpilogue(k, vars) : std::nullopt;
   std::string s = vec || ks.directRows ? "" : emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   s += fmt::format("  // x [rows, {}] times the weight packed as [{} panels][{}][16] (bias folded into bp).\n", K, panels, K);
   s += packedPointers(index);
-  s += fmt::format("  auto row = [&](int64_t r) -> const float* {{ {}return {} + {}; }};\n", decomp, ptrName(X.root),
-                   addressOf(X.id, idx));
+  s += l.rowFn;
   if (ks.directRows) {
     // KernelSchedule::directRows: the epilogue only stores; the microkernels write there.
     const Instr& store = k.body[1];
@@ -373,7 +405,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     s += fmt::format("  auto dst = [&](int64_t r, int64_t n0) -> float* {{ {}return {} + {}; }};  // -> %{}\n", decomp,
                      ptrName(out.root), address(store.buffer, store.index, at), cComment(ir::formatName(out.name)));
   } else if (!vec) {
-    s += fmt::format("  auto finish = [&](int64_t r, int64_t n, float acc) {{ {}{} }};\n", decomp, callEpilogue(callVars, "acc"));
+    s += l.finishFn;
   } else {
     // Comments inside the one-line lambda would swallow the code after them: keep them above.
     std::string comments, body;

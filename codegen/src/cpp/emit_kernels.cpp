@@ -52,8 +52,8 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
   for (int id : k.reads()) roots.insert(p_.buffer(id).root);
   for (int id : k.writes()) roots.insert(p_.buffer(id).root);
   if (packable(k)) {
-    // Read through their packed copies (conv_rows reads the weight as it is).
-    if (impl != Impl::ConvRows) roots.erase(p_.buffer(k.anchorInputs[1]).root);
+    // Read through their packed copies (conv_rows and dot_rows read the weight as it is).
+    if (impl != Impl::ConvRows && impl != Impl::DotRows) roots.erase(p_.buffer(k.anchorInputs[1]).root);
     if (k.anchorInputs.size() > 2) roots.erase(p_.buffer(k.anchorInputs[2]).root);
   }
   std::vector<RootPtr> ptrs;
@@ -104,7 +104,9 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
     switch (s_.kernels[index].form) {
       case Form::Pointwise: s += emitPointwise(k); break;
       case Form::Gemm: s += emitLinear(k); break;
-      case Form::PackedGemm: s += emitPackedLinear(k, index, per, impl ? rowsPerTile(*impl) : 4); break;
+      case Form::PackedGemm:
+        s += impl == Impl::DotRows ? emitDotRows(k, index) : emitPackedLinear(k, index, per, impl ? rowsPerTile(*impl) : 4);
+        break;
       case Form::DirectConv: s += emitConv(k, index); break;
       case Form::PackedConv: s += impl == Impl::ConvRows ? emitConvRows(k, index) : emitPackedConv(k, index, impl); break;
       case Form::Pool: s += emitPool(k); break;

@@ -211,6 +211,17 @@ class Emitter {
   // `per` panels per unit of work: 2 runs the 4x32 microkernel (two panels), 1 the 4x16 one.
   // per: panels a tile (gemm4x32 2, gemm4x16 1); tileRows: rows a unit (8 for gemm8x32, else 4).
   std::string emitPackedLinear(const Kernel& k, size_t index, int64_t per = 2, int64_t tileRows = 4) const;
+  // A linear layer as Impl::DotRows: dotRowsTile(N) rows at a time by the weight's (at most 8)
+  // rows, as it is, through pc::dotRows; the last rows one by one; the scalar epilogue.
+  std::string emitDotRows(const Kernel& k, size_t index) const;
+  // A linear kernel's rows (all leading dims flattened): the domain's variables, the rows'
+  // count, the statements that decompose row r into them, `row(r)` (its pointer into x) and
+  // `finish(r, n, acc)` (the scalar epilogue of output n), as C++ lambdas.
+  struct LinearRows {
+    std::vector<std::string> vars;
+    std::string rows, decomp, rowFn, finishFn;
+  };
+  LinearRows linearRows(const Kernel& k) const;
 
   // 2-D conv with a constant weight as an implicit GEMM: a tile of output positions (4, or 6 for
   // gemm6x16) reads its windows in place, or gathers them (im2col, zeros for padding) into a stack

@@ -499,40 +499,115 @@ void Emitter::finishPanel(const Kernel& k, const std::vector<Value*>& rowVars, V
   }, false);
 }
 
+Value* Emitter::linearRows(const Kernel& k) {
+  std::vector<ir::Dim> lead(k.domain.begin(), k.domain.end() - 1);
+  return product(b_, lead, -1, 1)(batch_);
+}
+
+std::vector<Value*> Emitter::linearRowVars(const Kernel& k, Value* r) {
+  const size_t R = k.domain.size();
+  std::vector<Value*> v(R - 1, nullptr);
+  Value* rem = r;
+  for (size_t d = R - 1; d-- > 0;) {
+    if (d == 0) {
+      v[0] = rem;
+    } else {
+      Value* ext = dimValue(k.domain[d]);
+      v[d] = b_.CreateSRem(rem, ext);
+      rem = b_.CreateSDiv(rem, ext);
+    }
+  }
+  return v;
+}
+
+Value* Emitter::linearRowPtr(const Kernel& k, const std::vector<Value*>& vars) {
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  std::vector<Value*> idx(X.type.rank(), nullptr);
+  for (size_t d = 0; d < vars.size(); ++d) idx[d] = vars[d];
+  return elemPtr(X.id, idx);
+}
+
+void Emitter::emitDotRows(const Kernel& k) {
+  const size_t index = static_cast<size_t>(&k - p_.kernels.data());
+  const Buffer& W = p_.buffer(k.anchorInputs[1]);
+  const int64_t N = packedN(p_, k), K = packedK(p_, k);
+  const DType accT = accType(k);
+  llvm::Type* v16 = llvm::FixedVectorType::get(f32_, 16);
+  Value* zero = llvm::Constant::getNullValue(v16);
+  Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
+  Value* rows = linearRows(k);
+  // `count` rows from r0 as pc::dotRows<count, N>: sixteen lanes of partial sums per row and
+  // output over the blocks of 16 k's (the last one's lanes past K masked to +0), then lanes
+  // l + 8, l + 4, l + 2, l + 1 into l, plus the bias.
+  auto tile = [&](Value* r0, int64_t count) {
+    std::vector<std::vector<Value*>> rv;
+    std::vector<Value*> xp;
+    for (int64_t t = 0; t < count; ++t) {
+      rv.push_back(linearRowVars(k, b_.CreateAdd(r0, c64(t))));
+      xp.push_back(linearRowPtr(k, rv.back()));
+    }
+    std::vector<llvm::AllocaInst*> acc;
+    for (int64_t i = 0; i < count * N; ++i) {
+      acc.push_back(local(v16, fmt::format("dot{}", i)));
+      b_.CreateStore(zero, acc.back());
+    }
+    auto step = [&](Value* k0, Value* mask) {
+      auto load = [&](Value* base) -> Value* {
+        Value* at = b_.CreateInBoundsGEP(f32_, base, k0);
+        if (mask) return b_.CreateMaskedLoad(v16, at, llvm::Align(4), mask, zero);
+        return b_.CreateAlignedLoad(v16, at, llvm::Align(4));
+      };
+      std::vector<Value*> xv;
+      for (Value* x : xp) xv.push_back(load(x));
+      for (int64_t n = 0; n < N; ++n) {
+        Value* wv = load(elemPtr(W.id, {c64(n), c64(0)}));
+        for (int64_t t = 0; t < count; ++t) {
+          llvm::AllocaInst* a = acc[static_cast<size_t>(t * N + n)];
+          b_.CreateStore(fma(xv[static_cast<size_t>(t)], wv, b_.CreateLoad(v16, a)), a);
+        }
+      }
+    };
+    if (K >= 16) forCount(K / 16, "kb", [&](Value* kb) { step(b_.CreateMul(kb, c64(16)), nullptr); });
+    if (K % 16) {
+      std::vector<llvm::Constant*> on;
+      for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i < K % 16));
+      step(c64(K / 16 * 16), llvm::ConstantVector::get(on));
+    }
+    for (int64_t t = 0; t < count; ++t) {
+      for (int64_t n = 0; n < N; ++n) {
+        Value* a = b_.CreateLoad(v16, acc[static_cast<size_t>(t * N + n)]);
+        Value* s8 = b_.CreateFAdd(b_.CreateShuffleVector(a, {0, 1, 2, 3, 4, 5, 6, 7}), b_.CreateShuffleVector(a, {8, 9, 10, 11, 12, 13, 14, 15}));
+        Value* s4 = b_.CreateFAdd(b_.CreateShuffleVector(s8, {0, 1, 2, 3}), b_.CreateShuffleVector(s8, {4, 5, 6, 7}));
+        auto lane = [&](unsigned l) { return b_.CreateExtractElement(s4, static_cast<uint64_t>(l)); };
+        Value* sum = b_.CreateFAdd(b_.CreateFAdd(lane(0), lane(2)), b_.CreateFAdd(lane(1), lane(3)));
+        sum = b_.CreateFAdd(sum, b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, bp, c64(n)), "bias"), nodeLabel(k.anchor));
+        std::vector<Value*> vars = rv[static_cast<size_t>(t)];
+        vars.push_back(c64(n));
+        emitBody(k.body, vars, convert(sum, DType::F32, accT));
+      }
+    }
+  };
+  // Units: a tile of rows (dotRowsTile, the C++ backend's); past the last whole one, row by row.
+  const int64_t T = dotRowsTile(N);
+  forRange(lo_, hi_, "u", [&](Value* u) {
+    Value* r = b_.CreateMul(u, c64(T), "r");
+    ifElse(b_.CreateICmpSLE(b_.CreateAdd(r, c64(T)), rows), "tile", [&] { tile(r, T); },
+           [&] { forRange(r, rows, "t", [&](Value* t) { tile(t, 1); }, false); });
+  });
+}
+
 void Emitter::emitPackedLinear(const Kernel& k) {
   const size_t index = static_cast<size_t>(&k - p_.kernels.data());
-  const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const int64_t N = packedN(p_, k), K = packedK(p_, k), panels = (N + kPanel - 1) / kPanel;
-  const size_t R = k.domain.size();
   const bool vec = s_.kernels[index].vectorEpilogue;
   const int per = panelGroup();
-  std::vector<ir::Dim> lead(k.domain.begin(), k.domain.end() - 1);
-  auto rowsOf = product(b_, lead, -1, 1);
   Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
-  Value* rows = rowsOf(batch_);
+  Value* rows = linearRows(k);
   // Units: a quad of rows (an octet with gemm8x32) by a group of panels, as the C++ backend's.
   const int64_t T = impl_ ? rowsPerTile(*impl_) : 4;
   Value* quads = b_.CreateSDiv(b_.CreateAdd(rows, c64(T - 1)), c64(T), "quads");
-  // Row r of x (leading dims flattened) as its domain variables, and its pointer.
-  auto rowVars = [&](Value* r) {
-    std::vector<Value*> v(R - 1, nullptr);
-    Value* rem = r;
-    for (size_t d = R - 1; d-- > 0;) {
-      if (d == 0) {
-        v[0] = rem;
-      } else {
-        Value* ext = dimValue(k.domain[d]);
-        v[d] = b_.CreateSRem(rem, ext);
-        rem = b_.CreateSDiv(rem, ext);
-      }
-    }
-    return v;
-  };
-  auto rowPtr = [&](const std::vector<Value*>& v) {
-    std::vector<Value*> idx(X.type.rank(), nullptr);
-    for (size_t d = 0; d + 1 < R; ++d) idx[d] = v[d];
-    return elemPtr(X.id, idx);
-  };
+  auto rowVars = [&](Value* r) { return linearRowVars(k, r); };
+  auto rowPtr = [&](const std::vector<Value*>& v) { return linearRowPtr(k, v); };
   // Narrowed panels widened to f32 once for the many rows that pass them (KernelSchedule::widenRows).
   const KernelSchedule& ks = s_.kernels[index];
   llvm::AllocaInst *wide = nullptr, *wideJ = nullptr;

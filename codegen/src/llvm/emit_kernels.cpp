@@ -96,7 +96,7 @@ llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, 
     switch (s_.kernels[ki].form) {
       case Form::Pointwise: emitPointwise(k); break;
       case Form::Gemm: emitLinear(k); break;
-      case Form::PackedGemm: emitPackedLinear(k); break;
+      case Form::PackedGemm: impl_ == Impl::DotRows ? emitDotRows(k) : emitPackedLinear(k); break;
       case Form::DirectConv: emitConv(k); break;
       case Form::PackedConv: impl_ == Impl::ConvRows ? emitConvRows(k) : emitPackedConv(k); break;
       case Form::Pool: emitPool(k); break;

@@ -238,6 +238,14 @@ class Emitter : llvmbe::Builder {
   // panels per unit of work (a pair for gemm4x32, one for gemm4x16; group-major, so the group
   // stays in cache while every row passes).
   void emitPackedLinear(const Kernel& k);
+  // A linear layer as Impl::DotRows (pc::dotRows' order): dotRowsTile(N) rows a unit by the
+  // weight's (at most 8) rows as they are, dot products along k; the last rows one by one.
+  void emitDotRows(const Kernel& k);
+  // A linear kernel's rows (its leading dims flattened): their count, row r's domain variables
+  // and its pointer into x.
+  Value* linearRows(const Kernel& k);
+  std::vector<Value*> linearRowVars(const Kernel& k, Value* r);
+  Value* linearRowPtr(const Kernel& k, const std::vector<Value*>& vars);
   // The panels a microkernel call covers in implementation impl_ (gemm4x16: 1, else 2).
   int panelGroup() const { return impl_ ? static_cast<int>(panelsPerTile(*impl_)) : 2; }
 
