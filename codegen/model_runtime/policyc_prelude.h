@@ -1030,8 +1030,18 @@ PC_GEMM_RXP(8, 32)
 // ---- dot products along k (Impl::DotRows: a linear layer of at most 8 outputs, w as the model
 // has it, [N][K]). Rows x[0 .. R) by the N rows of w: lane l of sixteen partial sums takes k =
 // 16i + l for ascending i (a multiply-add each; the lanes past K add +0 products), then lanes
-// l + 8 into l, l + 4, l + 2, l + 1, and bias[n] last, into out[r][n] — the LLVM printer's order
+// l + 8 into l, l + 4, l + 2, l + 1, and bias[n] last, into out[r][n]: the LLVM printer's order
 // (Emitter::emitDotRows), so both backends give the same bits.
+// x * w + acc in one rounding where the target has FMA (GCC left some of dotRows' products in a
+// masked last block unfused under -ffp-contract=fast), as the LLVM printer's fmuladd is there;
+// a multiply and an add where it has none, as fmuladd is there.
+PC_INLINE f32x8 fmadd8(f32x8 x, f32x8 w, f32x8 acc) {
+#if defined(__FMA__)
+  return __builtin_ia32_vfmaddps256(x, w, acc);
+#else
+  return acc + x * w;
+#endif
+}
 template <int R, int N>
 PC_INLINE void dotRows(int64_t K, const float* const* x, const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*out)[8]) {
   static_assert(R >= 1 && R <= 4 && N >= 1 && N <= 8 && R * N <= 16, "dot_rows tile");
@@ -1043,7 +1053,7 @@ PC_INLINE void dotRows(int64_t K, const float* const* x, const float* PC_RESTRIC
     for (int r = 0; r < R; ++r) xv[r] = load(x[r]);
     for (int n = 0; n < N; ++n) {
       const f32x16 wv = load(w + n * K);
-      for (int r = 0; r < R; ++r) acc[r][n] += xv[r] * wv;
+      for (int r = 0; r < R; ++r) acc[r][n] = __builtin_ia32_vfmaddps512_mask(xv[r], wv, acc[r][n], 0xffff, 4 /* current rounding */);
     }
   };
   int64_t k = 0;
@@ -1062,7 +1072,7 @@ PC_INLINE void dotRows(int64_t K, const float* const* x, const float* PC_RESTRIC
       for (int r = 0; r < R; ++r) xv[r] = load(x[r], h);
       for (int n = 0; n < N; ++n) {
         const f32x8 wv = load(w + n * K, h);
-        for (int r = 0; r < R; ++r) acc[r][n][h] += xv[r] * wv;
+        for (int r = 0; r < R; ++r) acc[r][n][h] = fmadd8(xv[r], wv, acc[r][n][h]);
       }
     }
   };

@@ -141,15 +141,18 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   CHECK(codegen::batchRangeBounds({8}) == std::vector<int64_t>{-1});
   // The heuristic: linear layers stay generated; with AVX-512 those of two panels or more over
   // rows of 64 or more (the two 256-input hidden layers; not the first over the observation, nor
-  // the heads of 12 and 1 outputs) by tiles of eight rows, at every batch.
+  // the head of 12 outputs) by tiles of eight rows, at every batch; the value head (1 output) as
+  // dot products along k, with AVX-512 or without.
+  CHECK(codegen::implCandidates(p, p.kernels.back(), true) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32", "dot_rows"});
   for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true)) {
     INFO(name);
     const bool octets = name == "fused_linear_bias_tanh_1" || name == "fused_linear_bias_tanh_2";
-    CHECK(d == codegen::ImplDispatch{{-1, octets ? "gemm8x32" : "gemm4x32"}});
+    CHECK(d == codegen::ImplDispatch{{-1, name == "linear_bias_4" ? "dot_rows" : octets ? "gemm8x32" : "gemm4x32"}});
   }
   // Without AVX-512 (16 registers of 256 bits) the one-panel microkernel, whose accumulators fit.
   for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true, std::nullopt, true)) {
-    CHECK(d == codegen::ImplDispatch{{-1, "gemm4x16"}});
+    INFO(name);
+    CHECK(d == codegen::ImplDispatch{{-1, name == "linear_bias_4" ? "dot_rows" : "gemm4x16"}});
   }
   CHECK(codegen::narrowVectorTarget("x86-64-v3"));
   CHECK(codegen::narrowVectorTarget("generic"));
