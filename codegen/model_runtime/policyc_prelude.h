@@ -1027,7 +1027,7 @@ PC_GEMM_RXP(8, 16)
 PC_GEMM_RXP(8, 32)
 #undef PC_GEMM_RXP
 
-// ---- dot products along k (Impl::DotRows: a linear layer of at most 8 outputs, w as the model
+// ---- dot products along k (Impl::DotRows: a linear layer of at most 12 outputs, w as the model
 // has it, [N][K]). Rows x[0 .. R) by the N rows of w: lane l of sixteen partial sums takes k =
 // 16i + l for ascending i (a multiply-add each; the lanes past K add +0 products), then lanes
 // l + 8 into l, l + 4, l + 2, l + 1, and bias[n] last, into out[r][n]: the LLVM printer's order
@@ -1043,8 +1043,8 @@ PC_INLINE f32x8 fmadd8(f32x8 x, f32x8 w, f32x8 acc) {
 #endif
 }
 template <int R, int N>
-PC_INLINE void dotRows(int64_t K, const float* const* x, const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*out)[8]) {
-  static_assert(R >= 1 && R <= 4 && N >= 1 && N <= 8 && R * N <= 16, "dot_rows tile");
+PC_INLINE void dotRows(int64_t K, const float* const* x, const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*out)[16]) {
+  static_assert(R >= 1 && R <= 4 && N >= 1 && N <= 16 && R * N <= 16, "dot_rows tile");
   typedef float f32x4 __attribute__((vector_size(16)));
 #if defined(__AVX512F__)
   f32x16 acc[R][N] = {};

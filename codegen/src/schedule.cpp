@@ -323,7 +323,7 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   // (docs/performance.md), with f32, bf16 or int8 weights. Products in bf16 (no gemm8x32) stay
   // below: oneDNN's bf16 convs ran atari_cnn at batch 64 2.2x faster than gemm4x32's vdpbf16ps tiles.
   if (k.kind == KernelKind::Conv && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
-  // Heads of at most eight outputs: dot products along k at every batch size (a 256 -> 1 value
+  // Heads of at most twelve outputs: dot products along k at every batch size (a 256 -> 1 value
   // head at batch 64 5.5 -> 0.5 us, at batch 1 0.16 -> 0.05; docs/performance.md). Without
   // AVX-512 only a single output: the tile's accumulators, each two 8-lane halves, would spill.
   if (has(Impl::DotRows) && (!narrowVectors || packedN(p, k) == 1)) return Impl::DotRows;

@@ -95,14 +95,16 @@ void checkBitwiseBackends(const ir::Graph& graph, runtime::Model& cppModel, runt
 }
 
 // `generated` (the C++ source of `graph`) built as NAME.so and checked as checkBitwiseBackends does
-// against the LLVM backend's JIT of `graph` (every kernel split as far as it goes).
+// against the LLVM backend's JIT of `graph` (every kernel split as far as it goes; forceImpl: the
+// implementation the C++ source was forced to, the JIT's too).
 void checkGeneratedBitwise(const ir::Graph& graph, const codegen::GeneratedCpp& generated, const std::string& name,
-                           std::initializer_list<int64_t> batches, uint64_t seed, double tolerance) {
+                           std::initializer_list<int64_t> batches, uint64_t seed, double tolerance, const std::string& forceImpl = "") {
   const fs::path so = scratch() / (name + ".so");
   codegen::buildSharedObject(generated, so.string(), {});
   runtime::Model cppModel = runtime::Model::load(so.string());
   codegen::LlvmOptions llvm;
   llvm.minChunkCost = 0;
+  llvm.forceImpl = forceImpl;  // the one the C++ source was generated with
   runtime::Model llvmModel = jitModel(graph, llvm);
   checkBitwiseBackends(graph, cppModel, llvmModel, batches, seed, tolerance);
 }
@@ -449,7 +451,7 @@ TEST_CASE("llvm backend: module.ll names each kernel and ties values to their gr
   codegen::LlvmModule module = codegen::generateLlvm(*optimized("ppo_mlp"), options);
   const std::string& ir = module.unoptimizedIr();
   // The weights are left out of the dump (and it says so), not out of the module.
-  CHECK(ir.find("@pc_weights = private unnamed_addr constant [580736 x i8] zeroinitializer, align 64  ; 580736 bytes of weights elided") !=
+  CHECK(ir.find("@pc_weights = private unnamed_addr constant [576640 x i8] zeroinitializer, align 64  ; 576640 bytes of weights elided") !=
         std::string::npos);
   CHECK(module.ir().find("zeroinitializer, align 64") == std::string::npos);
   CHECK(ir.find("define internal void @fused_linear_bias_tanh_0(ptr %ctx, i64 %lo, i64 %hi)") != std::string::npos);
@@ -639,9 +641,8 @@ TEST_CASE("llvm backend: a pointwise loop is vectorised only along unit-stride a
 
 // The schedule decides which packed epilogues run on whole 16-column panels; both printers follow
 // it: a linear layer of whole panels with an f32 body does (the C++ backend's finish16, no
-// per-column panel in the LLVM function), a head of 12 columns does not (in the LLVM printer it
-// runs on the first lanes of a vector instead: KernelSchedule::vectorTail, no per-column panel
-// either; the value head of 1 runs dot_rows, no panel at all), and neither does a layer whose anchor carries an injected accuracy fault (the scalar
+// per-column panel in the LLVM function), the heads of 12 and 1 columns run dot_rows (no panel at
+// all), and neither does a layer whose anchor carries an injected accuracy fault (the scalar
 // epilogue carries it).
 TEST_CASE("llvm and cpp backends: a packed epilogue runs on whole panels where the schedule says so", "[llvm][cpp]") {
   auto graph = optimized("ppo_mlp");
@@ -660,8 +661,9 @@ TEST_CASE("llvm and cpp backends: a packed epilogue runs on whole panels where t
     for (const char* layer : {"fused_linear_bias_tanh_0", "fused_linear_bias_tanh_1", "fused_linear_bias_tanh_2"}) {
       CHECK((fn(ir, layer).find("%panel") == std::string::npos) == !fault);
     }
-    CHECK((fn(ir, "linear_bias_3").find("%panel") == std::string::npos) == !fault);  // 12 columns
-    CHECK(fn(ir, "linear_bias_4").find("%panel") == std::string::npos);  // 1 column: dot_rows, a scalar epilogue either way
+    // The heads of 12 and 1 columns run dot_rows: no panel, a scalar epilogue either way.
+    CHECK(fn(ir, "linear_bias_3").find("%panel") == std::string::npos);
+    CHECK(fn(ir, "linear_bias_4").find("%panel") == std::string::npos);
     const std::string source = codegen::generateCpp(*graph, cpp).source;
     size_t panels = 0;
     for (size_t at = 0; (at = source.find("auto finish16", at)) != std::string::npos; ++at) ++panels;
@@ -713,7 +715,7 @@ TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its til
   const codegen::GeneratedCpp octets = codegen::generateCpp(*graph, cpp);
   CHECK(octets.source.find("pc::gemm_8x32(16, x8, w, bp + j*16, dst(r, j*16), 48);") != std::string::npos);
   CHECK(octets.source.find("bp + j*16, dst(q, j*16), 64)") != std::string::npos);
-  checkGeneratedBitwise(*graph, octets, "direct_rows_octets", {1, 3, 9, 21}, 29, 1e-5);
+  checkGeneratedBitwise(*graph, octets, "direct_rows_octets", {1, 3, 9, 21}, 29, 1e-5, "gemm8x32");
 }
 
 // KernelSchedule::alternateUnits: a linear layer whose packed weights take 512 KiB or more (1024
@@ -772,30 +774,30 @@ TEST_CASE("llvm and cpp backends: a large linear layer alternates its units' ord
 }
 
 // KernelSchedule::vectorTail: a packed linear layer whose last panel is partial runs that
-// panel's epilogue on the first N % 16 lanes of a vector in the LLVM printer (a policy head of 12
+// panel's epilogue on the first N % 16 lanes of a vector in the LLVM printer (a policy head of 13
 // with tanh; 40 columns, two whole panels and one of 8, with an exp and a sigmoid; one panel of
-// 12 whose outputs go to two places) and whole panels on whole vectors; a layer of whole panels
+// 13 whose outputs go to two places) and whole panels on whole vectors; a layer of whole panels
 // keeps vectorEpilogue. The same bits as the C++ backend's column loop, at several batch sizes
 // and 1 and 2 threads, within 1e-5 of the interpreter.
 TEST_CASE("llvm and cpp backends: a linear layer's partial last panel runs its epilogue on vector lanes", "[llvm][cpp]") {
   auto weights = [](int64_t n) { return paramValues(n, 0.0625, 9, -0.25); };
   const std::string text = fmt::format(R"(graph t(%x: f32[batch,24]) {{
-  %w = param f32[12,24] [{}]
-  %b = param f32[12] [{}]
-  %h = linear(%x, %w, %b) : f32[batch,12]
-  %a = tanh(%h) : f32[batch,12]
+  %w = param f32[13,24] [{}]
+  %b = param f32[13] [{}]
+  %h = linear(%x, %w, %b) : f32[batch,13]
+  %a = tanh(%h) : f32[batch,13]
   %v = param f32[40,24] [{}]
   %l = linear(%x, %v) : f32[batch,40]
   %e = exp(%l) : f32[batch,40]
   %s = sigmoid(%e) : f32[batch,40]
-  %u = param f32[12,24] [{}]
-  %m = linear(%x, %u) : f32[batch,12]
-  %r = relu(%m) : f32[batch,12]
+  %u = param f32[13,24] [{}]
+  %m = linear(%x, %u) : f32[batch,13]
+  %r = relu(%m) : f32[batch,13]
   %q = param f32[32,24] [{}]
   %z = linear(%x, %q) : f32[batch,32]
   %t = tanh(%z) : f32[batch,32]
   return (a=%a, s=%s, m=%m, r=%r, t=%t)
-}})", weights(288), weights(12), weights(960), weights(288), weights(768));
+}})", weights(312), weights(13), weights(960), weights(312), weights(768));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
   codegen::LlvmOptions llvm;
@@ -813,11 +815,11 @@ TEST_CASE("llvm and cpp backends: a linear layer's partial last panel runs its e
   checkGeneratedBitwise(*graph, splitCpp(*graph), "vector_tail", {1, 3, 8, 13, 64}, 31, 1e-5);
 }
 
-// Impl::DotRows: linear layers of at most 8 outputs (a value head of 1, heads of 3 and 8, one
-// without bias) as dot products along k (K 256, a whole number of 16-lane blocks; 40 and 7, a
-// masked last block), rows in tiles of 4 (up to 4 outputs) or 2 (up to 8), the last rows one by
-// one, over rows of a [batch, 3, K] input too: both backends the same bits at 1-3 threads,
-// within 1e-5 of the interpreter; the heuristic picks it, a layer of 9 outputs keeps its panels.
+// Impl::DotRows: linear layers of at most 12 outputs (a value head of 1, heads of 3, 5, 8 and 12,
+// some without bias) as dot products along k (K 256, a whole number of 16-lane blocks; 40 and 7,
+// a masked last block), rows in tiles of 4 (up to 4 outputs), 2 (up to 8) or 1, the last rows one
+// by one, over rows of a [batch, 3, K] input too: both backends the same bits at 1-3 threads,
+// within 1e-5 of the interpreter; the heuristic picks it, a layer of 13 outputs keeps its panels.
 TEST_CASE("llvm and cpp backends: small heads as dot products along k", "[llvm][cpp]") {
   auto weights = [](int64_t n) { return paramValues(n, 0.03125, 11, -0.17); };
   const std::string text = fmt::format(R"(graph d(%x: f32[batch,256], %y: f32[batch,3,40], %z: f32[batch,7]) {{
@@ -834,18 +836,21 @@ TEST_CASE("llvm and cpp backends: small heads as dot products along k", "[llvm][
   %w5 = param f32[5,7] [{}]
   %b5 = param f32[5] [{}]
   %l5 = linear(%z, %w5, %b5) : f32[batch,5]
-  %w9 = param f32[9,256] [{}]
-  %l9 = linear(%x, %w9) : f32[batch,9]
-  return (v=%v, t8=%t8, r3=%r3, l5=%l5, l9=%l9)
-}})", weights(256), weights(1), weights(2048), weights(8), weights(120), weights(35), weights(5), weights(2304));
+  %w12 = param f32[12,256] [{}]
+  %l12 = linear(%x, %w12) : f32[batch,12]
+  %w13 = param f32[13,256] [{}]
+  %l13 = linear(%x, %w13) : f32[batch,13]
+  return (v=%v, t8=%t8, r3=%r3, l5=%l5, l12=%l12, l13=%l13)
+}})", weights(256), weights(1), weights(2048), weights(8), weights(120), weights(35), weights(5), weights(3072), weights(3328));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
   const codegen::GeneratedCpp generated = splitCpp(*graph);
   using Catch::Contains;
   CHECK_THAT(generated.source, Contains("pc::dotRows<4, 1>(256,") && Contains("pc::dotRows<2, 8>(256,") &&
-                                   Contains("pc::dotRows<4, 3>(40,") && Contains("pc::dotRows<2, 5>(7,") && Contains("pc::dotRows<1, 1>(256,"));
-  CHECK(generated.source.find("pc::dotRows<4, 9>") == std::string::npos);
-  CHECK_THAT(generated.source, Contains("pc::gemm_4x16(256,"));  // the 9 outputs: one panel
+                                   Contains("pc::dotRows<4, 3>(40,") && Contains("pc::dotRows<2, 5>(7,") && Contains("pc::dotRows<1, 1>(256,") &&
+                                   Contains("pc::dotRows<1, 12>(256,"));
+  CHECK(generated.source.find("pc::dotRows<1, 13>") == std::string::npos);
+  CHECK_THAT(generated.source, Contains("pc::gemm_4x16(256,"));  // the 13 outputs: one panel
   checkGeneratedBitwise(*graph, generated, "dot_rows", {1, 2, 3, 5, 8, 13}, 37, 1e-5);
   // --force-impl gemm4x32 puts them back on the panels.
   codegen::CppOptions panels;

@@ -366,7 +366,7 @@ std::string Emitter::emitDotRows(const Kernel& k, size_t index) const {
   s += fmt::format("  const float* PC_RESTRICT wr = {} + {};\n", ptrName(W.root), W.offset);
   s += fmt::format("  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n", s_.kernels[index].packedBias);
   s += l.rowFn + l.finishFn;
-  s += fmt::format("  const int64_t rows = {};\n  float out[4][8];\n", l.rows);
+  s += fmt::format("  const int64_t rows = {};\n  float out[4][16];\n", l.rows);
   s += unitLoop();
   std::vector<std::string> ptrs = {"row(r)"};
   for (int64_t t = 1; t < T; ++t) ptrs.push_back(fmt::format("row(r + {})", t));

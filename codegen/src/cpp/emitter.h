@@ -211,7 +211,7 @@ class Emitter {
   // `per` panels per unit of work: 2 runs the 4x32 microkernel (two panels), 1 the 4x16 one.
   // per: panels a tile (gemm4x32 2, gemm4x16 1); tileRows: rows a unit (8 for gemm8x32, else 4).
   std::string emitPackedLinear(const Kernel& k, size_t index, int64_t per = 2, int64_t tileRows = 4) const;
-  // A linear layer as Impl::DotRows: dotRowsTile(N) rows at a time by the weight's (at most 8)
+  // A linear layer as Impl::DotRows: dotRowsTile(N) rows at a time by the weight's (at most 12)
   // rows, as it is, through pc::dotRows; the last rows one by one; the scalar epilogue.
   std::string emitDotRows(const Kernel& k, size_t index) const;
   // A linear kernel's rows (all leading dims flattened): the domain's variables, the rows'

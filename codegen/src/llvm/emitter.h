@@ -239,7 +239,7 @@ class Emitter : llvmbe::Builder {
   // stays in cache while every row passes).
   void emitPackedLinear(const Kernel& k);
   // A linear layer as Impl::DotRows (pc::dotRows' order): dotRowsTile(N) rows a unit by the
-  // weight's (at most 8) rows as they are, dot products along k; the last rows one by one.
+  // weight's (at most 12) rows as they are, dot products along k; the last rows one by one.
   void emitDotRows(const Kernel& k);
   // A linear kernel's rows (its leading dims flattened): their count, row r's domain variables
   // and its pointer into x.
