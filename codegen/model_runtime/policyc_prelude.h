@@ -1087,12 +1087,31 @@ PC_INLINE void dotRows(int64_t K, const float* const* x, const float* PC_RESTRIC
   }
   auto sum8 = [&](int r, int n) { return acc[r][n][0] + acc[r][n][1]; };
 #endif
-  for (int r = 0; r < R; ++r) {
-    for (int n = 0; n < N; ++n) {
-      const f32x8 s8 = sum8(r, n);
+  if constexpr (N == 1) {
+    for (int r = 0; r < R; ++r) {
+      const f32x8 s8 = sum8(r, 0);
       const f32x4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
-      const float s = (s4[0] + s4[2]) + (s4[1] + s4[3]);
-      out[r][n] = s + bias[n];
+      out[r][0] = ((s4[0] + s4[2]) + (s4[1] + s4[3])) + bias[0];
+    }
+    return;
+  }
+  // Four outputs at a time, transposed so that lane j sums output n0 + j: the same additions.
+  // bias and out have 16 columns: the lanes past N compute what is never read.
+  for (int r = 0; r < R; ++r) {
+    for (int n0 = 0; n0 < N; n0 += 4) {
+      f32x4 s4[4];
+      for (int j = 0; j < 4; ++j) {
+        const f32x8 s8 = n0 + j < N ? sum8(r, n0 + j < N ? n0 + j : 0) : f32x8{};
+        s4[j] = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+      }
+      const f32x4 u01 = __builtin_shufflevector(s4[0], s4[1], 0, 4, 1, 5), u23 = __builtin_shufflevector(s4[0], s4[1], 2, 6, 3, 7);
+      const f32x4 v01 = __builtin_shufflevector(s4[2], s4[3], 0, 4, 1, 5), v23 = __builtin_shufflevector(s4[2], s4[3], 2, 6, 3, 7);
+      const f32x4 l0 = __builtin_shufflevector(u01, v01, 0, 1, 4, 5), l1 = __builtin_shufflevector(u01, v01, 2, 3, 6, 7);
+      const f32x4 l2 = __builtin_shufflevector(u23, v23, 0, 1, 4, 5), l3 = __builtin_shufflevector(u23, v23, 2, 3, 6, 7);
+      f32x4 b;
+      std::memcpy(&b, bias + n0, sizeof b);
+      const f32x4 t = ((l0 + l2) + (l1 + l3)) + b;
+      std::memcpy(&out[r][n0], &t, sizeof t);
     }
   }
 }

@@ -329,6 +329,22 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
   return code;
 }
 
+std::pair<std::string, std::string> Emitter::oneLine(const std::string& code) {
+  // Comments inside the one-line lambda would swallow the code after them: keep them above.
+  std::string comments, body;
+  for (size_t p0 = 0, p1; p0 < code.size(); p0 = p1 + 1) {
+    p1 = code.find('\n', p0);
+    if (p1 == std::string::npos) p1 = code.size();
+    std::string line = code.substr(p0, p1 - p0);
+    if (line.rfind("// ", 0) == 0) {
+      comments += "  " + line + "\n";
+    } else {
+      body += " " + line;
+    }
+  }
+  return {comments, body};
+}
+
 Emitter::LinearRows Emitter::linearRows(const Kernel& k) const {
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const size_t R = k.domain.size();
@@ -359,25 +375,39 @@ std::string Emitter::emitDotRows(const Kernel& k, size_t index) const {
   const Buffer& W = p_.buffer(k.anchorInputs[1]);
   const int64_t N = packedN(k), K = packedK(k);
   const LinearRows l = linearRows(k);
-  std::string s = emitEpilogueLambda(k, accType(k));
+  // A row's outputs (up to 8) as one vector where the schedule vectorises the epilogue and this
+  // printer has its vector form (a policy head's tanh: GCC left the column loop scalar).
+  const KernelSchedule& ks = s_.kernels[index];
+  std::optional<std::string> vec;
+  if (N <= 8 && (ks.vectorEpilogue || ks.vectorTail)) vec = vectorEpilogue(k, l.vars, "0", 8, N < 8 ? static_cast<int>(N) : 0);
+  std::string s = vec ? "" : emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   const int64_t T = dotRowsTile(N);
   s += fmt::format("  // dot_rows: x [rows, {}] by the weight's {} row(s) of {} as dot products along k, {} rows a unit\n", K, N, K, T);
   s += fmt::format("  const float* PC_RESTRICT wr = {} + {};\n", ptrName(W.root), W.offset);
   s += fmt::format("  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n", s_.kernels[index].packedBias);
-  s += l.rowFn + l.finishFn;
-  s += fmt::format("  const int64_t rows = {};\n  float out[4][16];\n", l.rows);
+  s += l.rowFn;
+  if (vec) {
+    const auto [comments, body] = oneLine(*vec);
+    s += "  // the epilogue on a row's outputs at once\n" + comments;
+    s += fmt::format("  auto finishRow = [&](int64_t r, const float* acc) {{ {}pc::f32x8 v = pc::load8(acc);{} }};\n", l.decomp, body);
+  } else {
+    s += l.finishFn;
+    s += fmt::format("  auto finishRow = [&](int64_t r, const float* acc) {{ for (int64_t n = 0; n < {}; ++n) finish(r, n, acc[n]); }};\n", N);
+  }
+  // zeros past the outputs: the vector epilogue reads 8 lanes (no denormal or NaN garbage)
+  s += fmt::format("  const int64_t rows = {};\n  float out[4][16] = {{}};\n", l.rows);
   s += unitLoop();
   std::vector<std::string> ptrs = {"row(r)"};
   for (int64_t t = 1; t < T; ++t) ptrs.push_back(fmt::format("row(r + {})", t));
   s += fmt::format("    const int64_t r = static_cast<int64_t>(uq * {});\n", T);
   s += fmt::format("    if (r + {} <= rows) {{\n      const float* xs[{}] = {{{}}};\n", T, T, fmt::join(ptrs, ", "));
   s += fmt::format("      pc::dotRows<{}, {}>({}, xs, wr, bp, out);\n", T, N, K);
-  s += fmt::format("      for (int64_t t = 0; t < {}; ++t) {{\n        for (int64_t n = 0; n < {}; ++n) finish(r + t, n, out[t][n]);\n      }}\n", T, N);
+  s += fmt::format("      for (int64_t t = 0; t < {}; ++t) finishRow(r + t, out[t]);\n", T);
   s += "      continue;\n    }\n";
   s += "    for (int64_t t = r; t < rows; ++t) {  // the last rows one by one: the same sums\n";
   s += fmt::format("      const float* x1[1] = {{row(t)}};\n      pc::dotRows<1, {}>({}, x1, wr, bp, out);\n", N, K);
-  s += fmt::format("      for (int64_t n = 0; n < {}; ++n) finish(t, n, out[0][n]);\n    }}\n  }}\n", N);
+  s += "      finishRow(t, out[0]);\n    }\n  }\n";
   return s;
 }
 
@@ -407,18 +437,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   } else if (!vec) {
     s += l.finishFn;
   } else {
-    // Comments inside the one-line lambda would swallow the code after them: keep them above.
-    std::string comments, body;
-    for (size_t p0 = 0, p1; p0 < vec->size(); p0 = p1 + 1) {
-      p1 = vec->find('\n', p0);
-      if (p1 == std::string::npos) p1 = vec->size();
-      std::string line = vec->substr(p0, p1 - p0);
-      if (line.rfind("// ", 0) == 0) {
-        comments += "  " + line + "\n";
-      } else {
-        body += " " + line;
-      }
-    }
+    const auto [comments, body] = oneLine(*vec);
     s += "  // the epilogue on a whole panel (16 columns) at once\n" + comments;
     s += fmt::format("  auto finish16 = [&](int64_t r, int64_t n0, const float* acc) {{ {}pc::f32x16 v = pc::load16(acc);{} }};\n",
                      decomp, body);

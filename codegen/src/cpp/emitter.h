@@ -222,6 +222,8 @@ class Emitter {
     std::string rows, decomp, rowFn, finishFn;
   };
   LinearRows linearRows(const Kernel& k) const;
+  // vectorEpilogue's code as one line for a lambda's body, its comments apart (returned first).
+  static std::pair<std::string, std::string> oneLine(const std::string& code);
 
   // 2-D conv with a constant weight as an implicit GEMM: a tile of output positions (4, or 6 for
   // gemm6x16) reads its windows in place, or gathers them (im2col, zeros for padding) into a stack
