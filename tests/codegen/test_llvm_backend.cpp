@@ -221,12 +221,12 @@ TEST_CASE("llvm backend: the CNNs without oneDNN (--no-extern) match the interpr
 // choice may change the implementation between batch ranges (the run function dispatches on the
 // batch size), and a choice a kernel cannot take is one clear error.
 TEST_CASE("llvm backend: every implementation, forced or chosen per batch range, matches the interpreter", "[llvm]") {
-  for (const std::string impl : {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16", "gemm8x32"}) {
+  for (const std::string impl : {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16", "gemm8x32", "dot_rows"}) {
     INFO(impl);
     if (impl.rfind("onednn", 0) == 0 && !codegen::onednnBuiltIn()) continue;  // a compiler built without oneDNN
     codegen::LlvmOptions forced;
     forced.forceImpl = impl;
-    checkParity("atari_cnn", forced, {1, 3}, impl.rfind("gemm", 0) == 0);
+    checkParity("atari_cnn", forced, {1, 3}, impl.rfind("gemm", 0) == 0 || impl == "dot_rows");
   }
   // Six-position tiles over padded windows (gathered patches) and a last partial tile.
   codegen::LlvmOptions six;
