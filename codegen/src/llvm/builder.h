@@ -237,6 +237,12 @@ class Builder {
   Value* isNan(Value* x) { return b_.CreateFCmpUNO(x, x); }
   Value* fabs(Value* x) { return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
   Value* fma(Value* a, Value* b, Value* c) { return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {a->getType()}, {a, b, c}); }
+  // The constant mask of a masked load or store over `width` lanes: lanes [first, last) on.
+  llvm::Constant* laneMask(int64_t width, int64_t first, int64_t last) {
+    std::vector<llvm::Constant*> on;
+    for (int64_t i = 0; i < width; ++i) on.push_back(b_.getInt1(i >= first && i < last));
+    return llvm::ConstantVector::get(on);
+  }
   Value* poly(Value* x, std::initializer_list<double> coeffs) {  // Horner, highest degree first
     auto it = coeffs.begin();
     Value* y = fc(*it++, x);

@@ -283,9 +283,7 @@ void Emitter::addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, 
     x = b_.CreateAlignedLoad(v16, at, llvm::Align(4));
     r = fma(x, wv, acc);
   } else {
-    std::vector<llvm::Constant*> on;
-    for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i >= l.first && i < l.last));
-    Value* mask = llvm::ConstantVector::get(on);
+    Value* mask = laneMask(16, l.first, l.last);
     if (finiteWeight) {
       // Lanes past the row read copysign(0, -w): their products are -0 (RowTaps::finiteWeights).
       Value* zero = b_.CreateCopySign(llvm::Constant::getNullValue(v16), b_.CreateFNeg(wv));
@@ -324,11 +322,6 @@ void Emitter::emitConvRows(const Kernel& k) {
           b_.CreateStore(llvm::Constant::getNullValue(v16), acc.back());
         }
       }
-      auto lanes = [&](int64_t first, int64_t last) {
-        std::vector<llvm::Constant*> on;
-        for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i >= first && i < last));
-        return llvm::ConstantVector::get(on);
-      };
       forCount(C, "c", [&](Value* c) {
         forCount(KH, "k0", [&](Value* k0) {
           Value* p0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(t.strideH)), b_.CreateMul(k0, c64(t.dilationH))), c64(t.padTop));
@@ -361,7 +354,7 @@ void Emitter::emitConvRows(const Kernel& k) {
                   Value* zero = llvm::Constant::getNullValue(v16);
                   auto half = [&](Value* p, Value* in, int64_t base, int64_t col) {
                     Value* row = both ? p : b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, p, c64(H - 1)), c64(0));
-                    Value* v = b_.CreateMaskedLoad(v16, elemPtr(X.id, {i0, c, row, c64(col)}), llvm::Align(4), lanes(base + l.first, base + l.last), zero);
+                    Value* v = b_.CreateMaskedLoad(v16, elemPtr(X.id, {i0, c, row, c64(col)}), llvm::Align(4), laneMask(16, base + l.first, base + l.last), zero);
                     return both ? v : b_.CreateSelect(in, v, zero);
                   };
                   Value* x0 = half(p0, in0, 0, 16 * j + off);
@@ -372,7 +365,7 @@ void Emitter::emitConvRows(const Kernel& k) {
                   Value* at = elemPtr(X.id, {i0, c, p0, c64(16 * j + off)});
                   x = l.first == 0 && l.last == 16
                           ? static_cast<Value*>(b_.CreateAlignedLoad(v16, at, llvm::Align(4), "x"))
-                          : b_.CreateMaskedLoad(v16, at, llvm::Align(4), lanes(l.first, l.last), llvm::Constant::getNullValue(v16), "x");
+                          : b_.CreateMaskedLoad(v16, at, llvm::Align(4), laneMask(16, l.first, l.last), llvm::Constant::getNullValue(v16), "x");
                 }
                 for (int64_t o = 0; o < cb; ++o) {
                   Value* w = loadElem(W.id, {b_.CreateAdd(m0, c64(o)), c, k0, c64(static_cast<int64_t>(k1))}, W.name);

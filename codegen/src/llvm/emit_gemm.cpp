@@ -568,11 +568,7 @@ void Emitter::emitDotRows(const Kernel& k) {
       }
     };
     if (K >= 16) forCount(K / 16, "kb", [&](Value* kb) { step(b_.CreateMul(kb, c64(16)), nullptr); });
-    if (K % 16) {
-      std::vector<llvm::Constant*> on;
-      for (int64_t i = 0; i < 16; ++i) on.push_back(b_.getInt1(i < K % 16));
-      step(c64(K / 16 * 16), llvm::ConstantVector::get(on));
-    }
+    if (K % 16) step(c64(K / 16 * 16), laneMask(16, 0, K % 16));
     for (int64_t t = 0; t < count; ++t) {
       for (int64_t n = 0; n < N; ++n) {
         Value* a = b_.CreateLoad(v16, acc[static_cast<size_t>(t * N + n)]);

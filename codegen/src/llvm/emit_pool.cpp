@@ -210,9 +210,7 @@ void Emitter::emitMaxPoolRows(const Kernel& k) {
             if (lanes == 8) {
               x = b_.CreateAlignedLoad(v8, at, llvm::Align(4), escape::printable(X.name));
             } else {
-              std::vector<llvm::Constant*> on;
-              for (int64_t l = 0; l < 8; ++l) on.push_back(b_.getInt1(l < lanes));
-              x = b_.CreateMaskedLoad(v8, at, llvm::Align(4), llvm::ConstantVector::get(on), negInf8, escape::printable(X.name));
+              x = b_.CreateMaskedLoad(v8, at, llvm::Align(4), laneMask(8, 0, lanes), negInf8, escape::printable(X.name));
             }
             restrictAccess(x, X.id);
             if (max) {
