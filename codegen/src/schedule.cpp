@@ -530,7 +530,7 @@ ScheduleOptions scheduleOptions(const CodegenOptions& o) {
   s.tuning = o.tuning;
   s.precision = o.precision;
   s.keepFp32 = o.keepFp32;
-  s.minInt8Weights = o.minInt8Weights;
+  s.streamedWeights = o.streamedWeights;
   s.rowBlockBytes = o.rowBlockBytes;
   return s;
 }
@@ -671,7 +671,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
       continue;
     }
     if (w.isUpdatable() || tooSmallToNarrow(p, k)) continue;
-    if (o.precision == Precision::Int8Weights && packedN(p, k) * packedK(p, k) < o.minInt8Weights) {
+    if (o.precision == Precision::Int8Weights && packedN(p, k) * packedK(p, k) < o.streamedWeights) {
       ks[i].weightStorage = WeightStorage::Bf16;  // in L2 anyway: bf16's error, one widening instruction
     } else if (o.precision == Precision::Int8Weights) {
       const float* d = w.paramData().data<float>();
@@ -1098,6 +1098,13 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     if (generated && ks.form == Form::PackedGemm && ks.weightStorage != WeightStorage::F32 && (fits || ks.weightStorage == WeightStorage::Bf16Dot)) {
       ks.widenRows = KernelSchedule::kWidenRows;
       ks.widenBuffer = fits;
+      const int64_t count = (packedN(p, k) + kPanel - 1) / kPanel;
+      // (Never int8: int8 panels are for streamed layers, decideWeightStorage.)
+      if (fits && packedN(p, k) * packedK(p, k) < o.streamedWeights && ks.weightStorage != WeightStorage::Int8) {
+        ks.loadWidened = s.loadWidenedFloats;
+        s.loadWidened.push_back({ki, ks.packedWeight, ks.loadWidened, packedK(p, k), ks.panelStride, count});
+        s.loadWidenedFloats += count * packedK(p, k) * kPanel;
+      }
     }
     std::vector<float> bias = packBiasPanels(p, k);
     s.kernels[ki].packedBias = append(bias.data(), bias.size() * sizeof(float));

@@ -336,7 +336,7 @@ struct ScheduleOptions {
   bool bf16Dot = false;
   Precision precision = Precision::Fp32;  // CodegenOptions::precision and keepFp32
   std::vector<std::string> keepFp32;
-  int64_t minInt8Weights = kMinInt8Weights;                // CodegenOptions::minInt8Weights
+  int64_t streamedWeights = kStreamedWeights;                // CodegenOptions::streamedWeights
   int64_t rowBlockBytes = CodegenOptions::kRowBlockBytes;  // CodegenOptions::rowBlockBytes
 };
 
@@ -517,6 +517,12 @@ struct KernelSchedule {
   //   use vdpbf16ps.
   int64_t widenRows = 0;
   bool widenBuffer = false;
+  // A widenBuffer layer with fewer than ScheduleOptions::streamedWeights weights (its f32 panels
+  // stay in L2): the model widens its panels once, at its first run of at least widenRows rows,
+  // into its region of f32 panels (Schedule::loadWidened, pc::widenAtLoad), and every such run
+  // reads them from there, this float of the region on, in place of the chunks' stack buffers: the
+  // same values, so the same bits. -1: none.
+  int64_t loadWidened = -1;
   static constexpr int64_t kWidenRows = 16, kMaxWidenedFloats = 16384;
   // Whether gemm8x32's eight-row tiles read this layer's panels as stored: not bf16 pairs for
   // vdpbf16ps, which run as quads (below widenRows rows; from there the widened panels take the
@@ -557,6 +563,16 @@ struct Schedule {
   bool usesExtern = false;
   int64_t externPerBatch = 0;
   int64_t workspaceStatic = 0, workspacePerBatch = 0;
+  // The layers widened once for runs of many rows (KernelSchedule::loadWidened), as the jobs of
+  // pc::widenAtLoad: the region holds loadWidenedFloats floats (zeroed memory of the loaded model,
+  // not bytes of its file), all of them filled by the first kernel that runs such a layer on
+  // widenRows rows or more (the others wait for it).
+  struct LoadWidening {
+    size_t kernel = 0;
+    int64_t from = 0, to = 0, K = 0, stride = 0, count = 0;  // pc::WidenJob's
+  };
+  std::vector<LoadWidening> loadWidened;
+  int64_t loadWidenedFloats = 0;
   int64_t maxBatch = 0;  // the largest batch the workspace arithmetic allows (codegen::maxBatch)
   // The target has AVX-512 (!ScheduleOptions::narrowVectors): a compare's lanes stay in a mask
   // register, so a row maximum's NaN flags are 16 mask bits a step, not 8 i32 lanes of the two

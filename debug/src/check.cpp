@@ -361,7 +361,7 @@ std::string formatCheckReport(const CheckReport& report, const CheckOptions& opt
     for (const auto& [layer, storage] : report.layers) narrowed += storage != codegen::WeightStorage::F32;
     s += fmt::format("precision {}: {} of {} linear/conv layers narrowed", codegen::precisionName(precision), narrowed,
                      report.layers.size());
-    // Under int8-weights the layers too small for int8 store bf16 (codegen::kMinInt8Weights).
+    // Under int8-weights the layers too small for int8 store bf16 (codegen::kStreamedWeights).
     std::vector<std::string> kept, bf16;
     for (const auto& [layer, storage] : report.layers) {
       if (storage == codegen::WeightStorage::F32) kept.push_back(escape::message(layer));

@@ -65,7 +65,7 @@ std::string codeOptionsKey(const codegen::CodegenOptions& o) {
   if (o.precision != codegen::Precision::Fp32 || !o.keepFp32.empty()) {
     key += fmt::format("|precision {} keep {}", codegen::precisionName(o.precision), fmt::join(o.keepFp32, ","));
   }
-  if (o.minInt8Weights != codegen::kMinInt8Weights) key += fmt::format("|min-int8-weights {}", o.minInt8Weights);
+  if (o.streamedWeights != codegen::kStreamedWeights) key += fmt::format("|streamed-weights {}", o.streamedWeights);
   if (o.rowBlockBytes != codegen::CodegenOptions::kRowBlockBytes) key += fmt::format("|row-block-bytes {}", o.rowBlockBytes);
   return key;
 }

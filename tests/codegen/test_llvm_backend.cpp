@@ -1102,7 +1102,7 @@ TEST_CASE("llvm and cpp backends: gemm6x16 and gemm8x32 convs match gemm4x16 and
       cpp.minChunkCost = 0;
       cpp.forceImpl = impl;
       cpp.precision = precision;
-      cpp.minInt8Weights = codegen::kMinReducedWeights;  // every narrowed conv int8
+      cpp.streamedWeights = codegen::kMinReducedWeights;  // every narrowed conv int8
       const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
       CHECK((generated.source.find("pc::gemm_6x16_at(") != std::string::npos) == (impl == "gemm6x16"));
       // 13 channels: one panel, eight positions a tile.
@@ -1114,7 +1114,7 @@ TEST_CASE("llvm and cpp backends: gemm6x16 and gemm8x32 convs match gemm4x16 and
       llvm.minChunkCost = 0;
       llvm.forceImpl = impl;
       llvm.precision = precision;
-      llvm.minInt8Weights = codegen::kMinReducedWeights;
+      llvm.streamedWeights = codegen::kMinReducedWeights;
       models.push_back(jitModel(*graph, llvm));
     }
     for (int64_t batch : {1, 3}) {

@@ -15,6 +15,7 @@
 #include <numeric>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -141,7 +142,8 @@ Round rounding(codegen::Precision precision, std::vector<std::string> narrowed) 
 
 // `graph` compiled by `backend` with `precision` (oneDNN off: every conv on the microkernels).
 runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::Precision precision, const std::string& tag,
-                        std::vector<std::string> keep = {}, bool externKernels = false, const std::string& forceImpl = "") {
+                        std::vector<std::string> keep = {}, bool externKernels = false, const std::string& forceImpl = "",
+                        int64_t streamedWeights = codegen::kMinReducedWeights) {
   driver::CompileRequest r;
   r.backend = backend;
   r.cpp.precision = precision;
@@ -149,7 +151,7 @@ runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::P
   r.cpp.externKernels = externKernels;
   r.cpp.forceImpl = forceImpl;
   r.cpp.minChunkCost = 0;  // every thread split
-  r.cpp.minInt8Weights = codegen::kMinReducedWeights;  // int8-weights: every narrowed layer int8
+  r.cpp.streamedWeights = streamedWeights;  // by default every narrowed layer streamed: int8 under int8-weights
   r.jit = backend == codegen::Backend::Llvm;
   r.output = (scratch() / fmt::format("{}_{}_{}.so", graph.name(), tag, codegen::backendName(backend))).string();
   r.cpp.name = "m";
@@ -161,7 +163,7 @@ runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::P
 std::vector<std::pair<std::string, codegen::WeightStorage>> narrowedStorages(const Graph& graph, codegen::Precision precision,
                                                                              std::vector<std::string> keep = {}, bool bf16Dot = false,
                                                                              bool externKernels = false, std::string forceImpl = "",
-                                                                             int64_t minInt8Weights = codegen::kMinReducedWeights) {
+                                                                             int64_t streamedWeights = codegen::kMinReducedWeights) {
   auto g = graph.clone();
   passes::runPipeline(*g);
   codegen::PlannedProgram planned = codegen::planGraph(*g);
@@ -170,7 +172,7 @@ std::vector<std::pair<std::string, codegen::WeightStorage>> narrowedStorages(con
   o.externKernels = externKernels;
   o.forceImpl = std::move(forceImpl);
   o.keepFp32 = std::move(keep);
-  o.minInt8Weights = minInt8Weights;
+  o.streamedWeights = streamedWeights;
   std::vector<std::pair<std::string, codegen::WeightStorage>> out;
   for (const auto& [layer, storage] : codegen::weightStorages(planned.program, planned.plan, o, bf16Dot)) {
     if (storage != codegen::WeightStorage::F32) out.emplace_back(layer, storage);
@@ -203,12 +205,12 @@ TEST_CASE("precision: the rule narrows the large layers and keeps the heads, --k
   CHECK(narrowedLayers(*g, codegen::Precision::Bf16Weights) == std::vector<std::string>{"fc1", "fc2"});
   CHECK(narrowedLayers(*g, codegen::Precision::Int8Weights, {"fc1"}) == std::vector<std::string>{"fc2"});
   CHECK(narrowedLayers(*cnn(nullptr), codegen::Precision::Bf16) == std::vector<std::string>{"conv"});
-  // int8-weights stores int8 from kMinInt8Weights weights, bf16 below (fc1 16384, fc2 65536):
+  // int8-weights stores int8 from kStreamedWeights weights, bf16 below (fc1 16384, fc2 65536):
   // at the threshold int8, one under it bf16.
   using codegen::WeightStorage;
   using Storages = std::vector<std::pair<std::string, WeightStorage>>;
   const auto int8From = [&](int64_t least) { return narrowedStorages(*g, codegen::Precision::Int8Weights, {}, false, false, "", least); };
-  CHECK(int8From(codegen::kMinInt8Weights) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
+  CHECK(int8From(codegen::kStreamedWeights) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
   CHECK(int8From(65536) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Int8}});
   CHECK(int8From(65537) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
   CHECK(int8From(16384) == Storages{{"fc1", WeightStorage::Int8}, {"fc2", WeightStorage::Int8}});
@@ -268,14 +270,14 @@ TEST_CASE("precision: panels widened once for many rows give the bits of widenin
     codegen::CppOptions o;
     o.precision = precision;
     o.externKernels = false;
-    o.minInt8Weights = codegen::kMinReducedWeights;
+    o.streamedWeights = codegen::kMinReducedWeights;
     const std::string source = codegen::generateCpp(*planned, o).source;
     CHECK_THAT(source, Contains("pc::widenPanels(64, w,") && Contains("pc::widenPanels(256, w,"));
     CHECK_THAT(source, Contains(precision == codegen::Precision::Int8Weights ? "pc::WideI8 wide[" : "float wide["));
     codegen::LlvmOptions llvm;
     llvm.precision = precision;
     llvm.externKernels = false;
-    llvm.minInt8Weights = codegen::kMinReducedWeights;
+    llvm.streamedWeights = codegen::kMinReducedWeights;
     llvm.keepUnoptimizedIr = true;
     CHECK_THAT(codegen::generateLlvm(*planned, llvm).unoptimizedIr(), Contains("%widened = icmp sge i64"));
     std::vector<Tensor> many = driver::randomInputs(*g, 21, 9);
@@ -293,6 +295,53 @@ TEST_CASE("precision: panels widened once for many rows give the bits of widenin
     }
     CHECK(std::memcmp(atMany[0][0].bytes(), atMany[1][0].bytes(), atMany[0][0].nbytes()) == 0);
   }
+}
+
+// A narrowed layer that keeps its f32 panels in L2 (under kStreamedWeights weights: both of the
+// MLP's) is widened once, by the first kernel that runs many rows, into the model's region: the
+// same values as widening in every run, so the same bits (batch 21 against the build that widens
+// in every run, and rows 0-11 against batch 15, which reads the narrow panels). Two threads make
+// the first call at once (one widens, the other waits for it); the region is memory of the
+// loaded model, not bytes of the .so.
+TEST_CASE("precision: small narrowed layers widened once for many rows give the bits of widening in each run", "[precision]") {
+  auto g = mlp(nullptr);
+  auto planned = g->clone();
+  passes::runPipeline(*planned);
+  codegen::CppOptions o;
+  o.precision = codegen::Precision::Bf16Weights;
+  o.externKernels = false;
+  const std::string source = codegen::generateCpp(*planned, o).source;
+  CHECK_THAT(source, Contains("if (widened) pc::widenAtLoad(&pc_widen_state, pc_widen_jobs, 2, pc_weights, pc_widened);") &&
+                         Contains("static float pc_widened[81920];") && Contains("const float* PC_RESTRICT wide = pc_widened + 16384 + j*4096;") &&
+                         !Contains("pc::widenPanels("));
+  codegen::LlvmOptions llvm;
+  llvm.precision = o.precision;
+  llvm.externKernels = false;
+  llvm.keepUnoptimizedIr = true;
+  CHECK_THAT(codegen::generateLlvm(*planned, llvm).unoptimizedIr(),
+             Contains("@pc_widened = internal global [81920 x float] zeroinitializer, align 64") && Contains("call void @policyc_rt_widen_at_load("));
+  std::vector<Tensor> many = driver::randomInputs(*g, 21, 9);
+  Tensor few(DType::F32, {15, 64});
+  std::memcpy(few.bytes(), many[0].bytes(), few.nbytes());
+  std::vector<Tensor> results;
+  for (codegen::Backend backend : {codegen::Backend::Cpp, codegen::Backend::Llvm}) {
+    INFO(codegen::backendName(backend));
+    runtime::Model once = compiled(*g, backend, o.precision, "load_widened", {}, false, "", codegen::kStreamedWeights);
+    runtime::Model every = compiled(*g, backend, o.precision, "run_widened");
+    std::vector<Tensor> first[2];
+    std::thread other([&] { first[1] = driver::runModel(once, many, 1); });
+    first[0] = driver::runModel(once, many, 1);
+    other.join();
+    const std::vector<Tensor> reference = driver::runModel(every, many, 1);
+    CHECK(std::memcmp(first[0][0].bytes(), reference[0].bytes(), reference[0].nbytes()) == 0);
+    CHECK(std::memcmp(first[1][0].bytes(), reference[0].bytes(), reference[0].nbytes()) == 0);
+    CHECK(std::memcmp(driver::runModel(once, many, 2)[0].bytes(), reference[0].bytes(), reference[0].nbytes()) == 0);
+    CHECK(std::memcmp(driver::runModel(once, {few}, 1)[0].bytes(), reference[0].bytes(), 12 * 6 * sizeof(float)) == 0);
+    results.push_back(reference[0]);
+    if (backend == codegen::Backend::Llvm) continue;  // (the JIT's model has no file)
+    CHECK(std::filesystem::file_size(scratch() / "mlp_policy_load_widened_cpp.so") < std::filesystem::file_size(scratch() / "mlp_policy_run_widened_cpp.so") + 4096);
+  }
+  CHECK(std::memcmp(results[0].bytes(), results[1].bytes(), results[0].nbytes()) == 0);
 }
 
 // Narrowed linear layers run tiles of eight rows too (gemm8x32, the heuristic's with AVX-512): on
@@ -392,7 +441,7 @@ TEST_CASE("precision: check --precision reports agreement and the budget, fp32 m
   const std::string text = debug::formatCheckReport(r, o);
   CHECK_THAT(text, Contains("precision int8-weights: 2 of 3 linear/conv layers narrowed (kept fp32: head; bf16 for their size: fc1, fc2)") &&
                        Contains("argmax agreement") && Contains("of 200 rows (95% interval ") && Contains("budget"));
-  o.compile.cpp.minInt8Weights = 65536;
+  o.compile.cpp.streamedWeights = 65536;
   CHECK_THAT(debug::formatCheckReport(debug::checkModel(*g, inputs, o), o), Contains("narrowed (kept fp32: head; bf16 for their size: fc1)\n"));
   // An impossible bar fails.
   o.minAgreement = 1.01;

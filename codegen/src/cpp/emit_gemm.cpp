@@ -452,7 +452,10 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   s += fmt::format("  const int64_t quads = (rows + {}) / {};{}\n", tileRows - 1, tileRows, octets ? "  // octets of rows" : "");
   if (!ks.directRows) s += "  float out[4][32];\n  float out16[4][16];\n";
   if (octets && !ks.directRows) s += "  float out8[8][32];\n";
-  if (ks.widenBuffer) {
+  if (ks.loadWidened >= 0) {
+    s += fmt::format("  // {} panels widened to f32 once, by the model's first run of many rows (KernelSchedule::loadWidened)\n",
+                     weightStorageName(ks.weightStorage));
+  } else if (ks.widenBuffer) {
     s += fmt::format("  // {} panels widened to f32 once for the many rows that pass them (KernelSchedule::widenRows)\n",
                      weightStorageName(ks.weightStorage));
     s += fmt::format("  alignas(64) {} wide[{}];\n  int64_t wideJ = -1;\n", ks.weightStorage == WeightStorage::Int8 ? "pc::WideI8" : "float",
@@ -461,6 +464,9 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     s += "  // many rows: the bf16 pairs widened inside each tile, f32 FMAs (KernelSchedule::widenRows)\n";
   }
   if (ks.widenRows) s += fmt::format("  const bool widened = rows >= {};\n", ks.widenRows);
+  if (ks.loadWidened >= 0) {
+    s += fmt::format("  if (widened) pc::widenAtLoad(&pc_widen_state, pc_widen_jobs, {}, pc_weights, pc_widened);\n", s_.loadWidened.size());
+  }
   // Where many rows widen bf16-dot pairs inside each tile: the same weights as bf16x2.
   const std::string pairs = "reinterpret_cast<const pc::bf16x2*>(w)";
   if (ks.alternateUnits) {
@@ -479,6 +485,9 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   }
   s += fmt::format("    const auto* PC_RESTRICT w = wp + j*{};\n", s_.kernels[index].panelStride);
   s += fmt::format("    const int64_t jEnd = j + {} < {} ? j + {} : {};  // one past the unit's last panel\n", per, panels, per, panels);
+  if (ks.loadWidened >= 0) {
+    s += fmt::format("    const float* PC_RESTRICT wide = pc_widened + {} + j*{};\n", ks.loadWidened, K * kPanel);
+  }
   // The epilogue of `width` columns from panel `panel` of row `row`, held at `acc` (column n at
   // acc[n - panel*16]): whole panels at once, or column by column.
   auto finishing = [&](const std::string& indent, const std::string& row, const std::string& panel,
@@ -534,7 +543,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   const std::string widePanels = ks.widenBuffer ? "wide" : pairs;
   if (ks.widenRows) {
     s += "    if (widened) {\n";
-    if (ks.widenBuffer) {
+    if (ks.widenBuffer && ks.loadWidened < 0) {
       s += fmt::format("      if (j != wideJ) {{\n        pc::widenPanels({}, w, {}, jEnd - j, wide);\n        wideJ = j;\n      }}\n", K,
                        ks.panelStride);
     }

@@ -53,6 +53,18 @@ GeneratedCpp Emitter::run() {
   if (!o_.injectLine.empty()) s += o_.injectLine + "\n";
   s += emitWeightsBlock();
   if (s_.countsCalls) s += "static unsigned pc_calls = 0;  // runs so far: kernels that alternate their units' order read its parity\n";
+  if (!s_.loadWidened.empty()) {
+    // Schedule::loadWidened: zeroed memory of the loaded model (.bss), not bytes of the .so.
+    std::vector<std::string> jobs;
+    for (const Schedule::LoadWidening& j : s_.loadWidened) {
+      jobs.push_back(fmt::format("{{{}, {}, {}, {}, {}}}", j.from, j.to, j.K, j.stride, j.count));
+    }
+    s += fmt::format("// Narrowed panels widened to f32 once, by the first kernel that runs many rows, for such runs to\n"
+                     "// read (Schedule::loadWidened): {} floats.\n"
+                     "alignas(64) static float pc_widened[{}];\nstatic int32_t pc_widen_state = 0;\n"
+                     "static const pc::WidenJob pc_widen_jobs[] = {{{}}};\n",
+                     s_.loadWidenedFloats, s_.loadWidenedFloats, fmt::join(jobs, ", "));
+  }
   s += fmt::format("\n// Workspace: {} + {}*batch bytes.\nstatic const int64_t kStaticBytes = {};\nstatic const int64_t kPerBatchBytes = {};\n",
                    s_.workspaceStatic, s_.workspacePerBatch, plan_.staticBytes, plan_.perBatchBytes);
   if (s_.usesExtern) {

@@ -608,12 +608,14 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   const KernelSchedule& ks = s_.kernels[index];
   llvm::AllocaInst *wide = nullptr, *wideJ = nullptr;
   Value* widened = nullptr;
-  if (ks.widenBuffer) {
+  if (ks.widenBuffer && ks.loadWidened < 0) {
     wide = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(per * K * kPanel)), "wide");
     wideJ = local(i64_, "wideJ");
     b_.CreateStore(c64(-1), wideJ);
   }
   if (ks.widenRows) widened = b_.CreateICmpSGE(rows, c64(ks.widenRows), "widened");
+  // Panels widened once, by the model's first kernel that runs many rows (KernelSchedule::loadWidened).
+  if (ks.loadWidened >= 0) ifThen(widened, "widen.at.load", [&] { callWidenAtLoad(); });
   // Every other run walks the units backward (KernelSchedule::alternateUnits), as the C++ printer.
   Value* back = nullptr;
   if (ks.alternateUnits) {
@@ -713,7 +715,7 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     ifElse(
         widened, "widened",
         [&] {
-          if (!wide) {  // bf16-dot pairs widened inside each tile (the Bf16 microkernels)
+          if (!ks.widenBuffer) {  // bf16-dot pairs widened inside each tile (the Bf16 microkernels)
             auto asPairs = [](PanelRef p) {
               p.storage = WeightStorage::Bf16;
               return p;
@@ -721,32 +723,38 @@ void Emitter::emitPackedLinear(const Kernel& k) {
             tiles(asPairs(narrow), [&](Value* jj) { return asPairs(narrowPanel(jj)); }, true);
             return;
           }
-          ifThen(b_.CreateICmpNE(j, b_.CreateLoad(i64_, wideJ)), "widen", [&] {
-            forRange(c64(0), b_.CreateSub(jEnd, j), "wp", [&](Value* p) {
-              const PanelRef src = panelAt(index, b_.CreateAdd(j, p), "src");
-              Value* dst = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(p, c64(K * kPanel)));
-              if (src.storage != WeightStorage::Bf16Dot && src.storage != WeightStorage::Bf16) {
-                forCount(K, "wk", [&](Value* q) {
-                  Value* at = b_.CreateMul(q, c64(kPanel));
-                  b_.CreateAlignedStore(loadPanelRow(src, at), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
-                });
-                return;
-              }
-              // bf16 pairs along k (pc::widenPanels): rows 2q and 2q + 1 from pair row q.
-              auto pairRows = [&](Value* q, bool both) {
-                auto [even, odd] = loadPairRows(src, b_.CreateMul(q, c64(kLanes)));
-                Value* at = b_.CreateMul(q, c64(2 * kPanel));
-                b_.CreateAlignedStore(even, b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
-                if (both) b_.CreateAlignedStore(odd, b_.CreateInBoundsGEP(f32_, dst, b_.CreateAdd(at, c64(kPanel))), llvm::Align(64));
-              };
-              forCount(K / 2, "wq", [&](Value* q) { pairRows(q, true); });
-              if (K % 2) pairRows(c64(K / 2), false);
+          // This unit's panels: in the model's region, or widened into the chunk's buffer (once a unit's panels).
+          Value* wideAt = wide;
+          if (ks.loadWidened >= 0) {
+            wideAt = b_.CreateInBoundsGEP(f32_, widenRegion(), b_.CreateAdd(c64(ks.loadWidened), b_.CreateMul(j, c64(K * kPanel))), "wide");
+          } else {
+            ifThen(b_.CreateICmpNE(j, b_.CreateLoad(i64_, wideJ)), "widen", [&] {
+              forRange(c64(0), b_.CreateSub(jEnd, j), "wp", [&](Value* p) {
+                const PanelRef src = panelAt(index, b_.CreateAdd(j, p), "src");
+                Value* dst = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(p, c64(K * kPanel)));
+                if (src.storage != WeightStorage::Bf16Dot && src.storage != WeightStorage::Bf16) {
+                  forCount(K, "wk", [&](Value* q) {
+                    Value* at = b_.CreateMul(q, c64(kPanel));
+                    b_.CreateAlignedStore(loadPanelRow(src, at), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
+                  });
+                  return;
+                }
+                // bf16 pairs along k (pc::widenPanels): rows 2q and 2q + 1 from pair row q.
+                auto pairRows = [&](Value* q, bool both) {
+                  auto [even, odd] = loadPairRows(src, b_.CreateMul(q, c64(kLanes)));
+                  Value* at = b_.CreateMul(q, c64(2 * kPanel));
+                  b_.CreateAlignedStore(even, b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
+                  if (both) b_.CreateAlignedStore(odd, b_.CreateInBoundsGEP(f32_, dst, b_.CreateAdd(at, c64(kPanel))), llvm::Align(64));
+                };
+                forCount(K / 2, "wq", [&](Value* q) { pairRows(q, true); });
+                if (K % 2) pairRows(c64(K / 2), false);
+              });
+              b_.CreateStore(j, wideJ);
             });
-            b_.CreateStore(j, wideJ);
-          });
+          }
           // f32 panels from the buffer; int8's scales (the narrow panels') still end each tile
           auto widePanel = [&](PanelRef p, Value* jj) {
-            p.w = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(b_.CreateSub(jj, j), c64(K * kPanel)), "wj");
+            p.w = b_.CreateInBoundsGEP(f32_, wideAt, b_.CreateMul(b_.CreateSub(jj, j), c64(K * kPanel)), "wj");
             p.storage = WeightStorage::F32;
             p.stride = K * kPanel;
             return p;

@@ -155,6 +155,38 @@ llvm::GlobalVariable* Emitter::callCounter() {
   return calls_;
 }
 
+llvm::GlobalVariable* Emitter::widenRegion() {
+  if (!widenRegion_) {
+    auto* ty = llvm::ArrayType::get(f32_, static_cast<uint64_t>(s_.loadWidenedFloats));
+    widenRegion_ = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::Constant::getNullValue(ty), "pc_widened");
+    widenRegion_->setAlignment(llvm::Align(64));
+  }
+  return widenRegion_;
+}
+
+// void policyc_rt_widen_at_load(i32* state, const pc::WidenJob* jobs, i32 count, blob, region):
+// pc::widenAtLoad, with the model's state, its jobs as a constant table and its region.
+void Emitter::callWidenAtLoad() {
+  llvm::GlobalVariable* state = m_.getGlobalVariable("pc_widen_state", true);
+  llvm::GlobalVariable* jobs = m_.getGlobalVariable("pc_widen_jobs", true);
+  if (!state) {
+    state = new llvm::GlobalVariable(m_, i32_, false, llvm::GlobalValue::InternalLinkage, b_.getInt32(0), "pc_widen_state");
+    std::vector<llvm::Constant*> rows;
+    auto* jobTy = llvm::ArrayType::get(i64_, 5);
+    for (const Schedule::LoadWidening& j : s_.loadWidened) {
+      std::vector<llvm::Constant*> fields;
+      for (int64_t v : {j.from, j.to, j.K, j.stride, j.count}) fields.push_back(b_.getInt64(static_cast<uint64_t>(v)));
+      rows.push_back(llvm::ConstantArray::get(jobTy, fields));
+    }
+    auto* tableTy = llvm::ArrayType::get(jobTy, rows.size());
+    jobs = new llvm::GlobalVariable(m_, tableTy, true, llvm::GlobalValue::InternalLinkage, llvm::ConstantArray::get(tableTy, rows), "pc_widen_jobs");
+    jobs->setAlignment(llvm::Align(8));
+  }
+  auto fn = m_.getOrInsertFunction(llvmbe::kWidenAtLoad, llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, i32_, ptr_, ptr_}, false));
+  Value* blob = weightsGv_ ? static_cast<Value*>(weightsGv_) : llvm::ConstantPointerNull::get(ptr_);
+  b_.CreateCall(fn, {state, jobs, b_.getInt32(static_cast<int32_t>(s_.loadWidened.size())), blob, widenRegion()});
+}
+
 Value* Emitter::weightsAt(int64_t offset, const std::string& name) {
   // No weights at all when every param is empty (a [0, 5] mask, say): nothing reads through the
   // pointer then, as the loops over its elements run zero times.

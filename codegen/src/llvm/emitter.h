@@ -68,6 +68,10 @@ class Emitter : llvmbe::Builder {
   llvm::GlobalVariable* weightsLock();
   // pc_calls, the runs so far (Schedule::countsCalls), created on first use.
   llvm::GlobalVariable* callCounter();
+  // The region of f32 panels widened once (Schedule::loadWidened): zeroed, created on first use;
+  // and the call that fills it unless the model's first run of many rows already did.
+  llvm::GlobalVariable* widenRegion();
+  void callWidenAtLoad();
   // A policyc_tensor_desc array named pc_WHAT of (name, type) pairs (inputs, outputs, weights).
   llvm::GlobalVariable* descArray(const std::vector<std::pair<std::string, ir::TensorType>>& tensors, const std::string& what);
   Value* weightsAt(int64_t offset, const std::string& name);
@@ -351,6 +355,7 @@ class Emitter : llvmbe::Builder {
   llvm::StructType* descTy_ = nullptr;  // policyc_tensor_desc
   llvm::GlobalVariable* weightsLock_ = nullptr;  // weightsLock()
   llvm::GlobalVariable* calls_ = nullptr;        // callCounter()
+  llvm::GlobalVariable* widenRegion_ = nullptr;  // widenRegion()
   llvm::FunctionType* kernelFnTy_ = nullptr;
   llvm::Function* parallelFor_ = nullptr;
   // --profile's counters (null without it)

@@ -41,6 +41,7 @@ constexpr const char* kSetWeights = "policyc_rt_set_weights";            // upda
 constexpr const char* kGetWeights = "policyc_rt_get_weights";
 constexpr const char* kWeightsReadLock = "policyc_rt_weights_read_lock";
 constexpr const char* kWeightsReadUnlock = "policyc_rt_weights_read_unlock";
+constexpr const char* kWidenAtLoad = "policyc_rt_widen_at_load";        // Schedule::loadWidened
 constexpr int kWeightsLockBytes = 64;  // pc::kWeightsLockBytes
 constexpr int kWeightsGenerationOffset = 48;  // offsetof(pc::WeightsLock, generation)
 constexpr const char* kOnednnConv = "policyc_rt_onednn_conv";          // support_onednn.cpp

@@ -48,6 +48,7 @@ int32_t policyc_rt_set_weights(unsigned char*, int64_t, void*, const policyc_ten
 int32_t policyc_rt_get_weights(unsigned char*, int64_t, void*, const policyc_tensor_desc*, int32_t, void*);
 void policyc_rt_weights_read_lock(void*);
 void policyc_rt_weights_read_unlock(void*);
+void policyc_rt_widen_at_load(int32_t*, const void*, int32_t, const unsigned char*, float*);
 extern const unsigned char policyc_llvm_support_archive[];
 extern const unsigned char policyc_llvm_support_archive_end[];
 #ifdef POLICYC_HAVE_ONEDNN  // support_onednn.cpp's (codegen::onednnBuiltIn)
@@ -364,6 +365,7 @@ std::unique_ptr<JitModel> jitCompile(LlvmModule module) {
       {llvmbe::kGetWeights, reinterpret_cast<void*>(&policyc_rt_get_weights)},
       {llvmbe::kWeightsReadLock, reinterpret_cast<void*>(&policyc_rt_weights_read_lock)},
       {llvmbe::kWeightsReadUnlock, reinterpret_cast<void*>(&policyc_rt_weights_read_unlock)},
+      {llvmbe::kWidenAtLoad, reinterpret_cast<void*>(&policyc_rt_widen_at_load)},
   };
 #ifdef POLICYC_HAVE_ONEDNN
   symbols.insert(symbols.end(), {{llvmbe::kOnednnConv, reinterpret_cast<void*>(&policyc_rt_onednn_conv)},

@@ -77,4 +77,10 @@ __attribute__((visibility("hidden"))) void policyc_rt_weights_read_unlock(void* 
   pc::weightsReadUnlock(static_cast<pc::WeightsLock*>(lock));
 }
 
+// Narrowed panels widened once into the model's region of f32 panels (Schedule::loadWidened).
+__attribute__((visibility("hidden"))) void policyc_rt_widen_at_load(int32_t* state, const pc::WidenJob* jobs, int32_t count,
+                                                                     const unsigned char* blob, float* region) {
+  pc::widenAtLoad(state, jobs, count, blob, region);
+}
+
 }  // extern "C"

@@ -120,13 +120,20 @@ inline constexpr int64_t kMaxBf16DotPairs = 2048;
 // head (a layer no other linear/conv layer reads from: its error goes straight to the action),
 // and the layers named in CodegenOptions::keepFp32.
 inline constexpr int64_t kMinReducedWeights = 16384;
-// Under --precision int8-weights, a layer narrowed by the rule above but with fewer weights than
-// this gets bf16 weights, not int8: its bf16 panels (at most 256 KiB) stay in L2 between calls,
-// where int8 saves no memory traffic over bf16, while int8's rounding error is about four times
-// bf16's and widening an int8 vector costs two instructions where bf16's costs one (atari_cnn's
-// two 32-37K-weight convs in int8 cost 0.2 points of argmax agreement, ppo_mlp's 65K-weight layer
-// 0.87x of fp32's speed at batch 1, docs/precision.md).
-inline constexpr int64_t kMinInt8Weights = 131072;
+// A layer with at least this many weights (512 KiB of f32) is streamed: its f32 panels leave a
+// core's L2 between calls. A layer narrowed by the rule above with fewer keeps its f32 panels in
+// L2, so
+// - under --precision int8-weights it stores bf16, not int8: int8 saves no memory traffic over
+//   bf16 there, while its rounding error is about four times bf16's and widening an int8 vector
+//   costs two instructions where bf16's costs one (atari_cnn's two 32-37K-weight convs in int8
+//   cost 0.2 points of argmax agreement, ppo_mlp's 65K-weight layer 0.87x of fp32's speed at
+//   batch 1, docs/precision.md);
+// - where runs of many rows widen its panels (KernelSchedule::widenRows, widenBuffer), the model
+//   widens them once, at its first such run, into f32 panels those runs read
+//   (KernelSchedule::loadWidened): widening them again in every run cost ppo_mlp's bf16 build
+//   0.79x of fp32's speed at batch 16 and 0.94x at batch 64, while a run of few rows still reads
+//   the narrow panels (1.16x at batch 1).
+inline constexpr int64_t kStreamedWeights = 131072;
 // Under --precision bf16, a conv whose window holds fewer values than this (a first layer over an
 // image of 3 or 4 channels, 3x3) keeps fp32 and the fp32 implementations: oneDNN's bf16
 // convolution and its layout copies cost more than the products save (impala_cnn's 3-channel
@@ -169,9 +176,10 @@ struct CodegenOptions {
   // that is no linear/conv layer with packed weights is an error.
   Precision precision = Precision::Fp32;
   std::vector<std::string> keepFp32;
-  // The least weights a layer stores as int8 under int8-weights (kMinInt8Weights; smaller
-  // narrowed layers store bf16). Tests lower it to reach int8 panels on small layers.
-  int64_t minInt8Weights = kMinInt8Weights;
+  // The least weights of a streamed layer (kStreamedWeights: smaller narrowed layers store bf16
+  // under int8-weights and are widened once for runs of many rows). Tests lower it to reach int8
+  // panels and the widening of every run on small layers.
+  int64_t streamedWeights = kStreamedWeights;
   // The descriptor's source_hash: 16 hex digits naming the model and options that produced the
   // code (the compile cache checks a loaded entry against its key); empty: "".
   std::string sourceHash;
