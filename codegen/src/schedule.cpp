@@ -1095,16 +1095,24 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     // A unit is a pair of panels unless every generated implementation is gemm4x16 (one panel).
     const bool single = !ks.impls.empty() && std::all_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return i == Impl::Gemm4x16 || isExtern(i); });
     const bool fits = (single ? 1 : 2) * packedK(p, k) * kPanel <= KernelSchedule::kMaxWidenedFloats;
+    // Bf16 panels that stay in L2 as f32 (never int8 ones: int8 is for streamed layers,
+    // decideWeightStorage) widened once into the model's region (KernelSchedule::loadWidened).
+    const bool small = packedN(p, k) * packedK(p, k) < o.streamedWeights;
+    auto widenOnce = [&] {
+      const int64_t count = (packedN(p, k) + kPanel - 1) / kPanel;
+      ks.loadWidened = s.loadWidenedFloats;
+      s.loadWidened.push_back({ki, ks.packedWeight, ks.loadWidened, packedK(p, k), ks.panelStride, count});
+      s.loadWidenedFloats += count * packedK(p, k) * kPanel;
+    };
     if (generated && ks.form == Form::PackedGemm && ks.weightStorage != WeightStorage::F32 && (fits || ks.weightStorage == WeightStorage::Bf16Dot)) {
       ks.widenRows = KernelSchedule::kWidenRows;
       ks.widenBuffer = fits;
-      const int64_t count = (packedN(p, k) + kPanel - 1) / kPanel;
-      // (Never int8: int8 panels are for streamed layers, decideWeightStorage.)
-      if (fits && packedN(p, k) * packedK(p, k) < o.streamedWeights && ks.weightStorage != WeightStorage::Int8) {
-        ks.loadWidened = s.loadWidenedFloats;
-        s.loadWidened.push_back({ki, ks.packedWeight, ks.loadWidened, packedK(p, k), ks.panelStride, count});
-        s.loadWidenedFloats += count * packedK(p, k) * kPanel;
-      }
+      if (fits && small && ks.weightStorage != WeightStorage::Int8) widenOnce();
+    }
+    if (generated && ks.form == Form::PackedConv && ks.weightStorage == WeightStorage::Bf16 && small) {
+      widenOnce();
+      ks.widenedTiles = true;
+      ks.panelStride = packedK(p, k) * kPanel;
     }
     std::vector<float> bias = packBiasPanels(p, k);
     s.kernels[ki].packedBias = append(bias.data(), bias.size() * sizeof(float));

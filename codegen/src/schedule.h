@@ -523,6 +523,12 @@ struct KernelSchedule {
   // reads them from there, this float of the region on, in place of the chunks' stack buffers: the
   // same values, so the same bits. -1: none.
   int64_t loadWidened = -1;
+  // A Form::PackedConv kernel with loadWidened: its tiles read the region's f32 panels at every
+  // batch (panelStride their stride; the model widens them at its first run): a conv uses each
+  // weight at many positions even in a run of one row, and atari_cnn's two bf16 convs of 32K and
+  // 37K weights, widened inside each tile, took 1.09-1.11x their f32 time at batch 64 (1.06-1.15x
+  // at batch 1).
+  bool widenedTiles = false;
   static constexpr int64_t kWidenRows = 16, kMaxWidenedFloats = 16384;
   // Whether gemm8x32's eight-row tiles read this layer's panels as stored: not bf16 pairs for
   // vdpbf16ps, which run as quads (below widenRows rows; from there the widened panels take the

@@ -298,12 +298,12 @@ TEST_CASE("precision: panels widened once for many rows give the bits of widenin
 }
 
 // A narrowed layer that keeps its f32 panels in L2 (under kStreamedWeights weights: both of the
-// MLP's) is widened once, by the first kernel that runs many rows, into the model's region: the
-// same values as widening in every run, so the same bits (batch 21 against the build that widens
-// in every run, and rows 0-11 against batch 15, which reads the narrow panels). Two threads make
-// the first call at once (one widens, the other waits for it); the region is memory of the
-// loaded model, not bytes of the .so.
-TEST_CASE("precision: small narrowed layers widened once for many rows give the bits of widening in each run", "[precision]") {
+// MLP's, and the conv below) is widened once, by the first kernel that runs many rows (any run,
+// for a conv), into the model's region: the same values as widening in every run, so the same
+// bits (batch 21 against the build that widens in every run, and rows 0-11 against batch 15,
+// which reads the narrow panels). Two threads make the first call at once (one widens, the other
+// waits for it); the region is memory of the loaded model, not bytes of the .so.
+TEST_CASE("precision: small narrowed layers widened once give the bits of widening in each run", "[precision]") {
   auto g = mlp(nullptr);
   auto planned = g->clone();
   passes::runPipeline(*planned);
@@ -342,6 +342,29 @@ TEST_CASE("precision: small narrowed layers widened once for many rows give the 
     CHECK(std::filesystem::file_size(scratch() / "mlp_policy_load_widened_cpp.so") < std::filesystem::file_size(scratch() / "mlp_policy_run_widened_cpp.so") + 4096);
   }
   CHECK(std::memcmp(results[0].bytes(), results[1].bytes(), results[0].nbytes()) == 0);
+
+  // A conv (18,432 weights) reads its widened panels at every batch: the bits of widening inside
+  // each tile, at batches 1 and 5, 1 and 2 threads, in both backends.
+  auto c = cnn(nullptr);
+  auto plannedCnn = c->clone();
+  passes::runPipeline(*plannedCnn);
+  CHECK_THAT(codegen::generateCpp(*plannedCnn, o).source,
+             Contains("  pc::widenAtLoad(&pc_widen_state, pc_widen_jobs, 1, pc_weights, pc_widened);\n"
+                      "  const float* PC_RESTRICT wp = pc_widened + 0;  // bf16 weights widened once (KernelSchedule::widenedTiles)"));
+  std::vector<Tensor> convResults;
+  for (codegen::Backend backend : {codegen::Backend::Cpp, codegen::Backend::Llvm}) {
+    runtime::Model once = compiled(*c, backend, o.precision, "load_widened", {}, false, "", codegen::kStreamedWeights);
+    runtime::Model every = compiled(*c, backend, o.precision, "tile_widened");
+    for (int64_t batch : {1, 5}) {
+      INFO(codegen::backendName(backend) << " batch " << batch);
+      const std::vector<Tensor> in = driver::randomInputs(*c, batch, 4);
+      const std::vector<Tensor> reference = driver::runModel(every, in, 1);
+      CHECK(std::memcmp(driver::runModel(once, in, 1)[0].bytes(), reference[0].bytes(), reference[0].nbytes()) == 0);
+      CHECK(std::memcmp(driver::runModel(once, in, 2)[0].bytes(), reference[0].bytes(), reference[0].nbytes()) == 0);
+      if (batch == 5) convResults.push_back(reference[0]);
+    }
+  }
+  CHECK(std::memcmp(convResults[0].bytes(), convResults[1].bytes(), convResults[0].nbytes()) == 0);
 }
 
 // Narrowed linear layers run tiles of eight rows too (gemm8x32, the heuristic's with AVX-512): on

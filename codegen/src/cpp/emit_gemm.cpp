@@ -223,8 +223,15 @@ std::string Emitter::packedPointers(size_t index) const {
                      : ks.weightStorage == WeightStorage::Bf16Dot ? "uint32_t"  // bf16 pairs along k: products in bf16
                      : ks.weightStorage == WeightStorage::Int8    ? "int8_t"
                                                                   : "float";
-  std::string s = fmt::format("  const {}* PC_RESTRICT wp = reinterpret_cast<const {}*>(pc_weights + {});{}\n", type, type, ks.packedWeight,
-                              ks.weightStorage == WeightStorage::F32 ? "" : fmt::format("  // {} weights", weightStorageName(ks.weightStorage)));
+  std::string s;
+  if (ks.widenedTiles) {
+    s += fmt::format("  pc::widenAtLoad(&pc_widen_state, pc_widen_jobs, {}, pc_weights, pc_widened);\n", s_.loadWidened.size());
+    s += fmt::format("  const float* PC_RESTRICT wp = pc_widened + {};  // {} weights widened once (KernelSchedule::widenedTiles)\n",
+                     ks.loadWidened, weightStorageName(ks.weightStorage));
+  } else {
+    s += fmt::format("  const {}* PC_RESTRICT wp = reinterpret_cast<const {}*>(pc_weights + {});{}\n", type, type, ks.packedWeight,
+                     ks.weightStorage == WeightStorage::F32 ? "" : fmt::format("  // {} weights", weightStorageName(ks.weightStorage)));
+  }
   s += fmt::format("  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n", ks.packedBias);
   if (ks.packedScale >= 0) {
     s += fmt::format("  const float* PC_RESTRICT sp = reinterpret_cast<const float*>(pc_weights + {});  // per-column scales\n",

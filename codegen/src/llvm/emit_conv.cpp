@@ -74,6 +74,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
   const int64_t R = impl_ ? rowsPerTile(*impl_) : 4;
   const int64_t panels = (M + kPanel - 1) / kPanel, tiles = (P + R - 1) / R;
   Value* bp = weightsAt(s_.kernels[index].packedBias, "bp");
+  if (s_.kernels[index].widenedTiles) callWidenAtLoad();  // its panels widened once (KernelSchedule::widenedTiles)
   llvm::AllocaInst* patch = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(R * K)), "patch");
   const DType t = accType(k);
   // Windows inside the input are read in place through a table of offsets (c, kh, kw order);

@@ -204,6 +204,13 @@ void Emitter::emitLinear(const Kernel& k) {
 
 Emitter::PanelRef Emitter::panelAt(size_t index, Value* j, const std::string& name) {
   const KernelSchedule& ks = s_.kernels[index];
+  if (ks.widenedTiles) {  // the region's f32 panels (KernelSchedule::widenedTiles)
+    PanelRef r;
+    r.storage = WeightStorage::F32;
+    r.stride = ks.panelStride;
+    r.w = b_.CreateInBoundsGEP(f32_, widenRegion(), b_.CreateAdd(c64(ks.loadWidened), b_.CreateMul(j, c64(ks.panelStride))), name);
+    return r;
+  }
   llvm::Type* elem = ks.weightStorage == WeightStorage::Bf16 || ks.weightStorage == WeightStorage::Bf16Dot
                          ? i32_  // bf16 pairs along k
                      : ks.weightStorage == WeightStorage::Int8 ? i8_
