@@ -2102,6 +2102,25 @@ PC_INLINE V expFull(V x) {
   e = x < -103.972f ? V{} : e;
   return x != x ? x : e;
 }
+// pc::exp, pc::sigmoid and pc::clip on every lane, the same operations lane by lane (a vector
+// epilogue's, KernelSchedule::vectorEpilogue): expFull, and inf above 88.7228 as pc::exp gives.
+template <class V>
+PC_INLINE V expLanes(V x) {
+  const V e = expFull(x);
+  return x > 88.7228f ? std::numeric_limits<float>::infinity() : e;
+}
+template <class V>
+PC_INLINE V sigmoidLanes(V x) {
+  const V e = expLanes(-(x < 0.0f ? -x : x));  // -|x| (a zero's sign aside, which exp does not see)
+  const V r = x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+  return x != x ? x : r;
+}
+template <class V>
+PC_INLINE V clipLanes(V x, float lo, float hi) {
+  const V y = x < lo ? lo : x;
+  const V r = y > hi ? hi : y;
+  return x != x ? x : r;
+}
 // A softmax over eight short rows of N values (KernelSchedule::kShortRow) at once, a row a
 // vector lane: lane by lane the operations of one row's pc::maxShort, pc::expFull, pc::sumOf
 // and division, so the same bits (a zero maximum's sign, which maxShort looks up, changes no

@@ -815,6 +815,40 @@ TEST_CASE("llvm and cpp backends: a linear layer's partial last panel runs its e
   checkGeneratedBitwise(*graph, splitCpp(*graph), "vector_tail", {1, 3, 8, 13, 64}, 31, 1e-5);
 }
 
+// The C++ printer's epilogues of exp, sigmoid and clip on the lanes of whole panels
+// (pc::expLanes, sigmoidLanes, clipLanes): lane by lane pc::exp's, pc::sigmoid's and pc::clip's
+// operations, the same bits as the LLVM backend's. %o and %so are 120 times one input each (one
+// product: the same in any order of sums), so that exp runs past its range (inf) and under it (0)
+// and still compares with the interpreter's.
+TEST_CASE("llvm and cpp backends: exp, sigmoid and clip epilogues on vector lanes", "[llvm][cpp]") {
+  auto oneTap = [](int64_t N, int64_t K, double scale) {
+    std::string s;
+    for (int64_t i = 0; i < N * K; ++i) s += fmt::format("{}{}", i ? ", " : "", i % K == (i / K) % K ? scale : 0.0);
+    return s;
+  };
+  const std::string text = fmt::format(R"(graph lanes(%x: f32[batch,24], %y: f32[batch,24], %z: f32[batch,24]) {{
+  %g = param f32[32,24] [{}]
+  %b = param f32[32] [{}]
+  %a = linear(%x, %g, %b) : f32[batch,32]
+  %c = clip(%a) {{min=-3.0, max=2.0}} : f32[batch,32]
+  %ce = exp(%c) : f32[batch,32]
+  %k = param f32[32,24] [{}]
+  %big = linear(%y, %k) : f32[batch,32]
+  %o = exp(%big) : f32[batch,32]
+  %h = param f32[16,24] [{}]
+  %m = linear(%z, %h) : f32[batch,16]
+  %so = sigmoid(%m) : f32[batch,16]
+  return (ce=%ce, o=%o, so=%so)
+}})", paramValues(768, 0.5, 9, -2.0), paramValues(32, 0.25, 5, -0.5), oneTap(32, 24, 120.0), oneTap(16, 24, 120.0));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
+  CHECK(occurrences(generated.source, "v = pc::clipLanes(v, -3.0f, 2.0f);") == 1);
+  CHECK(occurrences(generated.source, "v = pc::expLanes(v);") == 2);
+  CHECK(occurrences(generated.source, "v = pc::sigmoidLanes(v);") == 1);
+  checkGeneratedBitwise(*graph, generated, "lanes", {1, 3, 8, 13, 64}, 37, 1e-5);
+}
+
 // Impl::DotRows: linear layers of at most 12 outputs (a value head of 1, heads of 3, 5, 8 and 12,
 // some without bias) as dot products along k (K 256, a whole number of 16-lane blocks; 40 and 7,
 // a masked last block), rows in tiles of 4 (up to 4 outputs), 2 (up to 8) or 1, the last rows one

@@ -323,6 +323,11 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
       code += fmt::format("// {}\nv = {};\n", sourceStr(in.node), width == 16 ? "pc::tanh16(v)" : "pc::tanhv(v)");
     } else if (in.op == Op::Relu) {
       code += fmt::format("// {}\nv = {};\n", sourceStr(in.node), width == 16 ? "pc::relu16(v)" : "v < 0.0f ? 0.0f : v");
+    } else if (in.op == Op::Exp || in.op == Op::Sigmoid) {
+      code += fmt::format("// {}\nv = pc::{}Lanes(v);\n", sourceStr(in.node), in.op == Op::Exp ? "exp" : "sigmoid");
+    } else if (in.op == Op::Clip && in.node) {
+      code += fmt::format("// {}\nv = pc::clipLanes(v, {}, {});\n", sourceStr(in.node), literal(in.node->attrFloat("min"), DType::F32),
+                          literal(in.node->attrFloat("max"), DType::F32));
     } else if (in.op == Op::LeakyRelu && in.node) {
       // A select on lanes (the scalar form's branch on the sign mispredicted on every other value
       // once a call's outputs outgrew the branch history: uint8_convbn's stem 8x slower at batch 64).
