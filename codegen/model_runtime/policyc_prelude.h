@@ -541,9 +541,9 @@ PC_INLINE void widenPanels(int64_t K, const uint32_t* PC_RESTRICT w, int64_t str
   widenPanels(K, reinterpret_cast<const bf16x2*>(w), stride, count, dst);
 }
 
-// A layer whose narrowed panels the model widens once, at its first run of many rows, into a
-// region of f32 panels that every later run of many rows reads (Schedule::loadWidened): the
-// bf16 pairs at byte `from` of the weights blob (`count` panels, `stride` pairs apart, K rows)
+// A layer whose narrowed panels the model widens once into a region of f32 panels
+// (Schedule::loadWidened: by the first kernel that reads them, a linear layer's first run of many
+// rows or a conv's first run; later such runs read the region): the bf16 pairs at byte `from` of the weights blob (`count` panels, `stride` pairs apart, K rows)
 // become K x 16 floats a panel at float `to` of the region. (Only bf16: a layer small enough to
 // keep f32 panels in L2 is never int8, codegen::kStreamedWeights.)
 struct WidenJob {
@@ -552,7 +552,8 @@ struct WidenJob {
 // Runs the jobs once per process: the first caller widens while later ones wait for it; after
 // that one acquiring load a call. `state`: 0 not yet, 1 widening, 2 done. The values are exact
 // (a bf16 value is an f32 value), so whoever compiled this gives the same floats.
-static __attribute__((noinline)) void widenAtLoadSlow(int32_t* state, const WidenJob* jobs, int32_t n, const unsigned char* blob, float* region) {
+static __attribute__((noinline)) void widenAtLoadSlow(int32_t* state, const WidenJob* jobs, int32_t n, const unsigned char* blob,
+                                                      float* region) {
   int32_t expected = 0;
   if (__atomic_compare_exchange_n(state, &expected, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE)) {
     for (int32_t i = 0; i < n; ++i) {

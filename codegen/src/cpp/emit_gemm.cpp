@@ -217,6 +217,10 @@ std::string Emitter::emitLinear(const Kernel& k) const {
   return s;
 }
 
+std::string Emitter::widenAtLoad() const {
+  return fmt::format("pc::widenAtLoad(&pc_widen_state, pc_widen_jobs, {}, pc_weights, pc_widened);", s_.loadWidened.size());
+}
+
 std::string Emitter::packedPointers(size_t index) const {
   const KernelSchedule& ks = s_.kernels[index];
   const char* type = ks.weightStorage == WeightStorage::Bf16      ? "pc::bf16x2"  // bf16 pairs along k, widened
@@ -225,7 +229,7 @@ std::string Emitter::packedPointers(size_t index) const {
                                                                   : "float";
   std::string s;
   if (ks.widenedTiles) {
-    s += fmt::format("  pc::widenAtLoad(&pc_widen_state, pc_widen_jobs, {}, pc_weights, pc_widened);\n", s_.loadWidened.size());
+    s += "  " + widenAtLoad() + "\n";
     s += fmt::format("  const float* PC_RESTRICT wp = pc_widened + {};  // {} weights widened once (KernelSchedule::widenedTiles)\n",
                      ks.loadWidened, weightStorageName(ks.weightStorage));
   } else {
@@ -477,7 +481,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   }
   if (ks.widenRows) s += fmt::format("  const bool widened = rows >= {};\n", ks.widenRows);
   if (ks.loadWidened >= 0) {
-    s += fmt::format("  if (widened) pc::widenAtLoad(&pc_widen_state, pc_widen_jobs, {}, pc_weights, pc_widened);\n", s_.loadWidened.size());
+    s += "  if (widened) " + widenAtLoad() + "\n";
   }
   // Where many rows widen bf16-dot pairs inside each tile: the same weights as bf16x2.
   const std::string pairs = "reinterpret_cast<const pc::bf16x2*>(w)";

@@ -190,6 +190,9 @@ class Emitter {
   std::string emitLinear(const Kernel& k) const;
 
   std::string packedPointers(size_t index) const;
+  // The call that widens the model's narrowed panels into pc_widened unless a run already did
+  // (Schedule::loadWidened), as a statement.
+  std::string widenAtLoad() const;
   // ", sp + PANEL*16": an int8 layer's scales of panel PANEL as the microkernels' last argument.
   std::string scaleArg(size_t index, const std::string& panel) const;
 

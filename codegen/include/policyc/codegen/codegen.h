@@ -132,7 +132,8 @@ inline constexpr int64_t kMinReducedWeights = 16384;
 //   widens them once, at its first such run, into f32 panels those runs read
 //   (KernelSchedule::loadWidened): widening them again in every run cost ppo_mlp's bf16 build
 //   0.79x of fp32's speed at batch 16 and 0.94x at batch 64, while a run of few rows still reads
-//   the narrow panels (1.16x at batch 1).
+//   the narrow panels (1.16x at batch 1); a bf16 conv reads widened panels at every batch
+//   (KernelSchedule::widenedTiles).
 inline constexpr int64_t kStreamedWeights = 131072;
 // Under --precision bf16, a conv whose window holds fewer values than this (a first layer over an
 // image of 3 or 4 channels, 3x3) keeps fp32 and the fp32 implementations: oneDNN's bf16
