@@ -37,14 +37,15 @@ def run_rollout(policy, weights, version, seed, envs, steps, crash_marker=None):
     halfway through, as a machine failing mid-rollout would."""
     from distributed import get_worker
 
-    # Which weights this worker's copy of the policy has (a worker keeps a scattered policy in memory).
+    # Which weights this worker's copy of the policy has (a worker keeps a scattered policy in
+    # memory). The entry holds the policy too, so that its id is not reused by a later one.
     versions = get_worker().__dict__.setdefault("policy_weight_versions", {})
-    if versions.get(id(policy)) != version:
+    if versions.get(id(policy), (None, None))[1] != version:
         if isinstance(policy, torch.nn.Module):
             policy.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
         else:
             policy.set_weights(weights)
-        versions[id(policy)] = version
+        versions[id(policy)] = (policy, version)
     if isinstance(policy, torch.nn.Module):
         torch.set_num_threads(1)
 
@@ -115,6 +116,52 @@ def weights_of(model):
     return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
 
 
+def local_cluster(n_workers):
+    """A LocalCluster of `n_workers` single-thread process workers whose scheduler keeps every
+    replica of the broadcast policy and weights: its active memory manager (on by default) would
+    drop all but one, so that most rollouts fetch the policy from a peer and a dying worker can
+    take the only copy with it."""
+    import dask
+    from distributed import LocalCluster
+
+    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None)
+
+
+def gather_rollouts(client, futures, submit, policy, remote, weights, attempts=3):
+    """The rollouts' results, in order. A rollout is cancelled when data it needed was lost with a
+    worker that died (the only replica left, as a scheduler with its active memory manager on
+    keeps one): scatter the policy and the weights again to the workers alive and resubmit it.
+    Returns (results, the future of the policy that the next iterations should use)."""
+    from concurrent.futures import CancelledError
+
+    from distributed import wait
+
+    results = [None] * len(futures)
+    for attempt in range(attempts):
+        while True:  # until every future is done or cancelled (wait raises at the first cancelled one)
+            try:
+                wait([f for f in futures if f.status != "cancelled"])
+                break
+            except CancelledError:
+                pass
+        lost = [w for w, f in enumerate(futures) if f.status == "cancelled"]
+        for w, f in enumerate(futures):
+            if w not in lost and results[w] is None:
+                results[w] = f.result()  # raises what the task raised
+        if not lost:
+            return results, remote
+        client.wait_for_workers(len(futures))
+        alive = sorted(client.scheduler_info()["workers"])
+        print("  rollout(s) %s lost their data with a dead worker; scattering the policy and weights again"
+              % ", ".join(map(str, lost)))
+        remote = client.scatter(policy, broadcast=True, workers=alive)
+        [again] = client.scatter([weights], broadcast=True, workers=alive, hash=False)
+        for w in lost:
+            futures[w] = submit(w, remote, again)
+    raise RuntimeError("rollouts %s were lost %d times in a row" % (lost, attempts))
+
+
 def run_loop(client, model, policy, workers, args, label, crash_dir=None):
     """`args.iterations` iterations of: broadcast the weights, one rollout per worker, one update.
     Returns (env-steps/s of the rollouts, median broadcast ms, disagreements, reruns seen)."""
@@ -135,16 +182,20 @@ def run_loop(client, model, policy, workers, args, label, crash_dir=None):
         start = time.perf_counter()
         # One future for the whole dict (a dict given to scatter becomes one future per key, named
         # by the key: the next iteration's weights would then be taken for data already there).
-        [weights] = client.scatter([weights_of(model)], broadcast=True, workers=workers, hash=False)
+        current = weights_of(model)
+        [weights] = client.scatter([current], broadcast=True, workers=workers, hash=False)
         broadcast_ms.append((time.perf_counter() - start) * 1e3)
         crash = None
         if crash_dir and it == 1:
             crash = os.path.join(crash_dir, "crash-%s-%d" % (label, it))
-        futures = [client.submit(run_rollout, remote, weights, it, 1000 * it + w, args.envs, args.steps,
-                                 crash if w == 0 else None, workers=[addr], allow_other_workers=True, pure=False)
-                   for w, addr in enumerate(workers)]
+
+        def submit(w, remote, weights):
+            return client.submit(run_rollout, remote, weights, it, 1000 * it + w, args.envs, args.steps,
+                                 crash if w == 0 else None, workers=[workers[w]], allow_other_workers=True, pure=False)
+
+        futures = [submit(w, remote, weights) for w in range(len(workers))]
         wall = time.perf_counter()
-        batches = client.gather(futures)
+        batches, remote = gather_rollouts(client, futures, submit, policy, remote, current)
         wall = time.perf_counter() - wall
         for w, b in enumerate(batches):
             if b["worker"] != workers[w]:
@@ -171,7 +222,7 @@ def main():
     args = parser.parse_args()
 
     import cloudpickle
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     cloudpickle.register_pickle_by_value(cartpole)  # workers need not find examples/rollout
 
@@ -194,7 +245,7 @@ def main():
                 client = Client(args.scheduler)
                 cluster = None
             else:
-                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+                cluster = local_cluster(n)
                 client = Client(cluster)
             try:
                 workers = sorted(client.scheduler_info()["workers"])[:n]

@@ -1,6 +1,7 @@
 """examples/distributed on a LocalCluster of 2 process workers, short: the workers' actions are the
 learner's for the same observations, a worker killed mid-rollout has its rollout rerun by Dask
-(and the learner reports it), and a half-written cache entry on the workers is never loaded."""
+(and the learner reports it), a half-written cache entry on the workers is never loaded, and a rollout
+whose data was lost is resubmitted."""
 import hashlib
 import importlib.util
 import json
@@ -28,7 +29,7 @@ class DistributedRolloutTest(unittest.TestCase):
     def test_two_workers_a_killed_worker_and_a_half_written_cache_entry(self):
         import cloudpickle
         import torch
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
         import policyc
 
@@ -53,12 +54,12 @@ class DistributedRolloutTest(unittest.TestCase):
                 f.write(so[:len(so) // 2])
 
             args = types.SimpleNamespace(iterations=3, envs=8, steps=300)
-            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-                    Client(cluster) as client:
+            with example.local_cluster(2) as cluster, Client(cluster) as client:
                 workers = sorted(client.scheduler_info()["workers"])
                 self.assertEqual(len(workers), 2)
                 rate, broadcast_ms, bad, reruns = example.run_loop(client, model, policy, workers, args, "test",
                                                                    crash_dir=tmp)
+                self.check_lost_rollouts_are_resubmitted(example, client)
             self.assertEqual(bad, 0, "worker actions differ from the learner's")
             self.assertGreaterEqual(reruns, 1, "the killed worker's rollout was not rerun elsewhere")
             self.assertGreater(rate, 0)
@@ -70,6 +71,31 @@ class DistributedRolloutTest(unittest.TestCase):
                 want = model(torch.from_numpy(obs)).numpy()
             policy.set_weights(example.weights_of(model))
             np.testing.assert_allclose(policy(obs)[0], want, rtol=1e-5, atol=1e-5)
+
+    def check_lost_rollouts_are_resubmitted(self, example, client):
+        """A rollout cancelled because its data went with a dead worker (here: cancelled by hand)
+        is resubmitted with the policy and weights scattered again; the others are kept."""
+        import time
+
+        def task(policy, weights, w):
+            time.sleep(0.5 if w == 1 else 0)
+            return policy, float(weights["x"].sum()), w
+
+        submitted = []
+
+        def submit(w, remote, weights):
+            submitted.append(w)
+            return client.submit(task, remote, weights, w, pure=False)
+
+        policy, weights = "p", {"x": np.arange(4, dtype=np.float32)}
+        remote = client.scatter(policy, broadcast=True)
+        [scattered] = client.scatter([weights], broadcast=True, hash=False)
+        futures = [submit(w, remote, scattered) for w in range(2)]
+        client.cancel(futures[1])
+        results, new_remote = example.gather_rollouts(client, futures, submit, policy, remote, weights)
+        self.assertEqual(results, [("p", 6.0, 0), ("p", 6.0, 1)])
+        self.assertEqual(submitted, [0, 1, 1])
+        self.assertEqual(new_remote.result(), policy)
 
 
 if __name__ == "__main__":
