@@ -202,13 +202,33 @@ void Emitter::emitLinear(const Kernel& k) {
   restrict_ = false;
 }
 
+// A narrowed panel into the chunk's buffer: int8 rows one by one (their scales stay with the tile), bf16 pairs two rows at a time.
+void Emitter::widenPanel(const PanelRef& src, int64_t K, Value* dst) {
+  if (src.storage != WeightStorage::Bf16Dot && src.storage != WeightStorage::Bf16) {
+    forCount(K, "wk", [&](Value* q) {
+      Value* at = b_.CreateMul(q, c64(kPanel));
+      b_.CreateAlignedStore(loadPanelRow(src, at), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
+    });
+    return;
+  }
+  // bf16 pairs along k: rows 2q and 2q + 1 from pair row q.
+  auto pairRows = [&](Value* q, bool both) {
+    auto [even, odd] = loadPairRows(src, b_.CreateMul(q, c64(kLanes)));
+    Value* at = b_.CreateMul(q, c64(2 * kPanel));
+    b_.CreateAlignedStore(even, b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
+    if (both) b_.CreateAlignedStore(odd, b_.CreateInBoundsGEP(f32_, dst, b_.CreateAdd(at, c64(kPanel))), llvm::Align(64));
+  };
+  forCount(K / 2, "wq", [&](Value* q) { pairRows(q, true); });
+  if (K % 2) pairRows(c64(K / 2), false);
+}
+
 Emitter::PanelRef Emitter::panelAt(size_t index, Value* j, const std::string& name) {
   const KernelSchedule& ks = s_.kernels[index];
   if (ks.widenedTiles) {  // the region's f32 panels (KernelSchedule::widenedTiles)
     PanelRef r;
     r.storage = WeightStorage::F32;
     r.stride = ks.panelStride;
-    r.w = b_.CreateInBoundsGEP(f32_, widenRegion(), b_.CreateAdd(c64(ks.loadWidened), b_.CreateMul(j, c64(ks.panelStride))), name);
+    r.w = widenedPanel(ks, j, ks.panelStride / kPanel, name);
     return r;
   }
   llvm::Type* elem = ks.weightStorage == WeightStorage::Bf16 || ks.weightStorage == WeightStorage::Bf16Dot
@@ -733,28 +753,11 @@ void Emitter::emitPackedLinear(const Kernel& k) {
           // This unit's panels: in the model's region, or widened into the chunk's buffer (once a unit's panels).
           Value* wideAt = wide;
           if (ks.loadWidened >= 0) {
-            wideAt = b_.CreateInBoundsGEP(f32_, widenRegion(), b_.CreateAdd(c64(ks.loadWidened), b_.CreateMul(j, c64(K * kPanel))), "wide");
+            wideAt = widenedPanel(ks, j, K, "wide");
           } else {
             ifThen(b_.CreateICmpNE(j, b_.CreateLoad(i64_, wideJ)), "widen", [&] {
               forRange(c64(0), b_.CreateSub(jEnd, j), "wp", [&](Value* p) {
-                const PanelRef src = panelAt(index, b_.CreateAdd(j, p), "src");
-                Value* dst = b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(p, c64(K * kPanel)));
-                if (src.storage != WeightStorage::Bf16Dot && src.storage != WeightStorage::Bf16) {
-                  forCount(K, "wk", [&](Value* q) {
-                    Value* at = b_.CreateMul(q, c64(kPanel));
-                    b_.CreateAlignedStore(loadPanelRow(src, at), b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
-                  });
-                  return;
-                }
-                // bf16 pairs along k (pc::widenPanels): rows 2q and 2q + 1 from pair row q.
-                auto pairRows = [&](Value* q, bool both) {
-                  auto [even, odd] = loadPairRows(src, b_.CreateMul(q, c64(kLanes)));
-                  Value* at = b_.CreateMul(q, c64(2 * kPanel));
-                  b_.CreateAlignedStore(even, b_.CreateInBoundsGEP(f32_, dst, at), llvm::Align(64));
-                  if (both) b_.CreateAlignedStore(odd, b_.CreateInBoundsGEP(f32_, dst, b_.CreateAdd(at, c64(kPanel))), llvm::Align(64));
-                };
-                forCount(K / 2, "wq", [&](Value* q) { pairRows(q, true); });
-                if (K % 2) pairRows(c64(K / 2), false);
+                widenPanel(panelAt(index, b_.CreateAdd(j, p), "src"), K, b_.CreateInBoundsGEP(f32_, wide, b_.CreateMul(p, c64(K * kPanel))));
               });
               b_.CreateStore(j, wideJ);
             });

@@ -164,8 +164,14 @@ llvm::GlobalVariable* Emitter::widenRegion() {
   return widenRegion_;
 }
 
+Value* Emitter::widenedPanel(const KernelSchedule& ks, Value* j, int64_t K, const std::string& name) {
+  return b_.CreateInBoundsGEP(f32_, widenRegion(), b_.CreateAdd(c64(ks.loadWidened), b_.CreateMul(j, c64(K * kPanel))), name);
+}
+
 // void policyc_rt_widen_at_load(i32* state, const pc::WidenJob* jobs, i32 count, blob, region):
-// pc::widenAtLoad, with the model's state, its jobs as a constant table and its region.
+// pc::widenAtLoad, with the model's state, its jobs as a constant table and its region. As in the
+// prelude, the call is the slow path: every run after the first only loads the state (acquire)
+// and finds it 2.
 void Emitter::callWidenAtLoad() {
   llvm::GlobalVariable* state = m_.getGlobalVariable("pc_widen_state", true);
   llvm::GlobalVariable* jobs = m_.getGlobalVariable("pc_widen_jobs", true);
@@ -184,7 +190,11 @@ void Emitter::callWidenAtLoad() {
   }
   auto fn = m_.getOrInsertFunction(llvmbe::kWidenAtLoad, llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, i32_, ptr_, ptr_}, false));
   Value* blob = weightsGv_ ? static_cast<Value*>(weightsGv_) : llvm::ConstantPointerNull::get(ptr_);
-  b_.CreateCall(fn, {state, jobs, b_.getInt32(static_cast<int32_t>(s_.loadWidened.size())), blob, widenRegion()});
+  llvm::LoadInst* done = b_.CreateAlignedLoad(i32_, state, llvm::Align(4), "widen.state");
+  done->setAtomic(llvm::AtomicOrdering::Acquire);
+  ifThen(b_.CreateICmpNE(done, b_.getInt32(2)), "widen.slow", [&] {
+    b_.CreateCall(fn, {state, jobs, b_.getInt32(static_cast<int32_t>(s_.loadWidened.size())), blob, widenRegion()});
+  });
 }
 
 Value* Emitter::weightsAt(int64_t offset, const std::string& name) {

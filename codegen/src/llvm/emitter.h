@@ -72,6 +72,9 @@ class Emitter : llvmbe::Builder {
   // and the call that fills it unless the model's first run of many rows already did.
   llvm::GlobalVariable* widenRegion();
   void callWidenAtLoad();
+  // Panel j of a kernel's widened layer in that region: K rows of kPanel floats each, from the
+  // kernel's offset there (KernelSchedule::loadWidened), as pc::widenPanels writes them.
+  Value* widenedPanel(const KernelSchedule& ks, Value* j, int64_t K, const std::string& name);
   // A policyc_tensor_desc array named pc_WHAT of (name, type) pairs (inputs, outputs, weights).
   llvm::GlobalVariable* descArray(const std::vector<std::pair<std::string, ir::TensorType>>& tensors, const std::string& what);
   Value* weightsAt(int64_t offset, const std::string& name);
@@ -197,6 +200,8 @@ class Emitter : llvmbe::Builder {
   };
   // Panel j of the packed weight of kernel `index`.
   PanelRef panelAt(size_t index, Value* j, const std::string& name);
+  // One narrowed panel widened to K rows of kPanel floats at dst (the layout of pc::widenPanels).
+  void widenPanel(const PanelRef& src, int64_t K, Value* dst);
   // The 16 weights at element `at` of a panel's storage as <16 x float>: f32, or int8 converted
   // (its scales wait for scaledEnd). bf16 pairs go through loadPairRows.
   Value* loadPanelRow(const PanelRef& ref, Value* at);
