@@ -587,19 +587,29 @@ PC_INLINE V accEnd(V acc, const float* bias, const float* scale) {
   else return acc;
 }
 
+// Where a microkernel's finished rows go: RowsAt stores row t at out + t * os (a stack tile, or
+// the output's own rows); the _fin entry points below instead hand each row's 16 columns from
+// column c to an epilogue functor end(t, c, f32x16), which stores them itself, so that the tile
+// never goes through memory (a 4 x 32 tile at K = 11: 16 stores and loads against 88 FMAs).
+struct RowsAt {
+  float* PC_RESTRICT out;
+  int64_t os;
+  template <class V>
+  inline __attribute__((always_inline)) void operator()(int64_t t, int64_t c, V v) const { storev(out + t * os + c, v); }
+};
+
 // Four rows times two vectors of columns, eight independent accumulators: row t's [0, W) from the
 // panel rows at wa (their half ha, loadw), its [W, 2W) from those at wb (half hb; W = V's lanes;
-// sa and sb the panels' int8 scales), each column starting from its bias; row t goes to
-// out + t * os.
+// sa and sb the panels' int8 scales), each column starting from its bias; row t's columns
+// [c, c + W) go to end(t, c, ...) (RowsAt: out + t * os).
 // Row t's element k is x_t[at(k)]; every output sums over k in order. Serves as the AVX2 4x16
 // (one panel as two halves) and the AVX-512 4x32 (two panels) kernel.
-// Not inlined: inlined into a layer whose epilogue only copies `out` on (no activation), GCC 12
-// kept the eight accumulators in out's stack slots, a load and a store around every FMA (a
-// 256x256 linear layer at batch 64 on AVX2: 310 us, 107 us as a function of its own).
-template <class V, class At, class WT>
-__attribute__((noinline)) static void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+// gemm_4x2v_by (below) is this, not inlined, into a tile; an epilogue functor inlines it
+// (gemm_4x32_fin): its tile never reaches memory, so the reason below does not hold there.
+template <class V, class At, class WT, class End>
+PC_INLINE void gemm_4x2v_to(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* wa, int ha,
-                            const WT* wb, int hb, const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os,
+                            const WT* wb, int hb, const float* PC_RESTRICT bias, End end,
                             const float* PC_RESTRICT sa, const float* PC_RESTRICT sb) {
   constexpr int W = sizeof(V) / sizeof(float);
   const V ba = accStart<V, WT>(bias), bb = accStart<V, WT>(bias + W);
@@ -643,14 +653,24 @@ __attribute__((noinline)) static void gemm_4x2v_by(int64_t K, At at, const float
   }
   const float* PC_RESTRICT ta = sa ? sa + 8 * ha : nullptr;
   const float* PC_RESTRICT tb = sb ? sb + 8 * hb : nullptr;
-  storev(out, accEnd<V, WT>(a0, bias, ta));
-  storev(out + W, accEnd<V, WT>(a1, bias + W, tb));
-  storev(out + os, accEnd<V, WT>(b0, bias, ta));
-  storev(out + os + W, accEnd<V, WT>(b1, bias + W, tb));
-  storev(out + 2 * os, accEnd<V, WT>(c0, bias, ta));
-  storev(out + 2 * os + W, accEnd<V, WT>(c1, bias + W, tb));
-  storev(out + 3 * os, accEnd<V, WT>(d0, bias, ta));
-  storev(out + 3 * os + W, accEnd<V, WT>(d1, bias + W, tb));
+  end(0, 0, accEnd<V, WT>(a0, bias, ta));
+  end(0, W, accEnd<V, WT>(a1, bias + W, tb));
+  end(1, 0, accEnd<V, WT>(b0, bias, ta));
+  end(1, W, accEnd<V, WT>(b1, bias + W, tb));
+  end(2, 0, accEnd<V, WT>(c0, bias, ta));
+  end(2, W, accEnd<V, WT>(c1, bias + W, tb));
+  end(3, 0, accEnd<V, WT>(d0, bias, ta));
+  end(3, W, accEnd<V, WT>(d1, bias + W, tb));
+}
+// Not inlined: inlined into a layer whose epilogue only copies `out` on (no activation), GCC 12
+// kept the eight accumulators in out's stack slots, a load and a store around every FMA (a
+// 256x256 linear layer at batch 64 on AVX2: 310 us, 107 us as a function of its own).
+template <class V, class At, class WT>
+__attribute__((noinline)) static void gemm_4x2v_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                                                   const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* wa, int ha,
+                                                   const WT* wb, int hb, const float* PC_RESTRICT bias, float* PC_RESTRICT out,
+                                                   int64_t os, const float* PC_RESTRICT sa, const float* PC_RESTRICT sb) {
+  gemm_4x2v_to<V>(K, at, x0, x1, x2, x3, wa, ha, wb, hb, bias, RowsAt{out, os}, sa, sb);
 }
 
 #if defined(__AVX512BF16__)
@@ -733,9 +753,9 @@ constexpr int64_t panelElems(int64_t K) {
 // int8_t (with `scale`, the panel's 16 column scales; null otherwise).
 #if defined(__AVX512F__)
 // One row: four accumulators over interleaved k for instruction-level parallelism.
-template <class WT>
-PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
-                         float* PC_RESTRICT out, const float* PC_RESTRICT scale = nullptr) {
+template <class WT, class End>
+PC_INLINE void gemm_1x16_to(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
+                            End end, const float* PC_RESTRICT scale) {
   f32x16 a = accStart<f32x16, WT>(bias), b = {}, c = {}, d = {};
   int64_t k = 0;
   if constexpr (kPairs<WT>) {
@@ -763,14 +783,19 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RES
     }
     for (; k < K; ++k) a += splat16(x[k]) * loadw<f32x16>(w + k * 16, 0, scale);
   }
-  store16(out, accEnd<f32x16, WT>((a + b) + (c + d), bias, scale));
+  end(0, 0, accEnd<f32x16, WT>((a + b) + (c + d), bias, scale));
+}
+template <class WT>
+PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
+                         float* PC_RESTRICT out, const float* PC_RESTRICT scale = nullptr) {
+  gemm_1x16_to(K, x, w, bias, RowsAt{out, 0}, scale);
 }
 
 // Four rows share every weight load; row t's element k is x_t[at(k)].
-template <class At, class WT>
-PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+template <class At, class WT, class End>
+PC_INLINE void gemm_4x16_to(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT w,
-                            const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale) {
+                            const float* PC_RESTRICT bias, End end, const float* PC_RESTRICT scale) {
   f32x16 a = accStart<f32x16, WT>(bias), b = a, c = a, d = a;
   auto step = [&](int64_t k, f32x16 wk) {
     const int64_t o = at(k);
@@ -797,10 +822,16 @@ PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const
 #pragma GCC unroll 4  // as gemm_4x2v_by
     for (int64_t k = 0; k < K; ++k) step(k, loadw<f32x16>(w + k * 16, 0, scale));
   }
-  store16(out, accEnd<f32x16, WT>(a, bias, scale));
-  store16(out + os, accEnd<f32x16, WT>(b, bias, scale));
-  store16(out + 2 * os, accEnd<f32x16, WT>(c, bias, scale));
-  store16(out + 3 * os, accEnd<f32x16, WT>(d, bias, scale));
+  end(0, 0, accEnd<f32x16, WT>(a, bias, scale));
+  end(1, 0, accEnd<f32x16, WT>(b, bias, scale));
+  end(2, 0, accEnd<f32x16, WT>(c, bias, scale));
+  end(3, 0, accEnd<f32x16, WT>(d, bias, scale));
+}
+template <class At, class WT>
+PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
+                            const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* PC_RESTRICT w,
+                            const float* PC_RESTRICT bias, float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale) {
+  gemm_4x16_to(K, at, x0, x1, x2, x3, w, bias, RowsAt{out, os}, scale);
 }
 
 // Four rows times two panels (32 columns): eight accumulators, enough to keep both 512-bit FMA
@@ -920,6 +951,54 @@ PC_INLINE void gemm_4x32(int64_t K, const float* PC_RESTRICT x0, const float* PC
                          const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
                          float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale = nullptr) {
   gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out, os, scale);
+}
+// The three tiles of a linear layer with each finished row handed to end(t, c, f32x16) (RowsAt):
+// with AVX-512 and f32, bf16 or int8 panels straight from the accumulators; otherwise (AVX2's
+// half panels, bf16 products) through a stack tile.
+template <class WT, class End>
+PC_INLINE void gemm_4x32_fin(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
+                             const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
+                             const float* PC_RESTRICT scale = nullptr) {
+#if defined(__AVX512F__)
+  if constexpr (!std::is_same_v<WT, uint32_t>) {
+    gemm_4x2v_to<f32x16>(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, 0, w + panelElems<WT>(K), 0, bias, end, scale,
+                         scale ? scale + 16 : nullptr);
+    return;
+  }
+#endif
+  alignas(64) float tile[4][32];
+  gemm_4x32(K, x0, x1, x2, x3, w, bias, tile[0], 32, scale);
+  for (int64_t t = 0; t < 4; ++t) {
+    end(t, 0, load16(tile[t]));
+    end(t, 16, load16(tile[t] + 16));
+  }
+}
+template <class WT, class End>
+PC_INLINE void gemm_4x16_fin(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
+                             const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
+                             const float* PC_RESTRICT scale = nullptr) {
+#if defined(__AVX512F__)
+  if constexpr (!std::is_same_v<WT, uint32_t>) {
+    gemm_4x16_to(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, end, scale);
+    return;
+  }
+#endif
+  alignas(64) float tile[4][16];
+  gemm_4x16(K, x0, x1, x2, x3, w, bias, tile[0], 16, scale);
+  for (int64_t t = 0; t < 4; ++t) end(t, 0, load16(tile[t]));
+}
+template <class WT, class End>
+PC_INLINE void gemm_1x16_fin(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
+                             const float* PC_RESTRICT scale = nullptr) {
+#if defined(__AVX512F__)
+  if constexpr (!std::is_same_v<WT, uint32_t>) {
+    gemm_1x16_to(K, x, w, bias, end, scale);
+    return;
+  }
+#endif
+  alignas(64) float tile[16];
+  gemm_1x16(K, x, w, bias, tile, scale);
+  end(0, 0, load16(tile));
 }
 template <class WT>
 PC_INLINE void gemm_4x32_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,

@@ -704,7 +704,9 @@ TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its til
   CHECK(generated.source.find("bp + j*16, dst(r, j*16), 48)") != std::string::npos);
   CHECK(generated.source.find("bp + j*16, dst(r, j*16), 64)") != std::string::npos);
   CHECK(generated.source.find("+ n0 + 32; };") != std::string::npos);
-  CHECK(generated.source.find("out16[0], 16)") != std::string::npos);  // the relu layer's tile
+  // The relu layer: whole-panel epilogues take the rows from the microkernels' accumulators.
+  CHECK(generated.source.find("[&](int64_t t, int64_t c, pc::f32x16 v) { finish16(r + t, j*16 + c, v); }") != std::string::npos);
+  CHECK(generated.source.find("out16[0], 16)") == std::string::npos);
   checkGeneratedBitwise(*graph, generated, "direct_rows", {1, 3, 9, 21}, 29, 1e-5);
   // By tiles of eight rows (gemm8x32, the heuristic's with AVX-512 over rows of 64 or more): a
   // unit's eight rows by a pair of panels, and its quads (a last partial octet, a single last
@@ -724,6 +726,47 @@ TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its til
 // backend's and the LLVM one's equal: checkBitwiseBackends). A small layer beside it walks forward
 // always (one counted loop only), and so does the large one with int8 weights (160 KiB: no run
 // counter at all).
+// A whole-panel epilogue (relu, tanh) takes each tile's rows from the microkernel's accumulators
+// (pc::gemm_4x32_fin, gemm_4x16_fin, gemm_1x16_fin): with AVX-512 straight from the registers,
+// with AVX2 through a stack tile inside the prelude. 80 outputs are two pairs of panels and a
+// single one; batches 1, 3 (rows alone), 5 and 9 (quads and a row). Both kinds of target, the
+// same bits as the LLVM backend's JIT for the same target.
+TEST_CASE("llvm and cpp backends: whole-panel epilogues from the accumulators, both kinds of target", "[llvm][cpp]") {
+  auto weights = [](int64_t n) { return paramValues(n, 0.0625, 11, -0.3); };
+  const std::string text = fmt::format(R"(graph e(%x: f32[batch,11]) {{
+  %w = param f32[80,11] [{}]
+  %b = param f32[80] [{}]
+  %y = linear(%x, %w, %b) : f32[batch,80]
+  %r = relu(%y) : f32[batch,80]
+  %v = param f32[48,80] [{}]
+  %z = linear(%r, %v) : f32[batch,48]
+  %t = tanh(%z) : f32[batch,48]
+  return (r=%r, t=%t)
+}})", weights(880), weights(80), weights(3840));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  for (const char* target : {"x86-64-v3", "native"}) {
+    INFO(target);
+    codegen::CppOptions cpp;
+    cpp.minChunkCost = 0;
+    cpp.target = target;
+    cpp.forceImpl = "gemm4x32";
+    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+    CHECK(occurrences(generated.source, "pc::gemm_4x32_fin(") == 2);
+    CHECK(occurrences(generated.source, "pc::gemm_4x16_fin(") == 2);
+    CHECK(occurrences(generated.source, "pc::gemm_1x16_fin(") == 2);
+    CHECK(generated.source.find("out16[0]") == std::string::npos);  // no stack tile in the kernels
+    const fs::path so = scratch() / "panel_epilogues.so";
+    codegen::buildSharedObject(generated, so.string(), {});
+    codegen::LlvmOptions llvm;
+    llvm.minChunkCost = 0;
+    llvm.forceImpl = "gemm4x32";
+    llvm.target.target = target;
+    runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
+    checkBitwiseBackends(*graph, c, l, {1, 3, 5, 9}, 17, 1e-5);
+  }
+}
+
 TEST_CASE("llvm and cpp backends: a large linear layer alternates its units' order from run to run", "[llvm][cpp]") {
   const std::string text = fmt::format(R"(graph alt(%x: f32[batch,1024]) {{
   %w = param f32[160,1024] [{}]

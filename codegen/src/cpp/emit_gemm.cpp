@@ -455,8 +455,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   } else {
     const auto [comments, body] = oneLine(*vec);
     s += "  // the epilogue on a whole panel (16 columns) at once\n" + comments;
-    s += fmt::format("  auto finish16 = [&](int64_t r, int64_t n0, const float* acc) {{ {}pc::f32x16 v = pc::load16(acc);{} }};\n",
-                     decomp, body);
+    s += fmt::format("  auto finish16 = [&](int64_t r, int64_t n0, pc::f32x16 v) {{ {}{} }};\n", decomp, body);
   }
   s += fmt::format("  const int64_t rows = {};\n", rowsExpr);
   // Units of work: a quad of rows (an octet with gemm8x32) times a pair of panels (32 columns; the
@@ -466,7 +465,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   // output sums over k in order) or, past the last whole quad, alone, whatever the tile rows.
   const bool octets = tileRows == 8;
   s += fmt::format("  const int64_t quads = (rows + {}) / {};{}\n", tileRows - 1, tileRows, octets ? "  // octets of rows" : "");
-  if (!ks.directRows) s += "  float out[4][32];\n  float out16[4][16];\n";
+  if (!ks.directRows && !vec) s += "  float out[4][32];\n  float out16[4][16];\n";
   if (octets && !ks.directRows) s += "  float out8[8][32];\n";
   if (ks.loadWidened >= 0) {
     s += fmt::format("  // {} panels widened to f32 once, by the model's first run of many rows (KernelSchedule::loadWidened)\n",
@@ -511,7 +510,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     if (!vec) return panelEpilogue(N, indent, fmt::format("finish({}, n, {}[n - {}*16])", row, acc, panel), width, panel);
     std::string t;
     for (int64_t c = 0; c < width; c += kPanel) {
-      t += fmt::format("{}finish16({}, {}*16{}, {}{});\n", indent, row, panel, c ? fmt::format(" + {}", c) : "", acc,
+      t += fmt::format("{}finish16({}, {}*16{}, pc::load16({}{}));\n", indent, row, panel, c ? fmt::format(" + {}", c) : "", acc,
                        c ? fmt::format(" + {}", c) : "");
     }
     return t;
@@ -527,20 +526,24 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     const std::string acc = width == 32 ? "out[t]" : "out16[t]";
     return in + "  for (int64_t t = 0; t < 4; ++t) {\n" + finishing(in + "    ", r + " + t", "j", acc, width) + in + "  }\n";
   };
-  // The quad of rows from row `r` as one tile, from the panels at `w`.
+  // The quad of rows from row `r` as one tile, from the panels at `w`. A whole-panel epilogue
+  // takes the rows from the microkernel's accumulators (pc::gemm_4x32_fin: no stack tile).
   auto quadTiles = [&](const std::string& w, const std::string& in, const std::string& r) {
     std::string t;
+    auto quad = [&](int64_t width) {
+      const std::string call = fmt::format("{}  pc::gemm_4x{}{}({}, row({}), row({} + 1), row({} + 2), row({} + 3), {}, bp + j*16, ", in,
+                                           width, vec ? "_fin" : "", K, r, r, r, r, w);
+      if (vec) {
+        return call + fmt::format("[&](int64_t t, int64_t c, pc::f32x16 v) {{ finish16({} + t, j*16 + c, v); }}{});\n", r,
+                                  scaleArg(index, "j"));
+      }
+      return call + fmt::format("{}{});\n", tile(r, "j", width), scaleArg(index, "j")) + finishTile(in, r, width);
+    };
     if (per == 2) {
-      t += fmt::format("{}if ({} + 4 <= rows && jEnd == j + 2) {{\n", in, r);
-      t += fmt::format("{}  pc::gemm_4x32({}, row({}), row({} + 1), row({} + 2), row({} + 3), {}, bp + j*16, {}{});\n", in, K, r, r, r,
-                       r, w, tile(r, "j", 32), scaleArg(index, "j"));
-      t += finishTile(in, r, 32);
+      t += fmt::format("{}if ({} + 4 <= rows && jEnd == j + 2) {{\n", in, r) + quad(32);
       t += in + "  continue;\n" + in + "}\n";
     }
-    t += fmt::format("{}if ({} + 4 <= rows) {{\n", in, r);
-    t += fmt::format("{}  pc::gemm_4x16({}, row({}), row({} + 1), row({} + 2), row({} + 3), {}, bp + j*16, {}{});\n", in, K, r, r, r, r,
-                     w, tile(r, "j", 16), scaleArg(index, "j"));
-    t += finishTile(in, r, 16);
+    t += fmt::format("{}if ({} + 4 <= rows) {{\n", in, r) + quad(16);
     t += in + "  continue;\n" + in + "}\n";
     return t;
   };
@@ -578,18 +581,26 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     s += "    for (int64_t t = r; t < rows; ++t) {\n";
   }
   s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
-  const std::string one = ks.directRows ? "dst(t, jj*16)" : "out16[0]";
-  const std::string single = fmt::format("pc::gemm_1x16({}, row(t), wp + jj*{}, bp + jj*16, {}{});", K, ks.panelStride, one, scaleArg(index, "jj"));
+  // One row by panel jj from `from`: into the output's row, the stack tile, or (a whole-panel
+  // epilogue) from the accumulators.
+  auto single = [&](const std::string& from) {
+    if (vec) {
+      return fmt::format("pc::gemm_1x16_fin({}, row(t), {}, bp + jj*16, [&](int64_t, int64_t c, pc::f32x16 v) {{ finish16(t, jj*16 + c, v); }}{});",
+                         K, from, scaleArg(index, "jj"));
+    }
+    return fmt::format("pc::gemm_1x16({}, row(t), {}, bp + jj*16, {}{});", K, from, ks.directRows ? "dst(t, jj*16)" : "out16[0]",
+                       scaleArg(index, "jj"));
+  };
+  const std::string stored = single(fmt::format("wp + jj*{}", ks.panelStride));
   if (ks.widenRows) {
     // the last rows from the widened panels too: every row of the run multiplies the same values
     const std::string from = ks.widenBuffer ? fmt::format("wide + (jj - j)*{}", K * kPanel)
                                             : fmt::format("reinterpret_cast<const pc::bf16x2*>(wp + jj*{})", ks.panelStride);
-    s += fmt::format("        if (widened) pc::gemm_1x16({}, row(t), {}, bp + jj*16, {}{});\n        else {}\n", K, from, one,
-                     scaleArg(index, "jj"), single);
+    s += fmt::format("        if (widened) {}\n        else {}\n", single(from), stored);
   } else {
-    s += "        " + single + "\n";
+    s += "        " + stored + "\n";
   }
-  if (!ks.directRows) s += finishing("        ", "t", "jj", "out16[0]", 16);
+  if (!ks.directRows && !vec) s += finishing("        ", "t", "jj", "out16[0]", 16);
   s += octets ? "        }\n      }\n    }\n  }\n" : "      }\n    }\n  }\n";
   return s;
 }
