@@ -1028,10 +1028,9 @@ PC_INLINE void gemm_4x16_at(int64_t K, const int32_t* PC_RESTRICT off, const flo
 // u < G and G divides K): one offset a group of G values of k, the others as constant
 // displacements from it (the offset table's load and the loop's own instructions were a tenth of
 // the body: a 32-channel 3 x 3 conv's tile 160 -> 180 GFLOP/s on its own).
-template <int R, int P, int G = 1, class At, class WT>
-__attribute__((noinline)) static void gemm_rxp_by(int64_t K, At at, const float* const* PC_RESTRICT x, const WT* PC_RESTRICT w,
-                                                  const float* PC_RESTRICT bias, float* PC_RESTRICT out,
-                                                  const float* PC_RESTRICT scale, int64_t os = 16 * P) {
+template <int R, int P, int G, class At, class WT, class End>
+PC_INLINE void gemm_rxp_to(int64_t K, At at, const float* const* PC_RESTRICT x, const WT* PC_RESTRICT w,
+                           const float* PC_RESTRICT bias, End end, const float* PC_RESTRICT scale) {
 #if defined(__AVX512F__)
   typedef f32x16 V;
   constexpr int H = 1;  // vectors a panel row
@@ -1086,8 +1085,13 @@ __attribute__((noinline)) static void gemm_rxp_by(int64_t K, At at, const float*
     }
   }
   for (int t = 0; t < R; ++t)
-    for (int q = 0; q < Q; ++q)
-      storev(out + t * os + L * q, accEnd<V, WT>(acc[t][q], bias + L * q, scale ? scale + L * q : nullptr));
+    for (int q = 0; q < Q; ++q) end(t, L * q, accEnd<V, WT>(acc[t][q], bias + L * q, scale ? scale + L * q : nullptr));
+}
+template <int R, int P, int G = 1, class At, class WT>
+__attribute__((noinline)) static void gemm_rxp_by(int64_t K, At at, const float* const* PC_RESTRICT x, const WT* PC_RESTRICT w,
+                                                  const float* PC_RESTRICT bias, float* PC_RESTRICT out,
+                                                  const float* PC_RESTRICT scale, int64_t os = 16 * P) {
+  gemm_rxp_to<R, P, G>(K, at, x, w, bias, RowsAt{out, os}, scale);
 }
 // A conv tile's rows as an array (emitPackedConv): four rows at x[t][off[k]] (the windows inside
 // the input) or contiguous (gathered patches), one or two panels; then six rows, one panel.
@@ -1134,6 +1138,22 @@ PC_GEMM_RXP(6, 16)
 PC_GEMM_RXP(8, 16)
 PC_GEMM_RXP(8, 32)
 #undef PC_GEMM_RXP
+// Eight contiguous rows by two panels, each finished row handed to end(t, c, f32x16) (RowsAt);
+// with AVX-512 from the accumulators, without it (half panels) through a stack tile.
+template <class WT, class End>
+PC_INLINE void gemm_8x32_fin(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
+                             const float* PC_RESTRICT scale = nullptr) {
+#if defined(__AVX512F__)
+  gemm_rxp_to<8, 2, 1>(K, [](int64_t k) { return k; }, x, w, bias, end, scale);
+#else
+  alignas(64) float tile[8][32];
+  gemm_8x32(K, x, w, bias, tile, scale);
+  for (int64_t t = 0; t < 8; ++t) {
+    end(t, 0, load16(tile[t]));
+    end(t, 16, load16(tile[t] + 16));
+  }
+#endif
+}
 
 // ---- dot products along k (Impl::DotRows: a linear layer of at most 12 outputs, w as the model
 // has it, [N][K]). Rows x[0 .. R) by the N rows of w: lane l of sixteen partial sums takes k =

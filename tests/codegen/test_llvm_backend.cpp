@@ -727,10 +727,11 @@ TEST_CASE("llvm and cpp backends: a linear layer that only stores writes its til
 // always (one counted loop only), and so does the large one with int8 weights (160 KiB: no run
 // counter at all).
 // A whole-panel epilogue (relu, tanh) takes each tile's rows from the microkernel's accumulators
-// (pc::gemm_4x32_fin, gemm_4x16_fin, gemm_1x16_fin): with AVX-512 straight from the registers,
-// with AVX2 through a stack tile inside the prelude. 80 outputs are two pairs of panels and a
-// single one; batches 1, 3 (rows alone), 5 and 9 (quads and a row). Both kinds of target, the
-// same bits as the LLVM backend's JIT for the same target.
+// (pc::gemm_8x32_fin, gemm_4x32_fin, gemm_4x16_fin, gemm_1x16_fin): with AVX-512 straight from
+// the registers, with AVX2 through a stack tile inside the prelude. 80 outputs are two pairs of
+// panels and a single one; batches 1, 3 (rows alone), 5 and 9 (quads and a row), 12 and 17
+// (octets with gemm8x32, then a quad or a row). Both kinds of target, both tile sizes, the same
+// bits as the LLVM backend's JIT for the same target.
 TEST_CASE("llvm and cpp backends: whole-panel epilogues from the accumulators, both kinds of target", "[llvm][cpp]") {
   auto weights = [](int64_t n) { return paramValues(n, 0.0625, 11, -0.3); };
   const std::string text = fmt::format(R"(graph e(%x: f32[batch,11]) {{
@@ -746,24 +747,29 @@ TEST_CASE("llvm and cpp backends: whole-panel epilogues from the accumulators, b
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
   for (const char* target : {"x86-64-v3", "native"}) {
-    INFO(target);
-    codegen::CppOptions cpp;
-    cpp.minChunkCost = 0;
-    cpp.target = target;
-    cpp.forceImpl = "gemm4x32";
-    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-    CHECK(occurrences(generated.source, "pc::gemm_4x32_fin(") == 2);
-    CHECK(occurrences(generated.source, "pc::gemm_4x16_fin(") == 2);
-    CHECK(occurrences(generated.source, "pc::gemm_1x16_fin(") == 2);
-    CHECK(generated.source.find("out16[0]") == std::string::npos);  // no stack tile in the kernels
-    const fs::path so = scratch() / "panel_epilogues.so";
-    codegen::buildSharedObject(generated, so.string(), {});
-    codegen::LlvmOptions llvm;
-    llvm.minChunkCost = 0;
-    llvm.forceImpl = "gemm4x32";
-    llvm.target.target = target;
-    runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
-    checkBitwiseBackends(*graph, c, l, {1, 3, 5, 9}, 17, 1e-5);
+    for (const char* impl : {"gemm4x32", "gemm8x32"}) {
+      INFO(target << " " << impl);
+      const bool octets = std::string(impl) == "gemm8x32";
+      codegen::CppOptions cpp;
+      cpp.minChunkCost = 0;
+      cpp.target = target;
+      cpp.forceImpl = impl;
+      const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+      CHECK(occurrences(generated.source, "pc::gemm_8x32_fin(") == (octets ? 2 : 0));
+      CHECK(occurrences(generated.source, "pc::gemm_4x32_fin(") == 2);
+      CHECK(occurrences(generated.source, "pc::gemm_4x16_fin(") == 2);
+      CHECK(occurrences(generated.source, "pc::gemm_1x16_fin(") == 2);
+      CHECK(generated.source.find("out16[0]") == std::string::npos);  // no stack tile in the kernels
+      CHECK(generated.source.find("out8[t]") == std::string::npos);
+      const fs::path so = scratch() / "panel_epilogues.so";
+      codegen::buildSharedObject(generated, so.string(), {});
+      codegen::LlvmOptions llvm;
+      llvm.minChunkCost = 0;
+      llvm.forceImpl = impl;
+      llvm.target.target = target;
+      runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
+      checkBitwiseBackends(*graph, c, l, {1, 3, 5, 9, 12, 17}, 17, 1e-5);
+    }
   }
 }
 

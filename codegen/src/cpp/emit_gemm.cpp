@@ -466,7 +466,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   const bool octets = tileRows == 8;
   s += fmt::format("  const int64_t quads = (rows + {}) / {};{}\n", tileRows - 1, tileRows, octets ? "  // octets of rows" : "");
   if (!ks.directRows && !vec) s += "  float out[4][32];\n  float out16[4][16];\n";
-  if (octets && !ks.directRows) s += "  float out8[8][32];\n";
+  if (octets && !ks.directRows && !vec) s += "  float out8[8][32];\n";
   if (ks.loadWidened >= 0) {
     s += fmt::format("  // {} panels widened to f32 once, by the model's first run of many rows (KernelSchedule::loadWidened)\n",
                      weightStorageName(ks.weightStorage));
@@ -553,6 +553,9 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     t += in + "  const float* x8[8] = {row(r), row(r + 1), row(r + 2), row(r + 3), row(r + 4), row(r + 5), row(r + 6), row(r + 7)};\n";
     if (ks.directRows) {
       t += fmt::format("{}  pc::gemm_8x32({}, x8, {}, bp + j*16, {}{});\n", in, K, from, tile("r", "j", 32), scaleArg(index, "j"));
+    } else if (vec) {
+      t += fmt::format("{}  pc::gemm_8x32_fin({}, x8, {}, bp + j*16, [&](int64_t t, int64_t c, pc::f32x16 v) {{ finish16(r + t, j*16 + c, v); }}{});\n",
+                       in, K, from, scaleArg(index, "j"));
     } else {
       t += fmt::format("{}  pc::gemm_8x32({}, x8, {}, bp + j*16, out8{});\n", in, K, from, scaleArg(index, "j"));
       t += in + "  for (int64_t t = 0; t < 8; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out8[t]", 32) + in + "  }\n";
