@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -455,7 +456,8 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   } else {
     const auto [comments, body] = oneLine(*vec);
     s += "  // the epilogue on a whole panel (16 columns) at once\n" + comments;
-    s += fmt::format("  auto finish16 = [&](int64_t r, int64_t n0, pc::f32x16 v) {{ {}{} }};\n", decomp, body);
+    const std::string_view rest = !decomp.empty() && body.starts_with(' ') ? std::string_view(body).substr(1) : std::string_view(body);
+    s += fmt::format("  auto finish16 = [&](int64_t r, int64_t n0, pc::f32x16 v) {{ {}{} }};\n", decomp, rest);
   }
   s += fmt::format("  const int64_t rows = {};\n", rowsExpr);
   // Units of work: a quad of rows (an octet with gemm8x32) times a pair of panels (32 columns; the
