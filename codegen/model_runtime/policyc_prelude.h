@@ -604,8 +604,8 @@ struct RowsAt {
 // [c, c + W) go to end(t, c, ...) (RowsAt: out + t * os).
 // Row t's element k is x_t[at(k)]; every output sums over k in order. Serves as the AVX2 4x16
 // (one panel as two halves) and the AVX-512 4x32 (two panels) kernel.
-// gemm_4x2v_by (below) is this, not inlined, into a tile; an epilogue functor inlines it
-// (gemm_4x32_fin): its tile never reaches memory, so the reason below does not hold there.
+// gemm_4x2v_by (below) is this out of line, writing a tile (RowsAt); gemm_4x32_fin inlines it
+// with an epilogue functor, where no tile is written, so the reason for gemm_4x2v_by does not apply.
 template <class V, class At, class WT, class End>
 PC_INLINE void gemm_4x2v_to(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
                             const float* PC_RESTRICT x2, const float* PC_RESTRICT x3, const WT* wa, int ha,

@@ -505,17 +505,12 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   if (ks.loadWidened >= 0) {
     s += fmt::format("    const float* PC_RESTRICT wide = pc_widened + {} + j*{};\n", ks.loadWidened, K * kPanel);
   }
-  // The epilogue of `width` columns from panel `panel` of row `row`, held at `acc` (column n at
-  // acc[n - panel*16]): whole panels at once, or column by column.
+  // The scalar epilogue of `width` columns from panel `panel` of row `row`, held in a stack tile
+  // at `acc` (column n at acc[n - panel*16]), column by column. (A whole-panel epilogue, `vec`,
+  // takes its rows from the microkernels' registers instead: the _fin calls below.)
   auto finishing = [&](const std::string& indent, const std::string& row, const std::string& panel,
                        const std::string& acc, int64_t width) {
-    if (!vec) return panelEpilogue(N, indent, fmt::format("finish({}, n, {}[n - {}*16])", row, acc, panel), width, panel);
-    std::string t;
-    for (int64_t c = 0; c < width; c += kPanel) {
-      t += fmt::format("{}finish16({}, {}*16{}, pc::load16({}{}));\n", indent, row, panel, c ? fmt::format(" + {}", c) : "", acc,
-                       c ? fmt::format(" + {}", c) : "");
-    }
-    return t;
+    return panelEpilogue(N, indent, fmt::format("finish({}, n, {}[n - {}*16])", row, acc, panel), width, panel);
   };
   // Where a quad's tile of `width` columns goes: the output's rows, or a stack tile that the
   // epilogue then reads row by row.
