@@ -954,7 +954,12 @@ PC_INLINE void gemm_4x32(int64_t K, const float* PC_RESTRICT x0, const float* PC
 }
 // The three tiles of a linear layer with each finished row handed to end(t, c, f32x16) (RowsAt):
 // with AVX-512 and f32, bf16 or int8 panels straight from the accumulators; otherwise (AVX2's
-// half panels, bf16 products) through a stack tile.
+// half panels, bf16 products) through a stack tile, which endRows then hands on.
+template <int R, int C, class End>
+PC_INLINE void endRows(const float (&tile)[R][C], End end) {
+  for (int64_t t = 0; t < R; ++t)
+    for (int64_t c = 0; c < C; c += 16) end(t, c, load16(tile[t] + c));
+}
 template <class WT, class End>
 PC_INLINE void gemm_4x32_fin(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
                              const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
@@ -968,10 +973,7 @@ PC_INLINE void gemm_4x32_fin(int64_t K, const float* PC_RESTRICT x0, const float
 #endif
   alignas(64) float tile[4][32];
   gemm_4x32(K, x0, x1, x2, x3, w, bias, tile[0], 32, scale);
-  for (int64_t t = 0; t < 4; ++t) {
-    end(t, 0, load16(tile[t]));
-    end(t, 16, load16(tile[t] + 16));
-  }
+  endRows(tile, end);
 }
 template <class WT, class End>
 PC_INLINE void gemm_4x16_fin(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
@@ -985,7 +987,7 @@ PC_INLINE void gemm_4x16_fin(int64_t K, const float* PC_RESTRICT x0, const float
 #endif
   alignas(64) float tile[4][16];
   gemm_4x16(K, x0, x1, x2, x3, w, bias, tile[0], 16, scale);
-  for (int64_t t = 0; t < 4; ++t) end(t, 0, load16(tile[t]));
+  endRows(tile, end);
 }
 template <class WT, class End>
 PC_INLINE void gemm_1x16_fin(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
@@ -996,9 +998,9 @@ PC_INLINE void gemm_1x16_fin(int64_t K, const float* PC_RESTRICT x, const WT* PC
     return;
   }
 #endif
-  alignas(64) float tile[16];
-  gemm_1x16(K, x, w, bias, tile, scale);
-  end(0, 0, load16(tile));
+  alignas(64) float tile[1][16];
+  gemm_1x16(K, x, w, bias, tile[0], scale);
+  endRows(tile, end);
 }
 template <class WT>
 PC_INLINE void gemm_4x32_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
@@ -1152,10 +1154,7 @@ PC_INLINE void gemm_8x32_fin(int64_t K, const float* const* x, const WT* PC_REST
 #else
   alignas(64) float tile[8][32];
   gemm_8x32(K, x, w, bias, tile, scale);
-  for (int64_t t = 0; t < 8; ++t) {
-    end(t, 0, load16(tile[t]));
-    end(t, 16, load16(tile[t] + 16));
-  }
+  endRows(tile, end);
 #endif
 }
 
