@@ -398,12 +398,13 @@ TEST_CASE("precision: narrowed linear layers by tiles of eight rows give the bit
       o.externKernels = false;
       const std::string source = codegen::generateCpp(*planned, o).source;
       if (graph == g.get()) {
-        CHECK_THAT(source, Contains("pc::gemm_8x32(256, x8, wide, bp + j*16, out8") && Contains("pc::gemm_8x32(64, x8, wide, bp + j*16, out8"));
+        // (relu and tanh layers: their epilogues finish each row from the tile's registers, _fin)
+        CHECK_THAT(source, Contains("pc::gemm_8x32_fin(256, x8, wide, bp + j*16, [&]") && Contains("pc::gemm_8x32_fin(64, x8, wide, bp + j*16, [&]"));
         // Not widened: eight rows from the narrowed panels (bf16-dot pairs: quads only).
-        CHECK((source.find("pc::gemm_8x32(256, x8, w, bp + j*16, out8") != std::string::npos) == (precision != codegen::Precision::Bf16));
+        CHECK((source.find("pc::gemm_8x32_fin(256, x8, w, bp + j*16, [&]") != std::string::npos) == (precision != codegen::Precision::Bf16));
       } else {
-        CHECK_THAT(source, Contains(precision == codegen::Precision::Bf16 ? "pc::gemm_8x32(2048, x8, reinterpret_cast<const pc::bf16x2*>(w)"
-                                                                         : "pc::gemm_8x32(2048, x8, w, bp + j*16"));
+        CHECK_THAT(source, Contains(precision == codegen::Precision::Bf16 ? "pc::gemm_8x32_fin(2048, x8, reinterpret_cast<const pc::bf16x2*>(w)"
+                                                                         : "pc::gemm_8x32_fin(2048, x8, w, bp + j*16"));
       }
       std::vector<std::vector<Tensor>> outs;
       for (const std::string impl : {"gemm8x32", "gemm4x32"}) {  // the heads too (not dot_rows, whose sums differ)
