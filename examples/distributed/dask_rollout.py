@@ -138,7 +138,7 @@ def gather_rollouts(client, futures, submit, policy, remote, weights, attempts=3
     from distributed import wait
 
     results = [None] * len(futures)
-    for attempt in range(attempts):
+    for _ in range(attempts):
         while True:  # until every future is done or cancelled (wait raises at the first cancelled one)
             try:
                 wait([f for f in futures if f.status != "cancelled"])
