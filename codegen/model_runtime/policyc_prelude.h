@@ -953,54 +953,51 @@ PC_INLINE void gemm_4x32(int64_t K, const float* PC_RESTRICT x0, const float* PC
   gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out, os, scale);
 }
 // The three tiles of a linear layer with each finished row handed to end(t, c, f32x16) (RowsAt):
-// with AVX-512 and f32, bf16 or int8 panels straight from the accumulators; otherwise (AVX2's
-// half panels, bf16 products) through a stack tile, which endRows then hands on.
+// with AVX-512 and f32, bf16 or int8 panels straight from the accumulators (direct(end));
+// otherwise (AVX2's half panels, bf16 products) through an R x C stack tile (tiled(tile)), whose
+// rows endRows then hands on.
 template <int R, int C, class End>
 PC_INLINE void endRows(const float (&tile)[R][C], End end) {
   for (int64_t t = 0; t < R; ++t)
     for (int64_t c = 0; c < C; c += 16) end(t, c, load16(tile[t] + c));
 }
+template <int R, int C, class WT, class Direct, class Tiled, class End>
+PC_INLINE void finishTile(Direct direct, Tiled tiled, End end) {
+#if defined(__AVX512F__)
+  if constexpr (!std::is_same_v<WT, uint32_t>) {
+    direct(end);
+    return;
+  }
+#else
+  (void)direct;
+#endif
+  alignas(64) float tile[R][C];
+  tiled(tile[0]);
+  endRows(tile, end);
+}
 template <class WT, class End>
 PC_INLINE void gemm_4x32_fin(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
                              const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
                              const float* PC_RESTRICT scale = nullptr) {
-#if defined(__AVX512F__)
-  if constexpr (!std::is_same_v<WT, uint32_t>) {
-    gemm_4x2v_to<f32x16>(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, 0, w + panelElems<WT>(K), 0, bias, end, scale,
-                         scale ? scale + 16 : nullptr);
-    return;
-  }
-#endif
-  alignas(64) float tile[4][32];
-  gemm_4x32(K, x0, x1, x2, x3, w, bias, tile[0], 32, scale);
-  endRows(tile, end);
+  finishTile<4, 32, WT>(
+      [&](auto e) {
+        gemm_4x2v_to<f32x16>(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, 0, w + panelElems<WT>(K), 0, bias, e, scale,
+                             scale ? scale + 16 : nullptr);
+      },
+      [&](float* tile) { gemm_4x32(K, x0, x1, x2, x3, w, bias, tile, 32, scale); }, end);
 }
 template <class WT, class End>
 PC_INLINE void gemm_4x16_fin(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
                              const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
                              const float* PC_RESTRICT scale = nullptr) {
-#if defined(__AVX512F__)
-  if constexpr (!std::is_same_v<WT, uint32_t>) {
-    gemm_4x16_to(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, end, scale);
-    return;
-  }
-#endif
-  alignas(64) float tile[4][16];
-  gemm_4x16(K, x0, x1, x2, x3, w, bias, tile[0], 16, scale);
-  endRows(tile, end);
+  finishTile<4, 16, WT>([&](auto e) { gemm_4x16_to(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, e, scale); },
+                        [&](float* tile) { gemm_4x16(K, x0, x1, x2, x3, w, bias, tile, 16, scale); }, end);
 }
 template <class WT, class End>
 PC_INLINE void gemm_1x16_fin(int64_t K, const float* PC_RESTRICT x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
                              const float* PC_RESTRICT scale = nullptr) {
-#if defined(__AVX512F__)
-  if constexpr (!std::is_same_v<WT, uint32_t>) {
-    gemm_1x16_to(K, x, w, bias, end, scale);
-    return;
-  }
-#endif
-  alignas(64) float tile[1][16];
-  gemm_1x16(K, x, w, bias, tile[0], scale);
-  endRows(tile, end);
+  finishTile<1, 16, WT>([&](auto e) { gemm_1x16_to(K, x, w, bias, e, scale); },
+                        [&](float* tile) { gemm_1x16(K, x, w, bias, tile, scale); }, end);
 }
 template <class WT>
 PC_INLINE void gemm_4x32_at(int64_t K, const int32_t* PC_RESTRICT off, const float* PC_RESTRICT x0,
@@ -1144,18 +1141,13 @@ PC_GEMM_RXP(6, 16)
 PC_GEMM_RXP(8, 16)
 PC_GEMM_RXP(8, 32)
 #undef PC_GEMM_RXP
-// Eight contiguous rows by two panels, each finished row handed to end(t, c, f32x16) (RowsAt);
-// with AVX-512 from the accumulators, without it (half panels) through a stack tile.
+// Eight contiguous rows by two panels, each finished row handed to end(t, c, f32x16) (RowsAt),
+// as gemm_4x32_fin (finishTile).
 template <class WT, class End>
 PC_INLINE void gemm_8x32_fin(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
                              const float* PC_RESTRICT scale = nullptr) {
-#if defined(__AVX512F__)
-  gemm_rxp_to<8, 2, 1>(K, [](int64_t k) { return k; }, x, w, bias, end, scale);
-#else
-  alignas(64) float tile[8][32];
-  gemm_8x32(K, x, w, bias, tile, scale);
-  endRows(tile, end);
-#endif
+  finishTile<8, 32, WT>([&](auto e) { gemm_rxp_to<8, 2, 1>(K, [](int64_t k) { return k; }, x, w, bias, e, scale); },
+                        [&](float* tile) { gemm_8x32(K, x, w, bias, reinterpret_cast<float (*)[32]>(tile), scale); }, end);
 }
 
 // ---- dot products along k (Impl::DotRows: a linear layer of at most 12 outputs, w as the model
