@@ -25,22 +25,31 @@ std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k);
 // rounding of the packed weights. (Activations multiplied in bf16 are rounded at run time by
 // vcvtneps2bf16, the same rule except that a denormal becomes zero.)
 uint16_t bf16Bits(float v);
-// Packed panels narrowed (--precision) to bf16 (each value rounded by bf16Bits) as pairs along k,
-// for both bf16 storages (WeightStorage::Bf16: widened by a shift or a mask, pc::loadPair;
-// Bf16Dot: multiplied as pairs by vdpbf16ps): panel j's row q holds, in 32-bit lane c,
-// W[j*16 + c, 2q] (low half) and W[j*16 + c, 2q + 1] (high half), a zero high half past an odd K.
-// A panel is bf16PairRows(K) rows of 16 lanes.
-std::vector<uint16_t> toBf16Pairs(const std::vector<float>& packed, int64_t panelCount, int64_t kk);
+// The values of k one input channel feeds, whose sums a narrowed column keeps (below): a conv's
+// window of one channel (KH * KW), a linear layer's H * W ... positions of one channel where its
+// input is a flattened feature map [batch, C, H, W ...]; else K (the column as a whole).
+int64_t inputChannelGroup(const KernelProgram& p, const Kernel& k);
+// Narrowed columns keep their sums. An input channel's values share a mean (a ReLU feature's, an
+// observation's offset), which every rounding error of the values it meets multiplies: rounded
+// one by one, a column passes that mean with about sqrt(K / 12) steps of error, kept, with half
+// a step. So each column's rounding keeps the sum of each `group` of k (inputChannelGroup), then
+// of the whole column, moving the fewest values to their grid neighbour on the other side.
+//
+// bf16 (each value first rounded by bf16Bits) as pairs along k, for both bf16 storages
+// (WeightStorage::Bf16: widened by a shift or a mask, pc::loadPair; Bf16Dot: multiplied as pairs
+// by vdpbf16ps): panel j's row q holds, in 32-bit lane c, W[j*16 + c, 2q] (low half) and
+// W[j*16 + c, 2q + 1] (high half), a zero high half past an odd K. A panel is bf16PairRows(K) rows
+// of 16 lanes. Where a range's errors add up to S, values rounded S's way move to the other
+// neighbour, least added squared error first, while that lowers err^2 + S^2.
+std::vector<uint16_t> toBf16Pairs(const std::vector<float>& packed, int64_t panelCount, int64_t kk, int64_t group);
 inline int64_t bf16PairRows(int64_t kk) { return (kk + 1) / 2; }
 // int8 takes one scale per column (per output channel), max |w| / 127, and rounds w / scale to
-// nearest, then keeps each column's sum: where the rounding errors of a column add up to n whole
-// steps, the |n| values rounded farthest from w / scale (each within half a step of the other
-// way) are rounded the other way, so that the column's sum of q is the nearest integer to the
-// sum of w / scale. A column then passes an input's mean (a ReLU feature's, an observation's
-// offset) to within half a step instead of about sqrt(K / 12) steps; each value stays within one
+// nearest; where a range's errors add up to n whole steps, the |n| values rounded farthest from
+// w / scale (each within half a step of the other way) are rounded the other way, so that the
+// range's sum of q is the nearest integer to its sum of w / scale. Each value stays within one
 // step of w / scale and inside [-127, 127]. `scales` gets panels * 16 floats (0 for a zero or
 // padding column).
-std::vector<int8_t> toInt8(const std::vector<float>& packed, int64_t panelCount, int64_t kk, std::vector<float>& scales);
+std::vector<int8_t> toInt8(const std::vector<float>& packed, int64_t panelCount, int64_t kk, int64_t group, std::vector<float>& scales);
 // The bias padded to whole panels (zeros when the layer has none).
 std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k);
 // For updatable params (ir::Node::paramSource): the sources of the packed weight and bias, moved

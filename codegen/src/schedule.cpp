@@ -1076,13 +1076,13 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     if (generated && (ks.weightStorage == WeightStorage::Bf16 || ks.weightStorage == WeightStorage::Bf16Dot)) {
       // Both bf16 storages are pairs along k: widened by a shift or a mask (Bf16), or multiplied
       // as pairs by vdpbf16ps (Bf16Dot).
-      const std::vector<uint16_t> pairs = toBf16Pairs(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k));
+      const std::vector<uint16_t> pairs = toBf16Pairs(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k), inputChannelGroup(p, k));
       ks.packedWeight = append(pairs.data(), pairs.size() * sizeof(uint16_t));
       weightBytes = static_cast<int64_t>(pairs.size() * sizeof(uint16_t));
       ks.panelStride = bf16PairRows(packedK(p, k)) * kPanel;
     } else if (generated && ks.weightStorage == WeightStorage::Int8) {
       std::vector<float> scales;
-      const std::vector<int8_t> narrow = toInt8(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k), scales);
+      const std::vector<int8_t> narrow = toInt8(packed, (packedN(p, k) + kPanel - 1) / kPanel, packedK(p, k), inputChannelGroup(p, k), scales);
       ks.packedWeight = append(narrow.data(), narrow.size());
       weightBytes = static_cast<int64_t>(narrow.size());
       ks.packedScale = append(scales.data(), scales.size() * sizeof(float));

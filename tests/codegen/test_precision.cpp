@@ -52,11 +52,20 @@ float bf16(float x) {
   return ((bits >> 16) & 1u) ? hi : lo;
 }
 
+// The ranges of a row [0, k) whose sums a narrowed row keeps: each `group` of values (one input
+// channel's), then the whole row (packing.h, inputChannelGroup).
+std::vector<std::pair<int64_t, int64_t>> keptSums(int64_t k, int64_t group) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int64_t lo = 0; group < k && lo < k; lo += group) ranges.emplace_back(lo, std::min(k, lo + group));
+  ranges.emplace_back(0, k);
+  return ranges;
+}
+
 // A weight [n, k] rounded as int8 with one scale per output channel (row): max |w| / 127, each
-// value to nearest, then, while the row's rounding errors add up to a whole step or more, the
-// value rounded farthest from w / scale in that direction (the first of equals) the other way
-// (packing.h, toInt8).
-void int8Rows(float* w, int64_t n, int64_t k) {
+// value to nearest, then, for each range of keptSums in turn, while the range's rounding errors
+// add up to a whole step or more, the value rounded farthest from w / scale in that direction
+// (the first of equals) the other way (packing.h, toInt8).
+void int8Rows(float* w, int64_t n, int64_t k, int64_t group) {
   for (int64_t r = 0; r < n; ++r) {
     float m = 0;
     for (int64_t c = 0; c < k; ++c) m = std::max(m, std::abs(w[r * k + c]));
@@ -68,19 +77,59 @@ void int8Rows(float* w, int64_t n, int64_t k) {
       q[c] = std::clamp(std::nearbyint(w[r * k + c] / scale), -127.0f, 127.0f);
       left[c] = static_cast<double>(w[r * k + c] / scale) - q[c];
     }
-    for (;;) {
-      const double sum = std::accumulate(left.begin(), left.end(), 0.0);
-      if (std::nearbyint(sum) == 0) break;
-      const double sign = sum > 0 ? 1 : -1;
-      int64_t best = -1;
-      for (int64_t c = 0; c < k; ++c) {
-        if (sign * left[c] > 0 && std::abs(q[c] + sign) <= 127 && (best < 0 || sign * left[c] > sign * left[best])) best = c;
+    for (const auto& [lo, hi] : keptSums(k, group)) {
+      for (;;) {
+        const double sum = std::accumulate(left.begin() + lo, left.begin() + hi, 0.0);
+        if (std::nearbyint(sum) == 0) break;
+        const double sign = sum > 0 ? 1 : -1;
+        int64_t best = -1;
+        for (int64_t c = lo; c < hi; ++c) {
+          if (sign * left[c] > 0 && std::abs(q[c] + sign) <= 127 && (best < 0 || sign * left[c] > sign * left[best])) best = c;
+        }
+        if (best < 0) break;
+        q[best] += static_cast<float>(sign);
+        left[best] -= sign;
       }
-      if (best < 0) break;
-      q[best] += static_cast<float>(sign);
-      left[best] -= sign;
     }
     for (int64_t c = 0; c < k; ++c) w[r * k + c] = q[c] * scale;
+  }
+}
+
+// A weight [n, k] rounded as bf16 (packing.h, toBf16Pairs): each value to the nearer of the two
+// bf16 values around it, then, for each range of keptSums in turn, with S its rounding errors'
+// sum: the values rounded S's way, taken by the squared error a move to the other value around
+// them adds (the first of equals), move where that step d is less than their error r plus |S|.
+void bf16Rows(float* w, int64_t n, int64_t k, int64_t group) {
+  auto around = [](float x) {  // the two bf16 values x lies between (toward zero, away from zero)
+    const uint32_t bits = std::bit_cast<uint32_t>(x);
+    return std::pair{std::bit_cast<float>(bits & 0xffff0000u), std::bit_cast<float>((bits & 0xffff0000u) + 0x10000u)};
+  };
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = w + r * k;
+    std::vector<float> exact(row, row + k);
+    for (int64_t c = 0; c < k; ++c) row[c] = bf16(exact[c]);
+    for (const auto& [lo, hi] : keptSums(k, group)) {
+      double sum = 0;
+      for (int64_t c = lo; c < hi; ++c) sum += static_cast<double>(exact[c]) - row[c];
+      const double sign = sum > 0 ? 1 : -1;
+      std::vector<std::pair<double, int64_t>> moves;  // (added squared error, c)
+      for (int64_t c = lo; c < hi; ++c) {
+        const auto [near, far] = around(exact[c]);
+        const float other = row[c] == near ? far : near;
+        const double e = static_cast<double>(exact[c]) - row[c], e2 = static_cast<double>(exact[c]) - other;
+        if (sign * e > 0 && sign * e2 < 0 && std::isfinite(other)) moves.emplace_back(e2 * e2 - e * e, c);
+      }
+      std::stable_sort(moves.begin(), moves.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      double s = sign * sum;
+      for (const auto& [added, c] : moves) {
+        const auto [near, far] = around(exact[c]);
+        const float other = row[c] == near ? far : near;
+        const double d = sign * (static_cast<double>(other) - row[c]), e = sign * (static_cast<double>(exact[c]) - row[c]);
+        if (d >= e + s) continue;
+        row[c] = other;
+        s -= d;
+      }
+    }
   }
 }
 
@@ -127,15 +176,19 @@ std::unique_ptr<Graph> cnn(const Round& round) {
   return g;
 }
 
-// The weights of the layers named in `narrowed` rounded as `precision` stores them.
-Round rounding(codegen::Precision precision, std::vector<std::string> narrowed) {
+// The weights of the layers named in `narrowed` rounded as `precision` stores them (`keepSums`:
+// the packed panels' rounding; else each bf16 value alone, as oneDNN's reorder rounds).
+Round rounding(codegen::Precision precision, std::vector<std::string> narrowed, bool keepSums = true) {
   return [=](const std::string& layer, Tensor& w) {
     if (std::find(narrowed.begin(), narrowed.end(), layer) == narrowed.end()) return;
-    float* d = w.data<float>();
+    const int64_t n = w.shape()[0], k = w.numel() / n;
+    const int64_t group = w.shape().size() == 4 ? w.shape()[2] * w.shape()[3] : k;  // a conv's channel windows; these linears read no feature map
     if (precision == codegen::Precision::Int8Weights) {
-      int8Rows(d, w.shape()[0], w.numel() / w.shape()[0]);
+      int8Rows(w.data<float>(), n, k, group);
+    } else if (keepSums) {
+      bf16Rows(w.data<float>(), n, k, group);
     } else {
-      for (int64_t i = 0; i < w.numel(); ++i) d[i] = bf16(d[i]);
+      for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = bf16(w.data<float>()[i]);
     }
   };
 }
@@ -252,6 +305,69 @@ TEST_CASE("precision: both backends' microkernels on bf16 and int8 weights match
             CHECK(std::memcmp(one[0].bytes(), cppOut.at(batch).bytes(), one[0].nbytes()) == 0);
           }
         }
+      }
+    }
+  }
+}
+
+// A CNN whose flattened feature map feeds a hidden layer: obs [batch,32,5,5] -> conv 3x3 64 ->
+// relu -> flatten (64 channels of 5x5) -> linear 1600 -> 16 -> relu -> head 4, every weight
+// passed through `round`.
+std::unique_ptr<Graph> featureMapPolicy(const Round& round) {
+  auto g = std::make_unique<Graph>("feature_map_policy");
+  Value* x = g->addInput("obs", {DType::F32, {Dim::batch(), 32, 5, 5}});
+  auto param = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
+    Tensor t(DType::F32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::sin(0.41f * static_cast<float>(i) + static_cast<float>(shape[0])) * scale;
+    if (round && shape.size() > 1) round(name, t);
+    return g->addParam(name + (shape.size() > 1 ? ".w" : ".b"), std::move(t));
+  };
+  Value* c = g->addOp(Op::Conv, {x, param("conv", {64, 32, 3, 3}, 0.06f), param("conv", {64}, 0.02f)},
+                      {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, "conv")->output();
+  Value* f = g->addOp(Op::Flatten, {g->addOp(Op::Relu, {c}, {}, "act")->output()}, {{"axis", int64_t{1}}}, "flat")->output();
+  Value* h = g->addOp(Op::Linear, {f, param("fc", {16, 1600}, 0.02f), param("fc", {16}, 0.01f)}, {}, "fc")->output();
+  h = g->addOp(Op::Relu, {h}, {}, "act2")->output();
+  g->setOutputs({{"logits", g->addOp(Op::Linear, {h, param("head", {4, 16}, 0.2f), param("head", {4}, 0.0f)}, {}, "head")->output()}});
+  return g;
+}
+
+// Narrowed columns keep the sums of each input channel's values (packing.h, inputChannelGroup): a
+// conv's 3x3 window of a channel, and a linear layer's 5x5 positions of a channel where it reads
+// the flattened feature map. The reference rounds with those groups; rounding the linear layer's
+// columns as wholes (what a layer over plain features gets) gives other values.
+TEST_CASE("precision: narrowed columns keep each input channel's sums (conv windows, a flattened feature map)", "[precision]") {
+  for (codegen::Precision precision : {codegen::Precision::Bf16Weights, codegen::Precision::Int8Weights}) {
+    auto exact = featureMapPolicy(nullptr);
+    REQUIRE(narrowedLayers(*exact, precision) == std::vector<std::string>{"conv", "fc"});
+    auto roundBy = [&](int64_t fcGroup) {
+      return featureMapPolicy([=](const std::string& layer, Tensor& w) {
+        const int64_t n = w.shape()[0], k = w.numel() / n, group = layer == "conv" ? 9 : fcGroup;
+        if (layer == "head") return;
+        if (precision == codegen::Precision::Int8Weights) {
+          int8Rows(w.data<float>(), n, k, group);
+        } else {
+          bf16Rows(w.data<float>(), n, k, group);
+        }
+      });
+    };
+    auto byChannel = roundBy(25), byColumn = roundBy(1600);
+    std::vector<Tensor> inputs = driver::randomInputs(*exact, 6, 4);
+    std::vector<Tensor> want = interpret(*byChannel, inputs), wholeColumns = interpret(*byColumn, inputs);
+    std::vector<Tensor> cpp;
+    for (codegen::Backend backend : {codegen::Backend::Cpp, codegen::Backend::Llvm}) {
+      runtime::Model model = compiled(*exact, backend, precision, std::string("groups_") + codegen::precisionName(precision));
+      std::vector<Tensor> one = driver::runModel(model, inputs, 1), two = driver::runModel(model, inputs, 2);
+      driver::TensorCheck c = driver::compareTensors("logits", one[0], want[0], 1e-5, 1e-5);
+      driver::TensorCheck other = driver::compareTensors("logits", one[0], wholeColumns[0], 1e-5, 1e-5);
+      INFO(codegen::precisionName(precision) << " " << codegen::backendName(backend) << ": max abs " << c.maxAbs
+                                             << " (against whole columns " << other.maxAbs << ")");
+      CHECK(c.pass);
+      CHECK(other.maxAbs > 4 * c.maxAbs);
+      CHECK(std::memcmp(one[0].bytes(), two[0].bytes(), one[0].nbytes()) == 0);
+      if (cpp.empty()) {
+        cpp = one;
+      } else {
+        CHECK(std::memcmp(one[0].bytes(), cpp[0].bytes(), one[0].nbytes()) == 0);
       }
     }
   }
@@ -646,7 +762,7 @@ TEST_CASE("precision: bf16 products (vdpbf16ps) in both backends match the round
     auto exact = conv ? cnn(nullptr) : mlp(nullptr);
     const std::vector<std::string> narrowed = narrowedLayers(*exact, precision, keep);
     REQUIRE(narrowed == (conv ? std::vector<std::string>{"conv"} : std::vector<std::string>{"fc1"}));
-    auto rounded = conv ? cnn(rounding(precision, narrowed)) : mlp(rounding(precision, narrowed));
+    auto rounded = conv ? cnn(rounding(precision, narrowed, !onednn)) : mlp(rounding(precision, narrowed));
     const std::string tag = onednn ? "bf16onednn" : "bf16dot";
     runtime::Model cpp = compiled(*exact, codegen::Backend::Cpp, precision, tag, keep, onednn);
     runtime::Model llvm = compiled(*exact, codegen::Backend::Llvm, precision, tag, keep, onednn);
