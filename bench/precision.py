@@ -43,7 +43,7 @@ def accuracy(policyc, path, precision, observations):
     outputs = []
     for line in r.stdout.splitlines():
         m = re.match(r"\s+(\S+)\s+\S+\s+mean \|diff\| (\S+)\s+max \|diff\| (\S+)\s+\(rms (\S+), budget (\S+)\)"
-                     r"(?:\s+argmax agreement (\S+)% of (\d+) rows)?\s+(PASS|FAIL)", line)
+                     r"(?:\s+argmax agreement (\S+)% of (\d+) rows(?: \(95% interval [^)]*\))?)?\s+(PASS|FAIL)", line)
         if m:
             outputs.append({"name": m.group(1), "mean": float(m.group(2)), "max": float(m.group(3)),
                             "rms": float(m.group(4)), "agreement": None if m.group(6) is None else float(m.group(6)),
