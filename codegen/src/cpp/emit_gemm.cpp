@@ -580,7 +580,8 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     s += quadTiles("w", "    ", "r");
     s += "    for (int64_t t = r; t < rows; ++t) {\n";
   }
-  s += "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
+  const std::string d = octets ? "  " : "";  // the octets' last rows sit one loop deeper (in the quads' loop)
+  s += d + "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
   // One row by panel jj from `from`: into the output's row, the stack tile, or (a whole-panel
   // epilogue) from the accumulators.
   auto single = [&](const std::string& from) {
@@ -596,11 +597,11 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     // the last rows from the widened panels too: every row of the run multiplies the same values
     const std::string from = ks.widenBuffer ? fmt::format("wide + (jj - j)*{}", K * kPanel)
                                             : fmt::format("reinterpret_cast<const pc::bf16x2*>(wp + jj*{})", ks.panelStride);
-    s += fmt::format("        if (widened) {}\n        else {}\n", single(from), stored);
+    s += fmt::format("{0}        if (widened) {1}\n{0}        else {2}\n", d, single(from), stored);
   } else {
-    s += "        " + stored + "\n";
+    s += d + "        " + stored + "\n";
   }
-  if (!ks.directRows && !vec) s += finishing("        ", "t", "jj", "out16[0]", 16);
+  if (!ks.directRows && !vec) s += finishing(d + "        ", "t", "jj", "out16[0]", 16);
   s += octets ? "        }\n      }\n    }\n  }\n" : "      }\n    }\n  }\n";
   return s;
 }
