@@ -88,6 +88,7 @@ struct ChunkTrace {
 // Naturally aligned types (GCC keeps under-aligned vector variables in memory); loads and stores
 // of any alignment go through memcpy.
 typedef float f32x8 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
 
 PC_INLINE f32x8 load8(const float* p) {
   f32x8 v;
@@ -161,7 +162,6 @@ template <int N> PC_INLINE f32x8 loadFirst8(const float* p, float fill) { return
 // lanes (a masked store is microcoded on some x86 cores).
 template <int N> PC_INLINE void storeFirst8(float* p, f32x8 v) {
   static_assert(0 < N && N <= 8, "lanes of one vector");
-  typedef float f32x4 __attribute__((vector_size(16)));
   typedef float f32x2 __attribute__((vector_size(8)));
   if constexpr (N == 8) {
     store8(p, v);
@@ -487,6 +487,10 @@ PC_INLINE V loadw(const int8_t* row, int half, const float*) {
   std::memcpy(&narrow, sizeof(V) == 32 ? static_cast<const void*>(&b) : static_cast<const void*>(row), sizeof narrow);
   return __builtin_convertvector(narrow, V);
 }
+// 8 or 16 bools (a byte each) as lane masks, all ones where set: a vector epilogue's `where`
+// condition (an attention's causal mask), through loadw's one sign extension.
+PC_INLINE i32x8 boolLanes8(const uint8_t* p) { return loadw<f32x8>(reinterpret_cast<const int8_t*>(p), 0, nullptr) != 0.0f; }
+PC_INLINE i32x16 boolLanes16(const uint8_t* p) { return loadw<f32x16>(reinterpret_cast<const int8_t*>(p), 0, nullptr) != 0.0f; }
 // An int8 panel widened to f32 once for many rows (KernelSchedule::widenRows): the values of the
 // int8 weights, their scales still to be applied at each tile's end.
 struct WideI8 {
@@ -1168,7 +1172,6 @@ PC_INLINE f32x8 fmadd8(f32x8 x, f32x8 w, f32x8 acc) {
 template <int R, int N>
 PC_INLINE void dotRows(int64_t K, const float* const* x, const float* PC_RESTRICT w, const float* PC_RESTRICT bias, float (*out)[16]) {
   static_assert(R >= 1 && R <= 4 && N >= 1 && N <= 16 && R * N <= 16, "dot_rows tile");
-  typedef float f32x4 __attribute__((vector_size(16)));
 #if defined(__AVX512F__)
   f32x16 acc[R][N] = {};
   auto step = [&](auto load) {  // one block of 16 k's: load(p) its 16 floats from p
@@ -1629,7 +1632,6 @@ template <class T> PC_INLINE T maxNaNScan(T a, T b) {
 // conditional move and two moves between the vector and integer registers, 10 cycles a value.
 PC_INLINE float maxSel(float v, float r) {
 #ifdef __SSE__
-  typedef float f32x4 __attribute__((vector_size(16)));
   return __builtin_ia32_maxss(f32x4{v, 0, 0, 0}, f32x4{r, 0, 0, 0})[0];
 #else
   return v > r ? v : r;
@@ -1761,7 +1763,6 @@ template <class F> PC_INLINE float maxOf(int64_t n, F f) {
 #else
     const f32x8 m8 = maxps(m1, m0);
 #endif
-    typedef float f32x4 __attribute__((vector_size(16)));
     f32x4 h = __builtin_ia32_maxps(__builtin_shufflevector(m8, m8, 0, 1, 2, 3), __builtin_shufflevector(m8, m8, 4, 5, 6, 7));
     h = __builtin_ia32_maxps(h, __builtin_shufflevector(h, h, 2, 3, 0, 1));
     h = __builtin_ia32_maxps(h, __builtin_shufflevector(h, h, 1, 0, 3, 2));
@@ -2228,7 +2229,6 @@ PC_INLINE V clipLanes(V x, float lo, float hi) {
 template <int N, bool Log = false, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
   static_assert(0 < N && N <= 16, "a short row");
   typedef double f64x4 __attribute__((vector_size(32)));
-  typedef float f32x4 __attribute__((vector_size(16)));
   constexpr bool kRows = N <= 8;
   f32x8 v[kRows ? 8 : N];
   if constexpr (kRows) {

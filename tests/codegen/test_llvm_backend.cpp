@@ -1631,6 +1631,43 @@ TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agre
   checkGeneratedBitwise(*graph, generated, "bmm", {1, 5}, 31, 1e-5);
 }
 
+// An attention's scores scaled and masked (a causal mask, a bool param broadcast over the batch
+// and the heads: where(mask, -inf, score)) run their epilogue on vectors of a row's columns in
+// the C++ backend: 8 and 16 columns, the mask as lane masks (pc::boolLanes8/16). Where a sum
+// follows the product (a residual added after the scale) the product stays scalar: a vector
+// form could contract it into an FMA. Both backends the same bits.
+TEST_CASE("llvm and cpp backends: a scaled, causally masked attention score on vectors agrees bit for bit", "[llvm][cpp]") {
+  auto causal = [](int rows, int cols) {
+    std::vector<std::string> v;
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j < cols; ++j) v.push_back(j > i ? "1" : "0");
+    }
+    return fmt::format("{}", fmt::join(v, ", "));
+  };
+  auto graph = ir::parseGraph(fmt::format(R"(graph attn(%q: f32[batch,2,8,16], %k: f32[batch,2,16,8], %k16: f32[batch,2,16,16], %r: f32[batch,2,8,8]) {{
+  %m8 = param bool[8,8] [{}]
+  %m16 = param bool[8,16] [{}]
+  %scale = param f32[] [0.25]
+  %ninf = param f32[] [-inf]
+  %s = matmul(%q, %k) : f32[batch,2,8,8]
+  %d = mul(%s, %scale) : f32[batch,2,8,8]
+  %w = where(%m8, %ninf, %d) : f32[batch,2,8,8]
+  %s16 = matmul(%q, %k16) : f32[batch,2,8,16]
+  %d16 = mul(%s16, %scale) : f32[batch,2,8,16]
+  %w16 = where(%m16, %d16, %ninf) : f32[batch,2,8,16]
+  %s3 = matmul(%q, %k) : f32[batch,2,8,8]
+  %d3 = mul(%s3, %scale) : f32[batch,2,8,8]
+  %a = add(%d3, %r) : f32[batch,2,8,8]
+  return (w=%w, w16=%w16, a=%a)
+}})", causal(8, 8), causal(8, 16)));
+  passes::runPipeline(*graph);
+  const codegen::GeneratedCpp generated = splitCpp(*graph);
+  CHECK(occurrences(generated.source, "pc::boolLanes8(") == 1);
+  CHECK(occurrences(generated.source, "pc::boolLanes16(") == 1);
+  CHECK(occurrences(generated.source, "pc::splat8(0.25f)") == 1);  // w's scale; a's product stays scalar
+  checkGeneratedBitwise(*graph, generated, "attn_mask", {1, 3}, 23, 1e-5);
+}
+
 // A pool whose windows all lie inside its input runs fixed window loops without bounds checks
 // (KernelSchedule::windowInside; LLVM then vectorises across the outputs): a 1-D max pool and a
 // 3-D average pool inside, a 1-D average pool with padding and one with ceil_mode that reach

@@ -265,12 +265,18 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
   int current = 0;  // the instruction whose value v holds
   bool stored = false;
   // Operands loaded densely along the output's last axis (a residual, or an additive mask
-  // broadcast along the leading axes): instruction -> vector. One index term walks the last
-  // axis with unit stride; the others are whatever the scalar form's address is.
-  std::map<int, std::string> loaded;
+  // broadcast along the leading axes) and f32 constants: instruction -> vector. One index term
+  // walks the last axis with unit stride; the others are whatever the scalar form's address is.
+  // Bool operands (a `where`'s condition) -> lane masks.
+  std::map<int, std::string> loaded, masks;
+  // Products only in a body without sums: a sum after a product could contract into an FMA here
+  // and not in the scalar form.
+  const bool sumAfter = std::any_of(b.begin(), b.end(), [](const Instr& in) {
+    return in.opcode == Opcode::Apply && (in.op == Op::Add || in.op == Op::Sub);
+  });
   auto dense = [&](const Instr& in) {
     const Buffer& buf = p_.buffer(in.buffer);
-    if (buf.type.dtype != DType::F32) return false;
+    if (buf.type.dtype != DType::F32 && (buf.type.dtype != DType::Bool || partial)) return false;
     int along = 0;
     for (size_t d = 0; d < in.index.size(); ++d) {
       if (in.index[d].axis != static_cast<int>(vars.size()) - 1) continue;
@@ -279,14 +285,24 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
     }
     return along == 1;
   };
+  auto operand = [&](int a) -> std::optional<std::string> {
+    if (a == current) return std::string("v");
+    if (loaded.count(a)) return loaded.at(a);
+    return std::nullopt;
+  };
   for (size_t i = 1; i < b.size(); ++i) {
     const Instr& in = b[i];
     if (in.opcode == Opcode::Load) {
       if (!dense(in)) return std::nullopt;
       std::vector<std::string> at(vars.begin(), vars.end() - 1);
       at.push_back(col);
-      loaded[static_cast<int>(i)] = fmt::format("l{}", i);
       const std::string from = fmt::format("{} + {}", ptrName(p_.buffer(in.buffer).root), address(in.buffer, in.index, at));
+      if (p_.buffer(in.buffer).type.dtype == DType::Bool) {
+        masks[static_cast<int>(i)] = fmt::format("m{}", i);
+        code += fmt::format("const pc::i32x{} m{} = pc::boolLanes{}({});\n", width, i, width, from);
+        continue;
+      }
+      loaded[static_cast<int>(i)] = fmt::format("l{}", i);
       code += partial ? fmt::format("const pc::f32x8 l{} = pc::loadFirst8<{}>({}, 0.0f);\n", i, lanes, from)
                       : fmt::format("const pc::f32x{} l{} = pc::load{}({});\n", width, i, width, from);
       continue;
@@ -295,14 +311,31 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
     // into an FMA here and not in the scalar form).
     if (in.opcode == Opcode::Apply && (in.op == Op::Add || in.op == Op::Sub) && in.args.size() == 2 && in.dtype == DType::F32 &&
         !faulty(in.node, InjectedFault::Kind::Accuracy)) {
-      auto name = [&](int a) -> std::optional<std::string> {
-        if (a == current) return std::string("v");
-        if (loaded.count(a)) return loaded.at(a);
-        return std::nullopt;
-      };
-      const std::optional<std::string> x = name(in.args[0]), y = name(in.args[1]);
+      const std::optional<std::string> x = operand(in.args[0]), y = operand(in.args[1]);
       if (!x || !y || (*x != "v" && *y != "v")) return std::nullopt;
       code += fmt::format("// {}\nv = {} {} {};\n", sourceStr(in.node), *x, in.op == Op::Add ? '+' : '-', *y);
+      current = static_cast<int>(i);
+      continue;
+    }
+    if (in.opcode == Opcode::Const && in.dtype == DType::F32) {
+      loaded[static_cast<int>(i)] = fmt::format("c{}", i);
+      code += fmt::format("const pc::f32x{} c{} = pc::splat{}({});\n", width, i, width, literal(in.constant, DType::F32));
+      continue;
+    }
+    // v times an operand; where(a mask, x, y) over v and operands (a masked attention score).
+    if (in.opcode == Opcode::Apply && in.op == Op::Mul && !sumAfter && in.args.size() == 2 && in.dtype == DType::F32 &&
+        !faulty(in.node, InjectedFault::Kind::Accuracy)) {
+      const std::optional<std::string> x = operand(in.args[0]), y = operand(in.args[1]);
+      if (!x || !y || (*x != "v" && *y != "v")) return std::nullopt;
+      code += fmt::format("// {}\nv = {} * {};\n", sourceStr(in.node), *x, *y);
+      current = static_cast<int>(i);
+      continue;
+    }
+    if (in.opcode == Opcode::Apply && in.op == Op::Where && in.args.size() == 3 && in.dtype == DType::F32 && masks.count(in.args[0]) &&
+        !faulty(in.node, InjectedFault::Kind::Accuracy)) {
+      const std::optional<std::string> x = operand(in.args[1]), y = operand(in.args[2]);
+      if (!x || !y || (*x != "v" && *y != "v")) return std::nullopt;
+      code += fmt::format("// {}\nv = {} ? {} : {};\n", sourceStr(in.node), masks.at(in.args[0]), *x, *y);
       current = static_cast<int>(i);
       continue;
     }
@@ -356,7 +389,7 @@ std::pair<std::string, std::string> Emitter::oneLine(const std::string& code) {
     if (line.rfind("// ", 0) == 0) {
       comments += "  " + line + "\n";
     } else {
-      body += " " + line;
+      body += (body.empty() ? "" : " ") + line;
     }
   }
   return {comments, body};
@@ -407,7 +440,7 @@ std::string Emitter::emitDotRows(const Kernel& k, size_t index) const {
   if (vec) {
     const auto [comments, body] = oneLine(*vec);
     s += "  // the epilogue on a row's outputs at once\n" + comments;
-    s += fmt::format("  auto finishRow = [&](int64_t r, const float* acc) {{ {}pc::f32x8 v = pc::load8(acc);{} }};\n", l.decomp, body);
+    s += fmt::format("  auto finishRow = [&](int64_t r, const float* acc) {{ {}pc::f32x8 v = pc::load8(acc); {} }};\n", l.decomp, body);
   } else {
     s += l.finishFn;
     s += fmt::format("  auto finishRow = [&](int64_t r, const float* acc) {{ for (int64_t n = 0; n < {}; ++n) finish(r, n, acc[n]); }};\n", N);
@@ -456,8 +489,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   } else {
     const auto [comments, body] = oneLine(*vec);
     s += "  // the epilogue on a whole panel (16 columns) at once\n" + comments;
-    const std::string_view rest = !decomp.empty() && body.starts_with(' ') ? std::string_view(body).substr(1) : std::string_view(body);
-    s += fmt::format("  auto finish16 = [&](int64_t r, int64_t n0, pc::f32x16 v) {{ {}{} }};\n", decomp, rest);
+    s += fmt::format("  auto finish16 = [&](int64_t r, int64_t n0, pc::f32x16 v) {{ {}{} }};\n", decomp, body);
   }
   s += fmt::format("  const int64_t rows = {};\n", rowsExpr);
   // Units of work: a quad of rows (an octet with gemm8x32) times a pair of panels (32 columns; the
