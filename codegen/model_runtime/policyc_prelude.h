@@ -785,7 +785,9 @@ PC_INLINE void gemm_1x16_to(int64_t K, const float* PC_RESTRICT x, const WT* PC_
       c += splat16(x[k + 2]) * loadw<f32x16>(p + 32, 0, scale);
       d += splat16(x[k + 3]) * loadw<f32x16>(p + 48, 0, scale);
     }
-    for (; k < K; ++k) a += splat16(x[k]) * loadw<f32x16>(w + k * 16, 0, scale);
+    // The last K % 4 values, a count GCC sees is small (`k < K` made it warn, in every model,
+    // that an iteration past 2^62 would overflow w + k * 16).
+    for (int64_t i = 0; i < (K & 3); ++i, ++k) a += splat16(x[k]) * loadw<f32x16>(w + k * 16, 0, scale);
   }
   end(0, 0, accEnd<f32x16, WT>((a + b) + (c + d), bias, scale));
 }
