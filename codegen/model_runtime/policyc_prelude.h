@@ -18,6 +18,12 @@
 #include <immintrin.h>  // vdpbf16ps (only where --precision bf16 can use it: compile time)
 #endif
 
+#if defined(__GNUC__) && !defined(__clang__)
+// 16-lane vectors pass by value between the inline functions below on targets without AVX-512
+// too; GCC notes that such a call's ABI differs, but none of them is ever a real call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 #define PC_INLINE static inline __attribute__((always_inline))
 #define PC_RESTRICT __restrict__
 // Kernels stay separate functions: profiles show them by name.
@@ -346,6 +352,9 @@ template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* x
   return acc;
 }
 PC_INLINE void storeChunk(float* p, RowChunk r) { store8(p, r.lo), store8(p + 8, r.hi); }
+// A chunk of sums over a window's size (an average pool counting its padding), lane by lane as
+// the 16-lane chunk divides.
+PC_INLINE RowChunk operator/(RowChunk r, float d) { return {r.lo / splat8(d), r.hi / splat8(d)}; }
 template <int A, int B> PC_INLINE f32x8 fmaLanesZ8(f32x8 acc, const float* xa, float w) {
   if constexpr (A == 0 && B == 8) return acc + load8(xa) * splat8(w);
   else return acc + loadLanes8<A, B>(xa - A, pc::copysign(0.0f, -w)) * splat8(w);
@@ -391,6 +400,10 @@ template <int A, int B> PC_INLINE RowChunk fmaLanes(RowChunk acc, const float* x
   return acc;
 }
 PC_INLINE void storeChunk(float* p, RowChunk r) { std::memcpy(p, r.v, sizeof r.v); }
+PC_INLINE RowChunk operator/(RowChunk r, float d) {
+  for (float& v : r.v) v /= d;
+  return r;
+}
 template <int A, int B> PC_INLINE RowChunk fmaLanesZ(RowChunk acc, const float* xa, float w) { return fmaLanes<A, B>(acc, xa, w); }
 template <int A, int B> PC_INLINE RowChunk loadChunk(const float* xa) {
   RowChunk r{};
@@ -772,7 +785,7 @@ PC_INLINE void gemm_1x16_to(int64_t K, const float* PC_RESTRICT x, const WT* PC_
       c += splat16(x[k + 2]) * w2;
       d += splat16(x[k + 3]) * w3;
     }
-    for (; k < K; ++k) {
+    for (int64_t i = 0; i < (K & 3); ++i, ++k) {  // the last K % 4 (see gemm_1x16_to)
       f32x16 e, o;
       loadPair(w + k / 2 * 16, 0, e, o);
       a += splat16(x[k]) * (k % 2 ? o : e);
@@ -786,7 +799,7 @@ PC_INLINE void gemm_1x16_to(int64_t K, const float* PC_RESTRICT x, const WT* PC_
       d += splat16(x[k + 3]) * loadw<f32x16>(p + 48, 0, scale);
     }
     // The last K % 4 values, a count GCC sees is small (`k < K` made it warn, in every model,
-    // that an iteration past 2^62 would overflow w + k * 16).
+    // that an iteration past 2^62 would overflow w + k * 16); the same in the loops like it.
     for (int64_t i = 0; i < (K & 3); ++i, ++k) a += splat16(x[k]) * loadw<f32x16>(w + k * 16, 0, scale);
   }
   end(0, 0, accEnd<f32x16, WT>((a + b) + (c + d), bias, scale));
@@ -895,7 +908,7 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RES
       d0 += splat8(x[k + 3]) * o0;
       d1 += splat8(x[k + 3]) * o1;
     }
-    for (; k < K; ++k) {
+    for (int64_t i = 0; i < (K & 3); ++i, ++k) {  // the last K % 4 (see gemm_1x16_to)
       f32x8 e0, o0, e1, o1;
       loadPair(w + k / 2 * 16, 0, e0, o0);
       loadPair(w + k / 2 * 16, 1, e1, o1);
@@ -914,7 +927,7 @@ PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const WT* PC_RES
       d0 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, 0, scale);
       d1 += splat8(x[k + 3]) * loadw<f32x8>(p + 48, 1, scale);
     }
-    for (; k < K; ++k) {
+    for (int64_t i = 0; i < (K & 3); ++i, ++k) {  // the last K % 4 (see gemm_1x16_to)
       a0 += splat8(x[k]) * loadw<f32x8>(w + k * 16, 0, scale);
       a1 += splat8(x[k]) * loadw<f32x8>(w + k * 16, 1, scale);
     }

@@ -1425,6 +1425,20 @@ TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", 
   CHECK(occurrences(source, "sum[i3] / static_cast<float>(static_cast<int32_t>(e0 - b0) * (e1 - b1));") == 1);
   CHECK(source.find("r1 = pc::fmaLanesZ<0, 5>(r1, row + 15, 1.0f);") != std::string::npos);
   CHECK(source.find("for (int64_t i3 = 1; i3 < 260; ++i3) sum[i3] += row[i3*1 - 1];") != std::string::npos);
+  // Without AVX-512 a chunk is two 8-lane halves (pc::RowChunk, divided half by half): the same
+  // sums and quotients as the LLVM build for that target (a's division once failed to compile).
+  codegen::CppOptions v3;
+  v3.minChunkCost = 0;
+  v3.target = "x86-64-v3";
+  const codegen::GeneratedCpp narrow = codegen::generateCpp(*graph, v3);
+  CHECK(occurrences(narrow.source, "r1 / 9.0f);") == 1);
+  const fs::path so = scratch() / "avg_rows_v3.so";
+  codegen::buildSharedObject(narrow, so.string(), {});
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  llvm.target.target = "x86-64-v3";
+  runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
+  checkBitwiseBackends(*graph, c, l, {1, 3}, 13, 1e-6);
 }
 
 // A 2-D average pool of column stride 2 whose windows lie inside the input runs 8 output columns
