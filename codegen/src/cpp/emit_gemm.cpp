@@ -271,7 +271,7 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
   std::map<int, std::string> loaded, masks;
   // Products only in a body without sums: a sum after a product could contract into an FMA here
   // and not in the scalar form.
-  const bool sumAfter = std::any_of(b.begin(), b.end(), [](const Instr& in) {
+  const bool hasSums = std::any_of(b.begin(), b.end(), [](const Instr& in) {
     return in.opcode == Opcode::Apply && (in.op == Op::Add || in.op == Op::Sub);
   });
   auto dense = [&](const Instr& in) {
@@ -323,7 +323,7 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
       continue;
     }
     // v times an operand; where(a mask, x, y) over v and operands (a masked attention score).
-    if (in.opcode == Opcode::Apply && in.op == Op::Mul && !sumAfter && in.args.size() == 2 && in.dtype == DType::F32 &&
+    if (in.opcode == Opcode::Apply && in.op == Op::Mul && !hasSums && in.args.size() == 2 && in.dtype == DType::F32 &&
         !faulty(in.node, InjectedFault::Kind::Accuracy)) {
       const std::optional<std::string> x = operand(in.args[0]), y = operand(in.args[1]);
       if (!x || !y || (*x != "v" && *y != "v")) return std::nullopt;
