@@ -107,7 +107,8 @@ std::optional<ExternKernel> externKernel(const KernelProgram& program, const Ker
 
 // The storage a layer's packed weight gets.
 // Bf16Dot: bf16 in pairs along K (packing.h: toBf16Pairs) for products in bf16 (vdpbf16ps);
-// Bf16: bf16 in pairs of columns, widened to f32.
+// Bf16: the same pairs along K, widened to f32. Both round so that each input channel's values
+// keep their sum (packing.h); Int8 (toInt8) too, by a scale per output column.
 enum class WeightStorage : uint8_t { F32, Bf16, Int8, Bf16Dot };
 const char* weightStorageName(WeightStorage w);  // f32 | bf16 | int8 | bf16-dot
 // A layer multiplies in bf16 (Bf16Dot) only where a tile's rows, rounded to bf16 pairs, fit the
