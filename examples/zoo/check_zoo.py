@@ -1,7 +1,7 @@
 """Run every policy of the zoo through `policyc run` (backends llvm and cpp, every reference batch) and compare its outputs with the PyTorch references in tests/data/zoo/manifest.json."""
 
 # Usage (any python3 with numpy; the build must have produced build/tools/policyc):
-#     /usr/bin/python3 examples/zoo/check_zoo.py [--policyc PATH] [--backend llvm,cpp] [--filter SUBSTR] [-j N]
+#     /usr/bin/python3 examples/zoo/check_zoo.py [--policyc PATH] [--backend llvm,cpp] [--target T] [--filter SUBSTR] [-j N]
 # Prints one line per model/backend/batch and exits 1 on any mismatch or failed run.
 # Compiled models go to POLICYC_CACHE_DIR, which defaults here to /tmp/zoo_cache rather than the
 # user's cache, so that checking the zoo leaves no trace in it.
@@ -22,12 +22,12 @@ REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "tests" / "data" / "zoo" / "manifest.json"
 
 
-def check_case(policyc, model, backend, batch, ref, out_root, rtol, atol):
+def check_case(policyc, model, backend, batch, ref, out_root, rtol, atol, target):
     """Returns (ok, message) for one model/backend/batch."""
     out_dir = out_root / model["name"] / f"{backend}_b{batch}"
     shutil.rmtree(out_dir, ignore_errors=True)  # never compare against outputs of an earlier run
     out_dir.mkdir(parents=True)
-    cmd = [str(policyc), "run", str(REPO / model["onnx"]), "--backend", backend, "--output-dir", str(out_dir)]
+    cmd = [str(policyc), "run", str(REPO / model["onnx"]), "--backend", backend, "--target", target, "--output-dir", str(out_dir)]
     for name, path in ref["inputs"].items():
         cmd += ["--input", f"{name}={REPO / path}"]
     t0 = time.monotonic()
@@ -64,6 +64,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--policyc", default=str(REPO / "build" / "tools" / "policyc"))
     ap.add_argument("--backend", default="llvm,cpp", help="comma-separated backends (default llvm,cpp)")
+    ap.add_argument("--target", default="native",
+                    help="the code's target (policyc run --target): native, or x86-64-v3 for AVX2 code on any such host")
     ap.add_argument("--filter", default="", help="only models whose name contains this")
     ap.add_argument("--out-dir", default="/tmp/zoo_out", help="where policyc writes its outputs")
     ap.add_argument("--rtol", type=float, default=1e-4)
@@ -89,7 +91,7 @@ def main():
 
     def run(case):
         m, b, batch, ref = case
-        return case, check_case(policyc, m, b, batch, ref, out_root, args.rtol, args.atol)
+        return case, check_case(policyc, m, b, batch, ref, out_root, args.rtol, args.atol, args.target)
 
     # Each model's first run per backend compiles it; batches of one model share the compiled code,
     # so results are printed in table order whatever order the runs finish in.
@@ -100,7 +102,7 @@ def main():
 
     elapsed = time.monotonic() - start
     print(f"{len(cases) - failures} of {len(cases)} passed ({len(models)} models x {len(backends)} backends x "
-          f"{len(manifest['batches'])} batches; rtol {args.rtol:g}, atol {args.atol:g}) in {elapsed:.1f}s")
+          f"{len(manifest['batches'])} batches, target {args.target}; rtol {args.rtol:g}, atol {args.atol:g}) in {elapsed:.1f}s")
     sys.exit(1 if failures else 0)
 
 
