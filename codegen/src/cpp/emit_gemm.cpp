@@ -307,13 +307,13 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
                       : fmt::format("const pc::f32x{} l{} = pc::load{}({});\n", width, i, width, from);
       continue;
     }
-    // v + a residual, or the difference of the two (no product: a sum after it could contract
-    // into an FMA here and not in the scalar form).
-    if (in.opcode == Opcode::Apply && (in.op == Op::Add || in.op == Op::Sub) && in.args.size() == 2 && in.dtype == DType::F32 &&
+    // v and a residual or constant: their sum or difference, or (in a body without sums) product.
+    const bool sumOrProduct = in.op == Op::Add || in.op == Op::Sub || (in.op == Op::Mul && !hasSums);
+    if (in.opcode == Opcode::Apply && sumOrProduct && in.args.size() == 2 && in.dtype == DType::F32 &&
         !faulty(in.node, InjectedFault::Kind::Accuracy)) {
       const std::optional<std::string> x = operand(in.args[0]), y = operand(in.args[1]);
       if (!x || !y || (*x != "v" && *y != "v")) return std::nullopt;
-      code += fmt::format("// {}\nv = {} {} {};\n", sourceStr(in.node), *x, in.op == Op::Add ? '+' : '-', *y);
+      code += fmt::format("// {}\nv = {} {} {};\n", sourceStr(in.node), *x, in.op == Op::Add ? '+' : in.op == Op::Sub ? '-' : '*', *y);
       current = static_cast<int>(i);
       continue;
     }
@@ -322,15 +322,7 @@ std::optional<std::string> Emitter::vectorEpilogue(const Kernel& k, const std::v
       code += fmt::format("const pc::f32x{} c{} = pc::splat{}({});\n", width, i, width, literal(in.constant, DType::F32));
       continue;
     }
-    // v times an operand; where(a mask, x, y) over v and operands (a masked attention score).
-    if (in.opcode == Opcode::Apply && in.op == Op::Mul && !hasSums && in.args.size() == 2 && in.dtype == DType::F32 &&
-        !faulty(in.node, InjectedFault::Kind::Accuracy)) {
-      const std::optional<std::string> x = operand(in.args[0]), y = operand(in.args[1]);
-      if (!x || !y || (*x != "v" && *y != "v")) return std::nullopt;
-      code += fmt::format("// {}\nv = {} * {};\n", sourceStr(in.node), *x, *y);
-      current = static_cast<int>(i);
-      continue;
-    }
+    // where(a mask, x, y) over v and operands (a masked attention score).
     if (in.opcode == Opcode::Apply && in.op == Op::Where && in.args.size() == 3 && in.dtype == DType::F32 && masks.count(in.args[0]) &&
         !faulty(in.node, InjectedFault::Kind::Accuracy)) {
       const std::optional<std::string> x = operand(in.args[1]), y = operand(in.args[2]);
