@@ -257,14 +257,23 @@ static std::vector<std::string> layerNames(const Kernel& k) {
   return names;
 }
 
-Precision layerPrecision(const KernelProgram& p, const Kernel& k, Precision precision, const std::vector<std::string>& keepFp32) {
+Precision layerPrecision(const KernelProgram& p, const Kernel& k, Precision precision, const std::vector<std::string>& keepFp32,
+                         bool bf16Convs) {
   if (precision == Precision::Fp32 || !packable(p, k)) return precision;
   for (const std::string& n : layerNames(k)) {
     if (std::find(keepFp32.begin(), keepFp32.end(), n) != keepFp32.end()) return Precision::Fp32;
   }
   if (precision == Precision::Bf16 && k.kind == KernelKind::Conv && packedK(p, k) < kMinBf16ConvWindow) return Precision::Fp32;
+  // Without AMX a conv's products in bf16 cost more than they save: oneDNN 2.6's avx512_core_bf16
+  // convs ran atari_cnn's convs at 60-68 GFLOP/s where the generated f32 tiles on bf16 weights
+  // reach 114-129 (the model at batch 1 and 64 1.9-2.1x slower than fp32, impala_cnn alike), and
+  // the generated vdpbf16ps tiles (gemm4x32's quads) trail oneDNN's. Such a conv computes as under
+  // bf16-weights: bf16 weights, f32 products.
+  if (precision == Precision::Bf16 && k.kind == KernelKind::Conv && !bf16Convs) return Precision::Bf16Weights;
   return precision;
 }
+
+bool bf16Convs(const TargetTraits& target, bool allowExtern) { return target.bf16Tiles && allowExtern && onednnBuiltIn(); }
 
 std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool allowExtern,
                                const std::optional<InjectedFault>& fault, Precision precision) {
@@ -312,8 +321,9 @@ namespace {
 // two-panel one's accumulators fill its 16 registers (on an AVX2 host wide_mlp's 1024x1024 layer
 // at batch 64 took 4281 us with gemm4x32, 2043 with gemm4x16).
 Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool allowExtern,
-                   const std::optional<InjectedFault>& fault, bool narrowVectors, Precision precision) {
+                   const std::optional<InjectedFault>& fault, const TargetTraits& target, Precision precision) {
   (void)batch;
+  const bool narrowVectors = target.narrowVectors;
   std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault, precision);
   auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
   // With AVX-512, convs of 32 output channels or more run fastest as the generated implicit GEMM's
@@ -399,9 +409,10 @@ void layoutWeightUpdates(Schedule& s, const std::vector<ir::Graph::UpdatableWeig
 
 std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
                                         const std::optional<InjectedFault>& fault, Precision precision,
-                                        const std::vector<std::string>& keepFp32) {
+                                        const std::vector<std::string>& keepFp32, const TargetTraits& target) {
   std::vector<std::string> names;
-  for (Impl i : candidatesOf(program, kernel, allowExtern, fault, layerPrecision(program, kernel, precision, keepFp32))) {
+  const Precision layer = layerPrecision(program, kernel, precision, keepFp32, bf16Convs(target, allowExtern));
+  for (Impl i : candidatesOf(program, kernel, allowExtern, fault, layer)) {
     names.push_back(implName(i));
   }
   return names;
@@ -458,25 +469,33 @@ std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches) {
 
 bool narrowVectorTarget(const std::string& cppTarget) {
   if (cppTarget == "native") return !__builtin_cpu_supports("avx512f");
-  return cppTarget != "x86-64-v4" && cppTarget != "x86-64-v4-bf16";
+  return cppTarget != "x86-64-v4" && cppTarget != "x86-64-v4-bf16" && cppTarget != "x86-64-v4-amx";
 }
 
 bool bf16DotTarget(const std::string& cppTarget) {
   if (cppTarget == "native") return __builtin_cpu_supports("avx512bf16");
-  return cppTarget == "x86-64-v4-bf16";
+  return cppTarget == "x86-64-v4-bf16" || cppTarget == "x86-64-v4-amx";
+}
+
+TargetTraits cppTargetTraits(const std::string& cppTarget) {
+  TargetTraits t;
+  t.narrowVectors = narrowVectorTarget(cppTarget);
+  t.bf16Dot = bf16DotTarget(cppTarget);
+  t.bf16Tiles = cppTarget == "native" ? __builtin_cpu_supports("amx-bf16") : cppTarget == "x86-64-v4-amx";
+  return t;
 }
 
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
-                           const std::optional<InjectedFault>& fault, bool narrowVectors, Precision precision,
+                           const std::optional<InjectedFault>& fault, const TargetTraits& target, Precision precision,
                            const std::vector<std::string>& keepFp32) {
   ImplChoice choice;
   std::vector<int64_t> bounds = batchRangeBounds(batches);
   for (const Kernel& k : program.kernels) {
-    const Precision layer = layerPrecision(program, k, precision, keepFp32);
+    const Precision layer = layerPrecision(program, k, precision, keepFp32, bf16Convs(target, allowExtern));
     if (candidatesOf(program, k, allowExtern, fault, layer).empty()) continue;
     ImplDispatch d;
     for (size_t i = 0; i < batches.size(); ++i) {
-      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern, fault, narrowVectors, layer));
+      std::string impl = implName(heuristicImpl(program, k, batches[i], allowExtern, fault, target, layer));
       if (!d.empty() && d.back().impl == impl) {
         d.back().maxBatch = bounds[i];
       } else {
@@ -657,7 +676,8 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
   const std::vector<bool> head = headLayers(p);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
-    if (!packable(p, k) || head[i] || layerPrecision(p, k, o.precision, o.keepFp32) == Precision::Fp32) continue;
+    const Precision layer = packable(p, k) ? layerPrecision(p, k, o.precision, o.keepFp32, bf16Convs(o.target, o.externKernels)) : o.precision;
+    if (!packable(p, k) || head[i] || layer == Precision::Fp32) continue;
     const ir::Node& w = *p.buffer(k.anchorInputs[1]).value->producer();
     const bool dotFits = bf16PairRows(packedK(p, k)) <= kMaxBf16DotPairs;
     if (ks[i].rawWeight) {
@@ -665,7 +685,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
       // bf16 convolutions (AMX where the CPU has it), whatever the layer's size: the gain is
       // arithmetic, not memory. A generated implementation beside it reads bf16 pairs.
       const bool generated = std::any_of(ks[i].impls.begin(), ks[i].impls.end(), usesPanels);
-      if (o.precision == Precision::Bf16 && o.bf16Dot && k.kind == KernelKind::Conv && !w.isUpdatable() && (!generated || dotFits)) {
+      if (layer == Precision::Bf16 && o.target.bf16Dot && k.kind == KernelKind::Conv && !w.isUpdatable() && (!generated || dotFits)) {
         ks[i].weightStorage = WeightStorage::Bf16Dot;
       }
       continue;
@@ -677,7 +697,7 @@ void decideWeightStorage(const KernelProgram& p, const ScheduleOptions& o, std::
       const float* d = w.paramData().data<float>();
       if (!std::all_of(d, d + w.paramData().numel(), [](float v) { return std::isfinite(v); })) continue;  // no scale for inf
       ks[i].weightStorage = WeightStorage::Int8;
-    } else if (o.precision == Precision::Bf16 && o.bf16Dot && dotFits) {
+    } else if (layer == Precision::Bf16 && o.target.bf16Dot && dotFits) {
       ks[i].weightStorage = WeightStorage::Bf16Dot;
     } else {
       ks[i].weightStorage = WeightStorage::Bf16;
@@ -909,7 +929,7 @@ int64_t tapGroup(const KernelProgram& p, const Kernel& k, bool padded) {
 Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const ScheduleOptions& o) {
   Schedule s;
   s.cName = escape::cIdentifier(o.name.empty() ? p.name : o.name, 64);
-  s.maskRegisters = !o.narrowVectors;
+  s.maskRegisters = !o.target.narrowVectors;
   if (reservedCName(s.cName)) s.cName = "m_" + s.cName;  // pc_run, policyc_model_descriptor, int_run ... stay distinct
 
   // The typed wrappers' parameters (inputs, then outputs): unique even in upper case (the
@@ -942,8 +962,8 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     if (isExtern(*forced) && !onednnBuiltIn()) fail("--force-impl {}: this policyc was built without oneDNN (libdnnl-dev)", o.forceImpl);
   }
   s.kernels.resize(p.kernels.size());
-  const bool wide = !o.narrowVectors;  // AVX-512: conv_rows' blocks, transposes' 16 x 8 tiles
-  const ImplChoice heuristic = heuristicChoice(p, batches, o.externKernels, o.fault, o.narrowVectors, o.precision, o.keepFp32);
+  const bool wide = !o.target.narrowVectors;  // AVX-512: conv_rows' blocks, transposes' 16 x 8 tiles
+  const ImplChoice heuristic = heuristicChoice(p, batches, o.externKernels, o.fault, o.target, o.precision, o.keepFp32);
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const Kernel& k = p.kernels[ki];
     KernelSchedule& ks = s.kernels[ki];
@@ -992,7 +1012,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.unrollCalls = ks.form == Form::Pointwise && callsLibm(k) ? KernelSchedule::kUnrollCalls : 0;
     if (ks.form == Form::Pointwise) ks.transpose = transposeTiles(p, k, ks.split, wide);
     ks.windowInside = ks.form == Form::Pool && windowInside(p, k);
-    std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault, layerPrecision(p, k, o.precision, o.keepFp32));
+    std::vector<Impl> c = candidatesOf(p, k, o.externKernels, o.fault, layerPrecision(p, k, o.precision, o.keepFp32, bf16Convs(o.target, o.externKernels)));
     if (c.empty()) continue;
     if (o.tuning) {
       ks.impls = c;
@@ -1148,9 +1168,9 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
 }
 
 std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelProgram& p, const MemoryPlan& plan,
-                                                                  const CodegenOptions& options, bool bf16Dot) {
+                                                                  const CodegenOptions& options, const TargetTraits& target) {
   ScheduleOptions so = scheduleOptions(options);
-  so.bf16Dot = bf16Dot;
+  so.target = target;
   const Schedule s = scheduleProgram(p, plan, so);
   std::vector<std::pair<std::string, WeightStorage>> out;
   for (size_t i = 0; i < p.kernels.size(); ++i) {

@@ -52,8 +52,13 @@ std::string implNames();  // "gemm4x32, gemm4x16, onednn, onednn_postops, conv_r
 
 // The precision a layer's weights and products get: `precision`, or fp32 for a layer `keepFp32`
 // names (a kernel's, its node's or the model file's name) and for the convs kMinBf16ConvWindow
-// leaves in fp32. The candidates (candidatesOf) and the heuristic take it per layer.
-Precision layerPrecision(const KernelProgram& p, const Kernel& k, Precision precision, const std::vector<std::string>& keepFp32);
+// leaves in fp32, bf16-weights for a conv under bf16 unless `bf16Convs` (bf16Convs below). The
+// candidates (candidatesOf) and the heuristic take it per layer.
+Precision layerPrecision(const KernelProgram& p, const Kernel& k, Precision precision, const std::vector<std::string>& keepFp32,
+                         bool bf16Convs);
+// Whether --precision bf16 multiplies convs in bf16: on oneDNN's AMX kernels only (the target's
+// bf16Tiles, oneDNN built in, extern kernels allowed).
+bool bf16Convs(const TargetTraits& target, bool allowExtern);
 // The implementations kernel `k` has (none: it is not a packed linear/conv kernel). conv_rows
 // reads the f32 weight as it is, so it is one only with f32 weights (`precision` fp32, or a
 // layer too small for bf16/int8 weights to narrow it).
@@ -329,11 +334,9 @@ struct ScheduleOptions {
   std::vector<int64_t> tuneBatches = {1, 16, 64};
   std::string forceImpl;             // empty: off
   bool tuning = false;               // every candidate of every tunable kernel, chosen at run time
-  // The target has 16 vector registers of at most 256 bits (AVX2, SSE), not AVX-512's 32 of 512:
-  // gemm4x32's 8 accumulators of 16 floats take all 16 there and spill (the heuristic's concern).
-  bool narrowVectors = false;
-  // The target has AVX512_BF16: --precision bf16 multiplies in bf16 (WeightStorage::Bf16Dot).
-  bool bf16Dot = false;
+  // The CPU's traits: vector width (narrowVectors: gemm4x32's 8 accumulators of 16 floats would
+  // spill, the heuristic's concern), bf16 products (bf16Dot: WeightStorage::Bf16Dot; bf16Tiles).
+  TargetTraits target;
   Precision precision = Precision::Fp32;  // CodegenOptions::precision and keepFp32
   std::vector<std::string> keepFp32;
   int64_t streamedWeights = kStreamedWeights;                // CodegenOptions::streamedWeights

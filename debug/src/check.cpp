@@ -297,10 +297,10 @@ CheckReport checkModel(const ir::Graph& graph, const std::vector<ir::Tensor>& in
     pipeline.noFusion = pipeline.noFusion || !request.fuse;
     if (request.optimize) passes::runPipeline(*optimized, pipeline);
     const codegen::PlannedProgram planned = codegen::planGraph(*optimized, request.fuse);
-    const bool bf16Dot = request.backend == codegen::Backend::Llvm
-                             ? codegen::resolveLlvmTarget({request.cpp.target, request.cpu, request.features}).bf16Dot
-                             : codegen::bf16DotTarget(request.cpp.target);
-    report.layers = codegen::weightStorages(planned.program, planned.plan, request.cpp, bf16Dot);
+    const codegen::TargetTraits target = request.backend == codegen::Backend::Llvm
+                                             ? codegen::resolveLlvmTarget({request.cpp.target, request.cpu, request.features}).traits()
+                                             : codegen::cppTargetTraits(request.cpp.target);
+    report.layers = codegen::weightStorages(planned.program, planned.plan, request.cpp, target);
     const double fraction = precisionBudgetFraction(request.cpp.precision);
     for (size_t o = 0; o < numOutputs; ++o) {
       const bool discrete = options.discrete ? std::count(options.discrete->begin(), options.discrete->end(), outs[o].first) > 0

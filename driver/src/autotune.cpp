@@ -313,12 +313,12 @@ AutotuneResult autotune(const ir::Graph& graph, const AutotuneOptions& options) 
   const KernelProgram& program = planned.program;
   {
     // --mode default's choice, as the backend's schedule makes it for this target.
-    const bool narrow = llvm ? !codegen::resolveLlvmTarget({cpp.target, options.cpu, options.features}).avx512
-                             : codegen::narrowVectorTarget(cpp.target);
-    const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels, cpp.fault, narrow, cpp.precision, cpp.keepFp32);
+    const codegen::TargetTraits traits = llvm ? codegen::resolveLlvmTarget({cpp.target, options.cpu, options.features}).traits()
+                                              : codegen::cppTargetTraits(cpp.target);
+    const codegen::ImplChoice heuristic = codegen::heuristicChoice(program, batches, cpp.externKernels, cpp.fault, traits, cpp.precision, cpp.keepFp32);
     for (size_t i = 0; i < program.kernels.size(); ++i) {
       const Kernel& k = program.kernels[i];
-      std::vector<std::string> c = codegen::implCandidates(program, k, cpp.externKernels, cpp.fault, cpp.precision, cpp.keepFp32);
+      std::vector<std::string> c = codegen::implCandidates(program, k, cpp.externKernels, cpp.fault, cpp.precision, cpp.keepFp32, traits);
       if (c.empty()) continue;
       TunedKernel t;
       t.index = i;

@@ -250,7 +250,7 @@ TEST_CASE("cpp backend: policyc compile writes the .so and the header", "[codege
   CHECK(std::system(bad.c_str()) != 0);
   std::ifstream l(log);
   std::string out((std::istreambuf_iterator<char>(l)), std::istreambuf_iterator<char>());
-  CHECK(out.find("valid targets: native, x86-64-v3, x86-64-v4, x86-64-v4-bf16, generic") != std::string::npos);
+  CHECK(out.find("valid targets: native, x86-64-v3, x86-64-v4, x86-64-v4-bf16, x86-64-v4-amx, generic") != std::string::npos);
 }
 
 TEST_CASE("cpp backend: a failing C++ compiler under policyc compile is one error line, exit 2, no .so", "[codegen][cpp][cli][bad-input]") {

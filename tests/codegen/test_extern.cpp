@@ -119,6 +119,10 @@ std::unique_ptr<Graph> postOpGraph() {
   return g;
 }
 
+// Targets by their traits: without AVX-512; AVX-512 with AVX512_BF16 and AMX-BF16 (Sapphire Rapids).
+const codegen::TargetTraits kNarrow{.narrowVectors = true};
+const codegen::TargetTraits kAmx{.bf16Dot = true, .bf16Tiles = true};
+
 }  // namespace
 
 TEST_CASE("extern: which kernels have which implementations, and the heuristic", "[extern]") {
@@ -154,7 +158,7 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
     CHECK(d == codegen::ImplDispatch{{-1, head ? "dot_rows" : octets ? "gemm8x32" : "gemm4x32"}});
   }
   // Without AVX-512 (16 registers of 256 bits) the one-panel microkernel, whose accumulators fit.
-  for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true, std::nullopt, true)) {
+  for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true, std::nullopt, kNarrow)) {
     INFO(name);
     CHECK(d == codegen::ImplDispatch{{-1, name == "linear_bias_4" ? "dot_rows" : "gemm4x16"}});
   }
@@ -162,6 +166,16 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   CHECK(codegen::narrowVectorTarget("generic"));
   CHECK_FALSE(codegen::narrowVectorTarget("x86-64-v4"));
   CHECK_FALSE(codegen::narrowVectorTarget("x86-64-v4-bf16"));
+  // AMX-BF16 (products in bf16 for convs) only where the target says so, in both backends.
+  for (const char* t : {"x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-amx", "generic"}) {
+    INFO(t);
+    const codegen::TargetTraits cpp = codegen::cppTargetTraits(t), llvm = codegen::resolveLlvmTarget({t, "", ""}).traits();
+    CHECK(cpp.bf16Tiles == (std::string(t) == "x86-64-v4-amx"));
+    CHECK((cpp.narrowVectors == llvm.narrowVectors && cpp.bf16Dot == llvm.bf16Dot && cpp.bf16Tiles == llvm.bf16Tiles));
+  }
+  CHECK(codegen::resolveLlvmTarget({"x86-64-v3", "sapphirerapids", ""}).traits().bf16Tiles);
+  CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "cooperlake", ""}).traits().bf16Tiles);
+  CHECK(codegen::cppTargetTraits("native").bf16Tiles == static_cast<bool>(__builtin_cpu_supports("amx-bf16")));
   CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "", "+avx2,+fma,-avx512f"}).avx512);
   CHECK(codegen::resolveLlvmTarget({"x86-64-v3", "", "+avx2,+avx512f,+avx512bw"}).avx512);
   auto atari = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));
@@ -181,35 +195,44 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
       const bool rows = convs == 3;
       CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, "gemm8x32"}});
       CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, "gemm8x32"}});
-      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, true).at(k.name) ==
+      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, kNarrow).at(k.name) ==
             codegen::ImplDispatch{{-1, "gemm6x16"}});
-      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, false, std::nullopt, true).at(k.name) ==
+      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, false, std::nullopt, kNarrow).at(k.name) ==
             codegen::ImplDispatch{{-1, "gemm6x16"}});
       // conv + bias + relu stored plainly: the whole epilogue can be oneDNN post-ops.
       const std::vector<std::string> all = {"gemm4x32", "gemm4x16", "conv_rows", "onednn", "onednn_postops", "gemm6x16", "gemm8x32"};
       const std::vector<std::string> convImpls = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "gemm6x16", "gemm8x32"};
       CHECK(codegen::implCandidates(a, k, true) == (rows ? all : convImpls));
       // Narrowed weights: no conv_rows (it reads the weight as it is); with products in bf16
-      // (bf16 pairs for vdpbf16ps) no gemm6x16 nor gemm8x32, and oneDNN by default.
+      // (bf16 pairs for vdpbf16ps, only on a target with AMX-BF16) no gemm6x16 nor gemm8x32, and
+      // oneDNN by default; without AMX bf16 convs compute as bf16-weights.
       CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Int8Weights) == convImpls);
-      CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Bf16) == kImpls);
-      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, false, codegen::Precision::Bf16).at(k.name) ==
+      CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Bf16, {}, kAmx) == kImpls);
+      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, kAmx, codegen::Precision::Bf16).at(k.name) ==
             codegen::ImplDispatch{{-1, "onednn_postops"}});
+      CHECK(codegen::implCandidates(a, k, true, std::nullopt, codegen::Precision::Bf16) == convImpls);
+      CHECK(codegen::implCandidates(a, k, false, std::nullopt, codegen::Precision::Bf16, {}, kAmx) ==
+            std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm6x16", "gemm8x32"});  // no oneDNN: as bf16-weights
+      CHECK(codegen::heuristicChoice(a, {1, 16, 64}, true, std::nullopt, {.bf16Dot = true}, codegen::Precision::Bf16).at(k.name) ==
+            codegen::ImplDispatch{{-1, "gemm8x32"}});
     }
   }
   CHECK(convs == 3);
   // impala_cnn without AVX-512: conv_rows for every conv (rows of 64, 32 and 16 columns, and of 8
-  // two to a chunk), with bf16 weights too (every conv below the size the rule narrows); with
-  // products in bf16 (no conv_rows) oneDNN for the 16-channel convs, the implicit GEMM for the
-  // 32-channel ones. With AVX-512 conv_rows for the 16-channel convs only.
+  // two to a chunk), with bf16 weights too (every conv below the size the rule narrows), and under
+  // bf16 (convs compute as bf16-weights without AMX). With AVX-512 conv_rows for the 16-channel
+  // convs only; with AMX-BF16 products in bf16 on oneDNN.
   auto impala = driver::loadModel(testing::sourcePath("examples/models/impala_cnn.onnx"));
   passes::runPipeline(*impala);
   codegen::KernelProgram ip = codegen::lowerGraph(*impala);
   codegen::fuseKernels(ip);
-  const codegen::ImplChoice chosen = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true);
-  const codegen::ImplChoice narrowed = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true, codegen::Precision::Bf16Weights);
-  const codegen::ImplChoice dot = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, true, codegen::Precision::Bf16);
+  const codegen::ImplChoice chosen = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, kNarrow);
+  const codegen::ImplChoice narrowed = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, kNarrow, codegen::Precision::Bf16Weights);
+  const codegen::ImplChoice dot = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, kNarrow, codegen::Precision::Bf16);
   const codegen::ImplChoice wide = codegen::heuristicChoice(ip, {1, 16, 64}, true);
+  const codegen::ImplChoice wideNarrowed = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, {}, codegen::Precision::Bf16Weights);
+  const codegen::ImplChoice wideDot = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, {.bf16Dot = true}, codegen::Precision::Bf16);
+  const codegen::ImplChoice amx = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, kAmx, codegen::Precision::Bf16);
   int rowsConvs = 0, wideConvs = 0;
   for (const codegen::Kernel& k : ip.kernels) {
     if (k.kind != codegen::KernelKind::Conv) continue;
@@ -217,17 +240,18 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
     const std::string impl = chosen.at(k.name).front().impl;
     CHECK(impl == "conv_rows");
     CHECK(narrowed.at(k.name).front().impl == "conv_rows");
+    CHECK(dot.at(k.name) == narrowed.at(k.name));
+    CHECK(wideDot.at(k.name) == wideNarrowed.at(k.name));
+    // Products in bf16 on oneDNN, except the 3-channel first conv (its 27-value window keeps
+    // fp32 under bf16: codegen::kMinBf16ConvWindow) on conv_rows as in fp32.
+    const ir::TensorType& w = ip.buffer(k.anchorInputs[1]).type;
+    const bool smallWindow = w.shape[1].value() * w.shape[2].value() * w.shape[3].value() < codegen::kMinBf16ConvWindow;
+    CHECK((amx.at(k.name).front().impl == "conv_rows") == smallWindow);
+    CHECK((amx.at(k.name).front().impl.rfind("onednn", 0) == 0) == !smallWindow);
     if (k.domain[1].value() >= 32) {
-      CHECK(dot.at(k.name).front().impl == "gemm4x16");
       CHECK(wide.at(k.name).front().impl == "gemm8x32");
       ++wideConvs;
     } else {
-      // Products in bf16 on oneDNN, except the 3-channel first conv (its 27-value window keeps
-      // fp32 under bf16: codegen::kMinBf16ConvWindow) on conv_rows as in fp32.
-      const ir::TensorType& w = ip.buffer(k.anchorInputs[1]).type;
-      const bool smallWindow = w.shape[1].value() * w.shape[2].value() * w.shape[3].value() < codegen::kMinBf16ConvWindow;
-      CHECK((dot.at(k.name).front().impl == "conv_rows") == smallWindow);
-      CHECK((dot.at(k.name).front().impl.rfind("onednn", 0) == 0) == !smallWindow);
       CHECK(wide.at(k.name).front().impl == "conv_rows");
     }
     rowsConvs += impl == "conv_rows";
@@ -251,8 +275,8 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
     CHECK(std::find(c.begin(), c.end(), "conv_rows") == c.end());
     for (codegen::Precision precision :
          {codegen::Precision::Fp32, codegen::Precision::Bf16Weights, codegen::Precision::Int8Weights, codegen::Precision::Bf16}) {
-      CHECK(codegen::heuristicChoice(up, {1, 16, 64}, true, std::nullopt, false, precision).at(k.name) == codegen::ImplDispatch{{-1, "gemm8x32"}});
-      CHECK(codegen::heuristicChoice(up, {1, 16, 64}, true, std::nullopt, true, precision).at(k.name) == codegen::ImplDispatch{{-1, "gemm6x16"}});
+      CHECK(codegen::heuristicChoice(up, {1, 16, 64}, true, std::nullopt, {}, precision).at(k.name) == codegen::ImplDispatch{{-1, "gemm8x32"}});
+      CHECK(codegen::heuristicChoice(up, {1, 16, 64}, true, std::nullopt, kNarrow, precision).at(k.name) == codegen::ImplDispatch{{-1, "gemm6x16"}});
     }
   }
   CHECK(strided == 1);

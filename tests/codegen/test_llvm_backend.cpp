@@ -468,7 +468,7 @@ TEST_CASE("llvm backend: module.ll names each kernel and ties values to their gr
   CHECK(opt.find("@tanhf") == std::string::npos);
 }
 
-TEST_CASE("llvm backend: a target's CPU implies its extensions (AVX-512, AVX512_BF16)", "[llvm]") {
+TEST_CASE("llvm backend: a target's CPU implies its extensions (AVX-512, AVX512_BF16, AMX-BF16)", "[llvm]") {
   auto resolved = [](const std::string& target, const std::string& cpu, const std::string& features) {
     return codegen::resolveLlvmTarget({target, cpu, features});
   };
@@ -480,6 +480,12 @@ TEST_CASE("llvm backend: a target's CPU implies its extensions (AVX-512, AVX512_
   CHECK(resolved("x86-64-v3", "sapphirerapids", "").bf16Dot);
   CHECK_FALSE(resolved("x86-64-v4-bf16", "", "-avx512bf16").bf16Dot);
   CHECK_FALSE(resolved("x86-64-v4", "", "-avx512f").avx512);
+  // AMX-BF16: a CPU that has it, the x86-64-v4-amx target, or the feature (TargetTraits::bf16Tiles).
+  CHECK(resolved("x86-64-v4-amx", "", "").bf16Tiles);
+  CHECK(resolved("x86-64-v4-amx", "", "").bf16Dot);
+  CHECK_FALSE(resolved("x86-64-v4-bf16", "", "").bf16Tiles);
+  CHECK(resolved("x86-64-v4-bf16", "", "+amx-tile,+amx-bf16").bf16Tiles);
+  CHECK_FALSE(resolved("x86-64-v3", "icelake-server", "").bf16Tiles);
 }
 
 // With AVX-512 both backends ask their compiler for 16-float vectors in the loops it vectorises
@@ -489,6 +495,7 @@ TEST_CASE("both backends: loops vectorised by the compiler take the vectors of A
   auto flags = [](const std::string& target) { return fmt::format("{}", fmt::join(codegen::marchFlags(target), " ")); };
   CHECK(flags("x86-64-v4") == "-march=x86-64-v4 -mprefer-vector-width=512");
   CHECK(flags("x86-64-v4-bf16") == "-march=x86-64-v4 -mavx512bf16 -mprefer-vector-width=512");
+  CHECK(flags("x86-64-v4-amx") == "-march=x86-64-v4 -mavx512bf16 -mamx-tile -mamx-bf16 -mprefer-vector-width=512");
   CHECK(flags("x86-64-v3") == "-march=x86-64-v3");
   CHECK(flags("generic") == "-march=x86-64");
   auto graph = ir::parseGraph(R"(graph e(%x: f32[batch,64]) {
@@ -507,7 +514,7 @@ TEST_CASE("both backends: loops vectorised by the compiler take the vectors of A
 
 TEST_CASE("llvm backend: an unknown target, CPU or feature is one clear error listing the valid choices", "[llvm]") {
   CHECK_THROWS_WITH(codegen::resolveLlvmTarget({"not-a-triple", "", ""}),
-                    Catch::Contains("unknown target 'not-a-triple'") && Catch::Contains("native, x86-64-v3, x86-64-v4, x86-64-v4-bf16, generic") &&
+                    Catch::Contains("unknown target 'not-a-triple'") && Catch::Contains("native, x86-64-v3, x86-64-v4, x86-64-v4-bf16, x86-64-v4-amx, generic") &&
                         Catch::Contains("aarch64") && Catch::Contains("x86-64"));
   CHECK_THROWS_WITH(codegen::resolveLlvmTarget({"generic", "pentium9000", ""}),
                     Catch::Contains("unknown CPU 'pentium9000'") && Catch::Contains("valid CPUs:") && Catch::Contains("znver3") &&
@@ -1128,14 +1135,19 @@ TEST_CASE("llvm and cpp backends: conv_rows convs match the interpreter and each
     INFO(k.name);
     CHECK(has == (k.domain[3].value() != 10));  // not the column stride of 2
     // conv_rows reads the weight as it is: with bf16 weights only where the layer is too small to
-    // be narrowed (all of these), with products in bf16 only where the window is too small for
-    // them (codegen::kMinBf16ConvWindow: the layer keeps fp32).
+    // be narrowed (all of these), with products in bf16 (a target with AMX-BF16, oneDNN) only
+    // where the window is too small for them (codegen::kMinBf16ConvWindow: the layer keeps fp32);
+    // without AMX bf16 convs compute as bf16-weights.
     const std::vector<std::string> narrow = codegen::implCandidates(planned.program, k, true, std::nullopt, codegen::Precision::Bf16Weights);
     CHECK((std::find(narrow.begin(), narrow.end(), "conv_rows") != narrow.end()) == has);
-    const std::vector<std::string> dot = codegen::implCandidates(planned.program, k, true, std::nullopt, codegen::Precision::Bf16);
+    const std::vector<std::string> noAmx = codegen::implCandidates(planned.program, k, true, std::nullopt, codegen::Precision::Bf16);
+    CHECK(noAmx == narrow);
+    const std::vector<std::string> dot =
+        codegen::implCandidates(planned.program, k, true, std::nullopt, codegen::Precision::Bf16, {}, {.bf16Dot = true, .bf16Tiles = true});
     const ir::TensorType& w = planned.program.buffer(k.anchorInputs[1]).type;
     const bool smallWindow = w.shape[1].value() * w.shape[2].value() * w.shape[3].value() < codegen::kMinBf16ConvWindow;
-    CHECK((std::find(dot.begin(), dot.end(), "conv_rows") != dot.end()) == (has && smallWindow));
+    const bool bf16Products = codegen::onednnBuiltIn() && !smallWindow;
+    CHECK((std::find(dot.begin(), dot.end(), "conv_rows") != dot.end()) == (has && !bf16Products));
   }
   // The blocks of both kinds of target (ConvRowTiles): six channels by one chunk without AVX-512;
   // with it, eight by two chunks (rows of 20 and 32: blocks of 8 and 5, a last block of 6 alone)

@@ -196,9 +196,10 @@ Round rounding(codegen::Precision precision, std::vector<std::string> narrowed, 
 // `graph` compiled by `backend` with `precision` (oneDNN off: every conv on the microkernels).
 runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::Precision precision, const std::string& tag,
                         std::vector<std::string> keep = {}, bool externKernels = false, const std::string& forceImpl = "",
-                        int64_t streamedWeights = codegen::kMinReducedWeights) {
+                        int64_t streamedWeights = codegen::kMinReducedWeights, const std::string& target = "native") {
   driver::CompileRequest r;
   r.backend = backend;
+  r.cpp.target = target;
   r.cpp.precision = precision;
   r.cpp.keepFp32 = std::move(keep);
   r.cpp.externKernels = externKernels;
@@ -212,9 +213,13 @@ runtime::Model compiled(const Graph& graph, codegen::Backend backend, codegen::P
   return driver::loadCompiled(driver::compileGraph(graph, r));
 }
 
-// Each narrowed layer's name and storage (on a target with AVX512_BF16 when bf16Dot), sorted.
+// Targets by their traits: AVX512_BF16 (Cooper Lake, Zen 4); with AMX-BF16 too (Sapphire Rapids).
+const codegen::TargetTraits kDot{.bf16Dot = true};
+const codegen::TargetTraits kAmx{.bf16Dot = true, .bf16Tiles = true};
+
+// Each narrowed layer's name and storage (on a target with `target`'s traits), sorted.
 std::vector<std::pair<std::string, codegen::WeightStorage>> narrowedStorages(const Graph& graph, codegen::Precision precision,
-                                                                             std::vector<std::string> keep = {}, bool bf16Dot = false,
+                                                                             std::vector<std::string> keep = {}, codegen::TargetTraits target = {},
                                                                              bool externKernels = false, std::string forceImpl = "",
                                                                              int64_t streamedWeights = codegen::kMinReducedWeights) {
   auto g = graph.clone();
@@ -227,7 +232,7 @@ std::vector<std::pair<std::string, codegen::WeightStorage>> narrowedStorages(con
   o.keepFp32 = std::move(keep);
   o.streamedWeights = streamedWeights;
   std::vector<std::pair<std::string, codegen::WeightStorage>> out;
-  for (const auto& [layer, storage] : codegen::weightStorages(planned.program, planned.plan, o, bf16Dot)) {
+  for (const auto& [layer, storage] : codegen::weightStorages(planned.program, planned.plan, o, target)) {
     if (storage != codegen::WeightStorage::F32) out.emplace_back(layer, storage);
   }
   std::sort(out.begin(), out.end());
@@ -262,7 +267,7 @@ TEST_CASE("precision: the rule narrows the large layers and keeps the heads, --k
   // at the threshold int8, one under it bf16.
   using codegen::WeightStorage;
   using Storages = std::vector<std::pair<std::string, WeightStorage>>;
-  const auto int8From = [&](int64_t least) { return narrowedStorages(*g, codegen::Precision::Int8Weights, {}, false, false, "", least); };
+  const auto int8From = [&](int64_t least) { return narrowedStorages(*g, codegen::Precision::Int8Weights, {}, {}, false, "", least); };
   CHECK(int8From(codegen::kStreamedWeights) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
   CHECK(int8From(65536) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Int8}});
   CHECK(int8From(65537) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
@@ -630,11 +635,13 @@ TEST_CASE("precision: bf16 keeps a few-channel first conv and the kept layers in
   REQUIRE(codegen::kMinBf16ConvWindow > 27);
   REQUIRE(codegen::kMinBf16ConvWindow <= 288);
   // (Without oneDNN in the compiler the second conv runs generated and keeps f32 for its size.)
-  CHECK(narrowedStorages(*g, Precision::Bf16, {}, true, true) ==
+  // Without AMX (kDot) the second conv computes as bf16-weights: f32 for its size.
+  CHECK(narrowedStorages(*g, Precision::Bf16, {}, kAmx, true) ==
         (codegen::onednnBuiltIn() ? Storages{{"conv2", WeightStorage::Bf16Dot}} : Storages{}));
-  CHECK(narrowedStorages(*g, Precision::Bf16, {"conv2"}, true, true).empty());
+  CHECK(narrowedStorages(*g, Precision::Bf16, {}, kDot, true).empty());
+  CHECK(narrowedStorages(*g, Precision::Bf16, {"conv2"}, kAmx, true).empty());
   // bf16-weights narrows by size (kMinReducedWeights): neither conv, the first or the second.
-  CHECK(narrowedStorages(*g, Precision::Bf16Weights, {}, true, true).empty());
+  CHECK(narrowedStorages(*g, Precision::Bf16Weights, {}, kAmx, true).empty());
 
   auto optimized = g->clone();  // the kernel program points into it
   passes::runPipeline(*optimized);
@@ -647,16 +654,18 @@ TEST_CASE("precision: bf16 keeps a few-channel first conv and the kept layers in
     return planned.program.kernels.front();
   };
   const codegen::KernelProgram& p = planned.program;
-  auto candidates = [&](const std::string& anchor, Precision precision, std::vector<std::string> keep = {}) {
-    return codegen::implCandidates(p, kernelOf(anchor), true, std::nullopt, precision, keep);
+  auto candidates = [&](const std::string& anchor, Precision precision, std::vector<std::string> keep = {},
+                        codegen::TargetTraits target = kAmx) {
+    return codegen::implCandidates(p, kernelOf(anchor), true, std::nullopt, precision, keep, target);
   };
   const auto fp32First = candidates("conv1", Precision::Fp32), fp32Second = candidates("conv2", Precision::Fp32);
   CHECK(std::find(fp32First.begin(), fp32First.end(), "gemm8x32") != fp32First.end());
   CHECK(candidates("conv1", Precision::Bf16) == fp32First);
-  CHECK(candidates("conv2", Precision::Bf16) != fp32Second);  // bf16 products: no gemm8x32
+  if (codegen::onednnBuiltIn()) CHECK(candidates("conv2", Precision::Bf16) != fp32Second);  // bf16 products: no gemm8x32
+  CHECK(candidates("conv2", Precision::Bf16, {}, kDot) == fp32Second);  // as bf16-weights: f32 for its size
   CHECK(candidates("conv2", Precision::Bf16, {"conv2"}) == fp32Second);
-  const codegen::ImplChoice kept = codegen::heuristicChoice(p, {1, 64}, true, std::nullopt, false, Precision::Bf16, {"conv2"});
-  const codegen::ImplChoice fp32 = codegen::heuristicChoice(p, {1, 64}, true, std::nullopt, false, Precision::Fp32);
+  const codegen::ImplChoice kept = codegen::heuristicChoice(p, {1, 64}, true, std::nullopt, kAmx, Precision::Bf16, {"conv2"});
+  const codegen::ImplChoice fp32 = codegen::heuristicChoice(p, {1, 64}, true, std::nullopt, kAmx, Precision::Fp32);
   CHECK(kept.at(kernelOf("conv1").name) == fp32.at(kernelOf("conv1").name));
   CHECK(kept.at(kernelOf("conv2").name) == fp32.at(kernelOf("conv2").name));
 }
@@ -666,21 +675,27 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
   using Storages = std::vector<std::pair<std::string, WeightStorage>>;
   auto g = mlp(nullptr);
   // The schedule's decision: bf16 pairs along k only for --precision bf16 on such a target.
-  CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {}, true) == Storages{{"fc1", WeightStorage::Bf16Dot}, {"fc2", WeightStorage::Bf16Dot}});
-  CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {}, false) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
-  CHECK(narrowedStorages(*g, codegen::Precision::Bf16Weights, {}, true) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
-  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, true) == Storages{{"conv", WeightStorage::Bf16Dot}});
-  // A conv oneDNN runs multiplies in bf16 there too (oneDNN's bf16 convolutions), and only there:
-  // with bf16-weights, or without AVX512_BF16, oneDNN's layers keep f32.
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {}, kDot) == Storages{{"fc1", WeightStorage::Bf16Dot}, {"fc2", WeightStorage::Bf16Dot}});
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {}, {}) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16Weights, {}, kDot) == Storages{{"fc1", WeightStorage::Bf16}, {"fc2", WeightStorage::Bf16}});
+  // A conv multiplies in bf16 only on oneDNN's AMX kernels (oneDNN's bf16 convolutions; a
+  // generated implementation beside them reads the same bf16 pairs): with bf16-weights, without
+  // AVX512_BF16, oneDNN's layers keep f32; without AMX, or without oneDNN, bf16 convs compute as
+  // bf16-weights (widened bf16 weights).
   const std::string onednn = "onednn_postops";
-  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, true, true) == Storages{{"conv", WeightStorage::Bf16Dot}});
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, kDot) == Storages{{"conv", WeightStorage::Bf16}});
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, kAmx) == Storages{{"conv", WeightStorage::Bf16}});  // no oneDNN
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, kDot, true) == Storages{{"conv", WeightStorage::Bf16}});
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, kAmx, true) ==
+        Storages{{"conv", codegen::onednnBuiltIn() ? WeightStorage::Bf16Dot : WeightStorage::Bf16}});
   if (codegen::onednnBuiltIn()) {
-    CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, false, true, onednn).empty());
-    CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16Weights, {}, true, true, onednn).empty());
+    CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, {}, true, onednn).empty());
+    CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {}, kDot, true, onednn).empty());
+    CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16Weights, {}, kAmx, true, onednn).empty());
   }
-  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {"conv"}, true, true).empty());
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16, {"conv"}, kAmx, true).empty());
   // By default the generated tiles run this conv (64 channels), on widened bf16 weights.
-  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16Weights, {}, true, true) == Storages{{"conv", WeightStorage::Bf16}});
+  CHECK(narrowedStorages(*cnn(nullptr), codegen::Precision::Bf16Weights, {}, kDot, true) == Storages{{"conv", WeightStorage::Bf16}});
   {
     // Rows longer than the microkernel's stack buffer (K > 2 * kMaxBf16DotPairs) keep widened weights.
     auto wide = std::make_unique<Graph>("wide_rows");
@@ -690,7 +705,7 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
     for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 0.01f * static_cast<float>(i % 13);
     Value* h = wide->addOp(Op::Relu, {wide->addOp(Op::Linear, {x, wide->addParam("fc.w", std::move(w))}, {}, "fc")->output()}, {}, "act")->output();
     wide->setOutputs({{"out", wide->addOp(Op::Linear, {h, wide->addParam("head.w", std::move(w2))}, {}, "head")->output()}});
-    CHECK(narrowedStorages(*wide, codegen::Precision::Bf16, {}, true) == Storages{{"fc", WeightStorage::Bf16}});
+    CHECK(narrowedStorages(*wide, codegen::Precision::Bf16, {}, kDot) == Storages{{"fc", WeightStorage::Bf16}});
   }
   {
     // A bf16-dot layer whose panels (2048 x 16 floats each) do not fit the widening buffer: from
@@ -701,7 +716,7 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
     for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 0.01f * static_cast<float>(i % 11);
     Value* h = big->addOp(Op::Relu, {big->addOp(Op::Linear, {x, big->addParam("fc.w", std::move(w))}, {}, "fc")->output()}, {}, "act")->output();
     big->setOutputs({{"out", big->addOp(Op::Linear, {h, big->addParam("head.w", std::move(w2))}, {}, "head")->output()}});
-    CHECK(narrowedStorages(*big, codegen::Precision::Bf16, {}, true) == Storages{{"fc", WeightStorage::Bf16Dot}});
+    CHECK(narrowedStorages(*big, codegen::Precision::Bf16, {}, kDot) == Storages{{"fc", WeightStorage::Bf16Dot}});
     passes::runPipeline(*big);
     codegen::CppOptions o;
     o.precision = codegen::Precision::Bf16;
@@ -711,39 +726,47 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
     CHECK_THAT(source, Contains("the bf16 pairs widened inside each tile") && Contains("reinterpret_cast<const pc::bf16x2*>(w)"));
     CHECK(source.find("pc::widenPanels(") == std::string::npos);
   }
-  // Both backends emit vdpbf16ps for the target x86-64-v4-bf16 (any x86 host can compile it).
-  for (bool conv : {false, true}) {
+  // Both backends emit vdpbf16ps for the target x86-64-v4-bf16 (any x86 host can compile it) in
+  // the MLP's layers; a conv only for x86-64-v4-amx, beside oneDNN (here its generated tiles,
+  // forced): for x86-64-v4-bf16 the CNN's conv computes as bf16-weights.
+  for (int variant : {0, 1, 2}) {
+    const bool conv = variant > 0, amx = variant == 2;
+    const bool dot = !conv || (amx && codegen::onednnBuiltIn());
     auto model = conv ? cnn(nullptr) : mlp(nullptr);
     driver::CompileRequest r;
     r.cpp.precision = codegen::Precision::Bf16;
-    r.cpp.externKernels = false;
-    r.cpp.target = "x86-64-v4-bf16";
+    r.cpp.externKernels = amx;
+    r.cpp.forceImpl = amx ? "gemm4x32" : "";
+    r.cpp.target = amx ? "x86-64-v4-amx" : "x86-64-v4-bf16";
     r.cpp.name = "m";
     r.progress = false;
     r.backend = codegen::Backend::Llvm;
     r.emit = "asm";
-    r.output = (scratch() / fmt::format("{}_bf16dot.s", model->name())).string();
+    r.output = (scratch() / fmt::format("{}_{}_bf16dot.s", model->name(), variant)).string();
     driver::compileGraph(*model, r);
     std::ifstream asmFile(r.output);
     const std::string text((std::istreambuf_iterator<char>(asmFile)), std::istreambuf_iterator<char>());
-    CHECK(text.find("vdpbf16ps") != std::string::npos);
+    INFO("variant " << variant);
+    CHECK((text.find("vdpbf16ps") != std::string::npos) == dot);
     auto g2 = model->clone();
     passes::runPipeline(*g2);
     codegen::CppOptions o = r.cpp;
     const codegen::GeneratedCpp cpp = codegen::generateCpp(*g2, o);
-    CHECK_THAT(cpp.source, Contains("const uint32_t* PC_RESTRICT wp"));
+    CHECK((cpp.source.find("const uint32_t* PC_RESTRICT wp") != std::string::npos) == dot);
     // From 16 rows the MLP's layers widen their bf16 pairs once and multiply with f32 FMAs
     // (KernelSchedule::widenRows); the CNN's implicit-GEMM conv keeps vdpbf16ps at every batch.
     CHECK((cpp.source.find("bf16-dot panels widened to f32") != std::string::npos) == !conv);
-    if (conv && codegen::onednnBuiltIn()) {
+    if (amx && codegen::onednnBuiltIn()) {
       codegen::CppOptions withOnednn = o;
-      withOnednn.externKernels = true;
+      withOnednn.forceImpl.clear();
       CHECK_THAT(codegen::generateCpp(*g2, withOnednn).source, Contains("true /* bf16 */"));
+      withOnednn.target = "x86-64-v4-bf16";  // no AMX: the generated tiles on widened bf16 weights
+      CHECK(codegen::generateCpp(*g2, withOnednn).source.find("true /* bf16 */") == std::string::npos);
     }
     r.backend = codegen::Backend::Cpp;
     r.emit = "so";
-    r.output = (scratch() / fmt::format("{}_bf16dot_cpp.so", model->name())).string();
-    CHECK_NOTHROW(driver::compileGraph(*model, r));  // -mavx512bf16 builds it
+    r.output = (scratch() / fmt::format("{}_{}_bf16dot_cpp.so", model->name(), variant)).string();
+    CHECK_NOTHROW(driver::compileGraph(*model, r));  // -mavx512bf16 (-mamx-bf16) builds it
   }
 }
 
@@ -767,8 +790,12 @@ TEST_CASE("precision: bf16 products (vdpbf16ps) in both backends match the round
     const bool onednnRounds = onednn && codegen::onednnBuiltIn();
     auto rounded = conv ? cnn(rounding(precision, narrowed, !onednnRounds)) : mlp(rounding(precision, narrowed));
     const std::string tag = onednn ? "bf16onednn" : "bf16dot";
-    runtime::Model cpp = compiled(*exact, codegen::Backend::Cpp, precision, tag, keep, onednn);
-    runtime::Model llvm = compiled(*exact, codegen::Backend::Llvm, precision, tag, keep, onednn);
+    // The CNN's conv multiplies in bf16 only for a target with AMX-BF16 and oneDNN allowed (code
+    // for x86-64-v4-amx runs on any AVX512_BF16 host: the generated code has no AMX instructions,
+    // oneDNN picks its kernels by the CPU it runs on); its generated tiles forced beside oneDNN.
+    const std::string target = conv ? "x86-64-v4-amx" : "native", force = variant == 1 ? "gemm4x32" : "";
+    runtime::Model cpp = compiled(*exact, codegen::Backend::Cpp, precision, tag, keep, conv, force, codegen::kMinReducedWeights, target);
+    runtime::Model llvm = compiled(*exact, codegen::Backend::Llvm, precision, tag, keep, conv, force, codegen::kMinReducedWeights, target);
     for (int64_t batch : {1, 5, 8, 64}) {
       std::vector<Tensor> inputs = bf16Inputs(*exact, batch);
       std::vector<Tensor> want = interpret(*rounded, inputs), original = interpret(*exact, inputs);

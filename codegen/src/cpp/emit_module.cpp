@@ -20,8 +20,7 @@ GeneratedCpp Emitter::run() {
   marchFlags(o_.target);  // validates the name
   GeneratedCpp g;
   ScheduleOptions so = scheduleOptions(o_);
-  so.narrowVectors = narrowVectorTarget(o_.target);
-  so.bf16Dot = bf16DotTarget(o_.target);
+  so.target = cppTargetTraits(o_.target);
   s_ = scheduleProgram(p_, plan_, so);
   for (size_t ki = 0; ki < s_.kernels.size(); ++ki) {
     if (!s_.kernels[ki].impls.empty()) impls_[ki] = s_.kernels[ki].impls;
@@ -441,7 +440,7 @@ std::string Emitter::emitAbi(const std::string& name) const {
 namespace policyc::codegen {
 
 using cppemit::Emitter;
-std::vector<std::string> cppTargets() { return {"native", "x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "generic"}; }
+std::vector<std::string> cppTargets() { return {"native", "x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-amx", "generic"}; }
 
 std::vector<std::string> marchFlags(const std::string& target) {
   std::vector<std::string> flags;
@@ -449,6 +448,7 @@ std::vector<std::string> marchFlags(const std::string& target) {
   else if (target == "x86-64-v3") flags = {"-march=x86-64-v3"};
   else if (target == "x86-64-v4") flags = {"-march=x86-64-v4"};
   else if (target == "x86-64-v4-bf16") flags = {"-march=x86-64-v4", "-mavx512bf16"};
+  else if (target == "x86-64-v4-amx") flags = {"-march=x86-64-v4", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"};
   else if (target == "generic") flags = {"-march=x86-64"};
   else fail("unknown target '{}' (valid targets: {})", target, fmt::join(cppTargets(), ", "));
   // With AVX-512, loops GCC vectorises itself take 16 floats a vector, as the LLVM backend's

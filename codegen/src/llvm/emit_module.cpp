@@ -692,9 +692,8 @@ LlvmModule emitLlvm(const KernelProgram& program, const MemoryPlan& plan, const 
   std::unique_ptr<llvm::TargetMachine> machine = llvmbe::createTargetMachine(impl->target);
   // What to emit (schedule.h), and the C header of every backend.
   ScheduleOptions so = scheduleOptions(options);
-  // What the CPU implies, not the feature string alone (LlvmTarget::avx512, bf16Dot).
-  so.narrowVectors = !impl->target.avx512;
-  so.bf16Dot = impl->target.bf16Dot;
+  // What the CPU implies, not the feature string alone (LlvmTarget::avx512, bf16Dot, bf16Tiles).
+  so.target = impl->target.traits();
   const Schedule schedule = scheduleProgram(program, plan, so);
   impl->name = schedule.cName;
   for (size_t ki = 0; ki < program.kernels.size(); ++ki) {

@@ -101,7 +101,7 @@ std::string architectures() {
 
 std::string llvmVersion() { return LLVM_VERSION_STRING; }
 
-std::vector<std::string> llvmTargetNames() { return {"native", "x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "generic"}; }
+std::vector<std::string> llvmTargetNames() { return {"native", "x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-amx", "generic"}; }
 
 LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options) {
   initializeLlvm();
@@ -113,10 +113,13 @@ LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options) {
     t.triple = host;
     t.cpu = llvm::sys::getHostCPUName().str();
     t.features = hostFeatures();
-  } else if (t.name == "x86-64-v3" || t.name == "x86-64-v4" || t.name == "x86-64-v4-bf16" || t.name == "generic") {
+  } else if (t.name == "x86-64-v3" || t.name == "x86-64-v4" || t.name == "x86-64-v4-bf16" || t.name == "x86-64-v4-amx" ||
+             t.name == "generic") {
     t.triple = hostIsX86 ? host : "x86_64-unknown-linux-gnu";
-    t.cpu = t.name == "generic" ? "x86-64" : t.name == "x86-64-v4-bf16" ? "x86-64-v4" : t.name;
-    if (t.name == "x86-64-v4-bf16") t.features = "+avx512bf16";  // as the C++ backend's -mavx512bf16
+    t.cpu = t.name == "generic" ? "x86-64" : t.name.rfind("x86-64-v4", 0) == 0 ? "x86-64-v4" : t.name;
+    // As the C++ backend's -mavx512bf16 (and -mamx-tile -mamx-bf16).
+    if (t.name == "x86-64-v4-bf16") t.features = "+avx512bf16";
+    if (t.name == "x86-64-v4-amx") t.features = "+avx512bf16,+amx-tile,+amx-bf16";
   } else {
     llvm::Triple triple(llvm::Triple::normalize(t.name));
     if (triple.getArch() == llvm::Triple::UnknownArch) {
@@ -161,6 +164,7 @@ LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options) {
     std::unique_ptr<llvm::MCSubtargetInfo> resolved(target->createMCSubtargetInfo(t.triple, t.cpu, t.features));
     t.avx512 = resolved && resolved->checkFeatures("+avx512f");
     t.bf16Dot = resolved && resolved->checkFeatures("+avx512bf16");
+    t.bf16Tiles = resolved && resolved->checkFeatures("+amx-bf16");
   }
   return t;
 }

@@ -33,13 +33,27 @@ std::optional<InjectedFault> injectedFaultFromEnv();
 // How the packed weights of linear and conv layers are stored: fp32; bf16-weights (bf16, widened
 // to f32 inside the microkernels, f32 arithmetic); bf16 (bf16 products with f32 accumulation on a
 // target with AVX512_BF16: each tile rounds its rows' activations to bf16 and multiplies them by
-// the weights with vdpbf16ps; elsewhere the same as bf16-weights); int8-weights (int8 with one f32
+// the weights with vdpbf16ps; convs only where oneDNN's AMX kernels run them, TargetTraits::
+// bf16Tiles; elsewhere the same as bf16-weights); int8-weights (int8 with one f32
 // scale per output channel, widened and scaled inside the microkernels). Activations stay f32
 // between kernels.
 enum class Precision : uint8_t { Fp32, Bf16Weights, Bf16, Int8Weights };
 const char* precisionName(Precision p);  // fp32 | bf16-weights | bf16 | int8-weights
 // Error naming the valid values otherwise.
 Precision parsePrecision(const std::string& name);
+
+// What the schedule needs to know of the CPU a model is compiled for.
+struct TargetTraits {
+  // No AVX-512: 16 vector registers of at most 256 bits (AVX2, SSE), where a tile of 8
+  // accumulators of 16 floats would spill.
+  bool narrowVectors = false;
+  // AVX512_BF16: --precision bf16 multiplies linear layers in bf16 (vdpbf16ps).
+  bool bf16Dot = false;
+  // AMX-BF16: oneDNN's bf16 convolutions run on the tile unit, so --precision bf16 multiplies
+  // convs in bf16 on oneDNN. Without it oneDNN's avx512_core_bf16 convs ran at half the generated
+  // f32 tiles' rate (atari_cnn 1.9x slower than fp32), and such convs compute as bf16-weights.
+  bool bf16Tiles = false;
+};
 
 // ---- implementations of GEMM and conv kernels (--mode, --no-extern, max-autotune)
 //
@@ -56,7 +70,8 @@ Precision parsePrecision(const std::string& name);
 // accuracy fault (`fault`) has no onednn_postops: the fault lives in the generated epilogue.
 std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
                                         const std::optional<InjectedFault>& fault = std::nullopt,
-                                        Precision precision = Precision::Fp32, const std::vector<std::string>& keepFp32 = {});
+                                        Precision precision = Precision::Fp32, const std::vector<std::string>& keepFp32 = {},
+                                        const TargetTraits& target = {});
 
 // Which implementation a kernel runs for a range of batch sizes: `impl` up to `maxBatch`
 // (inclusive; -1: every larger batch). Ranges are in increasing order, the last unbounded.
@@ -72,10 +87,10 @@ using ImplChoice = std::map<std::string, ImplDispatch>;  // by kernel name
 // middle between neighbours ({1,16,64} -> 4, 32, unbounded).
 std::vector<int64_t> batchRangeBounds(const std::vector<int64_t>& batches);
 
-// `--mode default`: the cheap heuristic's choice for every tunable kernel, per range of `batches`.
-// `narrowVectors`: a target without AVX-512 (16 vector registers of at most 256 bits).
+// `--mode default`: the cheap heuristic's choice for every tunable kernel, per range of `batches`,
+// for a CPU with `target`'s traits.
 ImplChoice heuristicChoice(const KernelProgram& program, const std::vector<int64_t>& batches, bool allowExtern,
-                           const std::optional<InjectedFault>& fault = std::nullopt, bool narrowVectors = false,
+                           const std::optional<InjectedFault>& fault = std::nullopt, const TargetTraits& target = {},
                            Precision precision = Precision::Fp32, const std::vector<std::string>& keepFp32 = {});
 // Whether the C++ backend's target (a cppTargets() name) lacks AVX-512; "native" asks the host.
 // (The LLVM backend reads it from its resolved target: LlvmTarget::avx512.)
@@ -83,6 +98,9 @@ bool narrowVectorTarget(const std::string& cppTarget);
 // Whether a C++ backend target has AVX512_BF16 (vdpbf16ps: --precision bf16 multiplies in bf16
 // there); "native" asks the host. The LLVM backend asks its subtarget.
 bool bf16DotTarget(const std::string& cppTarget);
+// The traits of a C++ backend target (x86-64-v4-amx, or "native" on a host with AMX-BF16, has
+// bf16Tiles). The LLVM backend's: LlvmTarget::traits().
+TargetTraits cppTargetTraits(const std::string& cppTarget);
 
 // A linear or conv kernel as a oneDNN primitive (implementations onednn and onednn_postops): what
 // the C++ backend's pc::dnnl_ext::Linear / Conv is constructed from, for backends that call the
@@ -188,10 +206,10 @@ struct CodegenOptions {
 };
 
 // Each linear/conv layer with packed weights (by the name the model file gives its node, else the
-// graph node's name) and the storage its weight gets under `options` on a target with
-// (bf16Dot) or without AVX512_BF16 (the schedule's decision, for reports and tests).
+// graph node's name) and the storage its weight gets under `options` on a target with `target`'s
+// traits (the schedule's decision, for reports and tests).
 std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelProgram& program, const MemoryPlan& plan,
-                                                                  const CodegenOptions& options, bool bf16Dot = false);
+                                                                  const CodegenOptions& options, const TargetTraits& target = {});
 
 // What every backend starts from: the graph lowered, fused (unless `fuse` is false: one kernel
 // per graph node, --no-fuse) and its memory planned. The driver runs these steps itself, to dump

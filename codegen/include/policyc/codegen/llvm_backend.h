@@ -35,8 +35,10 @@ struct LlvmTarget {
   std::string name;  // as written by the user (the descriptor's `target`)
   bool isHost = false;  // code for this machine: it can be run here
   // What the CPU and features imply (a CPU name implies its extensions: x86-64-v4, sapphirerapids):
-  // AVX-512 (the schedule's wide vectors) and AVX512_BF16 (--precision bf16 multiplies in bf16).
-  bool avx512 = false, bf16Dot = false;
+  // AVX-512 (the schedule's wide vectors), AVX512_BF16 (--precision bf16 multiplies in bf16) and
+  // AMX-BF16 (convs too, on oneDNN: TargetTraits::bf16Tiles).
+  bool avx512 = false, bf16Dot = false, bf16Tiles = false;
+  TargetTraits traits() const { return {!avx512, bf16Dot, bf16Tiles}; }
 };
 LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options);
 
