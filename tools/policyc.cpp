@@ -170,7 +170,7 @@ struct TargetFlags {
 
   void addTo(CLI::App* cmd) {
     cmd->add_option("--target", target,
-                    "native | x86-64-v3 | x86-64-v4 | x86-64-v4-bf16 (AVX512_BF16: --precision bf16 multiplies in bf16) | generic; backend llvm also takes an LLVM target triple (e.g. aarch64-linux-gnu)");
+                    "native | x86-64-v3 | x86-64-v4 | x86-64-v4-bf16 (AVX512_BF16: --precision bf16 multiplies in bf16) | x86-64-v4-amx (and AMX-BF16: convs too, on oneDNN) | generic; backend llvm also takes an LLVM target triple (e.g. aarch64-linux-gnu)");
     cmd->add_option("--cpu", cpu, "backend llvm: the CPU to generate code for (default: the target's; native: this machine's)");
     cmd->add_option("--features", features, "backend llvm: CPU features to add or remove, comma-separated (e.g. +avx2,-avx512f)");
   }
