@@ -26,6 +26,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import subprocess
 import time
 import sys
@@ -275,7 +276,7 @@ def run_policyc(path, batches, inputs, threads, args, work):
     out_json = Path(tempfile.mkstemp(dir=work, suffix=".json")[1])
     cmd = [args.policyc, "bench", str(path), "--batch", ",".join(map(str, batches)), "--threads", str(threads),
            "--min-time", str(args.min_time), "--min-calls", str(args.min_calls), "--warmup", str(args.warmup),
-           "--json", str(out_json)]
+           "--json", str(out_json)] + shlex.split(args.policyc_flags)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise PeerFailure(first_line(p.stderr or p.stdout))
@@ -483,6 +484,9 @@ def main():
     ap.add_argument("--markdown", help="write the summary across models here as a Markdown table (implies the summary)")
     ap.add_argument("--summary-csv", help="write the summary here (default: beside --csv, NAME_summary.csv, when there is a summary)")
     ap.add_argument("--policyc", default=str(REPO / "build/tools/policyc"))
+    ap.add_argument("--policyc-flags", default="",
+                    help="more options of `policyc bench`, one string (e.g. '--target x86-64-v3'): what policyc's "
+                         "column measures")
     ap.add_argument("--roofline", default=str(REPO / "build/bench/policyc_roofline"))
     args = ap.parse_args()
     models = list(args.models)

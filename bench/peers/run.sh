@@ -5,7 +5,7 @@
 #
 #   bench/peers/run.sh [MODEL.onnx ... | fusion] [--zoo] [--batch 1,4,16,64,256] [--threads 1,2]
 #                      [--peers eager,torchscript,ort,policyc] [--min-time 1] [--csv peers.csv]
-#                      [--markdown FILE.md] [--summary-csv FILE.csv]
+#                      [--markdown FILE.md] [--summary-csv FILE.csv] [--policyc-flags '--target x86-64-v3']
 #
 # Any ONNX file, any subset of the peers; --zoo adds every model of tests/data/zoo/manifest.json
 # and a summary across the models (each peer's median and its ratio to policyc's per batch size,
