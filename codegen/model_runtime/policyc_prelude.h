@@ -2063,6 +2063,32 @@ template <int N, class FA, class FB> PC_INLINE void matmulRow(int64_t K, FA a, F
   }
   std::memcpy(acc, v, sizeof v);
 }
+// R rows of matmulRow at once (a(r, k): row r's value k): each k's row of B loaded once for the
+// R rows' FMAs, R independent chains where one row waited K FMA latencies (GCC kept re-reading B
+// row by row: an attention's 8 x 16 by 16 x 8 scores 1.3x the LLVM build's time). Each sum in
+// matmulRow's order: the same bits.
+template <int R, int N, class FA, class FB> PC_INLINE void matmulRows(int64_t K, FA a, FB b, float (&acc)[R][N]) {
+  static_assert(N % 4 == 0 && N <= 64, "a row of vectors");
+#if defined(__AVX512F__)
+  constexpr int L = N % 16 == 0 ? 16 : N % 8 == 0 ? 8 : 4;
+#else
+  constexpr int L = N % 8 == 0 ? 8 : 4;
+#endif
+  typedef float V __attribute__((vector_size(4 * L)));
+  V v[R][N / L] = {};
+  for (int64_t k = 0; k < K; ++k) {
+    const float* row = b(k);
+    V w[N / L];
+    std::memcpy(w, row, sizeof w);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float x = a(r, k);
+#pragma GCC unroll 8
+      for (int c = 0; c < N / L; ++c) v[r][c] += x * w[c];
+    }
+  }
+  std::memcpy(acc, v, sizeof v);
+}
 template <class T> PC_INLINE T minNaN(T a, T b) {
   const T m = (b < a) | (b != b) ? b : a;
   return a != a ? a : m;

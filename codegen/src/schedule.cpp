@@ -529,6 +529,21 @@ std::optional<InjectedFault> injectedFaultFromEnv() {
   return parseInjectedFault(spec);
 }
 
+// KernelSchedule::matmulColumns.
+static int64_t matmulColumns(const KernelProgram& p, const Kernel& k) {
+  if (!k.anchor || !k.anchor->isOp(Op::MatMul) || k.domain.empty()) return 0;
+  const Buffer& A = p.buffer(k.anchorInputs[0]);
+  const Buffer& B = p.buffer(k.anchorInputs[1]);
+  DType acc = k.anchor->output()->type().dtype;
+  for (const Instr& i : k.body) {
+    if (i.opcode == Opcode::Acc) acc = i.dtype;
+  }
+  const ir::Dim& n = k.domain.back();
+  const bool lanes = acc == DType::F32 && A.type.dtype == DType::F32 && B.type.dtype == DType::F32 && B.type.rank() >= 2 && n.isStatic() &&
+                     n.value() % 4 == 0 && n.value() <= 64 && B.type.shape.back() == n && B.strides.back() == 1;
+  return lanes ? n.value() : 0;
+}
+
 PlannedProgram planGraph(const ir::Graph& graph, bool fuse) {
   PlannedProgram p{lowerGraph(graph), {}};
   if (fuse) fuseKernels(p.program);
@@ -976,6 +991,12 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     ks.anchorFault = k.kind != KernelKind::Pointwise && o.fault && o.fault->kind == InjectedFault::Kind::Accuracy && k.anchor &&
                      k.anchor->isOp() && k.anchor->info().name == o.fault->op;
     const std::optional<RowTaps> rows = ks.form == Form::DirectConv ? convRowTaps(p, k, ks.split) : std::nullopt;
+    ks.matmulColumns = ks.form == Form::Gemm ? matmulColumns(p, k) : 0;
+    if (ks.matmulColumns) {
+      const size_t m = k.domain.size() - 2;
+      ks.matmulRowQuads = p.buffer(k.anchorInputs[0]).type.rank() >= 2 && k.domain.size() >= 2 && ks.split.axis < static_cast<int>(m) &&
+                          k.domain[m].isStatic() && k.domain[m].value() % 4 == 0 && ks.matmulColumns <= (wide ? 32 : 16);
+    }
     bool wholeChunks = false;
     switch (ks.form) {
       case Form::PackedGemm: wholeChunks = packedN(p, k) % kPanel == 0; break;
@@ -984,6 +1005,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       case Form::MaxPoolRows: wholeChunks = !rowPoolGeometry(p, k).window.empty() && k.domain[3].value() % 8 == 0; break;
       case Form::Copy: wholeChunks = padRows(p, k, ks.split) && p.buffer(k.anchorInputs[0]).type.dtype == DType::F32; break;
       case Form::Pool: wholeChunks = evenColumnPool(p, k, ks.split); break;
+      case Form::Gemm: wholeChunks = ks.matmulRowQuads && ks.matmulColumns % 8 == 0; break;  // a row's 8 or 16 columns
       default: break;
     }
     ks.vectorEpilogue = wholeChunks && !ks.anchorFault && vectorBody(p, k);

@@ -361,7 +361,8 @@ struct KernelSchedule {
   // time, a stride-2 average pool's (evenColumnPool) on 8 output columns at a time, each window
   // tap's inputs the even lanes of 16 loaded, in an in-lane order put back once for the sum
   // (pc::evenLanes; through the scalar loop GCC left a 2x2 pool of stride 2 scalar, and LLVM's
-  // vectoriser deinterleaved every tap with a lane-crossing permute: 1.4x and 1.35x this time)
+  // vectoriser deinterleaved every tap with a lane-crossing permute: 1.4x and 1.35x this time),
+  // a matmulRowQuads matmul's on each row's vectors of 8 or 16 columns
   // (vectorBody on an f32 result, no injected accuracy fault on the anchor, which the scalar
   // epilogue carries). The C++ printer leaves the pad's plain loop to GCC's vectoriser.
   bool vectorEpilogue = false;
@@ -463,6 +464,17 @@ struct KernelSchedule {
   // window loops without bounds checks, an average divided by the window's size. The checks kept
   // LLVM from vectorising across the outputs (a 2x2 average pool of stride 2 ran 1.8x behind GCC's).
   bool windowInside = false;
+  // A matmul (Form::Gemm) whose last output axis is N = 4j <= 64 static columns, contiguous in B,
+  // all of it f32: N, else 0. The C++ printer sums each output row's columns as vectors
+  // (pc::matmulRow: GCC left the short column loop scalar).
+  int64_t matmulColumns = 0;
+  // Such a matmul's output rows four at a time in both printers (pc::matmulRows; the LLVM
+  // printer's emitMatmulRowQuads): for each k, B's row loaded once for four rows' FMAs, four
+  // independent chains where one row waited K FMA latencies (an attention's 8 x 16 by 16 x 8
+  // scores at batch 64 13.98 -> 10.81 us in C++). Where the row axis (before the columns) is
+  // static, a multiple of 4 and not the threads' axis, and N is at most two vectors (32 floats
+  // with AVX-512, 16 without), so the four rows' accumulators and B's row stay in registers.
+  bool matmulRowQuads = false;
   bool rawWeight = false;   // an extern implementation or conv_rows reads the plain weight (oneDNN reorders it)
   std::optional<ConvRowTiles> convRows;  // where conv_rows is among impls: its tiles, for both printers
   // A Form::PackedConv kernel with padding (paddedImage): the implicit GEMM's whole tiles read a

@@ -1639,22 +1639,53 @@ TEST_CASE("llvm and cpp backends: sums over rows of 8 eight rows a vector agree 
 
 TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agree bit for bit", "[llvm][cpp]") {
   // Output rows of 4j <= 64 columns contiguous in B run as vectors in the C++ backend
-  // (pc::matmulRow); 3 and 68 columns, and a 1-D B, keep the loop per output.
+  // (pc::matmulRow); 3 and 68 columns, and a 1-D B, keep the loop per output. Rows four at a
+  // time in both backends (KernelSchedule::matmulRowQuads: pc::matmulRows, the LLVM printer's
+  // quads) where the rows are a multiple of 4 and a row at most two vectors (32 columns with
+  // AVX-512, 16 without): not 64 columns, nor 6 rows, 32 columns only with AVX-512; 8 rows of 8 and 16 columns with an
+  // epilogue on the row's vectors (KernelSchedule::vectorEpilogue).
   auto graph = ir::parseGraph(R"(graph bmm(%a: f32[batch,4,16], %b4: f32[batch,16,4], %b12: f32[batch,16,12], %b64: f32[batch,16,64],
-      %b3: f32[batch,16,3], %b68: f32[batch,16,68], %v: f32[16]) {
+      %b3: f32[batch,16,3], %b68: f32[batch,16,68], %v: f32[16], %a6: f32[batch,6,16], %a8: f32[batch,8,16], %b8: f32[batch,16,8],
+      %b16: f32[batch,16,16], %m: f32[8,16], %b32: f32[batch,16,32]) {
   %p4 = matmul(%a, %b4) : f32[batch,4,4]
   %p12 = matmul(%a, %b12) : f32[batch,4,12]
   %p64 = matmul(%a, %b64) : f32[batch,4,64]
   %p3 = matmul(%a, %b3) : f32[batch,4,3]
   %p68 = matmul(%a, %b68) : f32[batch,4,68]
   %pv = matmul(%a, %v) : f32[batch,4]
-  return (p4=%p4, p12=%p12, p64=%p64, p3=%p3, p68=%p68, pv=%pv)
+  %p6 = matmul(%a6, %b4) : f32[batch,6,4]
+  %p8 = matmul(%a8, %b8) : f32[batch,8,8]
+  %t8 = tanh(%p8) : f32[batch,8,8]
+  %p16 = matmul(%a8, %b16) : f32[batch,8,16]
+  %s16 = add(%p16, %m) : f32[batch,8,16]
+  %p32 = matmul(%a, %b32) : f32[batch,4,32]
+  return (p4=%p4, p12=%p12, p64=%p64, p3=%p3, p68=%p68, pv=%pv, p6=%p6, t8=%t8, s16=%s16, p32=%p32)
 })");
   passes::runPipeline(*graph);
+  const bool wide = !codegen::narrowVectorTarget("native");
   const codegen::GeneratedCpp generated = splitCpp(*graph);
-  CHECK(occurrences(generated.source, "pc::matmulRow<") == 3);
-  CHECK(occurrences(generated.source, "pc::matmulRow<12>(16, ") == 1);
+  CHECK(occurrences(generated.source, "pc::matmulRows<4, ") == (wide ? 5 : 4));
+  CHECK(occurrences(generated.source, "pc::matmulRows<4, 12>(16, ") == 1);
+  CHECK(occurrences(generated.source, "pc::matmulRows<4, 4>(16, ") == 1);  // p4; p6's 6 rows one at a time
+  CHECK(occurrences(generated.source, "pc::matmulRow<4>(16, ") == 1);
+  CHECK(occurrences(generated.source, "pc::matmulRow<64>(16, ") == 1);
+  CHECK(occurrences(generated.source, "pc::matmulRow<32>(16, ") == (wide ? 0 : 1));  // two vectors only with AVX-512
+  CHECK(occurrences(generated.source, "pc::matmulRow<") == (wide ? 2 : 3));
   checkGeneratedBitwise(*graph, generated, "bmm", {1, 5}, 31, 1e-5);
+  // Without AVX-512 (8-lane vectors, 32 columns a row one at a time): the same bits in both.
+  codegen::CppOptions v3;
+  v3.minChunkCost = 0;
+  v3.target = "x86-64-v3";
+  const codegen::GeneratedCpp narrow = codegen::generateCpp(*graph, v3);
+  CHECK(occurrences(narrow.source, "pc::matmulRows<4, ") == 4);
+  CHECK(occurrences(narrow.source, "pc::matmulRow<32>(16, ") == 1);
+  const fs::path so = scratch() / "bmm_v3.so";
+  codegen::buildSharedObject(narrow, so.string(), {});
+  codegen::LlvmOptions llvm;
+  llvm.minChunkCost = 0;
+  llvm.target.target = "x86-64-v3";
+  runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
+  checkBitwiseBackends(*graph, c, l, {1, 5}, 31, 1e-5);
 }
 
 // An attention's scores scaled and masked (a causal mask, a bool param broadcast over the batch
@@ -1791,7 +1822,10 @@ TEST_CASE("llvm and cpp backends: softmax over short rows eight rows at a time a
   CHECK(occurrences(generated.source, "pc::softmaxRows8<8, true>(") == 1);
   CHECK(occurrences(generated.source, "pc::softmaxRows8<13>(") == 1);
   CHECK(occurrences(generated.source, "pc::softmaxRows8<8>(") == 1);
-  CHECK(occurrences(generated.source, "pc::softmaxRows8<5>([&](int64_t r, int64_t j) { const int64_t i0 = (rb + r) / 3, i1 = (rb + r) / 1 % 3, i2 = j;") == 1);
+  // A row's indices divided as unsigned (shifts and masks for powers of two).
+  CHECK(occurrences(generated.source,
+                    "pc::softmaxRows8<5>([&](int64_t r, int64_t j) { const uint64_t uq = (rb + r); const int64_t i0 = uq / 3, i1 = uq / 1 % 3, i2 = j;") ==
+        1);
   checkGeneratedBitwise(*graph, generated, "softmax_rows8", {1, 7, 8, 13, 64}, 41, 1e-6);
 
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();

@@ -168,37 +168,52 @@ std::string Emitter::emitLinear(const Kernel& k) const {
   }
   DType t = accType(k);
   std::string indent;
-  // A matmul's innermost output axis, static N = 4j <= 64 columns contiguous in B: each output
-  // row's N sums as vectors (pc::matmulRow, k ascending as in the loop below: the same bits).
+  // A matmul's innermost output axis, static N = 4j <= 64 columns contiguous in B
+  // (KernelSchedule::matmulColumns): each output row's N sums as vectors (pc::matmulRow, k
+  // ascending as in the loop below: the same bits).
   // GCC left the short column loop scalar (multi_input's 4 x 16 by 16 x 4 matmul 1.35x LLVM's
   // time, whose SLP vectoriser takes the four columns as one vector).
-  const bool columnLanes = n.isOp(Op::MatMul) && accType(k) == DType::F32 && A.type.dtype == DType::F32 && B.type.dtype == DType::F32 &&
-                           B.type.rank() >= 2 && R >= 1 && k.domain[R - 1].isStatic() && k.domain[R - 1].value() % 4 == 0 &&
-                           k.domain[R - 1].value() <= 64 && B.type.shape.back() == k.domain[R - 1] && B.strides.back() == 1;
-  if (columnLanes) {
-    const int64_t N = k.domain[R - 1].value();
-    std::string s = openTemplate(k, t, vars, indent, R - 1);
+  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+  if (ks.matmulColumns) {
+    const int64_t N = ks.matmulColumns;
+    // Output rows four at a time (KernelSchedule::matmulRowQuads; B does not depend on the row).
+    const bool quads = ks.matmulRowQuads;
+    const size_t mAxis = R - 2;
+    std::string s = openTemplate(k, t, vars, indent, quads ? R - 2 : R - 1);
     std::vector<std::string> bRow = bIdx;
     bRow.back() = "0";
-    s += fmt::format("{}float accs[{}];\n", indent, N);
-    s += fmt::format("{}pc::matmulRow<{}>({}, [&](int64_t k) {{ return {}; }}, [&](int64_t k) {{ return &{}; }}, accs);\n", indent, N, kExtent,
-                     loadExpr(a, addressOf(a, aIdx)), loadExpr(b, addressOf(b, bRow)));
+    size_t opened = R - 1;
+    if (quads) {
+      const std::string& m = vars[mAxis];
+      s += fmt::format("{}for (int64_t {}q = 0; {}q < {}; {}q += 4) {{\n", indent, m, m, k.domain[mAxis].value(), m);
+      s += fmt::format("{}  float accs4[4][{}];\n", indent, N);
+      s += fmt::format("{}  pc::matmulRows<4, {}>({}, [&](int64_t r, int64_t k) {{ const int64_t {} = {}q + r; return {}; }}, "
+                       "[&](int64_t k) {{ return &{}; }}, accs4);\n",
+                       indent, N, kExtent, m, m, loadExpr(a, addressOf(a, aIdx)), loadExpr(b, addressOf(b, bRow)));
+      s += fmt::format("{}  for (int64_t {} = {}q; {} < {}q + 4; ++{}) {{\n", indent, m, m, m, m, m);
+      indent += "    ";
+      s += fmt::format("{}const float (&accs)[{}] = accs4[{} - {}q];\n", indent, N, m, m);
+      opened = R;
+    } else {
+      s += fmt::format("{}float accs[{}];\n", indent, N);
+      s += fmt::format("{}pc::matmulRow<{}>({}, [&](int64_t k) {{ return {}; }}, [&](int64_t k) {{ return &{}; }}, accs);\n", indent, N,
+                       kExtent, loadExpr(a, addressOf(a, aIdx)), loadExpr(b, addressOf(b, bRow)));
+    }
     // The epilogue on vectors of the row's columns where it has a vector form (an attention's
     // additive mask, broadcast over the heads: the scalar loop left GCC's code 1.6x LLVM's).
     const int width = N % 16 == 0 ? 16 : N % 8 == 0 ? 8 : 0;
-    const std::optional<std::string> vec =
-        width && !s_.kernels[static_cast<size_t>(&k - p_.kernels.data())].anchorFault ? vectorEpilogue(k, vars, "c0", width) : std::nullopt;
+    const std::optional<std::string> vec = width && !ks.anchorFault ? vectorEpilogue(k, vars, "c0", width) : std::nullopt;
     if (vec) {
       s += fmt::format("{}for (int64_t c0 = 0; c0 < {}; c0 += {}) {{\n", indent, N, width);
       s += fmt::format("{}  pc::f32x{} v = pc::load{}(accs + c0);\n", indent, width, width);
       s += indented(*vec, indent + "  ");
       s += fmt::format("{}}}\n", indent);
-      return s + closeLoops(R - 1, indent);
+      return s + closeLoops(opened, indent);
     }
     s += fmt::format("{}for (int64_t {} = 0; {} < {}; ++{}) {{\n", indent, vars[R - 1], vars[R - 1], N, vars[R - 1]);
     s += fmt::format("{}  {}\n", indent, callEpilogue(vars, "accs[" + vars[R - 1] + "]"));
     s += fmt::format("{}}}\n", indent);
-    return s + closeLoops(R - 1, indent);
+    return s + closeLoops(opened, indent);
   }
   std::string s = openTemplate(k, t, vars, indent);
   // f32 accumulates in f32 (the packed microkernels' precision); f64 and integers in double, as

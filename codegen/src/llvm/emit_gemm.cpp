@@ -115,16 +115,26 @@ void Emitter::emitLinear(const Kernel& k) {
   ir::Dim kExtent = A.type.shape.back();
   const int axis = split_->axis;
   const DType t = accType(k);
-  // The output columns' loop kept rolled and vectorised: its dot products side by side (the
-  // k loop inside unrolled whole, the columns' loop of 4 unrolled too and left scalar, a
-  // batched 4x16 by 16x4 matmul ran 3x behind GCC's).
-  if (axis != static_cast<int>(R) - 1) rolledAxis_ = static_cast<int>(R) - 1;
   restrict_ = true;
-  domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
-    std::vector<Value*> aIdx(A.type.rank(), nullptr), bIdx(B.type.rank(), nullptr), cIdx;
+  // The operands' indices at output `vars` (k's axis left null: kAxisA, kAxisB), the scaling and
+  // the bias's indices.
+  struct Indices {
+    std::vector<Value*> aIdx, bIdx, cIdx;
     int kAxisA = 0, kAxisB = 0;
     double alpha = 1, beta = 1;
-    int biasId = k.anchorInputs.size() > 2 ? k.anchorInputs[2] : -1;
+  };
+  const int biasId = k.anchorInputs.size() > 2 ? k.anchorInputs[2] : -1;
+  auto indicesAt = [&](const std::vector<Value*>& vars) {
+    Indices ix;
+    std::vector<Value*>& aIdx = ix.aIdx;
+    std::vector<Value*>& bIdx = ix.bIdx;
+    std::vector<Value*>& cIdx = ix.cIdx;
+    int& kAxisA = ix.kAxisA;
+    int& kAxisB = ix.kAxisB;
+    double& alpha = ix.alpha;
+    double& beta = ix.beta;
+    aIdx.assign(A.type.rank(), nullptr);
+    bIdx.assign(B.type.rank(), nullptr);
     auto broadcastIdx = [&](const Buffer& X, size_t lead, std::vector<Value*>& idx, size_t count) {
       for (size_t d = 0; d < count; ++d) {
         size_t od = lead + d;
@@ -144,7 +154,6 @@ void Emitter::emitLinear(const Kernel& k) {
       kAxisA = ta ? 0 : 1;
       bIdx[tb ? 0 : 1] = vars[1];
       kAxisB = tb ? 1 : 0;
-      kExtent = A.type.shape[ta ? 0 : 1];
       alpha = n.attrFloat("alpha");
       beta = n.attrFloat("beta");
       if (biasId >= 0) {
@@ -172,8 +181,81 @@ void Emitter::emitLinear(const Kernel& k) {
         kAxisB = static_cast<int>(rb) - 2;
         bIdx[rb - 1] = nVar;
       }
-      kExtent = A.type.shape.back();
     }
+    return ix;
+  };
+  if (n.isOp(Op::Gemm)) kExtent = A.type.shape[n.attrInt("trans_a") != 0 ? 0 : 1];
+  const KernelSchedule& ks = s_.kernels[static_cast<size_t>(&k - p_.kernels.data())];
+  if (ks.matmulRowQuads) {
+    // Output rows four at a time (pc::matmulRows): for each k, B's row of N columns loaded once
+    // as vectors and multiplied by each of the four rows' value k, each output's sum in k order
+    // (the same bits as one row at a time); the epilogue on the row's vectors or value by value.
+    const size_t mAxis = R - 2;
+    const int64_t N = ks.matmulColumns, M = k.domain[mAxis].value();
+    const int64_t L = s_.maskRegisters ? (N % 16 == 0 ? 16 : N % 8 == 0 ? 8 : 4) : (N % 8 == 0 ? 8 : 4);
+    auto* vt = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(L));
+    const std::vector<ir::Dim> outer(k.domain.begin(), k.domain.begin() + static_cast<std::ptrdiff_t>(mAxis));
+    domainLoops(outer, axis, [&](const std::vector<Value*>& outerVars) {
+      forCount(M / 4, "mq", [&](Value* q) {
+        auto rowVars = [&](int64_t r, Value* col) {
+          std::vector<Value*> v = outerVars;
+          v.push_back(b_.CreateAdd(b_.CreateMul(q, c64(4)), c64(r)));
+          v.push_back(col);
+          return v;
+        };
+        std::vector<llvm::AllocaInst*> acc;
+        for (int64_t i = 0; i < 4 * (N / L); ++i) {
+          acc.push_back(local(vt, "acc"));
+          b_.CreateStore(llvm::Constant::getNullValue(vt), acc.back());
+        }
+        std::vector<Indices> rows;
+        for (int64_t r = 0; r < 4; ++r) rows.push_back(indicesAt(rowVars(r, c64(0))));
+        forRange(c64(0), dimValue(kExtent), "k", [&](Value* kk) {
+          std::vector<Value*> bIdx = rows[0].bIdx;
+          bIdx[static_cast<size_t>(rows[0].kAxisB)] = kk;
+          Value* bRow = elemPtr(bId, bIdx);
+          std::vector<Value*> w;
+          for (int64_t c = 0; c < N / L; ++c) {
+            w.push_back(b_.CreateAlignedLoad(vt, b_.CreateInBoundsGEP(f32_, bRow, c64(c * L)), llvm::Align(4), "w"));
+          }
+          for (int64_t r = 0; r < 4; ++r) {
+            std::vector<Value*> aIdx = rows[static_cast<size_t>(r)].aIdx;
+            aIdx[static_cast<size_t>(rows[static_cast<size_t>(r)].kAxisA)] = kk;
+            Value* x = b_.CreateVectorSplat(static_cast<unsigned>(L), loadElem(a, aIdx, A.name));
+            for (int64_t c = 0; c < N / L; ++c) {
+              llvm::AllocaInst* at = acc[static_cast<size_t>(r * (N / L) + c)];
+              b_.CreateStore(fma(x, w[static_cast<size_t>(c)], b_.CreateLoad(vt, at)), at);
+            }
+          }
+        });
+        for (int64_t r = 0; r < 4; ++r) {
+          for (int64_t c = 0; c < N / L; ++c) {
+            Value* v = b_.CreateLoad(vt, acc[static_cast<size_t>(r * (N / L) + c)]);
+            if (ks.vectorEpilogue) {  // the row's columns as vectors (KernelSchedule::vectorEpilogue)
+              emitBody(k.body, rowVars(r, c64(c * L)), v, static_cast<unsigned>(L));
+              continue;
+            }
+            for (int64_t l = 0; l < L; ++l) {
+              emitBody(k.body, rowVars(r, c64(c * L + l)), b_.CreateExtractElement(v, static_cast<uint64_t>(l)));
+            }
+          }
+        }
+      });
+    });
+    restrict_ = false;
+    return;
+  }
+  // The output columns' loop kept rolled and vectorised: its dot products side by side (the
+  // k loop inside unrolled whole, the columns' loop of 4 unrolled too and left scalar, a
+  // batched 4x16 by 16x4 matmul ran 3x behind GCC's).
+  if (axis != static_cast<int>(R) - 1) rolledAxis_ = static_cast<int>(R) - 1;
+  domainLoops(k.domain, axis, [&](const std::vector<Value*>& vars) {
+    Indices ix = indicesAt(vars);
+    std::vector<Value*>& aIdx = ix.aIdx;
+    std::vector<Value*>& bIdx = ix.bIdx;
+    const std::vector<Value*>& cIdx = ix.cIdx;
+    const int kAxisA = ix.kAxisA, kAxisB = ix.kAxisB;
+    const double alpha = ix.alpha, beta = ix.beta;
     // f32 accumulates in f32 (as the packed microkernels); f64 and integers in double, as the
     // interpreter, integers then converted saturating.
     const DType accT = t == DType::F32 ? DType::F32 : DType::F64;

@@ -45,14 +45,15 @@ Value* Emitter::softmaxRows8(const Kernel& k, int64_t across) {
   auto* d8 = llvm::FixedVectorType::get(f64_, 8);
   Value* first = b_.CreateMul(lo_, c64(across), "rows.first");
   Value* blocks = b_.CreateSDiv(b_.CreateSub(b_.CreateMul(hi_, c64(across)), first), c64(8), "blocks");
-  // Row q's domain variables (its value j: the last).
+  // Row q's domain variables (its value j: the last), divided as unsigned as the C++ printer's
+  // (a row is never negative: shifts and masks for powers of two).
   auto rowVars = [&](Value* q) {
     std::vector<Value*> v(r, nullptr);
     int64_t inner = across;
-    v[0] = b_.CreateSDiv(q, c64(across));
+    v[0] = b_.CreateUDiv(q, c64(across));
     for (size_t d = 1; d < axis; ++d) {
       inner /= k.domain[d].value();
-      v[d] = b_.CreateSRem(b_.CreateSDiv(q, c64(inner)), c64(k.domain[d].value()));
+      v[d] = b_.CreateURem(b_.CreateUDiv(q, c64(inner)), c64(k.domain[d].value()));
     }
     return v;
   };
