@@ -595,7 +595,7 @@ struct Schedule {
   std::vector<LoadWidening> loadWidened;
   int64_t loadWidenedFloats = 0;
   int64_t maxBatch = 0;  // the largest batch the workspace arithmetic allows (codegen::maxBatch)
-  // The target has AVX-512 (!ScheduleOptions::narrowVectors): a compare's lanes stay in a mask
+  // The target has AVX-512 (!TargetTraits::narrowVectors): a compare's lanes stay in a mask
   // register, so a row maximum's NaN flags are 16 mask bits a step, not 8 i32 lanes of the two
   // halves compared at once (the form AVX2 needs, which AVX-512 pays two extracts a step for).
   bool maskRegisters = false;

@@ -1643,10 +1643,19 @@ TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agre
   // time in both backends (KernelSchedule::matmulRowQuads: pc::matmulRows, the LLVM printer's
   // quads) where the rows are a multiple of 4 and a row at most two vectors (32 columns with
   // AVX-512, 16 without): not 64 columns, nor 6 rows, 32 columns only with AVX-512; 8 rows of 8 and 16 columns with an
-  // epilogue on the row's vectors (KernelSchedule::vectorEpilogue).
+  // epilogue on the row's vectors (KernelSchedule::vectorEpilogue); A a constant broadcast over
+  // the batch, A's heads broadcast against B's.
   auto graph = ir::parseGraph(R"(graph bmm(%a: f32[batch,4,16], %b4: f32[batch,16,4], %b12: f32[batch,16,12], %b64: f32[batch,16,64],
       %b3: f32[batch,16,3], %b68: f32[batch,16,68], %v: f32[16], %a6: f32[batch,6,16], %a8: f32[batch,8,16], %b8: f32[batch,16,8],
-      %b16: f32[batch,16,16], %m: f32[8,16], %b32: f32[batch,16,32]) {
+      %b16: f32[batch,16,16], %m: f32[8,16], %b32: f32[batch,16,32], %a1: f32[batch,1,8,16], %b2: f32[batch,2,16,8]) {
+  %w = param f32[8,16] [0.5, -0.25, 0.125, 1.0, -1.5, 0.75, 0.0625, -0.5, 0.25, 2.0, -0.125, 0.375, -0.75, 1.25, 0.5, -1.0,
+    0.5, -0.25, 0.125, 1.0, -1.5, 0.75, 0.0625, -0.5, 0.25, 2.0, -0.125, 0.375, -0.75, 1.25, 0.5, -1.0,
+    0.5, -0.25, 0.125, 1.0, -1.5, 0.75, 0.0625, -0.5, 0.25, 2.0, -0.125, 0.375, -0.75, 1.25, 0.5, -1.0,
+    0.5, -0.25, 0.125, 1.0, -1.5, 0.75, 0.0625, -0.5, 0.25, 2.0, -0.125, 0.375, -0.75, 1.25, 0.5, -1.0,
+    0.5, -0.25, 0.125, 1.0, -1.5, 0.75, 0.0625, -0.5, 0.25, 2.0, -0.125, 0.375, -0.75, 1.25, 0.5, -1.0,
+    0.5, -0.25, 0.125, 1.0, -1.5, 0.75, 0.0625, -0.5, 0.25, 2.0, -0.125, 0.375, -0.75, 1.25, 0.5, -1.0,
+    0.5, -0.25, 0.125, 1.0, -1.5, 0.75, 0.0625, -0.5, 0.25, 2.0, -0.125, 0.375, -0.75, 1.25, 0.5, -1.0,
+    0.5, -0.25, 0.125, 1.0, -1.5, 0.75, 0.0625, -0.5, 0.25, 2.0, -0.125, 0.375, -0.75, 1.25, 0.5, -1.0]
   %p4 = matmul(%a, %b4) : f32[batch,4,4]
   %p12 = matmul(%a, %b12) : f32[batch,4,12]
   %p64 = matmul(%a, %b64) : f32[batch,4,64]
@@ -1659,12 +1668,14 @@ TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agre
   %p16 = matmul(%a8, %b16) : f32[batch,8,16]
   %s16 = add(%p16, %m) : f32[batch,8,16]
   %p32 = matmul(%a, %b32) : f32[batch,4,32]
-  return (p4=%p4, p12=%p12, p64=%p64, p3=%p3, p68=%p68, pv=%pv, p6=%p6, t8=%t8, s16=%s16, p32=%p32)
+  %pw = matmul(%w, %b8) : f32[batch,8,8]
+  %pb = matmul(%a1, %b2) : f32[batch,2,8,8]
+  return (p4=%p4, p12=%p12, p64=%p64, p3=%p3, p68=%p68, pv=%pv, p6=%p6, t8=%t8, s16=%s16, p32=%p32, pw=%pw, pb=%pb)
 })");
   passes::runPipeline(*graph);
   const bool wide = !codegen::narrowVectorTarget("native");
   const codegen::GeneratedCpp generated = splitCpp(*graph);
-  CHECK(occurrences(generated.source, "pc::matmulRows<4, ") == (wide ? 5 : 4));
+  CHECK(occurrences(generated.source, "pc::matmulRows<4, ") == (wide ? 7 : 6));
   CHECK(occurrences(generated.source, "pc::matmulRows<4, 12>(16, ") == 1);
   CHECK(occurrences(generated.source, "pc::matmulRows<4, 4>(16, ") == 1);  // p4; p6's 6 rows one at a time
   CHECK(occurrences(generated.source, "pc::matmulRow<4>(16, ") == 1);
@@ -1677,7 +1688,7 @@ TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agre
   v3.minChunkCost = 0;
   v3.target = "x86-64-v3";
   const codegen::GeneratedCpp narrow = codegen::generateCpp(*graph, v3);
-  CHECK(occurrences(narrow.source, "pc::matmulRows<4, ") == 4);
+  CHECK(occurrences(narrow.source, "pc::matmulRows<4, ") == 6);
   CHECK(occurrences(narrow.source, "pc::matmulRow<32>(16, ") == 1);
   const fs::path so = scratch() / "bmm_v3.so";
   codegen::buildSharedObject(narrow, so.string(), {});
