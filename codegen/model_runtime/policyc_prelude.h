@@ -2037,36 +2037,14 @@ template <int N, bool Prod, class F> PC_INLINE void rowSums8(double init, F f, d
   std::memcpy(acc, &lo, sizeof lo);
   std::memcpy(acc + 4, &hi, sizeof hi);
 }
-// One row of a matmul's outputs: acc[j] = the sum over k < K of a(k) * b(k)[j] for j < N (N a
-// multiple of 4, b(k) pointing at B's row k, contiguous), k ascending from 0 as in the one-output
-// loop and contracted the same way, so the same bits; the N sums as vectors of 8 (4 for N = 4j + 4
-// not a multiple of 8; 16 with AVX-512 for a multiple of 16, where GCC joined two halves into
-// the 16-wide copy after it lane by lane: 3.7x LLVM's time for 4 x 4 by 4 x 16).
-template <int N, class FA, class FB> PC_INLINE void matmulRow(int64_t K, FA a, FB b, float (&acc)[N]) {
-  static_assert(N % 4 == 0 && N <= 64, "a row of vectors");
-#if defined(__AVX512F__)
-  constexpr int L = N % 16 == 0 ? 16 : N % 8 == 0 ? 8 : 4;
-#else
-  constexpr int L = N % 8 == 0 ? 8 : 4;
-#endif
-  typedef float V __attribute__((vector_size(4 * L)));
-  V v[N / L] = {};
-  for (int64_t k = 0; k < K; ++k) {
-    const float x = a(k);
-    const float* row = b(k);
-#pragma GCC unroll 8
-    for (int c = 0; c < N / L; ++c) {
-      V w;
-      std::memcpy(&w, row + c * L, sizeof w);
-      v[c] += x * w;
-    }
-  }
-  std::memcpy(acc, v, sizeof v);
-}
-// R rows of matmulRow at once (a(r, k): row r's value k): each k's row of B loaded once for the
-// R rows' FMAs, R independent chains where one row waited K FMA latencies (GCC kept re-reading B
-// row by row: an attention's 8 x 16 by 16 x 8 scores 1.3x the LLVM build's time). Each sum in
-// matmulRow's order: the same bits.
+// R rows of a matmul's outputs: acc[r][j] = the sum over k < K of a(r, k) * b(k)[j] for j < N (N
+// a multiple of 4, b(k) pointing at B's row k, contiguous), k ascending from 0 as in the
+// one-output loop and contracted the same way, so the same bits; the N sums as vectors of 8 (4
+// for N = 4j + 4 not a multiple of 8; 16 with AVX-512 for a multiple of 16, where GCC joined two
+// halves into the 16-wide copy after it lane by lane: 3.7x LLVM's time for 4 x 4 by 4 x 16).
+// Four rows at a time (KernelSchedule::matmulRowQuads) load each k's row of B once for the four
+// rows' FMAs, four independent chains where one row waited K FMA latencies (GCC kept re-reading
+// B row by row: an attention's 8 x 16 by 16 x 8 scores 1.3x the LLVM build's time).
 template <int R, int N, class FA, class FB> PC_INLINE void matmulRows(int64_t K, FA a, FB b, float (&acc)[R][N]) {
   static_assert(N % 4 == 0 && N <= 64, "a row of vectors");
 #if defined(__AVX512F__)
@@ -2088,6 +2066,12 @@ template <int R, int N, class FA, class FB> PC_INLINE void matmulRows(int64_t K,
     }
   }
   std::memcpy(acc, v, sizeof v);
+}
+// One row (a(k): its value k).
+template <int N, class FA, class FB> PC_INLINE void matmulRow(int64_t K, FA a, FB b, float (&acc)[N]) {
+  float rows[1][N];
+  matmulRows<1, N>(K, [&](int, int64_t k) { return a(k); }, b, rows);
+  std::memcpy(acc, rows[0], sizeof acc);
 }
 template <class T> PC_INLINE T minNaN(T a, T b) {
   const T m = (b < a) | (b != b) ? b : a;
@@ -2269,7 +2253,6 @@ PC_INLINE V clipLanes(V x, float lo, float hi) {
 // Log: a log_softmax's rows, (x - max) - log(sum) in double (libm's log of each row's sum).
 template <int N, bool Log = false, class F, class O> PC_INLINE void softmaxRows8(F f, O out) {
   static_assert(0 < N && N <= 16, "a short row");
-  typedef double f64x4 __attribute__((vector_size(32)));
   constexpr bool kRows = N <= 8;
   f32x8 v[kRows ? 8 : N];
   if constexpr (kRows) {
@@ -2311,6 +2294,7 @@ template <int N, bool Log = false, class F, class O> PC_INLINE void softmaxRows8
     for (int j = 0; j < N; ++j) y[j] = __builtin_convertvector(wide(j) / sum, f32x8);
   }
 #else
+  typedef double f64x4 __attribute__((vector_size(32)));
   f32x4 h2[2][N];  // h2[h][j]: value j of rows 4h .. 4h + 3
   for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3 in double
     auto wide = [&](int j) -> f64x4 {

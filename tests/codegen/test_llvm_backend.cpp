@@ -96,23 +96,26 @@ void checkBitwiseBackends(const ir::Graph& graph, runtime::Model& cppModel, runt
 
 // `generated` (the C++ source of `graph`) built as NAME.so and checked as checkBitwiseBackends does
 // against the LLVM backend's JIT of `graph` (every kernel split as far as it goes; forceImpl: the
-// implementation the C++ source was forced to, the JIT's too).
+// implementation the C++ source was forced to, the JIT's too; target: the C++ source's, the JIT's too).
 void checkGeneratedBitwise(const ir::Graph& graph, const codegen::GeneratedCpp& generated, const std::string& name,
-                           std::initializer_list<int64_t> batches, uint64_t seed, double tolerance, const std::string& forceImpl = "") {
+                           std::initializer_list<int64_t> batches, uint64_t seed, double tolerance, const std::string& forceImpl = "",
+                           const std::string& target = "native") {
   const fs::path so = scratch() / (name + ".so");
   codegen::buildSharedObject(generated, so.string(), {});
   runtime::Model cppModel = runtime::Model::load(so.string());
   codegen::LlvmOptions llvm;
   llvm.minChunkCost = 0;
   llvm.forceImpl = forceImpl;  // the one the C++ source was generated with
+  llvm.target.target = target;
   runtime::Model llvmModel = jitModel(graph, llvm);
   checkBitwiseBackends(graph, cppModel, llvmModel, batches, seed, tolerance);
 }
 
-// The C++ source of `graph` with every kernel split as far as it goes.
-codegen::GeneratedCpp splitCpp(const ir::Graph& graph) {
+// The C++ source of `graph` for `target` with every kernel split as far as it goes.
+codegen::GeneratedCpp splitCpp(const ir::Graph& graph, const std::string& target = "native") {
   codegen::CppOptions cpp;
   cpp.minChunkCost = 0;
+  cpp.target = target;
   return codegen::generateCpp(graph, cpp);
 }
 
@@ -1439,18 +1442,9 @@ TEST_CASE("llvm and cpp backends: average pools by rows match the interpreter", 
   CHECK(source.find("for (int64_t i3 = 1; i3 < 260; ++i3) sum[i3] += row[i3*1 - 1];") != std::string::npos);
   // Without AVX-512 a chunk is two 8-lane halves (pc::RowChunk, divided half by half): the same
   // sums and quotients as the LLVM build for that target (a's division once failed to compile).
-  codegen::CppOptions v3;
-  v3.minChunkCost = 0;
-  v3.target = "x86-64-v3";
-  const codegen::GeneratedCpp narrow = codegen::generateCpp(*graph, v3);
+  const codegen::GeneratedCpp narrow = splitCpp(*graph, "x86-64-v3");
   CHECK(occurrences(narrow.source, "r1 / 9.0f);") == 1);
-  const fs::path so = scratch() / "avg_rows_v3.so";
-  codegen::buildSharedObject(narrow, so.string(), {});
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  llvm.target.target = "x86-64-v3";
-  runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
-  checkBitwiseBackends(*graph, c, l, {1, 3}, 13, 1e-6);
+  checkGeneratedBitwise(*graph, narrow, "avg_rows_v3", {1, 3}, 13, 1e-6, "", "x86-64-v3");
 }
 
 // A 2-D average pool of column stride 2 whose windows lie inside the input runs 8 output columns
@@ -1684,19 +1678,10 @@ TEST_CASE("llvm and cpp backends: batched matmuls by output rows of vectors agre
   CHECK(occurrences(generated.source, "pc::matmulRow<") == (wide ? 2 : 3));
   checkGeneratedBitwise(*graph, generated, "bmm", {1, 5}, 31, 1e-5);
   // Without AVX-512 (8-lane vectors, 32 columns a row one at a time): the same bits in both.
-  codegen::CppOptions v3;
-  v3.minChunkCost = 0;
-  v3.target = "x86-64-v3";
-  const codegen::GeneratedCpp narrow = codegen::generateCpp(*graph, v3);
+  const codegen::GeneratedCpp narrow = splitCpp(*graph, "x86-64-v3");
   CHECK(occurrences(narrow.source, "pc::matmulRows<4, ") == 6);
   CHECK(occurrences(narrow.source, "pc::matmulRow<32>(16, ") == 1);
-  const fs::path so = scratch() / "bmm_v3.so";
-  codegen::buildSharedObject(narrow, so.string(), {});
-  codegen::LlvmOptions llvm;
-  llvm.minChunkCost = 0;
-  llvm.target.target = "x86-64-v3";
-  runtime::Model c = runtime::Model::load(so.string()), l = jitModel(*graph, llvm);
-  checkBitwiseBackends(*graph, c, l, {1, 5}, 31, 1e-5);
+  checkGeneratedBitwise(*graph, narrow, "bmm_v3", {1, 5}, 31, 1e-5, "", "x86-64-v3");
 }
 
 // An attention's scores scaled and masked (a causal mask, a bool param broadcast over the batch
