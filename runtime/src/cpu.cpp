@@ -40,9 +40,12 @@ std::vector<std::string> hostCpuFeatures() {
 
 std::vector<std::string> targetCpuFeatures(const std::string& target) {
   if (target == "native") return hostCpuFeatures();
+  const bool v4 = target == "x86-64-v4" || target == "x86-64-v4-bf16" || target == "x86-64-v4-amx";
   std::vector<std::string> f;
-  if (target == "x86-64-v3" || target == "x86-64-v4") f = kV3;
-  if (target == "x86-64-v4") f.insert(f.end(), kV4Extra.begin(), kV4Extra.end());
+  if (target == "x86-64-v3" || v4) f = kV3;
+  if (v4) f.insert(f.end(), kV4Extra.begin(), kV4Extra.end());
+  // x86-64-v4-amx's code has no AMX instructions (oneDNN picks its kernels where it runs).
+  if (target == "x86-64-v4-bf16" || target == "x86-64-v4-amx") f.push_back("avx512bf16");
   return f;
 }
 

@@ -24,6 +24,7 @@
 #include "policyc/ir/error.h"
 #include "policyc/ir/interpreter.h"
 #include "policyc/passes/pass_manager.h"
+#include "policyc/runtime/cpu.h"
 #include "policyc/runtime/loader.h"
 #include "support/scratch_dir.h"
 #include "support/fixtures.h"
@@ -125,6 +126,31 @@ const codegen::TargetTraits kAmx{.bf16Dot = true, .bf16Tiles = true};
 
 }  // namespace
 
+TEST_CASE("targets: each named target's traits in both backends, and what a travelling policy needs", "[extern]") {
+  // AMX-BF16 (products in bf16 for convs) only where the target says so, in both backends.
+  for (const char* t : {"x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-amx", "generic"}) {
+    INFO(t);
+    const codegen::TargetTraits cpp = codegen::cppTargetTraits(t), llvm = codegen::resolveLlvmTarget({t, "", ""}).traits();
+    CHECK(cpp.bf16Tiles == (std::string(t) == "x86-64-v4-amx"));
+    CHECK((cpp.narrowVectors == llvm.narrowVectors && cpp.bf16Dot == llvm.bf16Dot && cpp.bf16Tiles == llvm.bf16Tiles));
+  }
+  CHECK(codegen::resolveLlvmTarget({"x86-64-v3", "sapphirerapids", ""}).traits().bf16Tiles);
+  CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "cooperlake", ""}).traits().bf16Tiles);
+  CHECK(codegen::cppTargetTraits("native").bf16Tiles == static_cast<bool>(__builtin_cpu_supports("amx-bf16")));
+  // Every named target tells a travelling policy what it needs (runtime::targetCpuFeatures: a
+  // host without it gets an error, not an illegal instruction), as its traits say.
+  for (const std::string& t : codegen::cppTargets()) {
+    INFO(t);
+    const std::vector<std::string> f = runtime::targetCpuFeatures(t);
+    auto has = [&](const char* x) { return std::find(f.begin(), f.end(), x) != f.end(); };
+    if (t == "native" || t == "generic") continue;
+    CHECK(has("avx2"));
+    CHECK(has("avx512f") == !codegen::narrowVectorTarget(t));
+    CHECK(has("avx512bf16") == codegen::bf16DotTarget(t));
+  }
+  CHECK(runtime::targetCpuFeatures("generic").empty());
+}
+
 TEST_CASE("extern: which kernels have which implementations, and the heuristic", "[extern]") {
   if (!withOnednn()) return;
   auto g = driver::loadModel(testing::sourcePath("examples/models/ppo_mlp.onnx"));
@@ -166,16 +192,6 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   CHECK(codegen::narrowVectorTarget("generic"));
   CHECK_FALSE(codegen::narrowVectorTarget("x86-64-v4"));
   CHECK_FALSE(codegen::narrowVectorTarget("x86-64-v4-bf16"));
-  // AMX-BF16 (products in bf16 for convs) only where the target says so, in both backends.
-  for (const char* t : {"x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-amx", "generic"}) {
-    INFO(t);
-    const codegen::TargetTraits cpp = codegen::cppTargetTraits(t), llvm = codegen::resolveLlvmTarget({t, "", ""}).traits();
-    CHECK(cpp.bf16Tiles == (std::string(t) == "x86-64-v4-amx"));
-    CHECK((cpp.narrowVectors == llvm.narrowVectors && cpp.bf16Dot == llvm.bf16Dot && cpp.bf16Tiles == llvm.bf16Tiles));
-  }
-  CHECK(codegen::resolveLlvmTarget({"x86-64-v3", "sapphirerapids", ""}).traits().bf16Tiles);
-  CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "cooperlake", ""}).traits().bf16Tiles);
-  CHECK(codegen::cppTargetTraits("native").bf16Tiles == static_cast<bool>(__builtin_cpu_supports("amx-bf16")));
   CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "", "+avx2,+fma,-avx512f"}).avx512);
   CHECK(codegen::resolveLlvmTarget({"x86-64-v3", "", "+avx2,+avx512f,+avx512bw"}).avx512);
   auto atari = driver::loadModel(testing::sourcePath("examples/models/atari_cnn.onnx"));

@@ -13,8 +13,8 @@ namespace policyc::runtime {
 std::vector<std::string> hostCpuFeatures();
 
 // What code compiled for `target` may use: x86-64-v3 and x86-64-v4 their levels' extensions,
-// generic none, native this machine's (hostCpuFeatures()); an unknown target (another
-// architecture's triple) none of these.
+// x86-64-v4-bf16 and x86-64-v4-amx x86-64-v4's and avx512bf16, generic none, native this
+// machine's (hostCpuFeatures()); an unknown target (another architecture's triple) none of these.
 std::vector<std::string> targetCpuFeatures(const std::string& target);
 
 }  // namespace policyc::runtime
