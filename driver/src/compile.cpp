@@ -20,6 +20,7 @@
 #include "policyc/driver/report.h"
 #include "policyc/ir/error.h"
 #include "policyc/ir/text.h"
+#include "policyc/runtime/cpu.h"
 #include "policyc/support/escape.h"
 #include "policyc/support/files.h"
 
@@ -325,10 +326,8 @@ fs::path cacheDir() {
   return fs::temp_directory_path() / "policyc-cache";
 }
 
-std::string compileCached(CompileRequest request, const std::string& compilerId,
-                          const std::function<std::unique_ptr<ir::Graph>()>& load) {
+std::string cacheKey(const CompileRequest& request, const std::string& compilerId) {
   const std::string& model = request.modelPath;
-  if (fileHash(model).empty()) fail("cannot read '{}': no such file or not readable", model);
   const passes::PipelineOptions& p = request.pipeline;
   const char* fault = std::getenv("POLICYC_INJECT_FAULT");
   const codegen::CppOptions& cpp = request.cpp;
@@ -341,7 +340,23 @@ std::string compileCached(CompileRequest request, const std::string& compilerId,
                                 request.features);
   if (request.updatableWeights) key += "|updatable-weights";
   key += codeOptionsKey(cpp);
-  const uint64_t h = textHash(key);
+  if (cpp.target == "native") {
+    // Code for this machine: its CPU, its extensions and the schedule's reading of them (AVX-512,
+    // AVX512_BF16, AMX-BF16), so that a cache directory shared by machines of other CPUs (a
+    // cluster's home directory) never hands one's native build to another (an illegal
+    // instruction, or another schedule).
+    const codegen::TargetTraits t = codegen::cppTargetTraits("native");
+    key += fmt::format("|host {} [{}] {}{}{}", cpuModel(), fmt::join(runtime::hostCpuFeatures(), ","), t.narrowVectors ? "narrow" : "wide",
+                       t.bf16Dot ? " bf16-dot" : "", t.bf16Tiles ? " bf16-tiles" : "");
+  }
+  return key;
+}
+
+std::string compileCached(CompileRequest request, const std::string& compilerId,
+                          const std::function<std::unique_ptr<ir::Graph>()>& load) {
+  const std::string& model = request.modelPath;
+  if (fileHash(model).empty()) fail("cannot read '{}': no such file or not readable", model);
+  const uint64_t h = textHash(cacheKey(request, compilerId));
   fs::path dir = cacheDir();
   std::error_code ec;
   fs::create_directories(dir, ec);

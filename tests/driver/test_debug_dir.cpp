@@ -5,8 +5,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
+#include "policyc/driver/autotune.h"
+#include "policyc/driver/compile.h"
 #include "policyc/driver/debug_dir.h"
 #include "policyc/ir/text.h"
+#include "policyc/runtime/cpu.h"
 
 using namespace policyc;
 namespace fs = std::filesystem;
@@ -87,4 +92,23 @@ TEST_CASE("debug dir: writes files, reloadable graphs and the compile-time table
   CHECK(times.find("passes                         3.00") != std::string::npos);
   CHECK(times.find("total") != std::string::npos);
   { driver::StageTimer off(nullptr, "ignored"); }  // no directory: nothing recorded, no crash
+}
+
+// A native build is this machine's: the cache key names its CPU, its extensions and the
+// schedule's reading of them, so a cache directory shared with machines of other CPUs never
+// hands one's native build to another; a named target's key does not depend on the host.
+TEST_CASE("compile cache: a native build's key names this machine", "[debug]") {
+  driver::CompileRequest r;
+  r.modelPath = "model.onnx";
+  const std::string features = fmt::format("[{}]", fmt::join(runtime::hostCpuFeatures(), ","));
+  r.cpp.target = "native";
+  const std::string native = driver::cacheKey(r, "compiler");
+  CHECK(native.find(driver::cpuModel()) != std::string::npos);
+  CHECK(native.find(features) != std::string::npos);
+  CHECK(native.find(codegen::cppTargetTraits("native").narrowVectors ? " narrow" : " wide") != std::string::npos);
+  r.cpp.target = "x86-64-v3";
+  const std::string v3 = driver::cacheKey(r, "compiler");
+  CHECK(v3.find(driver::cpuModel()) == std::string::npos);
+  CHECK(v3.find("|host ") == std::string::npos);
+  CHECK(v3 != native);
 }

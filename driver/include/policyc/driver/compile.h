@@ -92,11 +92,14 @@ std::filesystem::path cacheDir();
 
 // The compiled form of request.modelPath in the cache, compiled there (with `load` giving the
 // graph) unless an identical compile is there. The key covers the model's bytes (and a .pir's
-// sidecar), the pass options, backend, target, profiling, POLICYC_INJECT_FAULT and `compilerId` (a hash of
+// sidecar), the pass options, backend, target (for native this machine: cacheKey), profiling, POLICYC_INJECT_FAULT and `compilerId` (a hash of
 // the compiler's own binary), so a changed model or a rebuilt compiler never hits a stale .so.
 // With a debug directory (request.debugDir or POLICYC_DEBUG=1) it always compiles, to fill it.
 // request.output is ignored.
 std::string compileCached(CompileRequest request, const std::string& compilerId,
                           const std::function<std::unique_ptr<ir::Graph>()>& load);
+// The text compileCached hashes into an entry's name: with --target native it also names this
+// machine's CPU model, extensions and the schedule's reading of them (TargetTraits).
+std::string cacheKey(const CompileRequest& request, const std::string& compilerId);
 
 }  // namespace policyc::driver
