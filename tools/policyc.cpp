@@ -60,7 +60,7 @@ struct ImplFlags {
     cmd->add_flag("--no-extern", noExtern, "no oneDNN kernels: a self-contained artifact that needs no libdnnl");
     cmd->add_option("--force-impl", forceImpl,
                     "run every GEMM/conv kernel with this implementation where it has it: gemm4x32, gemm4x16, gemm6x16, gemm8x32, onednn, "
-                    "onednn_postops, conv_rows, dot_rows (debugging)");
+                    "onednn_postops, conv_rows, dot_rows, winograd_f23 (debugging)");
     cmd->add_option("--precision", precision,
                     "how linear/conv weights are stored: fp32, bf16-weights, bf16 or int8-weights (per-output-channel "
                     "scales); activations stay fp32 (docs/precision.md)")

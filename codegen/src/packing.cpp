@@ -81,6 +81,26 @@ std::vector<float> packWeightPanels(const KernelProgram& p, const Kernel& k) {
   return panels(paramOf(p, k.anchorInputs[1]).paramData().data<float>(), packedN(p, k), packedK(p, k));
 }
 
+std::vector<float> winogradWeights(const KernelProgram& p, const Kernel& k) {
+  const ir::Shape& shape = p.buffer(k.anchorInputs[1]).type.shape;  // [M, C, 3, 3]
+  const int64_t M = shape[0].value(), C = shape[1].value();
+  const float* w = paramOf(p, k.anchorInputs[1]).paramData().data<float>();
+  static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  std::vector<float> u(static_cast<size_t>(16 * M * C));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < C; ++c) {
+      const float* g = w + (m * C + c) * 9;
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) {
+          double v = 0;
+          for (int a = 0; a < 3; ++a)
+            for (int b = 0; b < 3; ++b) v += G[i][a] * static_cast<double>(g[a * 3 + b]) * G[j][b];
+          u[static_cast<size_t>(((i * 4 + j) * M + m) * C + c)] = static_cast<float>(v);
+        }
+    }
+  return u;
+}
+
 uint16_t bf16Bits(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);

@@ -50,6 +50,10 @@ inline int64_t bf16PairRows(int64_t kk) { return (kk + 1) / 2; }
 // step of w / scale and inside [-127, 127]. `scales` gets panels * 16 floats (0 for a zero or
 // padding column).
 std::vector<int8_t> toInt8(const std::vector<float>& packed, int64_t panelCount, int64_t kk, int64_t group, std::vector<float>& scales);
+// Impl::WinogradF23's weights (schedule.h, WinogradTiles): for each of the 16 values (i, j) of
+// U = G g G^T (G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]) of each output channel m and input
+// channel c, computed in double and rounded once to f32, at [(i*4 + j) * M + m][c].
+std::vector<float> winogradWeights(const KernelProgram& p, const Kernel& k);
 // The bias padded to whole panels (zeros when the layer has none).
 std::vector<float> packBiasPanels(const KernelProgram& p, const Kernel& k);
 // For updatable params (ir::Node::paramSource): the sources of the packed weight and bias, moved

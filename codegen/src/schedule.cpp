@@ -26,7 +26,7 @@ using ir::Op;
 
 namespace {
 
-constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16", "gemm8x32", "dot_rows"};
+constexpr const char* kImplNames[] = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "conv_rows", "gemm6x16", "gemm8x32", "dot_rows", "winograd_f23"};
 constexpr size_t kWeightAlign = 64;
 
 std::string upper(std::string s) {
@@ -285,6 +285,7 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
   // Not with products in bf16, which narrows every layer oneDNN may run (decideWeightStorage).
   const bool f32Weight = precision == Precision::Fp32 || (precision != Precision::Bf16 && tooSmallToNarrow(p, k));
   if (f32Weight && convRowTiles(p, k, false)) v.push_back(Impl::ConvRows);  // whether it runs does not depend on the target's blocks
+  if (f32Weight && winogradTiles(p, k, false)) v.push_back(Impl::WinogradF23);  // its own f32 weights, transformed
   if (allowExtern && onednnBuiltIn() && onednnEligible(p, k)) {
     v.push_back(Impl::Onednn);
     // An injected fault lives in the generated epilogue: keep the epilogue generated.
@@ -332,6 +333,15 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   // (1.2-3x; the 3-input-channel first convs most), and gemm4x32's tiles by 1.05-1.3x
   // (docs/performance.md), with f32, bf16 or int8 weights. Products in bf16 (no gemm8x32) stay
   // below: oneDNN's bf16 convs ran atari_cnn at batch 64 2.2x faster than gemm4x32's vdpbf16ps tiles.
+  // 3 x 3 stride-1 convs with f32 weights, at least 4 input and 16 output channels: Winograd's
+  // F(2x2, 3x3), 16 multiplies where the direct conv takes 36 (WinogradTiles). Single convs at
+  // batch 1 and 64, both backends, with and without AVX-512 (docs/performance.md): 1.1-2.1x
+  // faster than the implicit GEMM's tiles and conv_rows from 4 -> 32 and 8 -> 16 channels on (IMPALA's
+  // convs 1.2-1.5x); a 3 -> 16 first conv 1.17x slower (the transforms outweigh 3 channels' products).
+  if (has(Impl::WinogradF23)) {
+    const WinogradTiles t = *winogradTiles(p, k, !narrowVectors);
+    if (t.C >= 4 && t.M >= 16) return Impl::WinogradF23;
+  }
   if (k.kind == KernelKind::Conv && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
   // Heads of at most twelve outputs: dot products along k at every batch size (a 256 -> 1 value
   // head at batch 64 5.5 -> 0.5 us, at batch 1 0.16 -> 0.05; docs/performance.md). Without
@@ -842,6 +852,11 @@ ThreadSplit threadSplit(const KernelProgram& p, const Kernel& k, std::optional<I
     const ConvRowTiles t = *convRowTiles(p, k, wideVectors);
     return perRowSplit(k, t.blocks * t.rowUnits, t.channels * t.rows * k.domain[3].value() * packedK(p, k));
   }
+  if (impl == Impl::WinogradF23) {
+    // A band of tile rows of one image by every output channel: 16 multiplies a tile and channel pair.
+    const WinogradTiles t = *winogradTiles(p, k, wideVectors);
+    return perRowSplit(k, t.bands, 16 * t.tiles() * t.M * t.C);
+  }
   switch (formOf(p, k)) {
     case Form::Pointwise: return domainSplit(k.domain, bodyCost / 4);
     case Form::Gemm: {
@@ -1057,12 +1072,13 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     }
     for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im, wide));
     if (std::find(ks.impls.begin(), ks.impls.end(), Impl::ConvRows) != ks.impls.end()) ks.convRows = rowTiles;
+    if (std::find(ks.impls.begin(), ks.impls.end(), Impl::WinogradF23) != ks.impls.end()) ks.winograd = winogradTiles(p, k, wide);
     if (ks.form == Form::PackedConv) {
       ks.paddedImage = paddedImage(p, k);
       ks.tapGroup = tapGroup(p, k, ks.paddedImage.has_value());
       ks.tileEpilogue = !ks.anchorFault && vectorBody(p, k) && planeDense(p, k);
     }
-    ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !usesPanels(i); });
+    ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !usesPanels(i) && i != Impl::WinogradF23; });
     s.usesExtern = s.usesExtern || std::any_of(ks.impls.begin(), ks.impls.end(), isExtern);
     for (Impl im : ks.impls) {
       if (isExtern(im)) s.externPerBatch = std::max(s.externPerBatch, externKernel(p, k, implName(im))->scratchBytesPerRow);
@@ -1155,6 +1171,10 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       widenOnce();
       ks.widenedTiles = true;
       ks.panelStride = packedK(p, k) * kPanel;
+    }
+    if (ks.winograd) {
+      const std::vector<float> u = winogradWeights(p, k);
+      ks.winogradWeight = append(u.data(), u.size() * sizeof(float));
     }
     std::vector<float> bias = packBiasPanels(p, k);
     s.kernels[ki].packedBias = append(bias.data(), bias.size() * sizeof(float));

@@ -29,7 +29,9 @@ namespace policyc::codegen {
 // DotRows: a linear layer of at most kDotRowsMaxN outputs (a value or small action head) as dot
 // products along k, dotRowsTile(N) rows at a time: sixteen lanes of k per multiply-add where a
 // panel's tile used N lanes of sixteen (a 256 -> 1 value head at batch 64 took 5.5 us on gemm4x32).
-enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps, ConvRows, Gemm6x16, Gemm8x32, DotRows };
+// WinogradF23: a 3x3 stride-1 conv as Winograd's F(2x2, 3x3) (WinogradTiles): 16 multiplies per
+// 2 x 2 outputs and channel pair where the direct conv takes 36.
+enum class Impl : int { Gemm4x32, Gemm4x16, Onednn, OnednnPostOps, ConvRows, Gemm6x16, Gemm8x32, DotRows, WinogradF23 };
 inline constexpr int64_t kDotRowsMaxN = 12;
 // The rows of a dot_rows tile: four by up to 4 outputs, two by up to 8, one by up to 12 (at most
 // sixteen accumulators). Past 12 outputs a panel's lanes are mostly used: a 256 -> 16 layer at
@@ -197,6 +199,50 @@ constexpr int64_t kConvRowsWideAccumulators = 16;
 // nullopt where conv_rows cannot run `k` (not a 2-D group-1 conv with f32 operands and finite
 // weights, column stride 1, rows of at most 256 columns).
 std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k, bool wideVectors);
+
+// Impl::WinogradF23 (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks"): each
+// 2 x 2 block of output positions (a tile) of a 3 x 3, stride-1 conv from the 4 x 4 input values
+// under it. The weights are transformed once, at compile time (U = G g G^T, 16 values per output
+// and input channel, in double, rounded to f32: winogradWeights); a unit of work, `bandRows` rows
+// of tiles of one image, copies the rows it reads with their padding (`band`), transforms every
+// tile's input (V = B^T d B: additions only) into 16 matrices of C rows by its T tiles, multiplies
+// each by its U (the GEMM microkernel: `rows` output channels by one or two 16-tile vectors, U's
+// values broadcast), and transforms the 16 products back (Y = A^T M A, additions only) plus the
+// bias into output rows, whose epilogue runs on vectors of 8 columns. The order of every addition
+// is fixed (winogradInput, winogradOutput in both printers), so both backends give the same
+// bits; the values differ from the direct conv's in the last bits (docs/performance.md gives the
+// error). Where a tile's window holds an infinity, the transforms' differences make NaN of
+// outputs the direct conv leaves finite; NaN inputs propagate as they do there.
+struct WinogradTiles {
+  int64_t C = 0, H = 0, W = 0;     // the input: channels, rows, columns
+  int64_t M = 0, OH = 0, OW = 0;   // the output: channels, rows, columns (even)
+  int64_t padTop = 0, padLeft = 0;
+  int64_t TW = 0, TH = 0;          // tiles across and down: OW / 2, OH / 2
+  int64_t bandRows = 0;            // rows of tiles a unit
+  int64_t bands = 0;               // units per image: ceil(TH / bandRows)
+  int64_t panels = 0;              // the T = bandRows * TW tiles as vectors of 16: 1 or 2
+  int64_t rows = 0;                // output channels a GEMM tile: 8 with AVX-512, 6 without
+  bool bias = false;
+  int64_t tiles() const { return bandRows * TW; }
+  int64_t bandH() const { return 2 * bandRows + 2; }  // the band's input rows
+  int64_t bandW() const { return OW + 2; }            // and columns (padding included)
+  // Floats of the band, of the 16 transformed inputs (V[16][panels][C][16], value (i, j) from
+  // (i*4 + j) * inputStride()) and of one channel group's 16 products (M[16][rows][panels * 16],
+  // from (i*4 + j) * productStride()), each a stack buffer. The strides are 16 floats longer than
+  // the matrices: at 4 KiB apart (2 x 32 x 16 floats) the transform's 16 stores of a tile went to
+  // one set of the L1 cache (12 ways), and the input transform took as long as the GEMMs.
+  int64_t inputStride() const { return panels * C * 16 + 16; }
+  int64_t productStride() const { return rows * panels * 16 + 16; }
+  int64_t bandFloats() const { return C * bandH() * bandW(); }
+  int64_t inputFloats() const { return 16 * inputStride(); }
+  int64_t productFloats() const { return 16 * productStride(); }
+};
+// nullopt where WinogradF23 cannot run `k`: not a 2-D group-1 3 x 3 conv of stride and dilation
+// 1 with f32 operands, finite fixed (not updatable) weights and an even output of at most 64
+// columns whose tiles fill whole vectors of 16 (bandRows * TW a multiple of 16), or a band or its
+// transformed input larger than kMaxWinogradFloats.
+std::optional<WinogradTiles> winogradTiles(const KernelProgram& p, const Kernel& k, bool wideVectors);
+inline constexpr int64_t kMaxWinogradFloats = 32768;
 
 // A Form::MaxPoolRows or AvgPoolRows kernel's geometry: window, strides, dilations and pads of
 // its two spatial axes, its sizes, and the padded input row both emitters hold on the stack for
@@ -477,6 +523,10 @@ struct KernelSchedule {
   bool matmulRowQuads = false;
   bool rawWeight = false;   // an extern implementation or conv_rows reads the plain weight (oneDNN reorders it)
   std::optional<ConvRowTiles> convRows;  // where conv_rows is among impls: its tiles, for both printers
+  // Where winograd_f23 is among impls: its tiles, and the offset in the weights blob of its
+  // transformed weights (winogradWeights: U[16][M][C] floats).
+  std::optional<WinogradTiles> winograd;
+  int64_t winogradWeight = -1;
   // A Form::PackedConv kernel with padding (paddedImage): the implicit GEMM's whole tiles read a
   // zero-padded copy of the image (the rows a chunk's tiles read, once per image it meets), through the
   // padded image's window offsets, where they gathered every window that reached the padding into

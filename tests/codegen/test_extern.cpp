@@ -234,10 +234,11 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
     }
   }
   CHECK(convs == 3);
-  // impala_cnn without AVX-512: conv_rows for every conv (rows of 64, 32 and 16 columns, and of 8
-  // two to a chunk), with bf16 weights too (every conv below the size the rule narrows), and under
-  // bf16 (convs compute as bf16-weights without AMX). With AVX-512 conv_rows for the 16-channel
-  // convs only; with AMX-BF16 products in bf16 on oneDNN.
+  // impala_cnn: Winograd F(2x2, 3x3) for every conv but the 3-channel first one (codegen's
+  // heuristic: from 4 input and 16 output channels), with and without AVX-512, with bf16 weights
+  // too (every conv below the size the rule narrows), and under bf16 (convs compute as
+  // bf16-weights without AMX); the first conv on conv_rows (rows of 64 columns). With AMX-BF16
+  // products in bf16 on oneDNN.
   auto impala = driver::loadModel(testing::sourcePath("examples/models/impala_cnn.onnx"));
   passes::runPipeline(*impala);
   codegen::KernelProgram ip = codegen::lowerGraph(*impala);
@@ -249,31 +250,29 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   const codegen::ImplChoice wideNarrowed = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, {}, codegen::Precision::Bf16Weights);
   const codegen::ImplChoice wideDot = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, {.bf16Dot = true}, codegen::Precision::Bf16);
   const codegen::ImplChoice amx = codegen::heuristicChoice(ip, {1, 16, 64}, true, std::nullopt, kAmx, codegen::Precision::Bf16);
-  int rowsConvs = 0, wideConvs = 0;
+  int rowsConvs = 0, winogradConvs = 0;
   for (const codegen::Kernel& k : ip.kernels) {
     if (k.kind != codegen::KernelKind::Conv) continue;
     INFO(k.name << " " << k.domain[3].value() << " columns");
+    const ir::TensorType& w = ip.buffer(k.anchorInputs[1]).type;
     const std::string impl = chosen.at(k.name).front().impl;
-    CHECK(impl == "conv_rows");
-    CHECK(narrowed.at(k.name).front().impl == "conv_rows");
+    const std::string expected = w.shape[1].value() == 3 ? "conv_rows" : "winograd_f23";
+    CHECK(impl == expected);
+    CHECK(narrowed.at(k.name).front().impl == expected);
+    CHECK(wide.at(k.name).front().impl == expected);
+    CHECK(wideNarrowed.at(k.name).front().impl == expected);
     CHECK(dot.at(k.name) == narrowed.at(k.name));
     CHECK(wideDot.at(k.name) == wideNarrowed.at(k.name));
     // Products in bf16 on oneDNN, except the 3-channel first conv (its 27-value window keeps
     // fp32 under bf16: codegen::kMinBf16ConvWindow) on conv_rows as in fp32.
-    const ir::TensorType& w = ip.buffer(k.anchorInputs[1]).type;
     const bool smallWindow = w.shape[1].value() * w.shape[2].value() * w.shape[3].value() < codegen::kMinBf16ConvWindow;
     CHECK((amx.at(k.name).front().impl == "conv_rows") == smallWindow);
     CHECK((amx.at(k.name).front().impl.rfind("onednn", 0) == 0) == !smallWindow);
-    if (k.domain[1].value() >= 32) {
-      CHECK(wide.at(k.name).front().impl == "gemm8x32");
-      ++wideConvs;
-    } else {
-      CHECK(wide.at(k.name).front().impl == "conv_rows");
-    }
     rowsConvs += impl == "conv_rows";
+    winogradConvs += impl == "winograd_f23";
   }
-  CHECK(rowsConvs == 15);
-  CHECK(wideConvs == 10);
+  CHECK(rowsConvs == 1);
+  CHECK(winogradConvs == 14);
   // uint8_convbn's 3-channel stem conv of 16 channels and stride 2 (no conv_rows): the implicit
   // GEMM's tiles (8 x 16 with AVX-512, 6 x 16 without), not oneDNN, whatever the weights' storage,
   // and under bf16 too (its 27-value window keeps fp32: codegen::kMinBf16ConvWindow). No default

@@ -2218,3 +2218,86 @@ TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's 
   cpp.rowBlockBytes = 1;
   CHECK(occurrences(codegen::generateCpp(*across, cpp).source, "pc_row_blocks") == 0);
 }
+
+// Winograd F(2x2, 3x3) (Impl::WinogradF23, schedule.h's WinogradTiles): the 3 x 3 stride-1 convs
+// whose output is even and whose tiles fill vectors of 16 have it, no other; forced, both
+// backends match the interpreter and give the same bits with 1-3 threads, with and without
+// AVX-512: bands of 4, 8 and 2 tile rows (the last of them partial), runs of 2, 8 and 16 tiles,
+// output channels past the last whole group of 8 or 6, a residual add and relu on vectors of 8
+// columns, a tanh on the first 4 lanes, an epilogue kept scalar (a cast to f64).
+TEST_CASE("llvm and cpp backends: winograd_f23 convs match the interpreter and each other bit for bit", "[llvm][cpp]") {
+  auto weights = [](int64_t n) { return paramValues(n, 0.125, 13, -0.75); };
+  const std::string text = fmt::format(R"(graph wino(%x: f32[batch,5,8,8], %x2: f32[batch,6,16,4], %x3: f32[batch,4,6,32], %r3: f32[batch,9,6,32], %x4: f32[batch,16,16,16]) {{
+  %w = param f32[13,5,3,3] [{}]
+  %b = param f32[13] [{}]
+  %c = conv(%x, %w, %b) {{pads=[1, 1, 1, 1]}} : f32[batch,13,8,8]
+  %cr = relu(%c) : f32[batch,13,8,8]
+  %w2 = param f32[7,6,3,3] [{}]
+  %c2 = conv(%x2, %w2) {{pads=[1, 1, 1, 1]}} : f32[batch,7,16,4]
+  %t2 = tanh(%c2) : f32[batch,7,16,4]
+  %w3 = param f32[9,4,3,3] [{}]
+  %b3 = param f32[9] [{}]
+  %c3 = conv(%x3, %w3, %b3) {{pads=[1, 0, 1, 2]}} : f32[batch,9,6,32]
+  %a3 = add(%c3, %r3) : f32[batch,9,6,32]
+  %y3 = relu(%a3) : f32[batch,9,6,32]
+  %w4 = param f32[16,16,3,3] [{}]
+  %c4 = conv(%x4, %w4) {{pads=[1, 1, 1, 1]}} : f32[batch,16,16,16]
+  %d4 = cast(%c4) {{to="f64"}} : f64[batch,16,16,16]
+  %w5 = param f32[8,16,3,3] [{}]
+  %s5 = conv(%x4, %w5) {{strides=[2, 2], pads=[1, 1, 1, 1]}} : f32[batch,8,8,8]
+  %d5 = conv(%x4, %w5) {{dilations=[2, 2], pads=[2, 2, 2, 2]}} : f32[batch,8,16,16]
+  %o5 = conv(%x4, %w5) : f32[batch,8,14,14]
+  %w6 = param f32[8,16,5,5] [{}]
+  %k6 = conv(%x4, %w6) {{pads=[2, 2, 2, 2]}} : f32[batch,8,16,16]
+  return (cr=%cr, t2=%t2, y3=%y3, d4=%d4, s5=%s5, d5=%d5, o5=%o5, k6=%k6)
+}})",
+                                       weights(13 * 45), weights(13), weights(7 * 54), weights(9 * 36), weights(9), weights(16 * 144),
+                                       weights(8 * 144), weights(8 * 400));
+  auto graph = ir::parseGraph(text);
+  passes::runPipeline(*graph);
+  const codegen::PlannedProgram planned = codegen::planGraph(*graph);
+  int winograd = 0;
+  for (const codegen::Kernel& k : planned.program.kernels) {
+    if (k.kind != codegen::KernelKind::Conv) continue;
+    const std::vector<std::string> c = codegen::implCandidates(planned.program, k, true);
+    const bool has = std::find(c.begin(), c.end(), "winograd_f23") != c.end();
+    const ir::Shape& w = planned.program.buffer(k.anchorInputs[1]).type.shape;
+    INFO(k.name);
+    // The 8-channel ones are not: strided, dilated, 5 x 5, and 14 x 14 (even, but 7 tiles across).
+    const bool eligible = w[0].value() != 8;
+    CHECK(has == eligible);
+    winograd += has;
+    // Its weights are its own f32 ones: not under bf16 or int8 weights where the layer is narrowed.
+    const std::vector<std::string> narrow = codegen::implCandidates(planned.program, k, true, std::nullopt, codegen::Precision::Int8Weights);
+    CHECK((std::find(narrow.begin(), narrow.end(), "winograd_f23") != narrow.end()) ==
+          (has && std::find(narrow.begin(), narrow.end(), "conv_rows") != narrow.end()));
+  }
+  CHECK(winograd == 4);
+  // The heuristic: from 4 input and 16 output channels (only %c4 here).
+  {
+    const codegen::ImplChoice choice = codegen::heuristicChoice(planned.program, {1, 64}, false);
+    int chosen = 0;
+    for (const auto& [name, d] : choice) chosen += d.front().impl == "winograd_f23";
+    CHECK(chosen == 1);
+  }
+  for (const char* target : {"x86-64-v3", "native"}) {
+    INFO(target);
+    codegen::CppOptions cpp;
+    cpp.minChunkCost = 0;
+    cpp.forceImpl = "winograd_f23";
+    cpp.target = target;
+    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+    CHECK(generated.source.find("pc::winogradInput<2>(") != std::string::npos);   // %c2: rows of 2 tiles
+    CHECK(generated.source.find("pc::winogradInput<8>(") != std::string::npos);   // %c3: two runs of 8 a row
+    CHECK(generated.source.find("pc::winogradOutput<4>(") != std::string::npos);  // %c: rows of 4 tiles
+    CHECK(generated.source.find("epilogue(i0, i1, i2, c, yrow[half][c])") != std::string::npos);  // %d4's cast
+    checkGeneratedBitwise(*graph, generated, fmt::format("winograd_{}", target), {1, 3, 5}, 17, 1e-4, "winograd_f23", target);
+  }
+  // Updatable weights keep the direct conv: set_weights moves values, and U is no permutation of them.
+  driver::markUpdatableWeights(*graph);
+  const codegen::PlannedProgram updatable = codegen::planGraph(*graph);
+  for (const codegen::Kernel& k : updatable.program.kernels) {
+    const std::vector<std::string> c = codegen::implCandidates(updatable.program, k, true);
+    CHECK(std::find(c.begin(), c.end(), "winograd_f23") == c.end());
+  }
+}

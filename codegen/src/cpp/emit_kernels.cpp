@@ -108,7 +108,9 @@ std::string Emitter::emitKernelFn(const Kernel& k, size_t index, std::optional<I
         s += impl == Impl::DotRows ? emitDotRows(k, index) : emitPackedLinear(k, index, per, impl ? rowsPerTile(*impl) : 4);
         break;
       case Form::DirectConv: s += emitConv(k, index); break;
-      case Form::PackedConv: s += impl == Impl::ConvRows ? emitConvRows(k, index) : emitPackedConv(k, index, impl); break;
+      case Form::PackedConv:
+        s += impl == Impl::ConvRows ? emitConvRows(k, index) : impl == Impl::WinogradF23 ? emitWinograd(k, index) : emitPackedConv(k, index, impl);
+        break;
       case Form::Pool: s += emitPool(k); break;
       case Form::MaxPoolRows: s += emitMaxPoolRows(k); break;
       case Form::AvgPoolRows: s += emitAvgPoolRows(k); break;

@@ -244,6 +244,9 @@ class Emitter {
   // 2-D conv as Impl::ConvRows (schedule.h, ConvRowTiles): an output row by a block of output
   // channels, each chunk of 16 columns a RowChunk per channel.
   std::string emitConvRows(const Kernel& k, size_t index) const;
+  // 2-D conv as Impl::WinogradF23 (schedule.h, WinogradTiles): pc::winogradInput, the GEMM
+  // tiles over the transformed inputs, pc::winogradOutput and the epilogue by 8 columns.
+  std::string emitWinograd(const Kernel& k, size_t index) const;
 
   std::string emitPool(const Kernel& k) const;
 

@@ -98,7 +98,7 @@ void Emitter::storeElem(int id, const std::vector<Value*>& perDim, Value* v) {
 }
 
 void Emitter::restrictAccess(llvm::Instruction* access, int id) {
-  if (!restrict_) return;
+  if (!restrict_ || id < 0) return;  // id -1: a local of the kernel's
   if (!aliasDomain_) {
     llvm::MDBuilder md(ctx_);
     aliasDomain_ = md.createAnonymousAliasScopeDomain("policyc.roots");

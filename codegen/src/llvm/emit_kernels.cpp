@@ -98,7 +98,11 @@ llvm::Function* Emitter::emitKernelFn(const Kernel& k, const std::string& name, 
       case Form::Gemm: emitLinear(k); break;
       case Form::PackedGemm: impl_ == Impl::DotRows ? emitDotRows(k) : emitPackedLinear(k); break;
       case Form::DirectConv: emitConv(k); break;
-      case Form::PackedConv: impl_ == Impl::ConvRows ? emitConvRows(k) : emitPackedConv(k); break;
+      case Form::PackedConv:
+        if (impl_ == Impl::ConvRows) emitConvRows(k);
+        else if (impl_ == Impl::WinogradF23) emitWinograd(k);
+        else emitPackedConv(k);
+        break;
       case Form::Pool: emitPool(k); break;
       case Form::MaxPoolRows: emitMaxPoolRows(k); break;
       case Form::AvgPoolRows: emitAvgPoolRows(k); break;

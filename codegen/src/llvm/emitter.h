@@ -269,6 +269,13 @@ class Emitter : llvmbe::Builder {
   // 2-D conv as Impl::ConvRows (schedule.h, ConvRowTiles): an output row by a block of output
   // channels, each chunk of 16 columns a <16 x float> per channel.
   void emitConvRows(const Kernel& k);
+  // 2-D conv as Impl::WinogradF23 (schedule.h, WinogradTiles), as the C++ printer's emitWinograd.
+  void emitWinograd(const Kernel& k);
+  // The transforms of a run of `lanes` (2, 4 or 8) tiles, addition by addition as the prelude's
+  // pc::winogradInput (rows: the band's four rows; value (i, j) to v + (i*4 + j) * stride) and
+  // pc::winogradOutput (products at m + (i*4 + j) * stride; the two output rows to y0 and y1).
+  void winogradInput(const std::vector<Value*>& rows, int64_t x0, int64_t lanes, Value* v, int64_t stride);
+  void winogradOutput(Value* m, int64_t stride, Value* bias, int64_t lanes, Value* y0, Value* y1);
   // *reg (16 floats of an output row in registers, RowTaps::chunks) plus the 16 values at `at`
   // times wv, on lanes [l.first, l.last) only: the others neither read nor changed.
   void addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id, bool finiteWeight);

@@ -1,0 +1,208 @@
+// The LLVM emitter's Winograd F(2x2, 3x3) convolution (Impl::WinogradF23, schedule.h's
+// WinogradTiles), as the C++ printer's emitWinograd: the same transforms (the prelude's
+// pc::winogradInput and pc::winogradOutput, addition by addition), GEMM tiles and epilogue.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/IRBuilder.h>
+
+#include "emitter.h"
+
+namespace policyc::codegen::llvmemit {
+
+namespace {
+const std::vector<int> kEven = {0, 2, 4, 6, 8, 10, 12, 14}, kOdd = {1, 3, 5, 7, 9, 11, 13, 15};
+}  // namespace
+
+void Emitter::winogradInput(const std::vector<Value*>& rows, int64_t x0, int64_t lanes, Value* v, int64_t stride) {
+  llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
+  auto load = [&](Value* row, int64_t at) {
+    return b_.CreateAlignedLoad(v8, b_.CreateConstInBoundsGEP1_64(f32_, row, static_cast<uint64_t>(2 * x0 + at)), llvm::Align(4));
+  };
+  Value* q[4][4];
+  for (int i = 0; i < 4; ++i) {
+    Value* l0 = load(rows[static_cast<size_t>(i)], 0);
+    Value* l1 = load(rows[static_cast<size_t>(i)], 8);
+    Value* l2 = load(rows[static_cast<size_t>(i)], 2);
+    Value* l3 = load(rows[static_cast<size_t>(i)], 10);
+    Value* a = b_.CreateShuffleVector(l0, l1, kEven);
+    Value* bb = b_.CreateShuffleVector(l0, l1, kOdd);
+    Value* c = b_.CreateShuffleVector(l2, l3, kEven);
+    Value* d = b_.CreateShuffleVector(l2, l3, kOdd);
+    q[i][0] = b_.CreateFSub(a, c);
+    q[i][1] = b_.CreateFAdd(bb, c);
+    q[i][2] = b_.CreateFSub(c, bb);
+    q[i][3] = b_.CreateFSub(bb, d);
+  }
+  auto store = [&](Value* x, int64_t which) {
+    Value* ptr = b_.CreateConstInBoundsGEP1_64(f32_, v, static_cast<uint64_t>(which * stride));
+    if (lanes == 8) b_.CreateAlignedStore(x, ptr, llvm::Align(4));
+    else storeFirst(x, ptr, static_cast<unsigned>(lanes), -1);
+  };
+  for (int j = 0; j < 4; ++j) {
+    store(b_.CreateFSub(q[0][j], q[2][j]), j);
+    store(b_.CreateFAdd(q[1][j], q[2][j]), 4 + j);
+    store(b_.CreateFSub(q[2][j], q[1][j]), 8 + j);
+    store(b_.CreateFSub(q[1][j], q[3][j]), 12 + j);
+  }
+}
+
+void Emitter::winogradOutput(Value* m, int64_t stride, Value* bias, int64_t lanes, Value* y0, Value* y1) {
+  llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
+  auto load = [&](int64_t which) {
+    return b_.CreateAlignedLoad(v8, b_.CreateConstInBoundsGEP1_64(f32_, m, static_cast<uint64_t>(which * stride)), llvm::Align(4));
+  };
+  Value* s[4][2];
+  for (int i = 0; i < 4; ++i) {
+    Value* a = load(4 * i);
+    Value* bb = load(4 * i + 1);
+    Value* c = load(4 * i + 2);
+    Value* d = load(4 * i + 3);
+    s[i][0] = b_.CreateFAdd(b_.CreateFAdd(a, bb), c);
+    s[i][1] = b_.CreateFSub(b_.CreateFSub(bb, c), d);
+  }
+  Value* bv = b_.CreateVectorSplat(8, bias);
+  Value* y[2][2];
+  for (int j = 0; j < 2; ++j) {
+    y[0][j] = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFAdd(s[0][j], s[1][j]), s[2][j]), bv);
+    y[1][j] = b_.CreateFAdd(b_.CreateFSub(b_.CreateFSub(s[1][j], s[2][j]), s[3][j]), bv);
+  }
+  Value* out[2] = {y0, y1};
+  for (int i = 0; i < 2; ++i) {
+    Value* lo = b_.CreateShuffleVector(y[i][0], y[i][1], {0, 8, 1, 9, 2, 10, 3, 11});
+    if (lanes == 2) {
+      storeFirst(lo, out[i], 4, -1);
+      continue;
+    }
+    b_.CreateAlignedStore(lo, out[i], llvm::Align(4));
+    if (lanes == 8) {
+      b_.CreateAlignedStore(b_.CreateShuffleVector(y[i][0], y[i][1], {4, 12, 5, 13, 6, 14, 7, 15}),
+                            b_.CreateConstInBoundsGEP1_64(f32_, out[i], 8), llvm::Align(4));
+    }
+  }
+}
+
+void Emitter::emitWinograd(const Kernel& k) {
+  const size_t index = static_cast<size_t>(&k - p_.kernels.data());
+  const KernelSchedule& ks = s_.kernels[index];
+  const WinogradTiles& t = *ks.winograd;
+  const ir::Node& n = *k.anchor;
+  const Buffer& X = p_.buffer(k.anchorInputs[0]);
+  const int64_t C = t.C, M = t.M, R = t.rows, P = t.panels, TW = t.TW, BR = t.bandRows;
+  const int64_t bandH = t.bandH(), bandW = t.bandW(), run = std::min<int64_t>(TW, 8);
+  const DType accT = accType(k);
+  Value* up = weightsAt(ks.winogradWeight, "up");
+  Value* bp = weightsAt(ks.packedBias, "bp");
+  Value* zeros = constGlobal(llvm::ConstantAggregateZero::get(llvm::ArrayType::get(f32_, 32)), k.name + ".zeros");
+  // The stack buffers of the C++ printer's (their slack: a short run reads past its end).
+  Value* band = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(t.bandFloats() + 16)), "band");
+  Value* V = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(t.inputFloats())), "V");
+  Value* Mt = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(t.productFloats() + 8)), "Mt");
+  Value* yrow = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(2 * (t.OW + 8))), "yrow");
+  llvm::Constant* zero8 = llvm::ConstantInt::get(llvm::Type::getInt8Ty(ctx_), 0);
+  b_.CreateMemSet(b_.CreateConstInBoundsGEP1_64(f32_, band, static_cast<uint64_t>(t.bandFloats())), zero8, 64, llvm::MaybeAlign(4));
+  auto at = [&](Value* base, Value* offset) { return b_.CreateInBoundsGEP(f32_, base, offset); };
+  forRange(lo_, hi_, "u", [&](Value* u) {
+    Value* i0 = b_.CreateUDiv(u, c64(t.bands), "i0");
+    Value* ty0 = b_.CreateMul(b_.CreateURem(u, c64(t.bands)), c64(BR), "ty0");
+    // The band: the input rows 2 ty0 - padTop on, zero outside the image.
+    forCount(C, "c", [&](Value* c) {
+      forCount(bandH, "r", [&](Value* r) {
+        Value* row = at(band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(bandH)), r), c64(bandW)));
+        Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(ty0, c64(2)), r), c64(t.padTop));
+        Value* inRow = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(t.H)));
+        ifElse(
+            inRow, "inside",
+            [&] {
+              if (t.padLeft > 0) b_.CreateMemSet(row, zero8, static_cast<uint64_t>(t.padLeft * 4), llvm::MaybeAlign(4));
+              forCount(t.W, "iw", [&](Value* iw) {
+                b_.CreateStore(loadElem(X.id, {i0, c, ih, iw}, X.name), at(row, b_.CreateAdd(iw, c64(t.padLeft))));
+              });
+              if (bandW > t.padLeft + t.W) {
+                b_.CreateMemSet(b_.CreateConstInBoundsGEP1_64(f32_, row, static_cast<uint64_t>(t.padLeft + t.W)), zero8,
+                                static_cast<uint64_t>((bandW - t.padLeft - t.W) * 4), llvm::MaybeAlign(4));
+              }
+            },
+            [&] { b_.CreateMemSet(row, zero8, static_cast<uint64_t>(bandW * 4), llvm::MaybeAlign(4)); });
+      });
+    });
+    // V: tile tt = ty * TW + tx of channel c at V[xi][tt / 16][c][tt % 16].
+    forCount(C, "c", [&](Value* c) {
+      forCount(BR, "ty", [&](Value* ty) {
+        Value* b0 = at(band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(bandH)), b_.CreateMul(ty, c64(2))), c64(bandW)));
+        std::vector<Value*> rows = {b0};
+        for (int64_t i = 1; i < 4; ++i) rows.push_back(b_.CreateConstInBoundsGEP1_64(f32_, b0, static_cast<uint64_t>(i * bandW)));
+        for (int64_t x0 = 0; x0 < TW; x0 += run) {
+          Value* tt = b_.CreateAdd(b_.CreateMul(ty, c64(TW)), c64(x0));
+          Value* dst = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(tt, c64(16)), c64(C)), c), c64(16)),
+                                    b_.CreateURem(tt, c64(16)));
+          winogradInput(rows, x0, run, at(V, dst), t.inputStride());
+        }
+      });
+    });
+    // The 16 GEMMs of a group of R output channels (the last group's rows past M repeat its last
+    // channel, computed and dropped), then the group's outputs.
+    forRange(c64(0), c64((M + R - 1) / R), "g", [&](Value* g) {
+      Value* m0 = b_.CreateMul(g, c64(R), "m0");
+      forCount(16, "xi", [&](Value* xi) {
+        std::vector<Value*> rows;
+        for (int64_t r = 0; r < R; ++r) {
+          Value* m = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, b_.CreateAdd(m0, c64(r)), c64(M - 1));
+          rows.push_back(at(up, b_.CreateMul(b_.CreateAdd(b_.CreateMul(xi, c64(M)), m), c64(C))));
+        }
+        Value* v = at(V, b_.CreateMul(xi, c64(t.inputStride())));
+        Value* mt = at(Mt, b_.CreateMul(xi, c64(t.productStride())));
+        // One call of both vectors of tiles with AVX-512 (the C++ gemm_8x32), one a vector without (gemm_6x16).
+        const int64_t per = R == 8 ? P : 1;
+        for (int64_t q = 0; q < P; q += per) {
+          PanelRef w;
+          w.w = b_.CreateConstInBoundsGEP1_64(f32_, v, static_cast<uint64_t>(q * C * 16));
+          w.stride = C * 16;
+          auto acc = gemmTile(rows, static_cast<int>(per), C, w, zeros, &n);
+          for (int64_t r = 0; r < R; ++r) {
+            for (int64_t p = 0; p < per; ++p) {
+              b_.CreateAlignedStore(acc[static_cast<size_t>(r)][static_cast<size_t>(p)],
+                                    b_.CreateConstInBoundsGEP1_64(f32_, mt, static_cast<uint64_t>(r * 16 * P + (q + p) * 16)), llvm::Align(4));
+            }
+          }
+        }
+      });
+      Value* mEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, b_.CreateAdd(m0, c64(R)), c64(M));
+      forRange(m0, mEnd, "i1", [&](Value* i1) {
+        Value* mr = at(Mt, b_.CreateMul(b_.CreateSub(i1, m0), c64(16 * P)));
+        Value* bias = b_.CreateLoad(f32_, at(bp, i1), "bias");
+        Value* tyEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, c64(BR), b_.CreateSub(c64(t.TH), ty0));
+        forRange(c64(0), tyEnd, "ty", [&](Value* ty) {
+          Value* y1 = b_.CreateConstInBoundsGEP1_64(f32_, yrow, static_cast<uint64_t>(t.OW + 8));
+          for (int64_t x0 = 0; x0 < TW; x0 += run) {
+            winogradOutput(at(mr, b_.CreateAdd(b_.CreateMul(ty, c64(TW)), c64(x0))), t.productStride(), bias, run,
+                           b_.CreateConstInBoundsGEP1_64(f32_, yrow, static_cast<uint64_t>(2 * x0)),
+                           b_.CreateConstInBoundsGEP1_64(f32_, y1, static_cast<uint64_t>(2 * x0)));
+          }
+          forCount(2, "half", [&](Value* half) {
+            Value* i2 = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(ty0, ty), c64(2)), half, "i2");
+            Value* row = at(yrow, b_.CreateMul(half, c64(t.OW + 8)));
+            if (ks.tileEpilogue) {
+              // The epilogue on 8 columns at a time (a row of 4: its first 4 lanes).
+              llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
+              for (int64_t col = 0; col < t.OW; col += 8) {
+                Value* y = b_.CreateAlignedLoad(v8, b_.CreateConstInBoundsGEP1_64(f32_, row, static_cast<uint64_t>(col)), llvm::Align(4), "acc");
+                emitBody(k.body, {i0, i1, i2, c64(col)}, y, 8, static_cast<unsigned>(std::min<int64_t>(8, t.OW - col)));
+              }
+            } else {
+              forCount(t.OW, "i3", [&](Value* i3) {
+                Value* a = b_.CreateLoad(f32_, at(row, i3), "acc");
+                emitBody(k.body, {i0, i1, i2, i3}, convert(a, DType::F32, accT));
+              });
+            }
+          });
+        });
+      });
+    });
+  });
+}
+
+}  // namespace policyc::codegen::llvmemit
