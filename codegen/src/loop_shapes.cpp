@@ -443,12 +443,13 @@ std::optional<WinogradTiles> winogradTiles(const KernelProgram& p, const Kernel&
   t.M = k.domain[1].value();
   t.OH = k.domain[2].value();
   t.OW = k.domain[3].value();
-  if (t.OH % 2 || t.OW % 2 || t.OW < 4 || t.OW > 64 || 32 % (t.OW / 2)) return std::nullopt;
+  // An odd output's last tile row and column compute outputs past it (from zeroed band values), dropped.
+  t.TW = (t.OW + 1) / 2;
+  t.TH = (t.OH + 1) / 2;
+  if (t.TW < 2 || t.TW > 32 || 32 % t.TW) return std::nullopt;
   const std::vector<int64_t> pads = spatialList(n, "pads", 4, 0);
   t.padTop = pads[0];
   t.padLeft = pads[1];
-  t.TW = t.OW / 2;
-  t.TH = t.OH / 2;
   t.bandRows = std::min(t.TH, 32 / t.TW);
   if (t.tiles() % 16) return std::nullopt;
   t.bands = (t.TH + t.bandRows - 1) / t.bandRows;

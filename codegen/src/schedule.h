@@ -215,9 +215,9 @@ std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k
 // outputs the direct conv leaves finite; NaN inputs propagate as they do there.
 struct WinogradTiles {
   int64_t C = 0, H = 0, W = 0;     // the input: channels, rows, columns
-  int64_t M = 0, OH = 0, OW = 0;   // the output: channels, rows, columns (even)
+  int64_t M = 0, OH = 0, OW = 0;   // the output: channels, rows, columns
   int64_t padTop = 0, padLeft = 0;
-  int64_t TW = 0, TH = 0;          // tiles across and down: OW / 2, OH / 2
+  int64_t TW = 0, TH = 0;          // tiles across and down: ceil(OW / 2), ceil(OH / 2)
   int64_t bandRows = 0;            // rows of tiles a unit
   int64_t bands = 0;               // units per image: ceil(TH / bandRows)
   int64_t panels = 0;              // the T = bandRows * TW tiles as vectors of 16: 1 or 2
@@ -225,7 +225,7 @@ struct WinogradTiles {
   bool bias = false;
   int64_t tiles() const { return bandRows * TW; }
   int64_t bandH() const { return 2 * bandRows + 2; }  // the band's input rows
-  int64_t bandW() const { return OW + 2; }            // and columns (padding included)
+  int64_t bandW() const { return 2 * TW + 2; }        // and columns (padding included)
   // Floats of the band, of the 16 transformed inputs (V[16][panels][C][16], value (i, j) from
   // (i*4 + j) * inputStride()) and of one channel group's 16 products (M[16][rows][panels * 16],
   // from (i*4 + j) * productStride()), each a stack buffer. The strides are 16 floats longer than
@@ -238,9 +238,10 @@ struct WinogradTiles {
   int64_t productFloats() const { return 16 * productStride(); }
 };
 // nullopt where WinogradF23 cannot run `k`: not a 2-D group-1 3 x 3 conv of stride and dilation
-// 1 with f32 operands, finite fixed (not updatable) weights and an even output of at most 64
-// columns whose tiles fill whole vectors of 16 (bandRows * TW a multiple of 16), or a band or its
-// transformed input larger than kMaxWinogradFloats.
+// 1 with f32 operands, finite fixed (not updatable) weights and an output of at most 64 columns
+// whose tiles fill whole vectors of 16 (TW dividing 32, bandRows * TW a multiple of 16), or a band
+// or its transformed input larger than kMaxWinogradFloats. An odd output's last tile row and
+// column compute outputs past it (from zeroed band values), not stored.
 std::optional<WinogradTiles> winogradTiles(const KernelProgram& p, const Kernel& k, bool wideVectors);
 inline constexpr int64_t kMaxWinogradFloats = 32768;
 

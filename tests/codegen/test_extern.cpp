@@ -207,7 +207,8 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
       // 32 and 64 output channels: with AVX-512 the generated implicit GEMM's tiles of eight
       // positions by two panels, oneDNN or not. Without AVX-512 the one-panel six-position tiles;
       // the strided convs have no conv_rows; the last one (3x3, stride 1) has, on 7 rows of 7
-      // columns in four pairs (49 of 64 lanes): too few lanes, oneDNN or not.
+      // columns in four pairs (49 of 64 lanes): too few lanes, oneDNN or not. It has winograd_f23
+      // too, whose 4 x 4 tiles would compute 64 positions for its 49.
       const bool rows = convs == 3;
       CHECK(withExtern.at(k.name) == codegen::ImplDispatch{{-1, "gemm8x32"}});
       CHECK(without.at(k.name) == codegen::ImplDispatch{{-1, "gemm8x32"}});
@@ -216,7 +217,7 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
       CHECK(codegen::heuristicChoice(a, {1, 16, 64}, false, std::nullopt, kNarrow).at(k.name) ==
             codegen::ImplDispatch{{-1, "gemm6x16"}});
       // conv + bias + relu stored plainly: the whole epilogue can be oneDNN post-ops.
-      const std::vector<std::string> all = {"gemm4x32", "gemm4x16", "conv_rows", "onednn", "onednn_postops", "gemm6x16", "gemm8x32"};
+      const std::vector<std::string> all = {"gemm4x32", "gemm4x16", "conv_rows", "winograd_f23", "onednn", "onednn_postops", "gemm6x16", "gemm8x32"};
       const std::vector<std::string> convImpls = {"gemm4x32", "gemm4x16", "onednn", "onednn_postops", "gemm6x16", "gemm8x32"};
       CHECK(codegen::implCandidates(a, k, true) == (rows ? all : convImpls));
       // Narrowed weights: no conv_rows (it reads the weight as it is); with products in bf16

@@ -31,7 +31,7 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
                    t.inputStride());
   s += fmt::format("  alignas(64) float Mt[{}];  // a channel group's products [16][{}][{}], {} floats apart\n", t.productFloats() + 8, R,
                    16 * P, t.productStride());
-  s += fmt::format("  alignas(64) float yrow[2][{}];  // two output rows of a channel\n", t.OW + 8);
+  s += fmt::format("  alignas(64) float yrow[2][{}];  // two output rows of a channel\n", 2 * TW + 8);
   s += "  std::memset(band + " + std::to_string(t.bandFloats()) + ", 0, 16 * sizeof(float));\n";
   s += unitLoop();
   s += fmt::format("    const int64_t i0 = uq / {}, ty0 = uq % {} * {};\n", t.bands, t.bands, BR);
@@ -74,7 +74,8 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
   s += fmt::format("          for (int64_t x0 = 0; x0 < {}; x0 += {}) pc::winogradOutput<{}>(mr + ty*{} + x0, {}, bias, yrow[0] + 2*x0, "
                    "yrow[1] + 2*x0);\n",
                    TW, run, run, TW, t.productStride());
-  s += "          for (int64_t half = 0; half < 2; ++half) {\n            const int64_t i2 = 2*(ty0 + ty) + half;\n";
+  s += fmt::format("          for (int64_t half = 0; half < 2 && 2*(ty0 + ty) + half < {}; ++half) {{\n", t.OH);
+  s += "            const int64_t i2 = 2*(ty0 + ty) + half;\n";
   if (ks.tileEpilogue && vectorEpilogue(k, axisVars("i", 4), "0", 8)) {
     // The epilogue on 8 columns at a time (a row of 4: its first 4 lanes).
     for (int64_t col = 0; col < t.OW; col += 8) {

@@ -101,7 +101,7 @@ void Emitter::emitWinograd(const Kernel& k) {
   Value* band = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(t.bandFloats() + 16)), "band");
   Value* V = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(t.inputFloats())), "V");
   Value* Mt = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(t.productFloats() + 8)), "Mt");
-  Value* yrow = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(2 * (t.OW + 8))), "yrow");
+  Value* yrow = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(2 * (2 * TW + 8))), "yrow");
   llvm::Constant* zero8 = llvm::ConstantInt::get(llvm::Type::getInt8Ty(ctx_), 0);
   b_.CreateMemSet(b_.CreateConstInBoundsGEP1_64(f32_, band, static_cast<uint64_t>(t.bandFloats())), zero8, 64, llvm::MaybeAlign(4));
   auto at = [&](Value* base, Value* offset) { return b_.CreateInBoundsGEP(f32_, base, offset); };
@@ -176,15 +176,16 @@ void Emitter::emitWinograd(const Kernel& k) {
         Value* bias = b_.CreateLoad(f32_, at(bp, i1), "bias");
         Value* tyEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, c64(BR), b_.CreateSub(c64(t.TH), ty0));
         forRange(c64(0), tyEnd, "ty", [&](Value* ty) {
-          Value* y1 = b_.CreateConstInBoundsGEP1_64(f32_, yrow, static_cast<uint64_t>(t.OW + 8));
+          Value* y1 = b_.CreateConstInBoundsGEP1_64(f32_, yrow, static_cast<uint64_t>(2 * TW + 8));
           for (int64_t x0 = 0; x0 < TW; x0 += run) {
             winogradOutput(at(mr, b_.CreateAdd(b_.CreateMul(ty, c64(TW)), c64(x0))), t.productStride(), bias, run,
                            b_.CreateConstInBoundsGEP1_64(f32_, yrow, static_cast<uint64_t>(2 * x0)),
                            b_.CreateConstInBoundsGEP1_64(f32_, y1, static_cast<uint64_t>(2 * x0)));
           }
-          forCount(2, "half", [&](Value* half) {
-            Value* i2 = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(ty0, ty), c64(2)), half, "i2");
-            Value* row = at(yrow, b_.CreateMul(half, c64(t.OW + 8)));
+          Value* r0 = b_.CreateMul(b_.CreateAdd(ty0, ty), c64(2));
+          forRange(c64(0), b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, c64(2), b_.CreateSub(c64(t.OH), r0)), "half", [&](Value* half) {
+            Value* i2 = b_.CreateAdd(r0, half, "i2");
+            Value* row = at(yrow, b_.CreateMul(half, c64(2 * TW + 8)));
             if (ks.tileEpilogue) {
               // The epilogue on 8 columns at a time (a row of 4: its first 4 lanes).
               llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
