@@ -1162,63 +1162,92 @@ PC_GEMM_RXP(8, 32)
 #undef PC_GEMM_RXP
 
 // ---- Winograd F(2x2, 3x3) (codegen's WinogradTiles, Impl::WinogradF23): the transforms of a
-// run of N <= 8 tiles along a tile row, a tile a vector lane. Additions only, in a fixed order
-// that the LLVM printer's Emitter::winogradInput / winogradOutput repeat: the same bits.
+// run of N tiles along a tile row (2, 4 or 8 on vectors of 8, 16 on vectors of 16: WinogradTiles::
+// run), a tile a vector lane. Additions only, in a fixed order that the LLVM printer's
+// Emitter::winogradInput / winogradOutput repeat: the same bits.
+// Lanes [0, W) of two W-lane vectors' 2W lanes: the even ones, or the odd ones.
+template <class V, int W, bool Odd> PC_INLINE V halfLanes(V a, V b) {
+  if constexpr (W == 16) {
+    return Odd ? __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)
+               : __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  } else {
+    return Odd ? __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15) : __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+  }
+}
 // The 4 x 4 input values of the tiles from tile column x0 (r[i]: band row 2 ty + i of a channel):
 // along each row (x[2t] - x[2t+2], x[2t+1] + x[2t+2], x[2t+2] - x[2t+1], x[2t+1] - x[2t+3]),
 // then the same across the rows (row 0 - row 2, 1 + 2, 2 - 1, 1 - 3); value (i, j) of V stored
-// at v + (i*4 + j) * vs, N lanes. Reads 16 floats from r[i] + 2 x0 and from 2 further on.
+// at v + (i*4 + j) * vs, N lanes. Reads 2W floats from r[i] + 2 x0 and from 2 further on.
 template <int N>
 PC_INLINE void winogradInput(const float* const* r, int64_t x0, float* PC_RESTRICT v, int64_t vs) {
-  f32x8 q[4][4];
+  static_assert(N == 2 || N == 4 || N == 8 || N == 16, "runs of 2, 4, 8 or 16 tiles");
+  constexpr int W = N == 16 ? 16 : 8;
+  typedef std::conditional_t<W == 16, f32x16, f32x8> V;
+  auto load = [](const float* p) {
+    if constexpr (W == 16) return load16(p);
+    else return load8(p);
+  };
+  V q[4][4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     const float* p = r[i] + 2 * x0;
-    const f32x8 l0 = load8(p), l1 = load8(p + 8), l2 = load8(p + 2), l3 = load8(p + 10);
-    const f32x8 a = __builtin_shufflevector(l0, l1, 0, 2, 4, 6, 8, 10, 12, 14);
-    const f32x8 b = __builtin_shufflevector(l0, l1, 1, 3, 5, 7, 9, 11, 13, 15);
-    const f32x8 c = __builtin_shufflevector(l2, l3, 0, 2, 4, 6, 8, 10, 12, 14);
-    const f32x8 d = __builtin_shufflevector(l2, l3, 1, 3, 5, 7, 9, 11, 13, 15);
+    const V l0 = load(p), l1 = load(p + W), l2 = load(p + 2), l3 = load(p + W + 2);
+    const V a = halfLanes<V, W, false>(l0, l1), b = halfLanes<V, W, true>(l0, l1);
+    const V c = halfLanes<V, W, false>(l2, l3), d = halfLanes<V, W, true>(l2, l3);
     q[i][0] = a - c;
     q[i][1] = b + c;
     q[i][2] = c - b;
     q[i][3] = b - d;
   }
+  auto store = [](float* p, V x) {
+    if constexpr (W == 16) store16(p, x);
+    else storeFirst8<N>(p, x);
+  };
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
-    storeFirst8<N>(v + j * vs, q[0][j] - q[2][j]);
-    storeFirst8<N>(v + (4 + j) * vs, q[1][j] + q[2][j]);
-    storeFirst8<N>(v + (8 + j) * vs, q[2][j] - q[1][j]);
-    storeFirst8<N>(v + (12 + j) * vs, q[1][j] - q[3][j]);
+    store(v + j * vs, q[0][j] - q[2][j]);
+    store(v + (4 + j) * vs, q[1][j] + q[2][j]);
+    store(v + (8 + j) * vs, q[2][j] - q[1][j]);
+    store(v + (12 + j) * vs, q[1][j] - q[3][j]);
   }
 }
-// The outputs of a run of N tiles from their 16 products (i, j) at m + (i*4 + j) * ms (8 lanes
+// The outputs of a run of N tiles from their 16 products (i, j) at m + (i*4 + j) * ms (W lanes
 // read): along each row ((m0 + m1) + m2, (m1 - m2) - m3), then across the rows the same, plus
 // `bias`; output row 0's 2N values (lanes interleaved: tile t's two columns) to y0, row 1's to y1.
 template <int N>
 PC_INLINE void winogradOutput(const float* PC_RESTRICT m, int64_t ms, float bias, float* PC_RESTRICT y0, float* PC_RESTRICT y1) {
-  static_assert(N == 2 || N == 4 || N == 8, "runs of 2, 4 or 8 tiles");
-  f32x8 s[4][2];
+  static_assert(N == 2 || N == 4 || N == 8 || N == 16, "runs of 2, 4, 8 or 16 tiles");
+  constexpr int W = N == 16 ? 16 : 8;
+  typedef std::conditional_t<W == 16, f32x16, f32x8> V;
+  auto load = [](const float* p) {
+    if constexpr (W == 16) return load16(p);
+    else return load8(p);
+  };
+  V s[4][2];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
-    const f32x8 a = load8(m + (4 * i) * ms), b = load8(m + (4 * i + 1) * ms), c = load8(m + (4 * i + 2) * ms),
-                d = load8(m + (4 * i + 3) * ms);
+    const V a = load(m + (4 * i) * ms), b = load(m + (4 * i + 1) * ms), c = load(m + (4 * i + 2) * ms), d = load(m + (4 * i + 3) * ms);
     s[i][0] = (a + b) + c;
     s[i][1] = (b - c) - d;
   }
-  const f32x8 bv = splat8(bias);
+  const V bv = V{} + bias;
   float* const out[2] = {y0, y1};
-  const f32x8 y00 = ((s[0][0] + s[1][0]) + s[2][0]) + bv, y01 = ((s[0][1] + s[1][1]) + s[2][1]) + bv;
-  const f32x8 y10 = ((s[1][0] - s[2][0]) - s[3][0]) + bv, y11 = ((s[1][1] - s[2][1]) - s[3][1]) + bv;
-  const f32x8 rows[2][2] = {{y00, y01}, {y10, y11}};
+  const V y00 = ((s[0][0] + s[1][0]) + s[2][0]) + bv, y01 = ((s[0][1] + s[1][1]) + s[2][1]) + bv;
+  const V y10 = ((s[1][0] - s[2][0]) - s[3][0]) + bv, y11 = ((s[1][1] - s[2][1]) - s[3][1]) + bv;
+  const V rows[2][2] = {{y00, y01}, {y10, y11}};
 #pragma GCC unroll 2
   for (int i = 0; i < 2; ++i) {
-    const f32x8 lo = __builtin_shufflevector(rows[i][0], rows[i][1], 0, 8, 1, 9, 2, 10, 3, 11);
-    if constexpr (N == 2) {
-      storeFirst8<4>(out[i], lo);
+    if constexpr (W == 16) {
+      store16(out[i], __builtin_shufflevector(rows[i][0], rows[i][1], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23));
+      store16(out[i] + 16, __builtin_shufflevector(rows[i][0], rows[i][1], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31));
     } else {
-      store8(out[i], lo);
-      if constexpr (N == 8) store8(out[i] + 8, __builtin_shufflevector(rows[i][0], rows[i][1], 4, 12, 5, 13, 6, 14, 7, 15));
+      const f32x8 lo = __builtin_shufflevector(rows[i][0], rows[i][1], 0, 8, 1, 9, 2, 10, 3, 11);
+      if constexpr (N == 2) {
+        storeFirst8<4>(out[i], lo);
+      } else {
+        store8(out[i], lo);
+        if constexpr (N == 8) store8(out[i] + 8, __builtin_shufflevector(rows[i][0], rows[i][1], 4, 12, 5, 13, 6, 14, 7, 15));
+      }
     }
   }
 }

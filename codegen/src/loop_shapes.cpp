@@ -450,17 +450,21 @@ std::optional<WinogradTiles> winogradTiles(const KernelProgram& p, const Kernel&
   const std::vector<int64_t> pads = spatialList(n, "pads", 4, 0);
   t.padTop = pads[0];
   t.padLeft = pads[1];
-  t.bandRows = std::min(t.TH, 32 / t.TW);
-  if (t.tiles() % 16) return std::nullopt;
-  t.bands = (t.TH + t.bandRows - 1) / t.bandRows;
-  t.panels = t.tiles() / 16;
   // 8 channels by one or two vectors of tiles with AVX-512 (16 rows by one vector, 16 accumulators,
   // ran 1.1x slower: the rows' 16 pointers outnumber the general registers), 6 by a vector's two
   // halves with AVX2's 16 registers.
   t.rows = wideVectors ? 8 : 6;
+  t.run = wideVectors && t.TW >= 16 ? 16 : std::min<int64_t>(t.TW, 8);
   t.bias = k.anchorInputs.size() > 2;
-  if (t.bandFloats() > kMaxWinogradFloats || t.inputFloats() > kMaxWinogradFloats) return std::nullopt;
-  return t;
+  // Bands of 32 tiles, or of 16 where those do not fit the stack buffers (over about 56 channels).
+  for (int64_t tiles : {32, 16}) {
+    t.bandRows = std::min(t.TH, tiles / t.TW);
+    if (t.bandRows == 0 || t.tiles() % 16) continue;
+    t.bands = (t.TH + t.bandRows - 1) / t.bandRows;
+    t.panels = t.tiles() / 16;
+    if (t.bandFloats() + t.inputFloats() <= kMaxWinogradFloats) return t;
+  }
+  return std::nullopt;
 }
 
 }  // namespace policyc::codegen

@@ -222,6 +222,10 @@ struct WinogradTiles {
   int64_t bands = 0;               // units per image: ceil(TH / bandRows)
   int64_t panels = 0;              // the T = bandRows * TW tiles as vectors of 16: 1 or 2
   int64_t rows = 0;                // output channels a GEMM tile: 8 with AVX-512, 6 without
+  // Tiles the transforms take at once along a tile row, a tile a vector lane: 16 with AVX-512
+  // where a row has that many (one 16-lane vector does the work of two 8-lane ones), else
+  // min(TW, 8).
+  int64_t run = 0;
   bool bias = false;
   int64_t tiles() const { return bandRows * TW; }
   int64_t bandH() const { return 2 * bandRows + 2; }  // the band's input rows
@@ -240,8 +244,9 @@ struct WinogradTiles {
 // nullopt where WinogradF23 cannot run `k`: not a 2-D group-1 3 x 3 conv of stride and dilation
 // 1 with f32 operands, finite fixed (not updatable) weights and an output of at most 64 columns
 // whose tiles fill whole vectors of 16 (TW dividing 32, bandRows * TW a multiple of 16), or a band
-// or its transformed input larger than kMaxWinogradFloats. An odd output's last tile row and
-// column compute outputs past it (from zeroed band values), not stored.
+// and its transformed input together over kMaxWinogradFloats (128 KiB of stack, as a padded
+// image's). An odd output's last tile row and column compute outputs past it (from zeroed band
+// values), not stored.
 std::optional<WinogradTiles> winogradTiles(const KernelProgram& p, const Kernel& k, bool wideVectors);
 inline constexpr int64_t kMaxWinogradFloats = 32768;
 

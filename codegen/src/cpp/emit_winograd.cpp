@@ -15,7 +15,7 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
   const WinogradTiles& t = *ks.winograd;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const int64_t C = t.C, M = t.M, R = t.rows, P = t.panels, TW = t.TW, BR = t.bandRows;
-  const int64_t bandH = t.bandH(), bandW = t.bandW(), run = std::min<int64_t>(TW, 8);
+  const int64_t bandH = t.bandH(), bandW = t.bandW(), run = t.run;
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   s += fmt::format("  // winograd_f23: units of {} row(s) of {} tiles (2 x 2 outputs each, {} tiles), {} output channels a GEMM tile\n", BR, TW,

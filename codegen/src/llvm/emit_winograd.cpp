@@ -14,24 +14,39 @@
 namespace policyc::codegen::llvmemit {
 
 namespace {
-const std::vector<int> kEven = {0, 2, 4, 6, 8, 10, 12, 14}, kOdd = {1, 3, 5, 7, 9, 11, 13, 15};
+// The even or the odd lanes of two `width`-lane vectors' 2 x width (as the prelude's pc::halfLanes).
+std::vector<int> halfLanes(int width, bool odd) {
+  std::vector<int> m;
+  for (int i = 0; i < width; ++i) m.push_back(2 * i + (odd ? 1 : 0));
+  return m;
+}
+// Two vectors' lanes interleaved, a's lane i then b's, from lane `from` of each (`width` lanes).
+std::vector<int> interleaved(int width, int from) {
+  std::vector<int> m;
+  for (int i = 0; i < width / 2; ++i) {
+    m.push_back(from + i);
+    m.push_back(width + from + i);
+  }
+  return m;
+}
 }  // namespace
 
 void Emitter::winogradInput(const std::vector<Value*>& rows, int64_t x0, int64_t lanes, Value* v, int64_t stride) {
-  llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
+  const int width = lanes == 16 ? 16 : 8;
+  llvm::Type* vt = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(width));
   auto load = [&](Value* row, int64_t at) {
-    return b_.CreateAlignedLoad(v8, b_.CreateConstInBoundsGEP1_64(f32_, row, static_cast<uint64_t>(2 * x0 + at)), llvm::Align(4));
+    return b_.CreateAlignedLoad(vt, b_.CreateConstInBoundsGEP1_64(f32_, row, static_cast<uint64_t>(2 * x0 + at)), llvm::Align(4));
   };
   Value* q[4][4];
   for (int i = 0; i < 4; ++i) {
     Value* l0 = load(rows[static_cast<size_t>(i)], 0);
-    Value* l1 = load(rows[static_cast<size_t>(i)], 8);
+    Value* l1 = load(rows[static_cast<size_t>(i)], width);
     Value* l2 = load(rows[static_cast<size_t>(i)], 2);
-    Value* l3 = load(rows[static_cast<size_t>(i)], 10);
-    Value* a = b_.CreateShuffleVector(l0, l1, kEven);
-    Value* bb = b_.CreateShuffleVector(l0, l1, kOdd);
-    Value* c = b_.CreateShuffleVector(l2, l3, kEven);
-    Value* d = b_.CreateShuffleVector(l2, l3, kOdd);
+    Value* l3 = load(rows[static_cast<size_t>(i)], width + 2);
+    Value* a = b_.CreateShuffleVector(l0, l1, halfLanes(width, false));
+    Value* bb = b_.CreateShuffleVector(l0, l1, halfLanes(width, true));
+    Value* c = b_.CreateShuffleVector(l2, l3, halfLanes(width, false));
+    Value* d = b_.CreateShuffleVector(l2, l3, halfLanes(width, true));
     q[i][0] = b_.CreateFSub(a, c);
     q[i][1] = b_.CreateFAdd(bb, c);
     q[i][2] = b_.CreateFSub(c, bb);
@@ -39,7 +54,7 @@ void Emitter::winogradInput(const std::vector<Value*>& rows, int64_t x0, int64_t
   }
   auto store = [&](Value* x, int64_t which) {
     Value* ptr = b_.CreateConstInBoundsGEP1_64(f32_, v, static_cast<uint64_t>(which * stride));
-    if (lanes == 8) b_.CreateAlignedStore(x, ptr, llvm::Align(4));
+    if (lanes == width) b_.CreateAlignedStore(x, ptr, llvm::Align(4));
     else storeFirst(x, ptr, static_cast<unsigned>(lanes), -1);
   };
   for (int j = 0; j < 4; ++j) {
@@ -51,9 +66,10 @@ void Emitter::winogradInput(const std::vector<Value*>& rows, int64_t x0, int64_t
 }
 
 void Emitter::winogradOutput(Value* m, int64_t stride, Value* bias, int64_t lanes, Value* y0, Value* y1) {
-  llvm::Type* v8 = llvm::FixedVectorType::get(f32_, 8);
+  const int width = lanes == 16 ? 16 : 8;
+  llvm::Type* vt = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(width));
   auto load = [&](int64_t which) {
-    return b_.CreateAlignedLoad(v8, b_.CreateConstInBoundsGEP1_64(f32_, m, static_cast<uint64_t>(which * stride)), llvm::Align(4));
+    return b_.CreateAlignedLoad(vt, b_.CreateConstInBoundsGEP1_64(f32_, m, static_cast<uint64_t>(which * stride)), llvm::Align(4));
   };
   Value* s[4][2];
   for (int i = 0; i < 4; ++i) {
@@ -64,7 +80,7 @@ void Emitter::winogradOutput(Value* m, int64_t stride, Value* bias, int64_t lane
     s[i][0] = b_.CreateFAdd(b_.CreateFAdd(a, bb), c);
     s[i][1] = b_.CreateFSub(b_.CreateFSub(bb, c), d);
   }
-  Value* bv = b_.CreateVectorSplat(8, bias);
+  Value* bv = b_.CreateVectorSplat(static_cast<unsigned>(width), bias);
   Value* y[2][2];
   for (int j = 0; j < 2; ++j) {
     y[0][j] = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFAdd(s[0][j], s[1][j]), s[2][j]), bv);
@@ -72,15 +88,15 @@ void Emitter::winogradOutput(Value* m, int64_t stride, Value* bias, int64_t lane
   }
   Value* out[2] = {y0, y1};
   for (int i = 0; i < 2; ++i) {
-    Value* lo = b_.CreateShuffleVector(y[i][0], y[i][1], {0, 8, 1, 9, 2, 10, 3, 11});
+    Value* lo = b_.CreateShuffleVector(y[i][0], y[i][1], interleaved(width, 0));
     if (lanes == 2) {
       storeFirst(lo, out[i], 4, -1);
       continue;
     }
     b_.CreateAlignedStore(lo, out[i], llvm::Align(4));
-    if (lanes == 8) {
-      b_.CreateAlignedStore(b_.CreateShuffleVector(y[i][0], y[i][1], {4, 12, 5, 13, 6, 14, 7, 15}),
-                            b_.CreateConstInBoundsGEP1_64(f32_, out[i], 8), llvm::Align(4));
+    if (lanes == width) {
+      b_.CreateAlignedStore(b_.CreateShuffleVector(y[i][0], y[i][1], interleaved(width, width / 2)),
+                            b_.CreateConstInBoundsGEP1_64(f32_, out[i], static_cast<uint64_t>(width)), llvm::Align(4));
     }
   }
 }
@@ -92,7 +108,7 @@ void Emitter::emitWinograd(const Kernel& k) {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const int64_t C = t.C, M = t.M, R = t.rows, P = t.panels, TW = t.TW, BR = t.bandRows;
-  const int64_t bandH = t.bandH(), bandW = t.bandW(), run = std::min<int64_t>(TW, 8);
+  const int64_t bandH = t.bandH(), bandW = t.bandW(), run = t.run;
   const DType accT = accType(k);
   Value* up = weightsAt(ks.winogradWeight, "up");
   Value* bp = weightsAt(ks.packedBias, "bp");
