@@ -85,7 +85,7 @@ def main(out):
                [numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "p")])
     save_model(out, "gather", [helper.make_node("Gather", ["t", "i"], ["y"], axis=0)],
                [helper.make_tensor_value_info("i", TensorProto.INT64, ["batch", 8])], [const(rng, "t", 1000, 32)])
-    # A 3x3 conv the heuristic runs as winograd_f23 (conv3x3_16_32's 21 x 21 output has no even tiles).
+    # A 3x3 conv the heuristic runs as winograd_f23 (conv3x3_16_32's 11 tiles across do not divide 32).
     save_model(out, "conv3x3_32_32_winograd",
                [helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], [vec("x", 32, 16, 16)],
                [const(rng, "w", 32, 32, 3, 3), const(rng, "b", 32)])
