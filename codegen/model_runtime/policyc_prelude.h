@@ -1162,8 +1162,8 @@ PC_GEMM_RXP(8, 32)
 #undef PC_GEMM_RXP
 
 // ---- Winograd F(2x2, 3x3) (codegen's WinogradTiles, Impl::WinogradF23): the transforms of a
-// run of N tiles along a tile row (2, 4 or 8 on vectors of 8, 16 on vectors of 16: WinogradTiles::
-// run), a tile a vector lane. Additions only, in a fixed order that the LLVM printer's
+// run of N tiles along a tile row (1 to 8 on vectors of 8, 16 on vectors of 16: WinogradTiles::
+// inputRuns, outputRuns), a tile a vector lane. Additions only, in a fixed order that the LLVM printer's
 // Emitter::winogradInput / winogradOutput repeat: the same bits.
 // Lanes [0, W) of two W-lane vectors' 2W lanes: the even ones, or the odd ones.
 template <class V, int W, bool Odd> PC_INLINE V halfLanes(V a, V b) {
@@ -1180,7 +1180,7 @@ template <class V, int W, bool Odd> PC_INLINE V halfLanes(V a, V b) {
 // at v + (i*4 + j) * vs, N lanes. Reads 2W floats from r[i] + 2 x0 and from 2 further on.
 template <int N>
 PC_INLINE void winogradInput(const float* const* r, int64_t x0, float* PC_RESTRICT v, int64_t vs) {
-  static_assert(N == 2 || N == 4 || N == 8 || N == 16, "runs of 2, 4, 8 or 16 tiles");
+  static_assert((0 < N && N <= 8) || N == 16, "runs of 1 to 8 or 16 tiles");
   constexpr int W = N == 16 ? 16 : 8;
   typedef std::conditional_t<W == 16, f32x16, f32x8> V;
   auto load = [](const float* p) {
@@ -1216,7 +1216,7 @@ PC_INLINE void winogradInput(const float* const* r, int64_t x0, float* PC_RESTRI
 // `bias`; output row 0's 2N values (lanes interleaved: tile t's two columns) to y0, row 1's to y1.
 template <int N>
 PC_INLINE void winogradOutput(const float* PC_RESTRICT m, int64_t ms, float bias, float* PC_RESTRICT y0, float* PC_RESTRICT y1) {
-  static_assert(N == 2 || N == 4 || N == 8 || N == 16, "runs of 2, 4, 8 or 16 tiles");
+  static_assert((0 < N && N <= 8) || N == 16, "runs of 1 to 8 or 16 tiles");
   constexpr int W = N == 16 ? 16 : 8;
   typedef std::conditional_t<W == 16, f32x16, f32x8> V;
   auto load = [](const float* p) {
@@ -1241,13 +1241,10 @@ PC_INLINE void winogradOutput(const float* PC_RESTRICT m, int64_t ms, float bias
       store16(out[i], __builtin_shufflevector(rows[i][0], rows[i][1], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23));
       store16(out[i] + 16, __builtin_shufflevector(rows[i][0], rows[i][1], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31));
     } else {
+      // 2N columns: the first 8 from the low half's lanes, the rest from the high half's.
       const f32x8 lo = __builtin_shufflevector(rows[i][0], rows[i][1], 0, 8, 1, 9, 2, 10, 3, 11);
-      if constexpr (N == 2) {
-        storeFirst8<4>(out[i], lo);
-      } else {
-        store8(out[i], lo);
-        if constexpr (N == 8) store8(out[i] + 8, __builtin_shufflevector(rows[i][0], rows[i][1], 4, 12, 5, 13, 6, 14, 7, 15));
-      }
+      storeFirst8<(2 * N < 8 ? 2 * N : 8)>(out[i], lo);
+      if constexpr (N > 4) storeFirst8<2 * N - 8>(out[i] + 8, __builtin_shufflevector(rows[i][0], rows[i][1], 4, 12, 5, 13, 6, 14, 7, 15));
     }
   }
 }

@@ -418,6 +418,27 @@ std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k
   return t;
 }
 
+std::vector<WinogradTiles::Run> WinogradTiles::inputRuns(int64_t ty) const {
+  std::vector<Run> runs;
+  for (int64_t x0 = 0; x0 < TW;) {
+    const int64_t t = ty * TW + x0, lane = t % 16, left = std::min(TW - x0, 16 - lane);
+    const int64_t count = wideRuns && lane == 0 && left == 16 ? 16 : std::min<int64_t>(left, 8);
+    runs.push_back({x0, count, t / 16, lane});
+    x0 += count;
+  }
+  return runs;
+}
+
+std::vector<WinogradTiles::Run> WinogradTiles::outputRuns() const {
+  std::vector<Run> runs;
+  for (int64_t x0 = 0; x0 < TW;) {
+    const int64_t count = wideRuns && TW - x0 >= 16 ? 16 : std::min<int64_t>(TW - x0, 8);
+    runs.push_back({x0, count, 0, 0});
+    x0 += count;
+  }
+  return runs;
+}
+
 std::optional<WinogradTiles> winogradTiles(const KernelProgram& p, const Kernel& k, bool wideVectors) {
   if (k.kind != KernelKind::Conv || !packable(p, k)) return std::nullopt;
   const ir::Node& n = *k.anchor;
@@ -446,7 +467,7 @@ std::optional<WinogradTiles> winogradTiles(const KernelProgram& p, const Kernel&
   // An odd output's last tile row and column compute outputs past it (from zeroed band values), dropped.
   t.TW = (t.OW + 1) / 2;
   t.TH = (t.OH + 1) / 2;
-  if (t.TW < 2 || t.TW > 32 || 32 % t.TW) return std::nullopt;
+  if (t.TW < 2 || t.TW > kMaxWinogradTiles) return std::nullopt;
   const std::vector<int64_t> pads = spatialList(n, "pads", 4, 0);
   t.padTop = pads[0];
   t.padLeft = pads[1];
@@ -454,17 +475,27 @@ std::optional<WinogradTiles> winogradTiles(const KernelProgram& p, const Kernel&
   // ran 1.1x slower: the rows' 16 pointers outnumber the general registers), 6 by a vector's two
   // halves with AVX2's 16 registers.
   t.rows = wideVectors ? 8 : 6;
-  t.run = wideVectors && t.TW >= 16 ? 16 : std::min<int64_t>(t.TW, 8);
+  t.wideRuns = wideVectors;
   t.bias = k.anchorInputs.size() > 2;
-  // Bands of 32 tiles, or of 16 where those do not fit the stack buffers (over about 56 channels).
-  for (int64_t tiles : {32, 16}) {
-    t.bandRows = std::min(t.TH, tiles / t.TW);
-    if (t.bandRows == 0 || t.tiles() % 16) continue;
-    t.bands = (t.TH + t.bandRows - 1) / t.bandRows;
-    t.panels = t.tiles() / 16;
-    if (t.bandFloats() + t.inputFloats() <= kMaxWinogradFloats) return t;
+  // The band whose GEMMs multiply the fewest vector lanes over the image (its tiles fill its
+  // vectors best), among equals the one nearest 32 tiles (as many as two vectors: fewer bands to
+  // copy, and its transformed input stays in L1 up to 32 channels), within the stack buffers.
+  std::optional<WinogradTiles> best;
+  int64_t bestLanes = 0;
+  for (int64_t rows = 1; rows <= std::min(t.TH, kMaxWinogradTiles / t.TW); ++rows) {
+    WinogradTiles c = t;
+    c.bandRows = rows;
+    c.bands = (t.TH + rows - 1) / rows;
+    c.panels = (c.tiles() + 15) / 16;
+    if (c.bandFloats() + c.inputFloats() > kMaxWinogradFloats) continue;
+    const int64_t lanes = c.bands * c.panels * 16;
+    auto far = [](const WinogradTiles& x) { return x.tiles() <= 32 ? 32 - x.tiles() : 2 * (x.tiles() - 32); };
+    if (!best || lanes < bestLanes || (lanes == bestLanes && far(c) < far(*best))) {
+      best = c;
+      bestLanes = lanes;
+    }
   }
-  return std::nullopt;
+  return best;
 }
 
 }  // namespace policyc::codegen

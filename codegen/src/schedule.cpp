@@ -338,11 +338,12 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   // batch 1 and 64, both backends, with and without AVX-512 (docs/performance.md): 1.1-2.1x
   // faster than the implicit GEMM's tiles and conv_rows from 4 -> 32 and 8 -> 16 channels on (IMPALA's
   // convs 1.2-1.5x); a 3 -> 16 first conv 1.17x slower (the transforms outweigh 3 channels' products).
-  // Not where an odd output's tiles compute over 1/8 more positions than it has: NatureCNN's
-  // 64-channel 7 x 7 conv (8 x 8 computed) ran as fast as gemm8x32 at batch 1, 1.04x slower at 64.
+  // Not where its GEMMs' vector lanes (every band's vectors of 16 tiles, 4 positions each) come to
+  // over 1/8 more than the output's positions: NatureCNN's 64-channel 7 x 7 conv (8 x 8
+  // computed) ran as fast as gemm8x32 at batch 1, 1.04x slower at 64.
   if (has(Impl::WinogradF23)) {
     const WinogradTiles t = *winogradTiles(p, k, !narrowVectors);
-    if (t.C >= 4 && t.M >= 16 && 8 * (4 * t.TH * t.TW) <= 9 * t.OH * t.OW) return Impl::WinogradF23;
+    if (t.C >= 4 && t.M >= 16 && 8 * (4 * 16 * t.bands * t.panels) <= 9 * t.OH * t.OW) return Impl::WinogradF23;
   }
   if (k.kind == KernelKind::Conv && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
   // Heads of at most twelve outputs: dot products along k at every batch size (a 256 -> 1 value

@@ -205,14 +205,17 @@ std::optional<ConvRowTiles> convRowTiles(const KernelProgram& p, const Kernel& k
 // under it. The weights are transformed once, at compile time (U = G g G^T, 16 values per output
 // and input channel, in double, rounded to f32: winogradWeights); a unit of work, `bandRows` rows
 // of tiles of one image, copies the rows it reads with their padding (`band`), transforms every
-// tile's input (V = B^T d B: additions only) into 16 matrices of C rows by its T tiles, multiplies
-// each by its U (the GEMM microkernel: `rows` output channels by one or two 16-tile vectors, U's
-// values broadcast), and transforms the 16 products back (Y = A^T M A, additions only) plus the
-// bias into output rows, whose epilogue runs on vectors of 8 columns. The order of every addition
-// is fixed (winogradInput, winogradOutput in both printers), so both backends give the same
-// bits; the values differ from the direct conv's in the last bits (docs/performance.md gives the
-// error). Where a tile's window holds an infinity, the transforms' differences make NaN of
-// outputs the direct conv leaves finite; NaN inputs propagate as they do there.
+// tile's input (V = B^T d B: additions only) into 16 matrices of C rows by its T tiles (tile
+// ty * TW + tx; vectors of 16 tiles, the last one's lanes past T zero), multiplies each by its U
+// (the GEMM microkernel: `rows` output channels by one or two 16-tile vectors, U's values
+// broadcast), and transforms the 16 products back (Y = A^T M A, additions only) plus the bias
+// into output rows, whose epilogue runs on vectors of 8 columns. The transforms take a run of up
+// to 8 tiles of a tile row at a time (16 with AVX-512 where 16 lie in one vector), a tile a
+// vector lane. The order of every addition is fixed (winogradInput, winogradOutput in both
+// printers), so both backends give the same bits; the values differ from the direct conv's in
+// the last bits (docs/performance.md gives the error). Where a tile's window holds an infinity,
+// the transforms' differences make NaN of outputs the direct conv leaves finite; NaN inputs
+// propagate as they do there.
 struct WinogradTiles {
   int64_t C = 0, H = 0, W = 0;     // the input: channels, rows, columns
   int64_t M = 0, OH = 0, OW = 0;   // the output: channels, rows, columns
@@ -220,12 +223,9 @@ struct WinogradTiles {
   int64_t TW = 0, TH = 0;          // tiles across and down: ceil(OW / 2), ceil(OH / 2)
   int64_t bandRows = 0;            // rows of tiles a unit
   int64_t bands = 0;               // units per image: ceil(TH / bandRows)
-  int64_t panels = 0;              // the T = bandRows * TW tiles as vectors of 16: 1 or 2
+  int64_t panels = 0;              // vectors of 16 of the unit's T = bandRows * TW tiles: 1 to 4
   int64_t rows = 0;                // output channels a GEMM tile: 8 with AVX-512, 6 without
-  // Tiles the transforms take at once along a tile row, a tile a vector lane: 16 with AVX-512
-  // where a row has that many (one 16-lane vector does the work of two 8-lane ones), else
-  // min(TW, 8).
-  int64_t run = 0;
+  bool wideRuns = false;           // runs of 16 tiles (AVX-512)
   bool bias = false;
   int64_t tiles() const { return bandRows * TW; }
   int64_t bandH() const { return 2 * bandRows + 2; }  // the band's input rows
@@ -240,12 +240,20 @@ struct WinogradTiles {
   int64_t bandFloats() const { return C * bandH() * bandW(); }
   int64_t inputFloats() const { return 16 * inputStride(); }
   int64_t productFloats() const { return 16 * productStride(); }
+  // A run of `count` tiles of a tile row from column x0: for the input transform, its first
+  // tile's vector and lane in V (a run never leaves its vector).
+  struct Run {
+    int64_t x0 = 0, count = 0, panel = 0, lane = 0;
+  };
+  std::vector<Run> inputRuns(int64_t ty) const;  // tile row ty of the band
+  std::vector<Run> outputRuns() const;           // any tile row (the products' tiles are contiguous)
 };
+inline constexpr int64_t kMaxWinogradTiles = 64;  // tiles a band, and across (outputs of 128 columns)
 // nullopt where WinogradF23 cannot run `k`: not a 2-D group-1 3 x 3 conv of stride and dilation
-// 1 with f32 operands, finite fixed (not updatable) weights and an output of at most 64 columns
-// whose tiles fill whole vectors of 16 (TW dividing 32, bandRows * TW a multiple of 16), or a band
-// and its transformed input together over kMaxWinogradFloats (128 KiB of stack, as a padded
-// image's). An odd output's last tile row and column compute outputs past it (from zeroed band
+// 1 with f32 operands, finite fixed (not updatable) weights and an output of at most 128 columns,
+// or no band whose buffer and transformed input fit kMaxWinogradFloats together (128 KiB of stack,
+// as a padded image's). The band is the one whose GEMMs multiply the fewest vector lanes over the
+// image. An odd output's last tile row and column compute outputs past it (from zeroed band
 // values), not stored.
 std::optional<WinogradTiles> winogradTiles(const KernelProgram& p, const Kernel& k, bool wideVectors);
 inline constexpr int64_t kMaxWinogradFloats = 32768;

@@ -2220,15 +2220,16 @@ TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's 
 }
 
 // Winograd F(2x2, 3x3) (Impl::WinogradF23, schedule.h's WinogradTiles): the 3 x 3 stride-1 convs
-// whose tiles fill vectors of 16 have it, no other; forced, both backends match the interpreter
-// and give the same bits with 1-3 threads, with and without AVX-512: bands of 4, 8 and 2 tile rows
-// (the last of them partial), runs of 2, 8 and 16 tiles, an odd output (7 x 7: its last tile row
-// and column half dropped), 64 input channels in bands of 16 tiles (32 would not fit the stack
-// buffers), output channels past the last whole group of 8 or 6, a residual add and relu on
-// vectors of 8 columns, a tanh on the first 4 lanes, an epilogue kept scalar (a cast to f64).
+// have it, no other; forced, both backends match the interpreter and give the same bits with 1-3
+// threads, with and without AVX-512: bands of 4, 8 and 2 tile rows (the last of them partial),
+// runs of 2, 8 and 16 tiles, rows of 7 and 21 tiles whose runs stop at a vector's end (3 vectors
+// a band: an odd last GEMM vector; lanes past the band's tiles), an odd output (7 x 7: its last
+// tile row and column half dropped), 64 input channels in bands of 16 tiles (32 would not fit
+// the stack buffers), output channels past the last whole group of 8 or 6, a residual add and
+// relu on vectors of 8 columns, a tanh on the first 4 lanes, an epilogue kept scalar (a cast to f64).
 TEST_CASE("llvm and cpp backends: winograd_f23 convs match the interpreter and each other bit for bit", "[llvm][cpp]") {
   auto weights = [](int64_t n) { return paramValues(n, 0.125, 13, -0.75); };
-  const std::string text = fmt::format(R"(graph wino(%x: f32[batch,5,8,8], %x2: f32[batch,6,16,4], %x3: f32[batch,4,6,32], %r3: f32[batch,9,6,32], %x4: f32[batch,16,16,16], %x5: f32[batch,6,9,9], %x6: f32[batch,64,8,16]) {{
+  const std::string text = fmt::format(R"(graph wino(%x: f32[batch,5,8,8], %x2: f32[batch,6,16,4], %x3: f32[batch,4,6,32], %r3: f32[batch,9,6,32], %x4: f32[batch,16,16,16], %x5: f32[batch,6,9,9], %x6: f32[batch,64,8,16], %x7: f32[batch,4,8,42]) {{
   %w = param f32[13,5,3,3] [{}]
   %b = param f32[13] [{}]
   %c = conv(%x, %w, %b) {{pads=[1, 1, 1, 1]}} : f32[batch,13,8,8]
@@ -2255,10 +2256,13 @@ TEST_CASE("llvm and cpp backends: winograd_f23 convs match the interpreter and e
   %r7 = relu(%c7) : f32[batch,17,7,7]
   %w8 = param f32[16,64,3,3] [{}]
   %c8 = conv(%x6, %w8) {{pads=[1, 1, 1, 1]}} : f32[batch,16,8,16]
-  return (cr=%cr, t2=%t2, y3=%y3, d4=%d4, s5=%s5, d5=%d5, o5=%o5, k6=%k6, r7=%r7, c8=%c8)
+  %w9 = param f32[16,4,3,3] [{}]
+  %c9 = conv(%x7, %w9) {{pads=[1, 1, 1, 1]}} : f32[batch,16,8,42]
+  %e9 = elu(%c9) : f32[batch,16,8,42]
+  return (cr=%cr, t2=%t2, y3=%y3, d4=%d4, s5=%s5, d5=%d5, o5=%o5, k6=%k6, r7=%r7, c8=%c8, e9=%e9)
 }})",
                                        weights(13 * 45), weights(13), weights(7 * 54), weights(9 * 36), weights(9), weights(16 * 144),
-                                       weights(8 * 144), weights(8 * 400), weights(17 * 54), weights(16 * 576));
+                                       weights(8 * 144), weights(8 * 400), weights(17 * 54), weights(16 * 576), weights(16 * 36));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
   const codegen::PlannedProgram planned = codegen::planGraph(*graph);
@@ -2269,8 +2273,8 @@ TEST_CASE("llvm and cpp backends: winograd_f23 convs match the interpreter and e
     const bool has = std::find(c.begin(), c.end(), "winograd_f23") != c.end();
     const ir::Shape& w = planned.program.buffer(k.anchorInputs[1]).type.shape;
     INFO(k.name);
-    // The 8-channel ones are not: strided, dilated, 5 x 5, and 14 x 14 (7 tiles across).
-    const bool eligible = w[0].value() != 8;
+    // Of the 8-channel ones, not the strided, the dilated and the 5 x 5 one; the 14 x 14 one is.
+    const bool eligible = w[0].value() != 8 || k.domain[2].value() == 14;
     CHECK(has == eligible);
     winograd += has;
     // Its weights are its own f32 ones: not under bf16 or int8 weights where the layer is narrowed.
@@ -2278,9 +2282,10 @@ TEST_CASE("llvm and cpp backends: winograd_f23 convs match the interpreter and e
     CHECK((std::find(narrow.begin(), narrow.end(), "winograd_f23") != narrow.end()) ==
           (has && std::find(narrow.begin(), narrow.end(), "conv_rows") != narrow.end()));
   }
-  CHECK(winograd == 6);
-  // The heuristic: from 4 input and 16 output channels where the tiles compute at most 1/8 more
-  // positions than the output has (%c4 and %c8; not %c7, 64 for 49).
+  CHECK(winograd == 8);
+  // The heuristic: from 4 input and 16 output channels where the GEMMs' vector lanes hold at most
+  // 1/8 more positions than the output has (%c4 and %c8; not %c7, 64 for 49, nor %c9, 384 lanes
+  // of 4 positions for 336).
   {
     const codegen::ImplChoice choice = codegen::heuristicChoice(planned.program, {1, 64}, false);
     int chosen = 0;
@@ -2300,6 +2305,10 @@ TEST_CASE("llvm and cpp backends: winograd_f23 convs match the interpreter and e
     CHECK(generated.source.find(wide ? "pc::winogradInput<16>(" : "pc::winogradInput<8>(") != std::string::npos);
     CHECK(generated.source.find("pc::winogradOutput<4>(") != std::string::npos);  // %c: rows of 4 tiles
     CHECK(generated.source.find("epilogue(i0, i1, i2, c, yrow[half][c])") != std::string::npos);  // %d4's cast
+    // %c9's second tile row (tiles 21-41): runs of 8 and 3 up to the first vector's end, 8 and 2 after.
+    // (Vector p of 4 channels' rows of 16 lanes: vc + 64 p + lane.)
+    CHECK(generated.source.find("pc::winogradInput<3>(r, 8, vc + 77, ") != std::string::npos);
+    CHECK(generated.source.find("pc::winogradInput<2>(r, 19, vc + 136, ") != std::string::npos);
     checkGeneratedBitwise(*graph, generated, fmt::format("winograd_{}", target), {1, 3, 5}, 17, 1e-4, "winograd_f23", target);
   }
   // Updatable weights keep the direct conv: set_weights moves values, and U is no permutation of them.

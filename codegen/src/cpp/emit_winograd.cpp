@@ -15,7 +15,7 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
   const WinogradTiles& t = *ks.winograd;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const int64_t C = t.C, M = t.M, R = t.rows, P = t.panels, TW = t.TW, BR = t.bandRows;
-  const int64_t bandH = t.bandH(), bandW = t.bandW(), run = t.run;
+  const int64_t bandH = t.bandH(), bandW = t.bandW();
   std::string s = emitEpilogueLambda(k, accType(k));
   s += anchorComment(k);
   s += fmt::format("  // winograd_f23: units of {} row(s) of {} tiles (2 x 2 outputs each, {} tiles), {} output channels a GEMM tile\n", BR, TW,
@@ -33,6 +33,11 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
                    16 * P, t.productStride());
   s += fmt::format("  alignas(64) float yrow[2][{}];  // two output rows of a channel\n", 2 * TW + 8);
   s += "  std::memset(band + " + std::to_string(t.bandFloats()) + ", 0, 16 * sizeof(float));\n";
+  if (t.tiles() % 16) {
+    // The last vector's lanes past the band's tiles: zeros the GEMMs multiply (never written).
+    s += fmt::format("  for (int64_t xi = 0; xi < 16; ++xi) std::memset(V + xi*{} + {}, 0, {} * sizeof(float));\n", t.inputStride(),
+                     (P - 1) * C * 16, C * 16);
+  }
   s += unitLoop();
   s += fmt::format("    const int64_t i0 = uq / {}, ty0 = uq % {} * {};\n", t.bands, t.bands, BR);
   s += fmt::format("    for (int64_t c = 0; c < {}; ++c)\n      for (int64_t r = 0; r < {}; ++r) {{\n", C, bandH);
@@ -46,13 +51,22 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
     s += fmt::format("        std::memset(row + {}, 0, {} * sizeof(float));\n", t.padLeft + t.W, bandW - t.padLeft - t.W);
   }
   s += "      }\n";
-  // V: tile t = ty * TW + tx of channel c at V[xi][t / 16][c][t % 16].
-  s += fmt::format("    for (int64_t c = 0; c < {}; ++c)\n      for (int64_t ty = 0; ty < {}; ++ty) {{\n", C, BR);
-  s += fmt::format("        const float* PC_RESTRICT b0 = band + (c*{} + 2*ty)*{};\n", bandH, bandW);
-  s += fmt::format("        const float* const r[4] = {{b0, b0 + {}, b0 + {}, b0 + {}}};\n", bandW, 2 * bandW, 3 * bandW);
-  s += fmt::format("        for (int64_t x0 = 0; x0 < {}; x0 += {}) {{\n          const int64_t tt = ty*{} + x0;\n", TW, run, TW);
-  s += fmt::format("          pc::winogradInput<{}>(r, x0, V + (tt / 16*{} + c)*16 + tt % 16, {});\n        }}\n      }}\n", run, C,
-                   t.inputStride());
+  // V: tile t = ty * TW + tx of channel c at V[xi][t / 16][c][t % 16], tile row by tile row in
+  // runs that stay in one vector (WinogradTiles::inputRuns).
+  s += fmt::format("    for (int64_t c = 0; c < {}; ++c) {{\n", C);
+  s += fmt::format("      const float* PC_RESTRICT b0 = band + c*{};\n", bandH * bandW);
+  s += fmt::format("      float* PC_RESTRICT vc = V + c*16;\n");
+  for (int64_t ty = 0; ty < BR; ++ty) {
+    const int64_t r0 = 2 * ty * bandW;
+    s += fmt::format("      {{\n        const float* const r[4] = {{b0 + {}, b0 + {}, b0 + {}, b0 + {}}};\n", r0, r0 + bandW, r0 + 2 * bandW,
+                     r0 + 3 * bandW);
+    for (const WinogradTiles::Run& run : t.inputRuns(ty)) {
+      s += fmt::format("        pc::winogradInput<{}>(r, {}, vc + {}, {});\n", run.count, run.x0, run.panel * C * 16 + run.lane,
+                       t.inputStride());
+    }
+    s += "      }\n";
+  }
+  s += "    }\n";
   // The 16 GEMMs of a group of R output channels (the last group's rows past M repeat its last
   // channel, computed and dropped), then that group's outputs.
   s += fmt::format("    for (int64_t m0 = 0; m0 < {}; m0 += {}) {{\n", M, R);
@@ -61,19 +75,21 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
   s += fmt::format("        for (int64_t r = 0; r < {}; ++r) x[r] = up + (xi*{} + (m0 + r < {} ? m0 + r : {}))*{};\n", R, M, M, M - 1, C);
   // The tile inlined (pc::gemm_rxp_to, K and the strides constants): out of line (pc::gemm_8x32),
   // the kernel took 1.25x the LLVM build's time.
-  const int64_t per = R == 8 ? P : 1;  // vectors of tiles a call: both with AVX-512, one without
+  const int64_t per = R == 8 ? 2 : 1;  // vectors of tiles a call: two with AVX-512 (an odd last one alone), one without
   for (int64_t q = 0; q < P; q += per) {
     s += fmt::format("        pc::gemm_rxp_to<{}, {}, 1>({}, [](int64_t q) {{ return q; }}, x, V + xi*{} + {}, zeros, "
                      "pc::RowsAt{{Mt + xi*{} + {}, {}}}, nullptr);\n",
-                     R, per, C, t.inputStride(), q * C * 16, t.productStride(), q * 16, 16 * P);
+                     R, std::min(per, P - q), C, t.inputStride(), q * C * 16, t.productStride(), q * 16, 16 * P);
   }
   s += "      }\n";
   s += fmt::format("      for (int64_t i1 = m0; i1 < m0 + {} && i1 < {}; ++i1) {{\n", R, M);
   s += fmt::format("        const float* PC_RESTRICT mr = Mt + (i1 - m0)*{};\n        const float bias = bp[i1];\n", 16 * P);
   s += fmt::format("        for (int64_t ty = 0; ty < {} && ty0 + ty < {}; ++ty) {{\n", BR, t.TH);
-  s += fmt::format("          for (int64_t x0 = 0; x0 < {}; x0 += {}) pc::winogradOutput<{}>(mr + ty*{} + x0, {}, bias, yrow[0] + 2*x0, "
-                   "yrow[1] + 2*x0);\n",
-                   TW, run, run, TW, t.productStride());
+  s += fmt::format("          const float* PC_RESTRICT mt = mr + ty*{};\n", TW);
+  for (const WinogradTiles::Run& run : t.outputRuns()) {
+    s += fmt::format("          pc::winogradOutput<{}>(mt + {}, {}, bias, yrow[0] + {}, yrow[1] + {});\n", run.count, run.x0, t.productStride(),
+                     2 * run.x0, 2 * run.x0);
+  }
   s += fmt::format("          for (int64_t half = 0; half < 2 && 2*(ty0 + ty) + half < {}; ++half) {{\n", t.OH);
   s += "            const int64_t i2 = 2*(ty0 + ty) + half;\n";
   if (ks.tileEpilogue && vectorEpilogue(k, axisVars("i", 4), "0", 8)) {

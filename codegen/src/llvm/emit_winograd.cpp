@@ -86,17 +86,17 @@ void Emitter::winogradOutput(Value* m, int64_t stride, Value* bias, int64_t lane
     y[0][j] = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFAdd(s[0][j], s[1][j]), s[2][j]), bv);
     y[1][j] = b_.CreateFAdd(b_.CreateFSub(b_.CreateFSub(s[1][j], s[2][j]), s[3][j]), bv);
   }
+  // 2 x lanes columns: the first `width` from the low halves' lanes, the rest from the high halves'.
+  auto store = [&](Value* x, Value* at, int64_t count) {
+    if (count == width) b_.CreateAlignedStore(x, at, llvm::Align(4));
+    else storeFirst(x, at, static_cast<unsigned>(count), -1);
+  };
   Value* out[2] = {y0, y1};
   for (int i = 0; i < 2; ++i) {
-    Value* lo = b_.CreateShuffleVector(y[i][0], y[i][1], interleaved(width, 0));
-    if (lanes == 2) {
-      storeFirst(lo, out[i], 4, -1);
-      continue;
-    }
-    b_.CreateAlignedStore(lo, out[i], llvm::Align(4));
-    if (lanes == width) {
-      b_.CreateAlignedStore(b_.CreateShuffleVector(y[i][0], y[i][1], interleaved(width, width / 2)),
-                            b_.CreateConstInBoundsGEP1_64(f32_, out[i], static_cast<uint64_t>(width)), llvm::Align(4));
+    store(b_.CreateShuffleVector(y[i][0], y[i][1], interleaved(width, 0)), out[i], std::min<int64_t>(2 * lanes, width));
+    if (2 * lanes > width) {
+      store(b_.CreateShuffleVector(y[i][0], y[i][1], interleaved(width, width / 2)),
+            b_.CreateConstInBoundsGEP1_64(f32_, out[i], static_cast<uint64_t>(width)), 2 * lanes - width);
     }
   }
 }
@@ -108,7 +108,7 @@ void Emitter::emitWinograd(const Kernel& k) {
   const ir::Node& n = *k.anchor;
   const Buffer& X = p_.buffer(k.anchorInputs[0]);
   const int64_t C = t.C, M = t.M, R = t.rows, P = t.panels, TW = t.TW, BR = t.bandRows;
-  const int64_t bandH = t.bandH(), bandW = t.bandW(), run = t.run;
+  const int64_t bandH = t.bandH(), bandW = t.bandW();
   const DType accT = accType(k);
   Value* up = weightsAt(ks.winogradWeight, "up");
   Value* bp = weightsAt(ks.packedBias, "bp");
@@ -120,6 +120,13 @@ void Emitter::emitWinograd(const Kernel& k) {
   Value* yrow = local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(2 * (2 * TW + 8))), "yrow");
   llvm::Constant* zero8 = llvm::ConstantInt::get(llvm::Type::getInt8Ty(ctx_), 0);
   b_.CreateMemSet(b_.CreateConstInBoundsGEP1_64(f32_, band, static_cast<uint64_t>(t.bandFloats())), zero8, 64, llvm::MaybeAlign(4));
+  if (t.tiles() % 16) {
+    // The last vector's lanes past the band's tiles: zeros the GEMMs multiply (never written).
+    for (int64_t xi = 0; xi < 16; ++xi) {
+      b_.CreateMemSet(b_.CreateConstInBoundsGEP1_64(f32_, V, static_cast<uint64_t>(xi * t.inputStride() + (P - 1) * C * 16)), zero8,
+                      static_cast<uint64_t>(C * 16 * 4), llvm::MaybeAlign(4));
+    }
+  }
   auto at = [&](Value* base, Value* offset) { return b_.CreateInBoundsGEP(f32_, base, offset); };
   forRange(lo_, hi_, "u", [&](Value* u) {
     Value* i0 = b_.CreateUDiv(u, c64(t.bands), "i0");
@@ -145,19 +152,19 @@ void Emitter::emitWinograd(const Kernel& k) {
             [&] { b_.CreateMemSet(row, zero8, static_cast<uint64_t>(bandW * 4), llvm::MaybeAlign(4)); });
       });
     });
-    // V: tile tt = ty * TW + tx of channel c at V[xi][tt / 16][c][tt % 16].
+    // V: tile t = ty * TW + tx of channel c at V[xi][t / 16][c][t % 16], tile row by tile row in
+    // runs that stay in one vector (WinogradTiles::inputRuns).
     forCount(C, "c", [&](Value* c) {
-      forCount(BR, "ty", [&](Value* ty) {
-        Value* b0 = at(band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(bandH)), b_.CreateMul(ty, c64(2))), c64(bandW)));
-        std::vector<Value*> rows = {b0};
-        for (int64_t i = 1; i < 4; ++i) rows.push_back(b_.CreateConstInBoundsGEP1_64(f32_, b0, static_cast<uint64_t>(i * bandW)));
-        for (int64_t x0 = 0; x0 < TW; x0 += run) {
-          Value* tt = b_.CreateAdd(b_.CreateMul(ty, c64(TW)), c64(x0));
-          Value* dst = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(tt, c64(16)), c64(C)), c), c64(16)),
-                                    b_.CreateURem(tt, c64(16)));
-          winogradInput(rows, x0, run, at(V, dst), t.inputStride());
+      Value* b0 = at(band, b_.CreateMul(c, c64(bandH * bandW)));
+      Value* vc = at(V, b_.CreateMul(c, c64(16)));
+      for (int64_t ty = 0; ty < BR; ++ty) {
+        std::vector<Value*> rows;
+        for (int64_t i = 0; i < 4; ++i) rows.push_back(b_.CreateConstInBoundsGEP1_64(f32_, b0, static_cast<uint64_t>((2 * ty + i) * bandW)));
+        for (const WinogradTiles::Run& run : t.inputRuns(ty)) {
+          winogradInput(rows, run.x0, run.count, b_.CreateConstInBoundsGEP1_64(f32_, vc, static_cast<uint64_t>(run.panel * C * 16 + run.lane)),
+                        t.inputStride());
         }
-      });
+      }
     });
     // The 16 GEMMs of a group of R output channels (the last group's rows past M repeat its last
     // channel, computed and dropped), then the group's outputs.
@@ -171,9 +178,9 @@ void Emitter::emitWinograd(const Kernel& k) {
         }
         Value* v = at(V, b_.CreateMul(xi, c64(t.inputStride())));
         Value* mt = at(Mt, b_.CreateMul(xi, c64(t.productStride())));
-        // One call of both vectors of tiles with AVX-512 (the C++ gemm_8x32), one a vector without (gemm_6x16).
-        const int64_t per = R == 8 ? P : 1;
-        for (int64_t q = 0; q < P; q += per) {
+        // Two vectors of tiles a call with AVX-512 (an odd last one alone), one without, as the C++ printer's.
+        for (int64_t q = 0; q < P; q += R == 8 ? 2 : 1) {
+          const int64_t per = std::min<int64_t>(R == 8 ? 2 : 1, P - q);
           PanelRef w;
           w.w = b_.CreateConstInBoundsGEP1_64(f32_, v, static_cast<uint64_t>(q * C * 16));
           w.stride = C * 16;
@@ -193,10 +200,11 @@ void Emitter::emitWinograd(const Kernel& k) {
         Value* tyEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, c64(BR), b_.CreateSub(c64(t.TH), ty0));
         forRange(c64(0), tyEnd, "ty", [&](Value* ty) {
           Value* y1 = b_.CreateConstInBoundsGEP1_64(f32_, yrow, static_cast<uint64_t>(2 * TW + 8));
-          for (int64_t x0 = 0; x0 < TW; x0 += run) {
-            winogradOutput(at(mr, b_.CreateAdd(b_.CreateMul(ty, c64(TW)), c64(x0))), t.productStride(), bias, run,
-                           b_.CreateConstInBoundsGEP1_64(f32_, yrow, static_cast<uint64_t>(2 * x0)),
-                           b_.CreateConstInBoundsGEP1_64(f32_, y1, static_cast<uint64_t>(2 * x0)));
+          Value* mt = at(mr, b_.CreateMul(ty, c64(TW)));
+          for (const WinogradTiles::Run& run : t.outputRuns()) {
+            winogradOutput(b_.CreateConstInBoundsGEP1_64(f32_, mt, static_cast<uint64_t>(run.x0)), t.productStride(), bias, run.count,
+                           b_.CreateConstInBoundsGEP1_64(f32_, yrow, static_cast<uint64_t>(2 * run.x0)),
+                           b_.CreateConstInBoundsGEP1_64(f32_, y1, static_cast<uint64_t>(2 * run.x0)));
           }
           Value* r0 = b_.CreateMul(b_.CreateAdd(ty0, ty), c64(2));
           forRange(c64(0), b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, c64(2), b_.CreateSub(c64(t.OH), r0)), "half", [&](Value* half) {

@@ -271,7 +271,7 @@ class Emitter : llvmbe::Builder {
   void emitConvRows(const Kernel& k);
   // 2-D conv as Impl::WinogradF23 (schedule.h, WinogradTiles), as the C++ printer's emitWinograd.
   void emitWinograd(const Kernel& k);
-  // The transforms of a run of `lanes` (2, 4, 8 or 16) tiles, addition by addition as the prelude's
+  // The transforms of a run of `lanes` (1 to 8, or 16) tiles, addition by addition as the prelude's
   // pc::winogradInput (rows: the band's four rows; value (i, j) to v + (i*4 + j) * stride) and
   // pc::winogradOutput (products at m + (i*4 + j) * stride; the two output rows to y0 and y1).
   void winogradInput(const std::vector<Value*>& rows, int64_t x0, int64_t lanes, Value* v, int64_t stride);
