@@ -1178,20 +1178,18 @@ template <class V, int W, bool Odd> PC_INLINE V halfLanes(V a, V b) {
 // along each row (x[2t] - x[2t+2], x[2t+1] + x[2t+2], x[2t+2] - x[2t+1], x[2t+1] - x[2t+3]),
 // then the same across the rows (row 0 - row 2, 1 + 2, 2 - 1, 1 - 3); value (i, j) of V stored
 // at v + (i*4 + j) * vs, N lanes. Reads 2W floats from r[i] + 2 x0 and from 2 further on.
+// A run of N tiles' vector: 8 lanes for runs of 1 to 8, 16 for runs of 16.
+template <int N> using WinogradVector = std::conditional_t<N == 16, f32x16, f32x8>;
 template <int N>
 PC_INLINE void winogradInput(const float* const* r, int64_t x0, float* PC_RESTRICT v, int64_t vs) {
   static_assert((0 < N && N <= 8) || N == 16, "runs of 1 to 8 or 16 tiles");
-  constexpr int W = N == 16 ? 16 : 8;
-  typedef std::conditional_t<W == 16, f32x16, f32x8> V;
-  auto load = [](const float* p) {
-    if constexpr (W == 16) return load16(p);
-    else return load8(p);
-  };
+  typedef WinogradVector<N> V;
+  constexpr int W = sizeof(V) / sizeof(float);
   V q[4][4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     const float* p = r[i] + 2 * x0;
-    const V l0 = load(p), l1 = load(p + W), l2 = load(p + 2), l3 = load(p + W + 2);
+    const V l0 = loadv<V>(p), l1 = loadv<V>(p + W), l2 = loadv<V>(p + 2), l3 = loadv<V>(p + W + 2);
     const V a = halfLanes<V, W, false>(l0, l1), b = halfLanes<V, W, true>(l0, l1);
     const V c = halfLanes<V, W, false>(l2, l3), d = halfLanes<V, W, true>(l2, l3);
     q[i][0] = a - c;
@@ -1200,7 +1198,7 @@ PC_INLINE void winogradInput(const float* const* r, int64_t x0, float* PC_RESTRI
     q[i][3] = b - d;
   }
   auto store = [](float* p, V x) {
-    if constexpr (W == 16) store16(p, x);
+    if constexpr (N == 16) storev(p, x);
     else storeFirst8<N>(p, x);
   };
 #pragma GCC unroll 4
@@ -1217,16 +1215,12 @@ PC_INLINE void winogradInput(const float* const* r, int64_t x0, float* PC_RESTRI
 template <int N>
 PC_INLINE void winogradOutput(const float* PC_RESTRICT m, int64_t ms, float bias, float* PC_RESTRICT y0, float* PC_RESTRICT y1) {
   static_assert((0 < N && N <= 8) || N == 16, "runs of 1 to 8 or 16 tiles");
-  constexpr int W = N == 16 ? 16 : 8;
-  typedef std::conditional_t<W == 16, f32x16, f32x8> V;
-  auto load = [](const float* p) {
-    if constexpr (W == 16) return load16(p);
-    else return load8(p);
-  };
+  typedef WinogradVector<N> V;
   V s[4][2];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
-    const V a = load(m + (4 * i) * ms), b = load(m + (4 * i + 1) * ms), c = load(m + (4 * i + 2) * ms), d = load(m + (4 * i + 3) * ms);
+    const V a = loadv<V>(m + (4 * i) * ms), b = loadv<V>(m + (4 * i + 1) * ms), c = loadv<V>(m + (4 * i + 2) * ms),
+            d = loadv<V>(m + (4 * i + 3) * ms);
     s[i][0] = (a + b) + c;
     s[i][1] = (b - c) - d;
   }
@@ -1237,7 +1231,7 @@ PC_INLINE void winogradOutput(const float* PC_RESTRICT m, int64_t ms, float bias
   const V rows[2][2] = {{y00, y01}, {y10, y11}};
 #pragma GCC unroll 2
   for (int i = 0; i < 2; ++i) {
-    if constexpr (W == 16) {
+    if constexpr (N == 16) {
       store16(out[i], __builtin_shufflevector(rows[i][0], rows[i][1], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23));
       store16(out[i] + 16, __builtin_shufflevector(rows[i][0], rows[i][1], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31));
     } else {
