@@ -311,8 +311,9 @@ namespace {
 
 // The heuristic of --mode default for a kernel at batch sizes around `batch` (measured on the
 // reference policies, the zoo and single convs, docs/performance.md): every conv the generated
-// code can run stays generated — conv_rows where its output rows fill its chunks, else the
-// implicit GEMM's tiles (gemm8x32 with AVX-512, gemm6x16 without) — so that no fp32, bf16-weights
+// code can run stays generated — Winograd F(2x2, 3x3) for 3 x 3 stride-1 convs of enough
+// channels, conv_rows where its output rows fill its chunks, else the implicit GEMM's tiles
+// (gemm8x32 with AVX-512, gemm6x16 without) — so that no fp32, bf16-weights
 // or int8-weights model needs libdnnl; oneDNN's convolution only for products in bf16 (its AMX
 // and avx512_core_bf16 kernels), with the epilogue as post-ops (and oneDNN's own layouts) when
 // those are cheap ones — relu, x*a+b, a residual sum — and as generated code otherwise (oneDNN
@@ -327,12 +328,6 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   const bool narrowVectors = target.narrowVectors;
   std::vector<Impl> c = candidatesOf(p, k, allowExtern, fault, precision);
   auto has = [&](Impl i) { return std::find(c.begin(), c.end(), i) != c.end(); };
-  // With AVX-512, convs of 32 output channels or more run fastest as the generated implicit GEMM's
-  // tiles of eight positions by two panels: on an Intel host with two 512-bit FMA pipes they beat
-  // oneDNN 2.6 and conv_rows on every such conv of the CNN fixtures and zoo, at batch 1 and 64
-  // (1.2-3x; the 3-input-channel first convs most), and gemm4x32's tiles by 1.05-1.3x
-  // (docs/performance.md), with f32, bf16 or int8 weights. Products in bf16 (no gemm8x32) stay
-  // below: oneDNN's bf16 convs ran atari_cnn at batch 64 2.2x faster than gemm4x32's vdpbf16ps tiles.
   // 3 x 3 stride-1 convs with f32 weights, at least 4 input and 16 output channels: Winograd's
   // F(2x2, 3x3), 16 multiplies where the direct conv takes 36 (WinogradTiles). Single convs at
   // batch 1 and 64, both backends, with and without AVX-512 (docs/performance.md): 1.1-2.1x
@@ -345,6 +340,12 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
     const WinogradTiles t = *winogradTiles(p, k, !narrowVectors);
     if (t.C >= 4 && t.M >= 16 && 8 * (4 * 16 * t.bands * t.panels) <= 9 * t.OH * t.OW) return Impl::WinogradF23;
   }
+  // With AVX-512, convs of 32 output channels or more run fastest as the generated implicit GEMM's
+  // tiles of eight positions by two panels: on an Intel host with two 512-bit FMA pipes they beat
+  // oneDNN 2.6 and conv_rows on every such conv of the CNN fixtures and zoo, at batch 1 and 64
+  // (1.2-3x; the 3-input-channel first convs most), and gemm4x32's tiles by 1.05-1.3x
+  // (docs/performance.md), with f32, bf16 or int8 weights. Products in bf16 (no gemm8x32) stay
+  // below: oneDNN's bf16 convs ran atari_cnn at batch 64 2.2x faster than gemm4x32's vdpbf16ps tiles.
   if (k.kind == KernelKind::Conv && !narrowVectors && packedN(p, k) >= 32 && has(Impl::Gemm8x32)) return Impl::Gemm8x32;
   // Heads of at most twelve outputs: dot products along k at every batch size (a 256 -> 1 value
   // head at batch 64 5.5 -> 0.5 us, at batch 1 0.16 -> 0.05; docs/performance.md). Without
