@@ -117,6 +117,7 @@ bool hasAccuracyFault(const Kernel& k, const std::optional<InjectedFault>& fault
 const char* implName(Impl i) { return kImplNames[static_cast<int>(i)]; }
 bool isExtern(Impl i) { return i == Impl::Onednn || i == Impl::OnednnPostOps; }
 bool usesPanels(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm4x16 || i == Impl::Gemm6x16 || i == Impl::Gemm8x32; }
+bool readsRawWeight(Impl i) { return !usesPanels(i) && i != Impl::WinogradF23; }
 int64_t panelsPerTile(Impl i) { return i == Impl::Gemm4x32 || i == Impl::Gemm8x32 ? 2 : 1; }
 int64_t rowsPerTile(Impl i) { return i == Impl::Gemm6x16 ? 6 : i == Impl::Gemm8x32 ? 8 : 4; }
 int64_t convTailTile(int64_t P, int64_t R) { return R == 8 && P % R >= 6 ? 8 : R > 4 && P % R >= 4 ? 4 : 0; }
@@ -1082,7 +1083,7 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       ks.tapGroup = tapGroup(p, k, ks.paddedImage.has_value());
       ks.tileEpilogue = !ks.anchorFault && vectorBody(p, k) && planeDense(p, k);
     }
-    ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), [](Impl i) { return !usesPanels(i) && i != Impl::WinogradF23; });
+    ks.rawWeight = std::any_of(ks.impls.begin(), ks.impls.end(), readsRawWeight);
     s.usesExtern = s.usesExtern || std::any_of(ks.impls.begin(), ks.impls.end(), isExtern);
     for (Impl im : ks.impls) {
       if (isExtern(im)) s.externPerBatch = std::max(s.externPerBatch, externKernel(p, k, implName(im))->scratchBytesPerRow);

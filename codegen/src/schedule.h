@@ -40,6 +40,7 @@ constexpr int64_t dotRowsTile(int64_t N) { return N <= 4 ? 4 : N <= 8 ? 2 : 1; }
 const char* implName(Impl i);
 bool isExtern(Impl i);  // a oneDNN primitive: the model links libdnnl
 bool usesPanels(Impl i);  // reads the weight packed as panels (gemm4x32, gemm4x16, gemm6x16, gemm8x32)
+bool readsRawWeight(Impl i);  // reads the weight as the model has it (conv_rows, dot_rows, oneDNN's; not winograd_f23's own)
 int64_t panelsPerTile(Impl i);  // the panels a microkernel tile spans: 2 for gemm4x32 and gemm8x32, else 1
 int64_t rowsPerTile(Impl i);  // the rows (conv output positions) a microkernel tile spans: 6 for gemm6x16, 8 for gemm8x32, else 4
 // The rows of the one tile on gathered patches that takes the positions past an image's last

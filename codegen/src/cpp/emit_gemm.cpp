@@ -697,15 +697,7 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
     s += fmt::format("    for (int64_t c = 0; c < {}; ++c)\n      for (int64_t r = r0; r < r1; ++r) {{\n", C);
     s += fmt::format("        float* PC_RESTRICT row = padded + (c*{} + r)*{};\n        const int64_t ih = r - {};\n", padded->H,
                      padded->W, padded->top);
-    // The padding by memset: GCC 12 vectorised a zeroing loop of five floats in this branch into
-    // wrong code at -O3 with AVX-512 (ONNX's convtranspose_pads test, a 9 x 5 image).
-    s += fmt::format("        if (ih < 0 || ih >= {}) {{ std::memset(row, 0, {} * sizeof(float)); continue; }}\n", H, padded->W);
-    if (padded->left > 0) s += fmt::format("        std::memset(row, 0, {} * sizeof(float));\n", padded->left);
-    s += fmt::format("        for (int64_t iw = 0; iw < {}; ++iw) row[iw + {}] = {};\n", Wd, padded->left,
-                     loadExpr(X.id, addressOf(X.id, {"i0", "c", "ih", "iw"})));
-    if (padded->W > padded->left + Wd) {
-      s += fmt::format("        std::memset(row + {}, 0, {} * sizeof(float));\n", padded->left + Wd, padded->W - padded->left - Wd);
-    }
+    s += paddedRowCopy(X, padded->left, padded->W, "        ");
     s += "      }\n    copied = i0;\n  };\n";
     s += fmt::format("  auto origin = [&](int64_t, int64_t pos) {{ return padded + pos / {} * {} * {} + pos % {} * {}; }};\n", OW, st[0],
                      padded->W, OW, st[1]);
@@ -804,6 +796,18 @@ std::string Emitter::emitPackedConv(const Kernel& k, size_t index, std::optional
   s += fmt::format("        pc::gemm_1x16({}, patch[0], wp + j*{}, bp + j*16, out[0]{});\n", K, s_.kernels[index].panelStride, scaleArg(index, "j"));
   s += panelEpilogue(M, "        ", fmt::format("epilogue(i0, n, t0 / {}, t0 % {}, out[0][n - j*16])", OW, OW));
   s += "      }\n    }\n  }\n";
+  return s;
+}
+
+std::string Emitter::paddedRowCopy(const Buffer& X, int64_t left, int64_t width, const std::string& in) const {
+  const int64_t H = X.type.shape[2].value(), W = X.type.shape[3].value();
+  // The padding by memset: GCC 12 vectorised a zeroing loop of five floats in this branch into
+  // wrong code at -O3 with AVX-512 (ONNX's convtranspose_pads test, a 9 x 5 image).
+  std::string s = fmt::format("{}if (ih < 0 || ih >= {}) {{ std::memset(row, 0, {} * sizeof(float)); continue; }}\n", in, H, width);
+  if (left > 0) s += fmt::format("{}std::memset(row, 0, {} * sizeof(float));\n", in, left);
+  s += fmt::format("{}for (int64_t iw = 0; iw < {}; ++iw) row[iw + {}] = {};\n", in, W, left,
+                   loadExpr(X.id, addressOf(X.id, {"i0", "c", "ih", "iw"})));
+  if (width > left + W) s += fmt::format("{}std::memset(row + {}, 0, {} * sizeof(float));\n", in, left + W, width - left - W);
   return s;
 }
 

@@ -43,13 +43,7 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
   s += fmt::format("    for (int64_t c = 0; c < {}; ++c)\n      for (int64_t r = 0; r < {}; ++r) {{\n", C, bandH);
   s += fmt::format("        float* PC_RESTRICT row = band + (c*{} + r)*{};\n        const int64_t ih = 2*ty0 + r - {};\n", bandH, bandW,
                    t.padTop);
-  s += fmt::format("        if (ih < 0 || ih >= {}) {{ std::memset(row, 0, {} * sizeof(float)); continue; }}\n", t.H, bandW);
-  if (t.padLeft > 0) s += fmt::format("        std::memset(row, 0, {} * sizeof(float));\n", t.padLeft);
-  s += fmt::format("        for (int64_t iw = 0; iw < {}; ++iw) row[iw + {}] = {};\n", t.W, t.padLeft,
-                   loadExpr(X.id, addressOf(X.id, {"i0", "c", "ih", "iw"})));
-  if (bandW > t.padLeft + t.W) {
-    s += fmt::format("        std::memset(row + {}, 0, {} * sizeof(float));\n", t.padLeft + t.W, bandW - t.padLeft - t.W);
-  }
+  s += paddedRowCopy(X, t.padLeft, bandW, "        ");
   s += "      }\n";
   // V: tile t = ty * TW + tx of channel c at V[xi][t / 16][c][t % 16], tile row by tile row in
   // runs that stay in one vector (WinogradTiles::inputRuns).
@@ -93,7 +87,7 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
   s += fmt::format("          for (int64_t half = 0; half < 2 && 2*(ty0 + ty) + half < {}; ++half) {{\n", t.OH);
   s += "            const int64_t i2 = 2*(ty0 + ty) + half;\n";
   if (ks.tileEpilogue && vectorEpilogue(k, axisVars("i", 4), "0", 8)) {
-    // The epilogue on 8 columns at a time (a row of 4: its first 4 lanes).
+    // The epilogue on 8 columns at a time (a last chunk of fewer: its first lanes).
     for (int64_t col = 0; col < t.OW; col += 8) {
       s += "            {\n";
       s += chunkEpilogue(k, fmt::format("yrow[half] + {}", col), col, false, "              ", 8, static_cast<int>(std::min<int64_t>(8, t.OW - col)) % 8);

@@ -239,6 +239,10 @@ class Emitter {
   // (KernelSchedule::vectorEpilogue): v = the floats at `row` (plus `bias`), then the epilogue's
   // vector code, at width 8 on its first `lanes` columns only where 0 < lanes < 8 (a row's last
   // columns); the axis variables i0..i2 in scope.
+  // Input row `ih` of image i0, channel c of X (the variables in scope) into `row`, `width` floats
+  // from `left` columns of padding on, the padding and the rows outside the image zero (`continue`
+  // in the loop over rows for those): a padded image's rows, a Winograd band's.
+  std::string paddedRowCopy(const Buffer& X, int64_t left, int64_t width, const std::string& in) const;
   std::string chunkEpilogue(const Kernel& k, const std::string& row, int64_t col, bool bias, const std::string& indent, int width = 16,
                             int lanes = 0) const;
   // 2-D conv as Impl::ConvRows (schedule.h, ConvRowTiles): an output row by a block of output

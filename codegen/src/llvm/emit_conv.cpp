@@ -104,7 +104,6 @@ void Emitter::emitPackedConv(const Kernel& k) {
   llvm::AllocaInst* paddedBuf = padded ? local(llvm::ArrayType::get(f32_, static_cast<uint64_t>(padded->floats())), "padded") : nullptr;
   llvm::AllocaInst* copied = padded ? local(i64_, "copied") : nullptr;
   if (padded) b_.CreateStore(c64(-1), copied);
-  llvm::Constant* zero8 = llvm::ConstantInt::get(llvm::Type::getInt8Ty(ctx_), 0);
   auto padImage = [&](Value* i0) {
     Value* first = b_.CreateMul(i0, c64(tiles));
     Value* u0 = b_.CreateSub(b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, lo_, first), first);
@@ -115,22 +114,7 @@ void Emitter::emitPackedConv(const Kernel& k) {
     forCount(C, "c", [&](Value* c) {
       forRange(r0, r1, "r", [&](Value* r) {
         Value* row = b_.CreateInBoundsGEP(f32_, paddedBuf, b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(padded->H)), r), c64(padded->W)));
-        Value* ih = b_.CreateSub(r, c64(padded->top));
-        Value* inRow = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H)));
-        ifElse(
-            inRow, "inside",
-            [&] {
-              if (padded->left > 0) b_.CreateMemSet(row, zero8, static_cast<uint64_t>(padded->left * 4), llvm::MaybeAlign(4));
-              forCount(Wd, "iw", [&](Value* iw) {
-                b_.CreateStore(loadElem(X.id, {i0, c, ih, iw}, X.name), b_.CreateInBoundsGEP(f32_, row, b_.CreateAdd(iw, c64(padded->left))));
-              });
-              const int64_t right = padded->W - padded->left - Wd;
-              if (right > 0) {
-                b_.CreateMemSet(b_.CreateConstInBoundsGEP1_64(f32_, row, static_cast<uint64_t>(padded->left + Wd)), zero8,
-                                static_cast<uint64_t>(right * 4), llvm::MaybeAlign(4));
-              }
-            },
-            [&] { b_.CreateMemSet(row, zero8, static_cast<uint64_t>(padded->W * 4), llvm::MaybeAlign(4)); });
+        copyPaddedRow(X, i0, c, b_.CreateSub(r, c64(padded->top)), row, padded->left, padded->W);
       });
     });
     b_.CreateStore(i0, copied);
@@ -273,6 +257,25 @@ void Emitter::emitPackedConv(const Kernel& k) {
           });
         });
   });
+}
+
+void Emitter::copyPaddedRow(const Buffer& X, Value* i0, Value* c, Value* ih, Value* row, int64_t left, int64_t width) {
+  const int64_t H = X.type.shape[2].value(), W = X.type.shape[3].value();
+  llvm::Constant* zero8 = llvm::ConstantInt::get(llvm::Type::getInt8Ty(ctx_), 0);
+  Value* inRow = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H)));
+  ifElse(
+      inRow, "inside",
+      [&] {
+        if (left > 0) b_.CreateMemSet(row, zero8, static_cast<uint64_t>(left * 4), llvm::MaybeAlign(4));
+        forCount(W, "iw", [&](Value* iw) {
+          b_.CreateStore(loadElem(X.id, {i0, c, ih, iw}, X.name), b_.CreateInBoundsGEP(f32_, row, b_.CreateAdd(iw, c64(left))));
+        });
+        if (width > left + W) {
+          b_.CreateMemSet(b_.CreateConstInBoundsGEP1_64(f32_, row, static_cast<uint64_t>(left + W)), zero8,
+                          static_cast<uint64_t>((width - left - W) * 4), llvm::MaybeAlign(4));
+        }
+      },
+      [&] { b_.CreateMemSet(row, zero8, static_cast<uint64_t>(width * 4), llvm::MaybeAlign(4)); });
 }
 
 void Emitter::addTap(llvm::AllocaInst* reg, Value* at, const RowTaps::Lanes& l, Value* wv, int id, bool finiteWeight) {

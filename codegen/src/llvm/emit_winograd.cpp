@@ -135,21 +135,7 @@ void Emitter::emitWinograd(const Kernel& k) {
     forCount(C, "c", [&](Value* c) {
       forCount(bandH, "r", [&](Value* r) {
         Value* row = at(band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(bandH)), r), c64(bandW)));
-        Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(ty0, c64(2)), r), c64(t.padTop));
-        Value* inRow = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(t.H)));
-        ifElse(
-            inRow, "inside",
-            [&] {
-              if (t.padLeft > 0) b_.CreateMemSet(row, zero8, static_cast<uint64_t>(t.padLeft * 4), llvm::MaybeAlign(4));
-              forCount(t.W, "iw", [&](Value* iw) {
-                b_.CreateStore(loadElem(X.id, {i0, c, ih, iw}, X.name), at(row, b_.CreateAdd(iw, c64(t.padLeft))));
-              });
-              if (bandW > t.padLeft + t.W) {
-                b_.CreateMemSet(b_.CreateConstInBoundsGEP1_64(f32_, row, static_cast<uint64_t>(t.padLeft + t.W)), zero8,
-                                static_cast<uint64_t>((bandW - t.padLeft - t.W) * 4), llvm::MaybeAlign(4));
-              }
-            },
-            [&] { b_.CreateMemSet(row, zero8, static_cast<uint64_t>(bandW * 4), llvm::MaybeAlign(4)); });
+        copyPaddedRow(X, i0, c, b_.CreateSub(b_.CreateAdd(b_.CreateMul(ty0, c64(2)), r), c64(t.padTop)), row, t.padLeft, bandW);
       });
     });
     // V: tile t = ty * TW + tx of channel c at V[xi][t / 16][c][t % 16], tile row by tile row in

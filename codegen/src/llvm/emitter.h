@@ -269,6 +269,10 @@ class Emitter : llvmbe::Builder {
   // 2-D conv as Impl::ConvRows (schedule.h, ConvRowTiles): an output row by a block of output
   // channels, each chunk of 16 columns a <16 x float> per channel.
   void emitConvRows(const Kernel& k);
+  // Input row `ih` of image i0, channel c of X into `row`: `width` floats, `left` of padding
+  // first, the padding and a row outside the image zero (a padded image's rows, a Winograd
+  // band's; the C++ printer's paddedRowCopy).
+  void copyPaddedRow(const Buffer& X, Value* i0, Value* c, Value* ih, Value* row, int64_t left, int64_t width);
   // 2-D conv as Impl::WinogradF23 (schedule.h, WinogradTiles), as the C++ printer's emitWinograd.
   void emitWinograd(const Kernel& k);
   // The transforms of a run of `lanes` (1 to 8, or 16) tiles, addition by addition as the prelude's
