@@ -26,9 +26,13 @@
 #include "policyc/runtime/loader.h"
 #include "support/cli.h"
 #include "support/scratch_dir.h"
+#include "support/backends.h"
 #include "support/fixtures.h"
 
 using namespace policyc;
+using testing::checkBitwiseBackends;
+using testing::graphInputTypes;
+using testing::jitModel;
 namespace fs = std::filesystem;
 
 namespace {
@@ -39,17 +43,6 @@ std::unique_ptr<ir::Graph> optimized(const std::string& model) {
   auto graph = driver::loadModel(testing::sourcePath("examples/models/" + model + ".onnx"));
   passes::runPipeline(*graph);
   return graph;
-}
-
-runtime::Model jitModel(const ir::Graph& graph, const codegen::LlvmOptions& options = {}) {
-  std::shared_ptr<codegen::JitModel> jit = codegen::jitCompile(codegen::generateLlvm(graph, options));
-  return runtime::Model::adopt("<jit>", jit->descriptor(), jit->profile(), jit, [jit](const char* n) { return jit->symbol(n); });
-}
-
-std::vector<ir::TensorType> graphInputTypes(const ir::Graph& graph) {
-  std::vector<ir::TensorType> types;
-  for (const ir::Value* v : graph.inputs()) types.push_back(v->type());
-  return types;
 }
 
 // The C++ backend's .so at `so` and the LLVM backend's JIT of `graph` against the interpreter
@@ -66,30 +59,6 @@ void checkBothBackends(const ir::Graph& graph, const fs::path& so, const codegen
         CHECK(driver::compareTensors("", one[o], want[o], tolerance, tolerance).pass);
         CHECK(std::memcmp(one[o].bytes(), two[o].bytes(), one[o].nbytes()) == 0);
       }
-    }
-  }
-}
-
-// The C++ model against the interpreter (tolerance) at each batch, each model at 2 and 3 threads
-// bit for bit as at 1, and the two models bit for bit.
-void checkBitwiseBackends(const ir::Graph& graph, runtime::Model& cppModel, runtime::Model& llvmModel,
-                          std::initializer_list<int64_t> batches, uint64_t seed, double tolerance) {
-  for (int64_t batch : batches) {
-    std::vector<ir::Tensor> inputs = driver::randomTensors(graphInputTypes(graph), batch, seed);
-    std::vector<ir::Tensor> want = ir::interpret(graph, inputs);
-    std::vector<ir::Tensor> c1 = driver::runModel(cppModel, inputs, 1), l1 = driver::runModel(llvmModel, inputs, 1);
-    for (int threads : {2, 3}) {
-      std::vector<ir::Tensor> cN = driver::runModel(cppModel, inputs, threads), lN = driver::runModel(llvmModel, inputs, threads);
-      for (size_t o = 0; o < want.size(); ++o) {
-        INFO("batch " << batch << " threads " << threads << " output " << o);
-        CHECK(std::memcmp(c1[o].bytes(), cN[o].bytes(), c1[o].nbytes()) == 0);
-        CHECK(std::memcmp(l1[o].bytes(), lN[o].bytes(), l1[o].nbytes()) == 0);
-      }
-    }
-    for (size_t o = 0; o < want.size(); ++o) {
-      INFO("batch " << batch << " output " << o);
-      CHECK(driver::compareTensors("", c1[o], want[o], tolerance, tolerance).pass);
-      CHECK(std::memcmp(c1[o].bytes(), l1[o].bytes(), c1[o].nbytes()) == 0);
     }
   }
 }

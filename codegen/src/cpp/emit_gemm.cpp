@@ -1054,7 +1054,9 @@ std::string Emitter::emitConv(const Kernel& k, size_t index) const {
     xIdx.push_back(pv);
     wIdx.push_back(kv);
   }
-  s += fmt::format("{}acc += {} * {};\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)), loadExpr(W.id, addressOf(W.id, wIdx)));
+  // An explicit fused multiply-add, as the LLVM printer's: GCC's contraction of `acc += x * w`
+  // depends on how it vectorizes the loop nest (3-D convs without padding were left unfused).
+  s += fmt::format("{}acc = __builtin_fmaf({}, {}, acc);\n", cur, loadExpr(X.id, addressOf(X.id, xIdx)), loadExpr(W.id, addressOf(W.id, wIdx)));
   for (size_t d = 0; d < nsp; ++d) {
     cur.resize(cur.size() - 2);
     s += cur + "}\n";
