@@ -2323,7 +2323,10 @@ PC_INLINE V expLanes(V x) {
 template <class V>
 PC_INLINE V sigmoidLanes(V x) {
   const V e = expLanes(-(x < 0.0f ? -x : x));  // -|x| (a zero's sign aside, which exp does not see)
-  const V r = x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+  // One division of the selected numerator (the same bits as selecting between two quotients,
+  // which GCC computes both of: a 27 -> 288 layer's silu at batch 64 1.3x the LLVM build's time).
+  const V num = x >= 0.0f ? V{} + 1.0f : e;
+  const V r = num / (1.0f + e);
   return x != x ? x : r;
 }
 template <class V>
@@ -2463,7 +2466,7 @@ template <class T> PC_INLINE T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN
 template <class T> PC_INLINE T sigmoid(T x) {
   // exp of -|x| never overflows; the two halves are selected, not branched on.
   const T e = pc::exp(-pc::fabs(x));
-  const T r = x >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
+  const T r = (x >= T(0) ? T(1) : e) / (T(1) + e);  // one division (sigmoidLanes)
   return x != x ? x : r;
 }
 template <class T> PC_INLINE T softplus(T x) {

@@ -848,13 +848,13 @@ TEST_CASE("llvm and cpp backends: a linear layer's partial last panel runs its e
 // operations, the same bits as the LLVM backend's. %o and %so are 120 times one input each (one
 // product: the same in any order of sums), so that exp runs past its range (inf) and under it (0)
 // and still compares with the interpreter's.
-TEST_CASE("llvm and cpp backends: exp, sigmoid and clip epilogues on vector lanes", "[llvm][cpp]") {
+TEST_CASE("llvm and cpp backends: exp, sigmoid, silu and clip epilogues on vector lanes", "[llvm][cpp]") {
   auto oneTap = [](int64_t N, int64_t K, double scale) {
     std::string s;
     for (int64_t i = 0; i < N * K; ++i) s += fmt::format("{}{}", i ? ", " : "", i % K == (i / K) % K ? scale : 0.0);
     return s;
   };
-  const std::string text = fmt::format(R"(graph lanes(%x: f32[batch,24], %y: f32[batch,24], %z: f32[batch,24]) {{
+  const std::string text = fmt::format(R"(graph lanes(%x: f32[batch,24], %y: f32[batch,24], %z: f32[batch,24], %zs: f32[batch,24]) {{
   %g = param f32[32,24] [{}]
   %b = param f32[32] [{}]
   %a = linear(%x, %g, %b) : f32[batch,32]
@@ -866,14 +866,19 @@ TEST_CASE("llvm and cpp backends: exp, sigmoid and clip epilogues on vector lane
   %h = param f32[16,24] [{}]
   %m = linear(%z, %h) : f32[batch,16]
   %so = sigmoid(%m) : f32[batch,16]
-  return (ce=%ce, o=%o, so=%so)
-}})", paramValues(768, 0.5, 9, -2.0), paramValues(32, 0.25, 5, -0.5), oneTap(32, 24, 120.0), oneTap(16, 24, 120.0));
+  %s = param f32[16,24] [{}]
+  %sm = linear(%zs, %s) : f32[batch,16]
+  %si = silu(%sm) : f32[batch,16]
+  return (ce=%ce, o=%o, so=%so, si=%si)
+}})", paramValues(768, 0.5, 9, -2.0), paramValues(32, 0.25, 5, -0.5), oneTap(32, 24, 120.0), oneTap(16, 24, 120.0),
+                                       paramValues(384, 0.75, 11, -3.5));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
   const codegen::GeneratedCpp generated = splitCpp(*graph);
   CHECK(occurrences(generated.source, "v = pc::clipLanes(v, -3.0f, 2.0f);") == 1);
   CHECK(occurrences(generated.source, "v = pc::expLanes(v);") == 2);
   CHECK(occurrences(generated.source, "v = pc::sigmoidLanes(v);") == 1);
+  CHECK(occurrences(generated.source, "v = v * pc::sigmoidLanes(v);") == 1);  // silu
   checkGeneratedBitwise(*graph, generated, "lanes", {1, 3, 8, 13, 64}, 37, 1e-5);
 }
 

@@ -329,7 +329,8 @@ class Builder {
   Value* sigmoid(Value* x) {
     Value* e = exp(b_.CreateFNeg(fabs(x)));
     Value* d = b_.CreateFAdd(fc(1, x), e);
-    Value* r = b_.CreateSelect(b_.CreateFCmpOGE(x, fc(0, x)), b_.CreateFDiv(fc(1, x), d), b_.CreateFDiv(e, d));
+    // One division of the selected numerator (the C++ prelude's pc::sigmoid, the same bits).
+    Value* r = b_.CreateFDiv(b_.CreateSelect(b_.CreateFCmpOGE(x, fc(0, x)), fc(1, x), e), d);
     return b_.CreateSelect(isNan(x), x, r, "sigmoid");
   }
   // erf (f32: Abramowitz-Stegun 7.1.26 on |x|, within 1.5e-7 absolute; f64: libm).
