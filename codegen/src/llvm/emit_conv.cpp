@@ -129,29 +129,40 @@ void Emitter::emitPackedConv(const Kernel& k) {
     Value* iw = b_.CreateSub(b_.CreateMul(b_.CreateSRem(pos, c64(OW)), c64(st[1])), c64(pads[1]));
     return elemPtr(X.id, {i0, nullptr, ih, iw});
   };
-  // patch row `slot` = the window of output position `pos` of image i0 (c, kh, kw order).
+  // patch row `slot` = the window of output position `pos` of image i0 (c, kh, kw order): where
+  // the window lies inside the input, copied without a test a value (LLVM unrolls and vectorises
+  // it: with a store of zero and a branch per value, sb3_multi_input's 576-value patches of a
+  // 3 x 3 conv on 3 x 3 images, one position each, took 1.3x the C++ build's time); else each
+  // value zero or read where it lies inside.
   auto gather = [&](Value* i0, Value* pos, int64_t slot) {
     Value* oh = b_.CreateSDiv(pos, c64(OW));
     Value* ow = b_.CreateSRem(pos, c64(OW));
     Value* dst = b_.CreateConstInBoundsGEP1_64(f32_, patch, static_cast<uint64_t>(slot * K));
-    forCount(C, "c", [&](Value* c) {
-      forCount(KH, "kh", [&](Value* kh) {
-        Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
-        Value* okH = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H)));
-        forCount(KW, "kw", [&](Value* kw) {
-          Value* iw = b_.CreateSub(b_.CreateAdd(b_.CreateMul(ow, c64(st[1])), b_.CreateMul(kw, c64(dil[1]))), c64(pads[1]));
-          Value* ok = b_.CreateAnd(okH, b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(iw, c64(Wd))));
-          Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(KH)), kh), c64(KW)), kw);
-          Value* slotPtr = b_.CreateInBoundsGEP(f32_, dst, at);
-          b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), slotPtr);
-          ifThen(ok, "inside", [&] {
-            Value* ihc = b_.CreateSelect(ok, ih, c64(0));
-            Value* iwc = b_.CreateSelect(ok, iw, c64(0));
-            b_.CreateStore(loadElem(X.id, {i0, c, ihc, iwc}, X.name), slotPtr);
+    auto windowLoops = [&](bool checked) {
+      forCount(C, "c", [&](Value* c) {
+        forCount(KH, "kh", [&](Value* kh) {
+          Value* ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(oh, c64(st[0])), b_.CreateMul(kh, c64(dil[0]))), c64(pads[0]));
+          Value* okH = b_.CreateAnd(b_.CreateICmpSGE(ih, c64(0)), b_.CreateICmpSLT(ih, c64(H)));
+          forCount(KW, "kw", [&](Value* kw) {
+            Value* iw = b_.CreateSub(b_.CreateAdd(b_.CreateMul(ow, c64(st[1])), b_.CreateMul(kw, c64(dil[1]))), c64(pads[1]));
+            Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(c, c64(KH)), kh), c64(KW)), kw);
+            Value* slotPtr = b_.CreateInBoundsGEP(f32_, dst, at);
+            if (!checked) {
+              b_.CreateStore(loadElem(X.id, {i0, c, ih, iw}, X.name), slotPtr);
+              return;
+            }
+            Value* ok = b_.CreateAnd(okH, b_.CreateAnd(b_.CreateICmpSGE(iw, c64(0)), b_.CreateICmpSLT(iw, c64(Wd))));
+            b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), slotPtr);
+            ifThen(ok, "inside", [&] {
+              Value* ihc = b_.CreateSelect(ok, ih, c64(0));
+              Value* iwc = b_.CreateSelect(ok, iw, c64(0));
+              b_.CreateStore(loadElem(X.id, {i0, c, ihc, iwc}, X.name), slotPtr);
+            });
           });
         });
       });
-    });
+    };
+    ifElse(inside(pos), "window.inside", [&] { windowLoops(false); }, [&] { windowLoops(true); });
   };
   auto finish = [&](Value* i0, Value* pos, Value* j, Value* acc) {
     llvm::AllocaInst* tmp = local(llvm::ArrayType::get(f32_, kLanes), "panel");
