@@ -1242,6 +1242,14 @@ PC_INLINE void winogradOutput(const float* PC_RESTRICT m, int64_t ms, float bias
     }
   }
 }
+// Six contiguous rows by one panel (a linear layer's sextet without AVX-512), each finished row
+// handed to end(t, c, f32x16), as gemm_4x16_fin (finishTile).
+template <class WT, class End>
+PC_INLINE void gemm_6x16_fin(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
+                             const float* PC_RESTRICT scale = nullptr) {
+  finishTile<6, 16, WT>([&](auto e) { gemm_rxp_to<6, 1, 1>(K, [](int64_t k) { return k; }, x, w, bias, e, scale); },
+                        [&](float* tile) { gemm_6x16(K, x, w, bias, reinterpret_cast<float (*)[16]>(tile), scale); }, end);
+}
 // Eight contiguous rows by two panels, each finished row handed to end(t, c, f32x16) (RowsAt),
 // as gemm_4x32_fin (finishTile).
 template <class WT, class End>

@@ -300,6 +300,9 @@ std::vector<Impl> candidatesOf(const KernelProgram& p, const Kernel& k, bool all
     v.push_back(Impl::Gemm8x32);
   }
   if (k.kind == KernelKind::Linear) v.push_back(Impl::Gemm8x32);
+  // Linear layers' sextets by one panel (without AVX-512: twelve accumulators of 8 lanes), on f32
+  // panels only (no widened or paired narrow panels).
+  if (k.kind == KernelKind::Linear && f32Weight) v.push_back(Impl::Gemm6x16);
   // dot_rows reads the f32 weight as it is, [N, K]: a layer too small to be narrowed at any
   // precision (heads keep f32 anyway) or kept f32.
   if (k.kind == KernelKind::Linear && packedN(p, k) <= kDotRowsMaxN && (precision == Precision::Fp32 || tooSmallToNarrow(p, k))) {
@@ -379,6 +382,12 @@ Impl heuristicImpl(const KernelProgram& p, const Kernel& k, int64_t batch, bool 
   // 2.6 on every conv of NatureCNN, the multi-input CNN and a GAP CNN at batch 1 and 64, 1.1-2.4x;
   // docs/performance.md notes the strided convs where oneDNN stays a few percent ahead).
   if (k.kind == KernelKind::Conv && has(Impl::Gemm8x32)) return narrowVectors ? Impl::Gemm6x16 : Impl::Gemm8x32;
+  // Without AVX-512, linear layers of a panel or more over rows of 64 or more in sextets: gemm4x16's
+  // eight accumulators leave the FMA pipes waiting on their latency (on an AMD host wide_mlp's
+  // 1024 x 1024 layer at batch 64 ran at 98 GFLOP/s, 114 with AVX-512's octets; docs/performance.md).
+  if (k.kind == KernelKind::Linear && narrowVectors && packedN(p, k) >= 16 && packedK(p, k) >= 64 && has(Impl::Gemm6x16)) {
+    return Impl::Gemm6x16;
+  }
   const Impl generated = narrowVectors ? Impl::Gemm4x16 : Impl::Gemm4x32;
   if (k.kind != KernelKind::Conv || !has(Impl::Onednn)) return generated;
   // Products in bf16 (bf16 pairs: no gemm6x16 or gemm8x32): oneDNN's convolution; without AVX-512
@@ -1215,6 +1224,14 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     perRow = std::max<int64_t>(perRow, 1);
     const int64_t weighed = (static_cast<int64_t>(s.weights.size()) + perRow - 1) / perRow;
     s.rowBlock = std::max<int64_t>({4, o.rowBlockBytes / perRow / 4 * 4, (weighed + 3) / 4 * 4});
+    // A linear layer in sextets (gemm6x16) tiles rows 0-5, 6-11, ... and a last unit's whole quad
+    // (the rows past it alone, whose sums differ in the last bits): blocks of a multiple of 12 rows
+    // cut the batch where its sextets and quads end, so that every row gets the tile or the single
+    // row it gets in the whole batch.
+    const bool sextets = std::any_of(s.kernels.begin(), s.kernels.end(), [](const KernelSchedule& ks) {
+      return ks.form == Form::PackedGemm && std::find(ks.impls.begin(), ks.impls.end(), Impl::Gemm6x16) != ks.impls.end();
+    });
+    if (sextets) s.rowBlock = (s.rowBlock + 11) / 12 * 12;
   }
   return s;
 }

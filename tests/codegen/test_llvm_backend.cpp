@@ -967,11 +967,15 @@ void checkSameBits(const ir::Graph& graph, const std::vector<runtime::Model>& mo
 
 }  // namespace
 
-// Linear layers by tiles of eight rows (gemm8x32) give gemm4x32's bits: each output sums over k
-// in order in both, the rows past the last whole quad alone in both. Both backends, 1-3 threads,
-// batches that leave 0-7 rows past the last octet; a layer with an odd last panel (48 columns:
-// its octets as two quads) and one over a leading dim (rows = batch x 3).
-TEST_CASE("llvm and cpp backends: linear layers by tiles of eight rows give the bits of tiles of four", "[llvm][cpp]") {
+// Linear layers by tiles of eight rows (gemm8x32) give gemm4x32's bits: each output sums over k in
+// order in both, the rows past the last whole quad alone in both. Tiles of six (gemm6x16, one
+// panel) take a sextet's rows 4 and 5 into the tile where quads leave them alone (the single row's
+// four partial sums differ in the last bits): the same bits in both backends, against the
+// interpreter. Both backends, 1-3 threads, batches that leave 0-7 rows past the last octet or sextet; a layer
+// with an odd last panel (48 columns: its octets as two quads) and one over a leading dim (rows =
+// batch x 3); a tanh epilogue from the accumulators, and layers that write their tiles into the
+// output. With AVX-512 and without (x86-64-v3).
+TEST_CASE("llvm and cpp backends: linear layers by tiles of eight or six rows give the bits of tiles of four", "[llvm][cpp]") {
   auto weights = [](int64_t n) { return paramValues(n, 0.125, 7, -0.5); };
   const std::string text = fmt::format(R"(graph eight(%x: f32[batch,40], %z: f32[batch,3,40]) {{
   %w = param f32[64,40] [{}]
@@ -986,22 +990,31 @@ TEST_CASE("llvm and cpp backends: linear layers by tiles of eight rows give the 
 }})", weights(64 * 40), weights(64), weights(48 * 64), weights(32 * 40));
   auto graph = ir::parseGraph(text);
   passes::runPipeline(*graph);
-  std::vector<runtime::Model> models;  // cpp 4x32, llvm 4x32, cpp 8x32, llvm 8x32
-  for (const std::string impl : {"gemm4x32", "gemm8x32"}) {
-    codegen::CppOptions cpp;
-    cpp.minChunkCost = 0;
-    cpp.forceImpl = impl;
-    const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
-    CHECK((generated.source.find("pc::gemm_8x32(40, x8,") != std::string::npos) == (impl == "gemm8x32"));
-    const fs::path so = scratch() / fmt::format("eight_rows_{}.so", impl);
-    codegen::buildSharedObject(generated, so.string(), {});
-    models.push_back(runtime::Model::load(so.string()));
-    codegen::LlvmOptions llvm;
-    llvm.minChunkCost = 0;
-    llvm.forceImpl = impl;
-    models.push_back(jitModel(*graph, llvm));
+  for (const std::string target : {"native", "x86-64-v3"}) {
+    INFO(target);
+    std::vector<runtime::Model> models, sextets;  // cpp and llvm: 4x32, 8x32; 6x16
+    for (const std::string impl : {"gemm4x32", "gemm8x32", "gemm6x16"}) {
+      codegen::CppOptions cpp;
+      cpp.minChunkCost = 0;
+      cpp.forceImpl = impl;
+      cpp.target = target;
+      const codegen::GeneratedCpp generated = codegen::generateCpp(*graph, cpp);
+      CHECK((generated.source.find("pc::gemm_8x32(40, x8,") != std::string::npos) == (impl == "gemm8x32"));
+      CHECK((generated.source.find("pc::gemm_6x16_fin(40, x6,") != std::string::npos) == (impl == "gemm6x16"));  // y's tanh
+      CHECK((generated.source.find("pc::gemm_6x16(64, x6, w, bp + j*16, dst(r, j*16), 48);") != std::string::npos) == (impl == "gemm6x16"));
+      const fs::path so = scratch() / fmt::format("eight_rows_{}_{}.so", impl, target);
+      codegen::buildSharedObject(generated, so.string(), {});
+      std::vector<runtime::Model>& group = impl == "gemm6x16" ? sextets : models;
+      group.push_back(runtime::Model::load(so.string()));
+      codegen::LlvmOptions llvm;
+      llvm.minChunkCost = 0;
+      llvm.forceImpl = impl;
+      llvm.target.target = target;
+      group.push_back(jitModel(*graph, llvm));
+    }
+    checkSameBits(*graph, models, {1, 3, 4, 5, 6, 7, 8, 11, 12, 13, 21, 64}, 17);
+    checkSameBits(*graph, sextets, {1, 3, 4, 5, 6, 7, 8, 11, 12, 13, 21, 64}, 17);
   }
-  checkSameBits(*graph, models, {1, 3, 4, 5, 8, 12, 13, 21, 64}, 17);
 }
 
 // A grouped or depthwise 2-D conv runs an output row at a time in both backends (schedule.h,
@@ -2139,6 +2152,40 @@ TEST_CASE("llvm and cpp backends: a batch in row blocks gives the whole batch's 
   // Blocks of 4 rows: from batch 21 (six blocks) two threads take whole blocks (pc::runRowBlocks),
   // below they split each kernel.
   checkSameBits(*graph, models, {1, 3, 4, 5, 8, 9, 13, 21, 38}, 41);
+  // A linear layer in sextets (gemm6x16): blocks of 12 rows, where its sextets and its last unit's
+  // quad end (Schedule::rowBlock), so that every row gets the whole batch's tile or single row.
+  {
+    std::vector<runtime::Model> sextets;
+    // (rows of 2048 floats beside it, so that the byte budget alone would give blocks of 4)
+    auto wideGraph = ir::parseGraph(fmt::format(R"(graph sextets(%v: f32[batch,24], %big: f32[batch,2048]) {{
+  %l = param f32[20,24] [{}]
+  %y = linear(%v, %l) : f32[batch,20]
+  %t = tanh(%y) : f32[batch,20]
+  %n = neg(%big) : f32[batch,2048]
+  return (t=%t, n=%n)
+}})", weights(20 * 24)));
+    passes::runPipeline(*wideGraph);
+    for (const int64_t budget : {int64_t{0}, int64_t{1}}) {
+      codegen::CppOptions cpp;
+      cpp.minChunkCost = 0;
+      cpp.rowBlockBytes = budget;
+      cpp.forceImpl = "gemm6x16";
+      const codegen::GeneratedCpp generated = codegen::generateCpp(*wideGraph, cpp);
+      const std::string blocks = "pc::RowBlocks pc_row_blocks = {pc_run_rows, pc_workspace_bytes, ";
+      const size_t at = generated.source.find(blocks);
+      REQUIRE((at != std::string::npos) == (budget != 0));
+      if (budget) CHECK(std::stoll(generated.source.substr(at + blocks.size())) % 12 == 0);
+      const fs::path so = scratch() / fmt::format("row_blocks_sextets_{}.so", budget);
+      codegen::buildSharedObject(generated, so.string(), {});
+      sextets.push_back(runtime::Model::load(so.string()));
+      codegen::LlvmOptions llvm;
+      llvm.minChunkCost = 0;
+      llvm.rowBlockBytes = budget;
+      llvm.forceImpl = "gemm6x16";
+      sextets.push_back(jitModel(*wideGraph, llvm));
+    }
+    checkSameBits(*wideGraph, sextets, {1, 5, 6, 10, 12, 13, 22, 23, 29, 40}, 43);
+  }
   // Two callers at once on each model in blocks (batch 38, 2 threads each): one has the pool, the
   // other runs its lanes of whole blocks itself; both get the whole batch's bits.
   {

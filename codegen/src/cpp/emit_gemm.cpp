@@ -508,10 +508,14 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   // row passes. A unit always runs the same microkernels (8 or 4 rows, or the last rows one by
   // one), whichever chunk it falls in; a row is in a tile of 8 or 4 rows (the same bits: each
   // output sums over k in order) or, past the last whole quad, alone, whatever the tile rows.
-  const bool octets = tileRows == 8;
-  s += fmt::format("  const int64_t quads = (rows + {}) / {};{}\n", tileRows - 1, tileRows, octets ? "  // octets of rows" : "");
+  // Units of more than four rows (gemm8x32's octets by a pair of panels, gemm6x16's sextets by one
+  // panel) run as one tile where whole, else as quads and single rows.
+  const bool octets = tileRows > 4;
+  const int64_t tilePanels = tileRows == 8 ? 2 : 1;
+  s += fmt::format("  const int64_t quads = (rows + {}) / {};{}\n", tileRows - 1, tileRows,
+                   tileRows == 8 ? "  // octets of rows" : tileRows == 6 ? "  // sextets of rows" : "");
   if (!ks.directRows && !vec) s += "  float out[4][32];\n  float out16[4][16];\n";
-  if (octets && !ks.directRows && !vec) s += "  float out8[8][32];\n";
+  if (octets && !ks.directRows && !vec) s += fmt::format("  float out{0}[{0}][{1}];\n", tileRows, 16 * tilePanels);
   if (ks.loadWidened >= 0) {
     s += fmt::format("  // {} panels widened to f32 once, by the model's first run of many rows (KernelSchedule::loadWidened)\n",
                      weightStorageName(ks.weightStorage));
@@ -587,18 +591,23 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     t += in + "  continue;\n" + in + "}\n";
     return t;
   };
-  // Eight rows by the pair as one tile from the panels at `from`.
+  // The unit's rows (8 by the pair, or 6 by one panel) as one tile from the panels at `from`.
   auto octetTile = [&](const std::string& from, const std::string& in) {
-    std::string t = in + "if (r + 8 <= rows && jEnd == j + 2) {\n";
-    t += in + "  const float* x8[8] = {row(r), row(r + 1), row(r + 2), row(r + 3), row(r + 4), row(r + 5), row(r + 6), row(r + 7)};\n";
+    const int64_t R = tileRows, cols = 16 * tilePanels;
+    const std::string kernel = fmt::format("pc::gemm_{}x{}", R, cols), x = fmt::format("x{}", R);
+    std::string t = fmt::format("{}if (r + {} <= rows{}) {{\n", in, R, tilePanels == 2 ? " && jEnd == j + 2" : "");
+    std::vector<std::string> rowsOf;
+    for (int64_t q = 0; q < R; ++q) rowsOf.push_back(q ? fmt::format("row(r + {})", q) : "row(r)");
+    t += fmt::format("{}  const float* {}[{}] = {{{}}};\n", in, x, R, fmt::join(rowsOf, ", "));
     if (ks.directRows) {
-      t += fmt::format("{}  pc::gemm_8x32({}, x8, {}, bp + j*16, {}{});\n", in, K, from, tile("r", "j", 32), scaleArg(index, "j"));
+      t += fmt::format("{}  {}({}, {}, {}, bp + j*16, {}{});\n", in, kernel, K, x, from, tile("r", "j", cols), scaleArg(index, "j"));
     } else if (vec) {
-      t += fmt::format("{}  pc::gemm_8x32_fin({}, x8, {}, bp + j*16, [&](int64_t t, int64_t c, pc::f32x16 v) {{ finish16(r + t, j*16 + c, v); }}{});\n",
-                       in, K, from, scaleArg(index, "j"));
+      t += fmt::format("{}  {}_fin({}, {}, {}, bp + j*16, [&](int64_t t, int64_t c, pc::f32x16 v) {{ finish16(r + t, j*16 + c, v); }}{});\n",
+                       in, kernel, K, x, from, scaleArg(index, "j"));
     } else {
-      t += fmt::format("{}  pc::gemm_8x32({}, x8, {}, bp + j*16, out8{});\n", in, K, from, scaleArg(index, "j"));
-      t += in + "  for (int64_t t = 0; t < 8; ++t) {\n" + finishing(in + "    ", "r + t", "j", "out8[t]", 32) + in + "  }\n";
+      t += fmt::format("{}  {}({}, {}, {}, bp + j*16, out{}{});\n", in, kernel, K, x, from, R, scaleArg(index, "j"));
+      t += fmt::format("{}  for (int64_t t = 0; t < {}; ++t) {{\n", in, R) +
+           finishing(in + "    ", "r + t", "j", fmt::format("out{}[t]", R), cols) + in + "  }\n";
     }
     return t + in + "  continue;\n" + in + "}\n";
   };
@@ -613,9 +622,9 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     s += "    }\n";
   }
   if (octets) {
-    // Eight rows by the pair as one tile (KernelSchedule::octetsOnStored), else the unit's quads.
+    // The unit's rows as one tile (KernelSchedule::octetsOnStored), else its quads and last rows.
     if (ks.octetsOnStored()) s += octetTile("w", "    ");
-    s += "    for (int64_t q = r; q < r + 8 && q < rows; q += 4) {\n";
+    s += fmt::format("    for (int64_t q = r; q < r + {} && q < rows; q += 4) {{\n", tileRows);
     if (ks.widenRows) s += "      if (widened) {\n" + quadTiles(widePanels, "        ", "q") + "      }\n";
     s += quadTiles("w", "      ", "q");
     s += "      for (int64_t t = q; t < rows; ++t) {\n";

@@ -812,12 +812,15 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     };
     // The unit's tiles: its quad; or its octet by a pair of panels as one tile (unless `octets` is
     // false: the stored panels where KernelSchedule::octetsOnStored says no), else its two quads.
+    // gemm6x16's sextets by one panel alike (the C++ printer's octetTile).
     auto tiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf, bool octets) {
-      if (T != 8) return quadTiles(r, w, panelOf);
-      Value* fullOctet = !octets ? static_cast<Value*>(b_.getFalse())
-                                 : b_.CreateAnd(b_.CreateICmpSLE(b_.CreateAdd(r, c64(8)), rows), b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2))));
+      if (T != 8 && T != 6) return quadTiles(r, w, panelOf);
+      const int group = T == 8 ? 2 : 1;
+      Value* whole = b_.CreateICmpSLE(b_.CreateAdd(r, c64(T)), rows);
+      if (group == 2) whole = b_.CreateAnd(whole, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2))));
+      Value* fullOctet = !octets ? static_cast<Value*>(b_.getFalse()) : whole;
       ifElse(
-          fullOctet, "octet", [&] { rowTile(r, 8, w, 2); },
+          fullOctet, T == 8 ? "octet" : "sextet", [&] { rowTile(r, T, w, group); },
           [&] {
             forCount(2, "half", [&](Value* h) {
               Value* q = b_.CreateAdd(r, b_.CreateMul(h, c64(4)), "q");
