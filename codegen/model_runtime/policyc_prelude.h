@@ -1156,6 +1156,7 @@ PC_INLINE void gemm_4x32(int64_t K, const float* const* x, const WT* PC_RESTRICT
                                 float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale = nullptr) {               \
     gemm_rxp_by<R, COLS / 16>(K, [](int64_t k) { return k; }, x, w, bias, out, scale, os);                                    \
   }
+PC_GEMM_RXP(2, 16)
 PC_GEMM_RXP(6, 16)
 PC_GEMM_RXP(8, 16)
 PC_GEMM_RXP(8, 32)
@@ -1242,13 +1243,20 @@ PC_INLINE void winogradOutput(const float* PC_RESTRICT m, int64_t ms, float bias
     }
   }
 }
-// Six contiguous rows by one panel (a linear layer's sextet without AVX-512), each finished row
-// handed to end(t, c, f32x16), as gemm_4x16_fin (finishTile).
+// Six (or two) contiguous rows by one panel (a linear layer's sextet without AVX-512, and the pair
+// of rows below its last whole quad), each finished row handed to end(t, c, f32x16), as
+// gemm_4x16_fin (finishTile).
 template <class WT, class End>
 PC_INLINE void gemm_6x16_fin(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
                              const float* PC_RESTRICT scale = nullptr) {
   finishTile<6, 16, WT>([&](auto e) { gemm_rxp_to<6, 1, 1>(K, [](int64_t k) { return k; }, x, w, bias, e, scale); },
                         [&](float* tile) { gemm_6x16(K, x, w, bias, reinterpret_cast<float (*)[16]>(tile), scale); }, end);
+}
+template <class WT, class End>
+PC_INLINE void gemm_2x16_fin(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
+                             const float* PC_RESTRICT scale = nullptr) {
+  finishTile<2, 16, WT>([&](auto e) { gemm_rxp_to<2, 1, 1>(K, [](int64_t k) { return k; }, x, w, bias, e, scale); },
+                        [&](float* tile) { gemm_2x16(K, x, w, bias, reinterpret_cast<float (*)[16]>(tile), scale); }, end);
 }
 // Eight contiguous rows by two panels, each finished row handed to end(t, c, f32x16) (RowsAt),
 // as gemm_4x32_fin (finishTile).

@@ -1224,14 +1224,6 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     perRow = std::max<int64_t>(perRow, 1);
     const int64_t weighed = (static_cast<int64_t>(s.weights.size()) + perRow - 1) / perRow;
     s.rowBlock = std::max<int64_t>({4, o.rowBlockBytes / perRow / 4 * 4, (weighed + 3) / 4 * 4});
-    // A linear layer in sextets (gemm6x16) tiles rows 0-5, 6-11, ... and a last unit's whole quad
-    // (the rows past it alone, whose sums differ in the last bits): blocks of a multiple of 12 rows
-    // cut the batch where its sextets and quads end, so that every row gets the tile or the single
-    // row it gets in the whole batch.
-    const bool sextets = std::any_of(s.kernels.begin(), s.kernels.end(), [](const KernelSchedule& ks) {
-      return ks.form == Form::PackedGemm && std::find(ks.impls.begin(), ks.impls.end(), Impl::Gemm6x16) != ks.impls.end();
-    });
-    if (sextets) s.rowBlock = (s.rowBlock + 11) / 12 * 12;
   }
   return s;
 }

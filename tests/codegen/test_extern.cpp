@@ -159,14 +159,16 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   codegen::fuseKernels(p);
   // ppo_mlp: the merged first layer reads the dense input; the next layers read split views of
   // its output (strided rows), which oneDNN 2.6 runs with its slow reference inner product.
-  // Eight-row tiles at every precision.
+  // Eight-row tiles at every precision; six-row ones on f32 panels (these layers are too small to
+  // be narrowed).
   std::vector<std::string> withOctets = kImpls;
   withOctets.push_back("gemm8x32");
+  withOctets.push_back("gemm6x16");
   CHECK(codegen::implCandidates(p, p.kernels[0], true) == withOctets);
   CHECK(codegen::implCandidates(p, p.kernels[0], true, std::nullopt, codegen::Precision::Bf16Weights) == withOctets);
   CHECK(codegen::implCandidates(p, p.kernels[0], true, std::nullopt, codegen::Precision::Int8Weights) == withOctets);
-  CHECK(codegen::implCandidates(p, p.kernels[1], true) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32"});
-  CHECK(codegen::implCandidates(p, p.kernels[0], false) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32"});
+  CHECK(codegen::implCandidates(p, p.kernels[1], true) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32", "gemm6x16"});
+  CHECK(codegen::implCandidates(p, p.kernels[0], false) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32", "gemm6x16"});
   CHECK(codegen::batchRangeBounds({1, 16, 64}) == std::vector<int64_t>{4, 32, -1});
   CHECK(codegen::batchRangeBounds({8}) == std::vector<int64_t>{-1});
   // The heuristic: linear layers stay generated; with AVX-512 those of two panels or more over
@@ -176,17 +178,19 @@ TEST_CASE("extern: which kernels have which implementations, and the heuristic",
   std::vector<std::string> withDot = withOctets;
   withDot.push_back("dot_rows");
   CHECK(codegen::implCandidates(p, p.kernels.back(), true) == withDot);
-  CHECK(codegen::implCandidates(p, p.kernels.back(), false) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32", "dot_rows"});
+  CHECK(codegen::implCandidates(p, p.kernels.back(), false) == std::vector<std::string>{"gemm4x32", "gemm4x16", "gemm8x32", "gemm6x16", "dot_rows"});
   for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true)) {
     INFO(name);
     const bool octets = name == "fused_linear_bias_tanh_1" || name == "fused_linear_bias_tanh_2";
     const bool head = name == "linear_bias_3" || name == "linear_bias_4";
     CHECK(d == codegen::ImplDispatch{{-1, head ? "dot_rows" : octets ? "gemm8x32" : "gemm4x32"}});
   }
-  // Without AVX-512 (16 registers of 256 bits) the one-panel microkernel, whose accumulators fit.
+  // Without AVX-512 (16 registers of 256 bits) one-panel microkernels, whose accumulators fit: six
+  // rows a tile over the hidden layers, four over the first (17 inputs) and the 12-output head.
   for (const auto& [name, d] : codegen::heuristicChoice(p, {1, 16, 64}, true, std::nullopt, kNarrow)) {
     INFO(name);
-    CHECK(d == codegen::ImplDispatch{{-1, name == "linear_bias_4" ? "dot_rows" : "gemm4x16"}});
+    const bool hidden = name == "fused_linear_bias_tanh_1" || name == "fused_linear_bias_tanh_2";
+    CHECK(d == codegen::ImplDispatch{{-1, name == "linear_bias_4" ? "dot_rows" : hidden ? "gemm6x16" : "gemm4x16"}});
   }
   CHECK(codegen::narrowVectorTarget("x86-64-v3"));
   CHECK(codegen::narrowVectorTarget("generic"));

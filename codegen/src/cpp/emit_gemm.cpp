@@ -516,6 +516,10 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
                    tileRows == 8 ? "  // octets of rows" : tileRows == 6 ? "  // sextets of rows" : "");
   if (!ks.directRows && !vec) s += "  float out[4][32];\n  float out16[4][16];\n";
   if (octets && !ks.directRows && !vec) s += fmt::format("  float out{0}[{0}][{1}];\n", tileRows, 16 * tilePanels);
+  if (tileRows == 6) {
+    s += "  const int64_t rowsQ = rows / 4 * 4;  // the rows past the last whole quad run alone\n";
+    if (!ks.directRows && !vec) s += "  float out2[2][16];\n";
+  }
   if (ks.loadWidened >= 0) {
     s += fmt::format("  // {} panels widened to f32 once, by the model's first run of many rows (KernelSchedule::loadWidened)\n",
                      weightStorageName(ks.weightStorage));
@@ -572,17 +576,18 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   };
   // The quad of rows from row `r` as one tile, from the panels at `w`. A whole-panel epilogue
   // takes the rows from the microkernel's accumulators (pc::gemm_4x32_fin: no stack tile).
+  auto quadCall = [&](const std::string& w, const std::string& in, const std::string& r, int64_t width) {
+    const std::string call = fmt::format("{}  pc::gemm_4x{}{}({}, row({}), row({} + 1), row({} + 2), row({} + 3), {}, bp + j*16, ", in,
+                                         width, vec ? "_fin" : "", K, r, r, r, r, w);
+    if (vec) {
+      return call + fmt::format("[&](int64_t t, int64_t c, pc::f32x16 v) {{ finish16({} + t, j*16 + c, v); }}{});\n", r,
+                                scaleArg(index, "j"));
+    }
+    return call + fmt::format("{}{});\n", tile(r, "j", width), scaleArg(index, "j")) + finishTile(in, r, width);
+  };
   auto quadTiles = [&](const std::string& w, const std::string& in, const std::string& r) {
     std::string t;
-    auto quad = [&](int64_t width) {
-      const std::string call = fmt::format("{}  pc::gemm_4x{}{}({}, row({}), row({} + 1), row({} + 2), row({} + 3), {}, bp + j*16, ", in,
-                                           width, vec ? "_fin" : "", K, r, r, r, r, w);
-      if (vec) {
-        return call + fmt::format("[&](int64_t t, int64_t c, pc::f32x16 v) {{ finish16({} + t, j*16 + c, v); }}{});\n", r,
-                                  scaleArg(index, "j"));
-      }
-      return call + fmt::format("{}{});\n", tile(r, "j", width), scaleArg(index, "j")) + finishTile(in, r, width);
-    };
+    auto quad = [&](int64_t width) { return quadCall(w, in, r, width); };
     if (per == 2) {
       t += fmt::format("{}if ({} + 4 <= rows && jEnd == j + 2) {{\n", in, r) + quad(32);
       t += in + "  continue;\n" + in + "}\n";
@@ -591,11 +596,11 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     t += in + "  continue;\n" + in + "}\n";
     return t;
   };
-  // The unit's rows (8 by the pair, or 6 by one panel) as one tile from the panels at `from`.
-  auto octetTile = [&](const std::string& from, const std::string& in) {
-    const int64_t R = tileRows, cols = 16 * tilePanels;
+  // R rows from row r (8 by the pair; 6 or 2 by one panel) as one tile from the panels at `from`.
+  auto rowsTile = [&](int64_t R, const std::string& from, const std::string& in) {
+    const int64_t cols = R == 8 ? 32 : 16;
     const std::string kernel = fmt::format("pc::gemm_{}x{}", R, cols), x = fmt::format("x{}", R);
-    std::string t = fmt::format("{}if (r + {} <= rows{}) {{\n", in, R, tilePanels == 2 ? " && jEnd == j + 2" : "");
+    std::string t;
     std::vector<std::string> rowsOf;
     for (int64_t q = 0; q < R; ++q) rowsOf.push_back(q ? fmt::format("row(r + {})", q) : "row(r)");
     t += fmt::format("{}  const float* {}[{}] = {{{}}};\n", in, x, R, fmt::join(rowsOf, ", "));
@@ -609,7 +614,13 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
       t += fmt::format("{}  for (int64_t t = 0; t < {}; ++t) {{\n", in, R) +
            finishing(in + "    ", "r + t", "j", fmt::format("out{}[t]", R), cols) + in + "  }\n";
     }
-    return t + in + "  continue;\n" + in + "}\n";
+    return t;
+  };
+  // The unit's rows as one tile where whole: an octet by the pair, a sextet below the last whole
+  // quad (rowsQ: the rows past it run alone, whatever the tile rows).
+  auto octetTile = [&](const std::string& from, const std::string& in) {
+    std::string t = tileRows == 8 ? fmt::format("{}if (r + 8 <= rows && jEnd == j + 2) {{\n", in) : fmt::format("{}if (r + 6 <= rowsQ) {{\n", in);
+    return t + rowsTile(tileRows, from, in) + in + "  continue;\n" + in + "}\n";
   };
   const std::string widePanels = ks.widenBuffer ? "wide" : pairs;
   if (ks.widenRows) {
@@ -618,13 +629,19 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
       s += fmt::format("      if (j != wideJ) {{\n        pc::widenPanels({}, w, {}, jEnd - j, wide);\n        wideJ = j;\n      }}\n", K,
                        ks.panelStride);
     }
-    s += octets ? octetTile(widePanels, "      ") : quadTiles(widePanels, "      ", "r");
+    s += tileRows == 8 ? octetTile(widePanels, "      ") : quadTiles(widePanels, "      ", "r");
     s += "    }\n";
   }
-  if (octets) {
+  if (tileRows == 6) {
+    // A sextet below rowsQ, else the rows below it as a quad or a pair (a unit starts at an even
+    // row: rowsQ is r + 4, r + 2 or at most r), then the rest alone.
+    s += octetTile("w", "    ");
+    s += "    if (r + 4 <= rowsQ) {\n" + quadCall("w", "    ", "r", 16) + "    } else if (r + 2 <= rowsQ) {\n" + rowsTile(2, "w", "    ") + "    }\n";
+    s += "    for (int64_t t = r > rowsQ ? r : rowsQ; t < rows && t < r + 6; ++t) {\n";
+  } else if (octets) {
     // The unit's rows as one tile (KernelSchedule::octetsOnStored), else its quads and last rows.
     if (ks.octetsOnStored()) s += octetTile("w", "    ");
-    s += fmt::format("    for (int64_t q = r; q < r + {} && q < rows; q += 4) {{\n", tileRows);
+    s += "    for (int64_t q = r; q < r + 8 && q < rows; q += 4) {\n";
     if (ks.widenRows) s += "      if (widened) {\n" + quadTiles(widePanels, "        ", "q") + "      }\n";
     s += quadTiles("w", "      ", "q");
     s += "      for (int64_t t = q; t < rows; ++t) {\n";
@@ -632,7 +649,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     s += quadTiles("w", "    ", "r");
     s += "    for (int64_t t = r; t < rows; ++t) {\n";
   }
-  const std::string d = octets ? "  " : "";  // the octets' last rows sit one loop deeper (in the quads' loop)
+  const std::string d = tileRows == 8 ? "  " : "";  // the octets' last rows sit one loop deeper (in the quads' loop)
   s += d + "      for (int64_t jj = j; jj < jEnd; ++jj) {\n";
   // One row by panel jj from `from`: into the output's row, the stack tile, or (a whole-panel
   // epilogue) from the accumulators.
@@ -654,7 +671,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
     s += d + "        " + stored + "\n";
   }
   if (!ks.directRows && !vec) s += finishing(d + "        ", "t", "jj", "out16[0]", 16);
-  s += octets ? "        }\n      }\n    }\n  }\n" : "      }\n    }\n  }\n";
+  s += tileRows == 8 ? "        }\n      }\n    }\n  }\n" : "      }\n    }\n  }\n";
   return s;
 }
 

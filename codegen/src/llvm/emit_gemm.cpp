@@ -812,15 +812,31 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     };
     // The unit's tiles: its quad; or its octet by a pair of panels as one tile (unless `octets` is
     // false: the stored panels where KernelSchedule::octetsOnStored says no), else its two quads.
-    // gemm6x16's sextets by one panel alike (the C++ printer's octetTile).
+    // gemm6x16's unit (one panel): a sextet below the last whole quad (rowsQ), else the rows below
+    // it as a quad or a pair (the unit starts at an even row: rowsQ is r + 4, r + 2 or at most
+    // r), then the rest alone, as the C++ printer's: every row in a tile or alone as with quads.
+    auto sextetTiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf) {
+      Value* rowsQ = b_.CreateMul(b_.CreateSDiv(rows, c64(4)), c64(4), "rowsQ");
+      auto below = [&](int64_t n) { return b_.CreateICmpSLE(b_.CreateAdd(r, c64(n)), rowsQ); };
+      ifElse(below(6), "sextet", [&] { rowTile(r, 6, w, 1); },
+             [&] {
+               ifElse(below(4), "quad", [&] { rowTile(r, 4, w, 1); }, [&] { ifThen(below(2), "pair", [&] { rowTile(r, 2, w, 1); }); });
+               Value* from = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, r, rowsQ);
+               Value* to = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, rows, b_.CreateAdd(r, c64(6)));
+               forRange(from, to, "t", [&](Value* t) {
+                 std::vector<Value*> rv = rowVars(t);
+                 auto acc = gemmTile({rowPtr(rv)}, 1, K, panelOf(j), bias, k.anchor);
+                 finishPanel(k, rv, b_.CreateMul(j, c64(kPanel)), acc[0][0], N, vec);
+               });
+             });
+    };
     auto tiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf, bool octets) {
-      if (T != 8 && T != 6) return quadTiles(r, w, panelOf);
-      const int group = T == 8 ? 2 : 1;
-      Value* whole = b_.CreateICmpSLE(b_.CreateAdd(r, c64(T)), rows);
-      if (group == 2) whole = b_.CreateAnd(whole, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2))));
-      Value* fullOctet = !octets ? static_cast<Value*>(b_.getFalse()) : whole;
+      if (T == 6) return sextetTiles(w, panelOf);
+      if (T != 8) return quadTiles(r, w, panelOf);
+      Value* fullOctet = !octets ? static_cast<Value*>(b_.getFalse())
+                                 : b_.CreateAnd(b_.CreateICmpSLE(b_.CreateAdd(r, c64(8)), rows), b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2))));
       ifElse(
-          fullOctet, T == 8 ? "octet" : "sextet", [&] { rowTile(r, T, w, group); },
+          fullOctet, "octet", [&] { rowTile(r, 8, w, 2); },
           [&] {
             forCount(2, "half", [&](Value* h) {
               Value* q = b_.CreateAdd(r, b_.CreateMul(h, c64(4)), "q");

@@ -66,6 +66,11 @@ struct TargetTraits {
 //                   only for epilogues that are a chain of such ops ending in a plain store
 //   conv_rows       a 2-D conv only: generated, by output rows, 6 output channels at a time
 //                   on the plain NCHW buffers (column stride 1, finite f32 weights, fp32 only)
+//   gemm6x16        generated, 6 rows (conv positions) x 1 panel; linear layers with f32 weights
+//   gemm8x32        generated, 8 rows (conv positions) x 2 panels
+//   dot_rows        a linear layer of at most 12 outputs: dot products along k
+//   winograd_f23    a 3x3 stride-1 conv: Winograd's F(2x2, 3x3)
+// (docs/backend_cpp.md has the table.)
 // The oneDNN ones are extern kernels: the model then links libdnnl. A kernel with an injected
 // accuracy fault (`fault`) has no onednn_postops: the fault lives in the generated epilogue.
 std::vector<std::string> implCandidates(const KernelProgram& program, const Kernel& kernel, bool allowExtern,
