@@ -510,12 +510,12 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   // output sums over k in order) or, past the last whole quad, alone, whatever the tile rows.
   // Units of more than four rows (gemm8x32's octets by a pair of panels, gemm6x16's sextets by one
   // panel) run as one tile where whole, else as quads and single rows.
-  const bool octets = tileRows > 4;
+  const bool wideUnits = tileRows > 4;
   const int64_t tilePanels = tileRows == 8 ? 2 : 1;
   s += fmt::format("  const int64_t quads = (rows + {}) / {};{}\n", tileRows - 1, tileRows,
                    tileRows == 8 ? "  // octets of rows" : tileRows == 6 ? "  // sextets of rows" : "");
   if (!ks.directRows && !vec) s += "  float out[4][32];\n  float out16[4][16];\n";
-  if (octets && !ks.directRows && !vec) s += fmt::format("  float out{0}[{0}][{1}];\n", tileRows, 16 * tilePanels);
+  if (wideUnits && !ks.directRows && !vec) s += fmt::format("  float out{0}[{0}][{1}];\n", tileRows, 16 * tilePanels);
   if (tileRows == 6) {
     s += "  const int64_t rowsQ = rows / 4 * 4;  // the rows past the last whole quad run alone\n";
     if (!ks.directRows && !vec) s += "  float out2[2][16];\n";
@@ -618,7 +618,7 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
   };
   // The unit's rows as one tile where whole: an octet by the pair, a sextet below the last whole
   // quad (rowsQ: the rows past it run alone, whatever the tile rows).
-  auto octetTile = [&](const std::string& from, const std::string& in) {
+  auto wholeUnitTile = [&](const std::string& from, const std::string& in) {
     std::string t = tileRows == 8 ? fmt::format("{}if (r + 8 <= rows && jEnd == j + 2) {{\n", in) : fmt::format("{}if (r + 6 <= rowsQ) {{\n", in);
     return t + rowsTile(tileRows, from, in) + in + "  continue;\n" + in + "}\n";
   };
@@ -629,18 +629,18 @@ std::string Emitter::emitPackedLinear(const Kernel& k, size_t index, int64_t per
       s += fmt::format("      if (j != wideJ) {{\n        pc::widenPanels({}, w, {}, jEnd - j, wide);\n        wideJ = j;\n      }}\n", K,
                        ks.panelStride);
     }
-    s += tileRows == 8 ? octetTile(widePanels, "      ") : quadTiles(widePanels, "      ", "r");
+    s += tileRows == 8 ? wholeUnitTile(widePanels, "      ") : quadTiles(widePanels, "      ", "r");
     s += "    }\n";
   }
   if (tileRows == 6) {
     // A sextet below rowsQ, else the rows below it as a quad or a pair (a unit starts at an even
     // row: rowsQ is r + 4, r + 2 or at most r), then the rest alone.
-    s += octetTile("w", "    ");
+    s += wholeUnitTile("w", "    ");
     s += "    if (r + 4 <= rowsQ) {\n" + quadCall("w", "    ", "r", 16) + "    } else if (r + 2 <= rowsQ) {\n" + rowsTile(2, "w", "    ") + "    }\n";
     s += "    for (int64_t t = r > rowsQ ? r : rowsQ; t < rows && t < r + 6; ++t) {\n";
-  } else if (octets) {
+  } else if (wideUnits) {
     // The unit's rows as one tile (KernelSchedule::octetsOnStored), else its quads and last rows.
-    if (ks.octetsOnStored()) s += octetTile("w", "    ");
+    if (ks.octetsOnStored()) s += wholeUnitTile("w", "    ");
     s += "    for (int64_t q = r; q < r + 8 && q < rows; q += 4) {\n";
     if (ks.widenRows) s += "      if (widened) {\n" + quadTiles(widePanels, "        ", "q") + "      }\n";
     s += quadTiles("w", "      ", "q");
