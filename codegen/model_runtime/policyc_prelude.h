@@ -604,6 +604,13 @@ PC_INLINE V accEnd(V acc, const float* bias, const float* scale) {
   else return acc;
 }
 
+// A microkernel's `at` for rows stored contiguously (a linear layer's rows; gathered conv patches
+// pass their offsets instead): element k of a row is x[k]. A type of its own so that a kernel can
+// load whole vectors from such rows (bf16Pairs).
+struct Contiguous {
+  constexpr int64_t operator()(int64_t k) const { return k; }
+};
+
 // Where a microkernel's finished rows go: RowsAt stores row t at out + t * os (a stack tile, or
 // the output's own rows); the _fin entry points below instead hand each row's 16 columns from
 // column c to an epilogue functor end(t, c, f32x16), which stores them itself, so that the tile
@@ -707,8 +714,12 @@ PC_INLINE void bf16Pairs(int64_t K, At at, const float* PC_RESTRICT x, uint32_t*
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) {
     f32x16 v;
+    if constexpr (std::is_same_v<At, Contiguous>) {
+      v = loadv<f32x16>(x + k);  // GCC builds v[i] = x[k + i] by 16 inserts
+    } else {
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) v[i] = x[at(k + i)];
+      for (int i = 0; i < 16; ++i) v[i] = x[at(k + i)];
+    }
     const __m256bh b = _mm512_cvtneps_pbh((__m512)v);
     std::memcpy(dst + k / 2, &b, sizeof b);
   }
@@ -868,7 +879,7 @@ PC_INLINE void gemm_4x32_by(int64_t K, At at, const float* PC_RESTRICT x0, const
 // The same three over bf16 pairs along k (uint32_t: WeightStorage::Bf16Dot), products in bf16.
 PC_INLINE void gemm_1x16(int64_t K, const float* PC_RESTRICT x, const uint32_t* PC_RESTRICT w, const float* PC_RESTRICT bias,
                          float* PC_RESTRICT out, const float* PC_RESTRICT = nullptr) {
-  gemmDot<1, 1>(K, [](int64_t k) { return k; }, {x}, w, 0, bias, out, 0);
+  gemmDot<1, 1>(K, Contiguous{}, {x}, w, 0, bias, out, 0);
 }
 template <class At>
 PC_INLINE void gemm_4x16_by(int64_t K, At at, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1,
@@ -962,14 +973,14 @@ template <class WT>
 PC_INLINE void gemm_4x16(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
                          const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
                          float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x16_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, out, os, scale);
+  gemm_4x16_by(K, Contiguous{}, x0, x1, x2, x3, w, bias, out, os, scale);
 }
 // Four contiguous rows times two adjacent panels (wa and wb = wa + 16 * K).
 template <class WT>
 PC_INLINE void gemm_4x32(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
                          const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,
                          float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale = nullptr) {
-  gemm_4x32_by(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out, os, scale);
+  gemm_4x32_by(K, Contiguous{}, x0, x1, x2, x3, w, w + panelElems<WT>(K), bias, out, os, scale);
 }
 // The three tiles of a linear layer with each finished row handed to end(t, c, f32x16) (RowsAt):
 // with AVX-512 and f32, bf16 or int8 panels straight from the accumulators (direct(end));
@@ -1000,7 +1011,7 @@ PC_INLINE void gemm_4x32_fin(int64_t K, const float* PC_RESTRICT x0, const float
                              const float* PC_RESTRICT scale = nullptr) {
   finishTile<4, 32, WT>(
       [&](auto e) {
-        gemm_4x2v_to<f32x16>(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, 0, w + panelElems<WT>(K), 0, bias, e, scale,
+        gemm_4x2v_to<f32x16>(K, Contiguous{}, x0, x1, x2, x3, w, 0, w + panelElems<WT>(K), 0, bias, e, scale,
                              scale ? scale + 16 : nullptr);
       },
       [&](float* tile) { gemm_4x32(K, x0, x1, x2, x3, w, bias, tile, 32, scale); }, end);
@@ -1009,7 +1020,7 @@ template <class WT, class End>
 PC_INLINE void gemm_4x16_fin(int64_t K, const float* PC_RESTRICT x0, const float* PC_RESTRICT x1, const float* PC_RESTRICT x2,
                              const float* PC_RESTRICT x3, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
                              const float* PC_RESTRICT scale = nullptr) {
-  finishTile<4, 16, WT>([&](auto e) { gemm_4x16_to(K, [](int64_t k) { return k; }, x0, x1, x2, x3, w, bias, e, scale); },
+  finishTile<4, 16, WT>([&](auto e) { gemm_4x16_to(K, Contiguous{}, x0, x1, x2, x3, w, bias, e, scale); },
                         [&](float* tile) { gemm_4x16(K, x0, x1, x2, x3, w, bias, tile, 16, scale); }, end);
 }
 template <class WT, class End>
@@ -1149,12 +1160,12 @@ PC_INLINE void gemm_4x32(int64_t K, const float* const* x, const WT* PC_RESTRICT
   template <class WT>                                                                                                     \
   PC_INLINE void gemm_##R##x##COLS(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,  \
                                 float (*PC_RESTRICT out)[COLS], const float* PC_RESTRICT scale = nullptr) {                   \
-    gemm_rxp_by<R, COLS / 16>(K, [](int64_t k) { return k; }, x, w, bias, out[0], scale);                                     \
+    gemm_rxp_by<R, COLS / 16>(K, Contiguous{}, x, w, bias, out[0], scale);                                                \
   }                                                                                                                       \
   template <class WT>                                                                                                     \
   PC_INLINE void gemm_##R##x##COLS(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias,  \
                                 float* PC_RESTRICT out, int64_t os, const float* PC_RESTRICT scale = nullptr) {               \
-    gemm_rxp_by<R, COLS / 16>(K, [](int64_t k) { return k; }, x, w, bias, out, scale, os);                                    \
+    gemm_rxp_by<R, COLS / 16>(K, Contiguous{}, x, w, bias, out, scale, os);                                               \
   }
 PC_GEMM_RXP(2, 16)
 PC_GEMM_RXP(6, 16)
@@ -1249,13 +1260,13 @@ PC_INLINE void winogradOutput(const float* PC_RESTRICT m, int64_t ms, float bias
 template <class WT, class End>
 PC_INLINE void gemm_6x16_fin(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
                              const float* PC_RESTRICT scale = nullptr) {
-  finishTile<6, 16, WT>([&](auto e) { gemm_rxp_to<6, 1, 1>(K, [](int64_t k) { return k; }, x, w, bias, e, scale); },
+  finishTile<6, 16, WT>([&](auto e) { gemm_rxp_to<6, 1, 1>(K, Contiguous{}, x, w, bias, e, scale); },
                         [&](float* tile) { gemm_6x16(K, x, w, bias, reinterpret_cast<float (*)[16]>(tile), scale); }, end);
 }
 template <class WT, class End>
 PC_INLINE void gemm_2x16_fin(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
                              const float* PC_RESTRICT scale = nullptr) {
-  finishTile<2, 16, WT>([&](auto e) { gemm_rxp_to<2, 1, 1>(K, [](int64_t k) { return k; }, x, w, bias, e, scale); },
+  finishTile<2, 16, WT>([&](auto e) { gemm_rxp_to<2, 1, 1>(K, Contiguous{}, x, w, bias, e, scale); },
                         [&](float* tile) { gemm_2x16(K, x, w, bias, reinterpret_cast<float (*)[16]>(tile), scale); }, end);
 }
 // Eight contiguous rows by two panels, each finished row handed to end(t, c, f32x16) (RowsAt),
@@ -1263,7 +1274,7 @@ PC_INLINE void gemm_2x16_fin(int64_t K, const float* const* x, const WT* PC_REST
 template <class WT, class End>
 PC_INLINE void gemm_8x32_fin(int64_t K, const float* const* x, const WT* PC_RESTRICT w, const float* PC_RESTRICT bias, End end,
                              const float* PC_RESTRICT scale = nullptr) {
-  finishTile<8, 32, WT>([&](auto e) { gemm_rxp_to<8, 2, 1>(K, [](int64_t k) { return k; }, x, w, bias, e, scale); },
+  finishTile<8, 32, WT>([&](auto e) { gemm_rxp_to<8, 2, 1>(K, Contiguous{}, x, w, bias, e, scale); },
                         [&](float* tile) { gemm_8x32(K, x, w, bias, reinterpret_cast<float (*)[32]>(tile), scale); }, end);
 }
 

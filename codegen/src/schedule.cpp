@@ -506,6 +506,9 @@ TargetTraits cppTargetTraits(const std::string& cppTarget) {
   t.narrowVectors = narrowVectorTarget(cppTarget);
   t.bf16Dot = bf16DotTarget(cppTarget);
   t.bf16Tiles = cppTarget == "native" ? __builtin_cpu_supports("amx-bf16") : cppTarget == "x86-64-v4-amx";
+  // Every AMD CPU with AVX512_BF16 (Zen 4, Zen 5) issues vdpbf16ps as often as the FMA; the named
+  // targets are no CPU in particular (the LLVM backend reads --cpu: fastBf16DotCpu).
+  t.fastBf16Dot = cppTarget == "native" && t.bf16Dot && __builtin_cpu_is("amd");
   return t;
 }
 
@@ -1181,7 +1184,9 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       s.loadWidened.push_back({ki, ks.packedWeight, ks.loadWidened, packedK(p, k), ks.panelStride, count});
       s.loadWidenedFloats += count * packedK(p, k) * kPanel;
     };
-    if (generated && ks.form == Form::PackedGemm && ks.weightStorage != WeightStorage::F32 && (fits || ks.weightStorage == WeightStorage::Bf16Dot)) {
+    const bool dotAtEveryBatch = ks.weightStorage == WeightStorage::Bf16Dot && o.target.fastBf16Dot;
+    if (generated && ks.form == Form::PackedGemm && ks.weightStorage != WeightStorage::F32 &&
+        (fits || ks.weightStorage == WeightStorage::Bf16Dot) && !dotAtEveryBatch) {
       ks.widenRows = KernelSchedule::kWidenRows;
       ks.widenBuffer = fits;
       if (fits && small && ks.weightStorage != WeightStorage::Int8) widenOnce();

@@ -594,7 +594,9 @@ struct KernelSchedule {
   //   it, widening its bf16 pairs inside each tile (the Bf16 microkernels: the same layout) —
   //   since vdpbf16ps issues half the FMA's products per cycle on Sapphire Rapids (ppo_mlp at
   //   batch 64 ran 0.67x as fast in bf16 as in f32 there). Fewer rows round them to bf16 and
-  //   use vdpbf16ps.
+  //   use vdpbf16ps. Not where vdpbf16ps makes twice the FMA's products (TargetTraits::fastBf16Dot,
+  //   AMD Zen 4: wide_mlp at batch 64 1.66x, ppo_mlp 1.54x as fast in bf16 as in f32, widened
+  //   1.0x): there every run multiplies in bf16 (widenRows 0).
   int64_t widenRows = 0;
   bool widenBuffer = false;
   // A widenBuffer layer with fewer than ScheduleOptions::streamedWeights weights (its f32 panels

@@ -342,12 +342,12 @@ std::string cacheKey(const CompileRequest& request, const std::string& compilerI
   key += codeOptionsKey(cpp);
   if (cpp.target == "native") {
     // Code for this machine: its CPU, its extensions and the schedule's reading of them (AVX-512,
-    // AVX512_BF16, AMX-BF16), so that a cache directory shared by machines of other CPUs (a
-    // cluster's home directory) never hands one's native build to another (an illegal
-    // instruction, or another schedule).
+    // AVX512_BF16, AMX-BF16, vdpbf16ps's rate), so that a cache directory shared by machines of
+    // other CPUs (a cluster's home directory) never hands one's native build to another (an
+    // illegal instruction, or another schedule).
     const codegen::TargetTraits t = codegen::cppTargetTraits("native");
-    key += fmt::format("|host {} [{}] {}{}{}", cpuModel(), fmt::join(runtime::hostCpuFeatures(), ","), t.narrowVectors ? "narrow" : "wide",
-                       t.bf16Dot ? " bf16-dot" : "", t.bf16Tiles ? " bf16-tiles" : "");
+    key += fmt::format("|host {} [{}] {}{}{}{}", cpuModel(), fmt::join(runtime::hostCpuFeatures(), ","), t.narrowVectors ? "narrow" : "wide",
+                       t.bf16Dot ? " bf16-dot" : "", t.bf16Tiles ? " bf16-tiles" : "", t.fastBf16Dot ? " fast-bf16-dot" : "");
   }
   return key;
 }

@@ -133,10 +133,21 @@ TEST_CASE("targets: each named target's traits in both backends, and what a trav
     const codegen::TargetTraits cpp = codegen::cppTargetTraits(t), llvm = codegen::resolveLlvmTarget({t, "", ""}).traits();
     CHECK(cpp.bf16Tiles == (std::string(t) == "x86-64-v4-amx"));
     CHECK((cpp.narrowVectors == llvm.narrowVectors && cpp.bf16Dot == llvm.bf16Dot && cpp.bf16Tiles == llvm.bf16Tiles));
+    // A named target is no CPU in particular: vdpbf16ps's rate is the slower one.
+    CHECK_FALSE((cpp.fastBf16Dot || llvm.fastBf16Dot));
   }
   CHECK(codegen::resolveLlvmTarget({"x86-64-v3", "sapphirerapids", ""}).traits().bf16Tiles);
   CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "cooperlake", ""}).traits().bf16Tiles);
   CHECK(codegen::cppTargetTraits("native").bf16Tiles == static_cast<bool>(__builtin_cpu_supports("amx-bf16")));
+  // vdpbf16ps at the FMA's rate: AMD's CPUs with AVX512_BF16, by name for LLVM, by this CPU's
+  // vendor for native (both backends read it alike on this host).
+  CHECK(codegen::resolveLlvmTarget({"x86-64-v3", "znver4", ""}).traits().fastBf16Dot);
+  CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "znver4", "-avx512bf16"}).traits().fastBf16Dot);
+  CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "znver3", ""}).traits().fastBf16Dot);
+  CHECK_FALSE(codegen::resolveLlvmTarget({"x86-64-v3", "sapphirerapids", ""}).traits().fastBf16Dot);
+  const bool amdBf16 = __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512bf16");
+  CHECK(codegen::cppTargetTraits("native").fastBf16Dot == amdBf16);
+  CHECK(codegen::resolveLlvmTarget({"native", "", ""}).traits().fastBf16Dot == amdBf16);
   // Every named target tells a travelling policy what it needs (runtime::targetCpuFeatures: a
   // host without it gets an error, not an illegal instruction), as its traits say.
   for (const std::string& t : codegen::cppTargets()) {

@@ -518,7 +518,11 @@ TEST_CASE("precision: narrowed linear layers by tiles of eight rows give the bit
       o.precision = precision;
       o.externKernels = false;
       const std::string source = codegen::generateCpp(*planned, o).source;
-      if (graph == g.get()) {
+      if (precision == codegen::Precision::Bf16 && codegen::cppTargetTraits("native").fastBf16Dot) {
+        // vdpbf16ps at the FMA's rate: the pairs are never widened, every row runs in quads.
+        CHECK(source.find("x8, wide") == std::string::npos);
+        CHECK(source.find("reinterpret_cast<const pc::bf16x2*>") == std::string::npos);
+      } else if (graph == g.get()) {
         // (relu and tanh layers: their epilogues finish each row from the tile's registers, _fin)
         CHECK_THAT(source, Contains("pc::gemm_8x32_fin(256, x8, wide, bp + j*16, [&]") && Contains("pc::gemm_8x32_fin(64, x8, wide, bp + j*16, [&]"));
         // Not widened: eight rows from the narrowed panels (bf16-dot pairs: quads only).
@@ -770,6 +774,34 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
   }
 }
 
+// Where vdpbf16ps issues as often as the FMA (TargetTraits::fastBf16Dot: AMD Zen 4 on), twice its
+// products: a bf16 linear layer multiplies in bf16 at every batch; elsewhere, from
+// KernelSchedule::widenRows rows, it widens its pairs and multiplies with f32 FMAs.
+TEST_CASE("precision: bf16 layers keep vdpbf16ps at every batch where it runs at the FMA's rate", "[precision]") {
+  auto model = mlp(nullptr);
+  auto ir = [&](const std::string& cpu) {
+    driver::CompileRequest r;
+    r.cpp.precision = codegen::Precision::Bf16;
+    r.cpp.externKernels = false;
+    r.cpp.target = "x86-64-v4-bf16";
+    r.cpp.name = "m";
+    r.cpu = cpu;
+    r.progress = false;
+    r.backend = codegen::Backend::Llvm;
+    r.emit = "llvm";
+    r.output = (scratch() / fmt::format("mlp_bf16_{}.ll", cpu)).string();
+    driver::compileGraph(*model, r);
+    std::ifstream file(r.output);
+    return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  };
+  const std::string zen4 = ir("znver4"), cooper = ir("cooperlake");
+  // Both multiply in bf16; only Cooper Lake's layers test the rows against widenRows.
+  CHECK_THAT(zen4, Contains("dpbf16ps"));
+  CHECK_THAT(cooper, Contains("dpbf16ps"));
+  CHECK(zen4.find("%widened") == std::string::npos);
+  CHECK_THAT(cooper, Contains("%widened"));
+}
+
 TEST_CASE("precision: bf16 products (vdpbf16ps) in both backends match the rounded model", "[precision]") {
   if (!__builtin_cpu_supports("avx512bf16")) {
     WARN("this host has no AVX512_BF16: the bf16 products were compiled (the test above), not run");
@@ -777,6 +809,8 @@ TEST_CASE("precision: bf16 products (vdpbf16ps) in both backends match the round
   }
   const codegen::Precision precision = codegen::Precision::Bf16;
   // The MLP, the CNN on the generated microkernels, the CNN's conv on oneDNN (its bf16 convolution).
+  // The MLP's native build widens its pairs at batch 64, except on a host whose vdpbf16ps runs at
+  // the FMA's rate (TargetTraits::fastBf16Dot), where every batch multiplies in bf16.
   for (int variant : {0, 1, 2}) {
     const bool conv = variant > 0, onednn = variant == 2;
     // Every narrowed layer reads the model's input (fc2 kept in f32), so with bf16 inputs the

@@ -165,6 +165,11 @@ LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options) {
     t.avx512 = resolved && resolved->checkFeatures("+avx512f");
     t.bf16Dot = resolved && resolved->checkFeatures("+avx512bf16");
     t.bf16Tiles = resolved && resolved->checkFeatures("+amx-bf16");
+    // The AMD CPUs with AVX512_BF16 (Zen 4 on) issue vdpbf16ps as often as the FMA. LLVM has no
+    // feature for it: this host's vendor for native code (as the C++ backend reads it, so both
+    // backends schedule a native build alike), else the CPU's name.
+    const bool hostCpu = t.name == "native" && options.cpu.empty();
+    t.fastBf16Dot = t.bf16Dot && (hostCpu ? static_cast<bool>(__builtin_cpu_is("amd")) : t.cpu == "znver4" || t.cpu == "znver5");
   }
   return t;
 }

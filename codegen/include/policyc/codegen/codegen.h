@@ -53,6 +53,11 @@ struct TargetTraits {
   // convs in bf16 on oneDNN. Without it oneDNN's avx512_core_bf16 convs ran at half the generated
   // f32 tiles' rate (atari_cnn 1.9x slower than fp32), and such convs compute as bf16-weights.
   bool bf16Tiles = false;
+  // vdpbf16ps at the FMA's instruction rate, so twice its products per cycle (AMD Zen 4 and
+  // later: 235 against 117 GFLOP/s per core; on Sapphire Rapids half the FMA's products): bf16
+  // linear layers keep their products in bf16 at every batch instead of widening their weights to
+  // f32 from KernelSchedule::widenRows rows.
+  bool fastBf16Dot = false;
 };
 
 // ---- implementations of GEMM and conv kernels (--mode, --no-extern, max-autotune)

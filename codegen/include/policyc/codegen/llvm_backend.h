@@ -36,9 +36,10 @@ struct LlvmTarget {
   bool isHost = false;  // code for this machine: it can be run here
   // What the CPU and features imply (a CPU name implies its extensions: x86-64-v4, sapphirerapids):
   // AVX-512 (the schedule's wide vectors), AVX512_BF16 (--precision bf16 multiplies in bf16) and
-  // AMX-BF16 (convs too, on oneDNN: TargetTraits::bf16Tiles).
-  bool avx512 = false, bf16Dot = false, bf16Tiles = false;
-  TargetTraits traits() const { return {!avx512, bf16Dot, bf16Tiles}; }
+  // AMX-BF16 (convs too, on oneDNN: TargetTraits::bf16Tiles); the CPU's vdpbf16ps at the FMA's
+  // rate (TargetTraits::fastBf16Dot: an AMD CPU by name, znver4 or later, or native on one).
+  bool avx512 = false, bf16Dot = false, bf16Tiles = false, fastBf16Dot = false;
+  TargetTraits traits() const { return {!avx512, bf16Dot, bf16Tiles, fastBf16Dot}; }
 };
 LlvmTarget resolveLlvmTarget(const LlvmTargetOptions& options);
 
