@@ -2,7 +2,9 @@
 // program as output_code.cpp, and the helpers its files share. Split by concern:
 //   emit_module.cpp   the file in order, the run function, the descriptor and the typed wrappers
 //   emit_kernels.cpp  kernel functions; pointwise, pooling, reduction and copy templates
-//   emit_gemm.cpp     GEMM and conv templates, packed-panel drivers, oneDNN calls
+//   emit_gemm.cpp     linear layers' templates, packed-panel drivers, vector epilogues, oneDNN calls
+//   emit_conv.cpp     conv templates: implicit GEMM on panels, conv_rows, the general loop nest
+//   emit_pool.cpp     pooling templates; emit_winograd.cpp: winograd_f23
 //   emit_expr.cpp     addresses, elementwise expressions, SSA bodies, loops, epilogue lambdas
 #pragma once
 

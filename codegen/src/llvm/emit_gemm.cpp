@@ -719,6 +719,8 @@ void Emitter::emitPackedLinear(const Kernel& k) {
   // Units: a quad of rows (an octet with gemm8x32) by a group of panels, as the C++ backend's.
   const int64_t T = impl_ ? rowsPerTile(*impl_) : 4;
   Value* quads = b_.CreateSDiv(b_.CreateAdd(rows, c64(T - 1)), c64(T), "quads");
+  // The rows past the last whole quad run alone, whatever the tile rows (gemm6x16's sextets).
+  Value* rowsQ = T == 6 ? b_.CreateMul(b_.CreateSDiv(rows, c64(4)), c64(4), "rowsQ") : nullptr;
   auto rowVars = [&](Value* r) { return linearRowVars(k, r); };
   auto rowPtr = [&](const std::vector<Value*>& v) { return linearRowPtr(k, v); };
   // Narrowed panels widened to f32 once for the many rows that pass them (KernelSchedule::widenRows).
@@ -786,23 +788,23 @@ void Emitter::emitPackedLinear(const Kernel& k) {
         }
       }
     };
+    // Rows [from, to) alone, by each of the unit's panels (panel jj from panelOf(jj)).
+    auto singleRows = [&](Value* from, Value* to, const std::function<PanelRef(Value*)>& panelOf) {
+      forRange(from, to, "t", [&](Value* t) {
+        forRange(j, jEnd, "jj", [&](Value* jj) {
+          std::vector<Value*> rv = rowVars(t);
+          Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
+          auto acc = gemmTile({rowPtr(rv)}, 1, K, panelOf(jj), bj, k.anchor);
+          finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
+        });
+      });
+    };
     // The tiles of the quad from row q, from the panels `w`: the quad by a whole group; then the
-    // quad by a last single panel; else row by row, panel jj from panelOf(jj).
+    // quad by a last single panel; else row by row.
     auto quadTiles = [&](Value* q, const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf) {
       Value* fullQuad = b_.CreateICmpSLE(b_.CreateAdd(q, c64(4)), rows);
       auto partial = [&] {
-        ifElse(
-            fullQuad, "quad1", [&] { rowTile(q, 4, w, 1); },
-            [&] {
-              forRange(q, rows, "t", [&](Value* t) {
-                forRange(j, jEnd, "jj", [&](Value* jj) {
-                  std::vector<Value*> rv = rowVars(t);
-                  Value* bj = b_.CreateInBoundsGEP(f32_, bp, b_.CreateMul(jj, c64(kPanel)));
-                  auto acc = gemmTile({rowPtr(rv)}, 1, K, panelOf(jj), bj, k.anchor);
-                  finishPanel(k, rv, b_.CreateMul(jj, c64(kPanel)), acc[0][0], N, vec);
-                });
-              });
-            });
+        ifElse(fullQuad, "quad1", [&] { rowTile(q, 4, w, 1); }, [&] { singleRows(q, rows, panelOf); });
       };
       if (per == 2) {
         ifElse(b_.CreateAnd(fullQuad, b_.CreateICmpEQ(jEnd, b_.CreateAdd(j, c64(2)))), "quad2", [&] { rowTile(q, 4, w, 2); }, partial);
@@ -816,18 +818,12 @@ void Emitter::emitPackedLinear(const Kernel& k) {
     // it as a quad or a pair (the unit starts at an even row: rowsQ is r + 4, r + 2 or at most
     // r), then the rest alone, as the C++ printer's: every row in a tile or alone as with quads.
     auto sextetTiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf) {
-      Value* rowsQ = b_.CreateMul(b_.CreateSDiv(rows, c64(4)), c64(4), "rowsQ");
       auto below = [&](int64_t n) { return b_.CreateICmpSLE(b_.CreateAdd(r, c64(n)), rowsQ); };
       ifElse(below(6), "sextet", [&] { rowTile(r, 6, w, 1); },
              [&] {
                ifElse(below(4), "quad", [&] { rowTile(r, 4, w, 1); }, [&] { ifThen(below(2), "pair", [&] { rowTile(r, 2, w, 1); }); });
                Value* from = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, r, rowsQ);
-               Value* to = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, rows, b_.CreateAdd(r, c64(6)));
-               forRange(from, to, "t", [&](Value* t) {
-                 std::vector<Value*> rv = rowVars(t);
-                 auto acc = gemmTile({rowPtr(rv)}, 1, K, panelOf(j), bias, k.anchor);
-                 finishPanel(k, rv, b_.CreateMul(j, c64(kPanel)), acc[0][0], N, vec);
-               });
+               singleRows(from, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, rows, b_.CreateAdd(r, c64(6))), panelOf);
              });
     };
     auto tiles = [&](const PanelRef& w, const std::function<PanelRef(Value*)>& panelOf, bool octets) {
