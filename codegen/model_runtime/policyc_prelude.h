@@ -769,6 +769,19 @@ PC_INLINE void gemmDot(int64_t K, At at, const float* const (&x)[R], const uint3
       for (int p = 0; p < P; ++p) storev(out + t * outStride + 16 * p, acc[t][p]);
   }
 }
+// A Winograd panel of C rows of 16 f32 lanes (V's channels) rewritten in place as bf16 pairs along
+// the channels, the panel operand of gemmDot: row c2 holds channel 2c2 in the low half of each
+// 32-bit lane and 2c2 + 1 in the high half (zero past an odd C), rounded by vcvtneps2bf16 as
+// bf16Pairs rounds a tile's rows. Row c2 is written after rows 2c2 and 2c2 + 1 are read.
+PC_INLINE void winogradPairs(float* v, int64_t C) {
+  for (int64_t c = 0; c < C; c += 2) {
+    const __m512 a = (__m512)loadv<f32x16>(v + c * 16);
+    const __m512 b = c + 1 < C ? (__m512)loadv<f32x16>(v + (c + 1) * 16) : _mm512_setzero_ps();
+    const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
+    const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
+    _mm512_storeu_si512(v + c / 2 * 16, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+  }
+}
 #endif
 // Elements of a packed panel of K rows: uint32_t and bf16x2 weights are bf16 pairs along k.
 template <class WT>

@@ -3,6 +3,7 @@
 #include "schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -1094,7 +1095,14 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
     }
     for (Impl im : ks.impls) ks.implSplits.push_back(threadSplit(p, k, im, wide));
     if (std::find(ks.impls.begin(), ks.impls.end(), Impl::ConvRows) != ks.impls.end()) ks.convRows = rowTiles;
-    if (std::find(ks.impls.begin(), ks.impls.end(), Impl::WinogradF23) != ks.impls.end()) ks.winograd = winogradTiles(p, k, wide);
+    if (std::find(ks.impls.begin(), ks.impls.end(), Impl::WinogradF23) != ks.impls.end()) {
+      ks.winograd = winogradTiles(p, k, wide);
+      // Products in bf16 where the conv would multiply in bf16 if convs could (the rules of
+      // layerPrecision: not a few-channel window, not --keep-fp32) and vdpbf16ps runs at the FMA's
+      // rate: elsewhere the f32 GEMMs are as fast (Sapphire Rapids) and exact.
+      ks.winograd->bf16 = o.precision == Precision::Bf16 && o.target.fastBf16Dot && wide &&
+                          layerPrecision(p, k, o.precision, o.keepFp32, true) == Precision::Bf16;
+    }
     if (ks.form == Form::PackedConv) {
       ks.paddedImage = paddedImage(p, k);
       ks.tapGroup = tapGroup(p, k, ks.paddedImage.has_value());
@@ -1197,7 +1205,10 @@ Schedule scheduleProgram(const KernelProgram& p, const MemoryPlan& plan, const S
       ks.panelStride = packedK(p, k) * kPanel;
     }
     if (ks.winograd) {
-      const std::vector<float> u = winogradWeights(p, k);
+      std::vector<float> u = winogradWeights(p, k);
+      if (ks.winograd->bf16) {
+        for (float& v : u) v = std::bit_cast<float>(static_cast<uint32_t>(bf16Bits(v)) << 16);
+      }
       ks.winogradWeight = append(u.data(), u.size() * sizeof(float));
     }
     std::vector<float> bias = packBiasPanels(p, k);
@@ -1240,7 +1251,9 @@ std::vector<std::pair<std::string, WeightStorage>> weightStorages(const KernelPr
   const Schedule s = scheduleProgram(p, plan, so);
   std::vector<std::pair<std::string, WeightStorage>> out;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
-    if (packable(p, p.kernels[i])) out.emplace_back(layerName(p.kernels[i]), s.kernels[i].weightStorage);
+    // A Winograd conv's products in bf16 count as bf16-dot: its f32 weights are transformed and rounded.
+    const bool bf16Winograd = s.kernels[i].winograd && s.kernels[i].winograd->bf16;
+    if (packable(p, p.kernels[i])) out.emplace_back(layerName(p.kernels[i]), bf16Winograd ? WeightStorage::Bf16Dot : s.kernels[i].weightStorage);
   }
   return out;
 }

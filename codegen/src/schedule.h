@@ -228,6 +228,12 @@ struct WinogradTiles {
   int64_t rows = 0;                // output channels a GEMM tile: 8 with AVX-512, 6 without
   bool wideRuns = false;           // runs of 16 tiles (AVX-512)
   bool bias = false;
+  // Products in bf16 (--precision bf16 where vdpbf16ps makes twice the FMA's products,
+  // TargetTraits::fastBf16Dot): U rounded to bf16 at compile time; after the input transform each
+  // of V's panels is rewritten in place as bf16 pairs along the channels (row c2 of a panel holds
+  // channels 2c2 and 2c2 + 1 in each 32-bit lane, pc::winogradPairs), and the GEMMs are the
+  // bf16-dot tiles (pc::gemmDot, Emitter::gemmDotTile) with U's rows as their rows.
+  bool bf16 = false;
   int64_t tiles() const { return bandRows * TW; }
   int64_t bandH() const { return 2 * bandRows + 2; }  // the band's input rows
   int64_t bandW() const { return 2 * TW + 2; }        // and columns (padding included)

@@ -802,6 +802,80 @@ TEST_CASE("precision: bf16 layers keep vdpbf16ps at every batch where it runs at
   CHECK_THAT(cooper, Contains("%widened"));
 }
 
+// A residual-style conv too small to narrow (IMPALA's): winograd_f23 by default at every precision.
+std::unique_ptr<Graph> smallConv() {
+  auto g = std::make_unique<Graph>("small_conv");
+  Value* x = g->addInput("obs", {DType::F32, {Dim::batch(), 16, 16, 16}});
+  Tensor w(DType::F32, {16, 16, 3, 3}), b(DType::F32, {16});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = std::cos(0.37f * static_cast<float>(i)) * 0.1f;
+  for (int64_t i = 0; i < 16; ++i) b.data<float>()[i] = 0.03f * static_cast<float>(i % 7) - 0.1f;
+  Value* c = g->addOp(Op::Conv, {x, g->addParam("conv.w", std::move(w)), g->addParam("conv.b", std::move(b))},
+                      {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, "conv")->output();
+  g->setOutputs({{"features", g->addOp(Op::Relu, {c}, {}, "act")->output()}});
+  return g;
+}
+
+// Where vdpbf16ps runs at the FMA's rate, --precision bf16 runs a Winograd conv's GEMMs in bf16
+// (WinogradTiles::bf16: U rounded at compile time, V's panels rewritten as channel pairs); its
+// weights count as bf16-dot. Elsewhere, and under the other precisions, the GEMMs stay f32.
+TEST_CASE("precision: Winograd convs multiply in bf16 where vdpbf16ps runs at the FMA's rate", "[precision]") {
+  using codegen::WeightStorage;
+  using Storages = std::vector<std::pair<std::string, WeightStorage>>;
+  auto g = smallConv();
+  const codegen::TargetTraits fast{.bf16Dot = true, .fastBf16Dot = true};
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {}, fast) == Storages{{"conv", WeightStorage::Bf16Dot}});
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {}, kDot).empty());
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16Weights, {}, fast).empty());
+  CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {"conv"}, fast).empty());
+  // What the LLVM backend emits for Zen 4 and for Cooper Lake (any host compiles both).
+  auto ir = [&](const std::string& cpu) {
+    driver::CompileRequest r;
+    r.cpp.precision = codegen::Precision::Bf16;
+    r.cpp.externKernels = false;
+    r.cpp.target = "x86-64-v4-bf16";
+    r.cpp.name = "m";
+    r.cpu = cpu;
+    r.progress = false;
+    r.backend = codegen::Backend::Llvm;
+    r.emit = "llvm";
+    r.output = (scratch() / fmt::format("small_conv_bf16_{}.ll", cpu)).string();
+    driver::compileGraph(*g, r);
+    std::ifstream file(r.output);
+    return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  };
+  const std::string zen4 = ir("znver4"), cooper = ir("cooperlake");
+  CHECK_THAT(zen4, Contains("%V = alloca") && Contains("dpbf16ps") && Contains("%pairs"));  // (Winograd's transformed inputs)
+  CHECK_THAT(cooper, Contains("%V = alloca"));
+  CHECK(cooper.find("dpbf16ps") == std::string::npos);
+  if (!codegen::cppTargetTraits("native").fastBf16Dot) {
+    WARN("this host's vdpbf16ps is not known to run at the FMA's rate: the bf16 Winograd GEMMs were compiled, not run");
+    return;
+  }
+  // Both backends, natively: the same bits at 1, 2 and 3 threads and from each other; near the
+  // f32 model (U and V rounded to bf16: well under a percent of the outputs' range), not equal to it.
+  runtime::Model cpp = compiled(*g, codegen::Backend::Cpp, codegen::Precision::Bf16, "wino_bf16");
+  runtime::Model llvm = compiled(*g, codegen::Backend::Llvm, codegen::Precision::Bf16, "wino_bf16");
+  runtime::Model f32 = compiled(*g, codegen::Backend::Llvm, codegen::Precision::Fp32, "wino_f32");
+  for (int64_t batch : {1, 3, 16}) {
+    const std::vector<Tensor> inputs = driver::randomInputs(*g, batch, 11);
+    const std::vector<Tensor> want = interpret(*g, inputs);
+    std::vector<Tensor> one = driver::runModel(cpp, inputs, 1), two = driver::runModel(cpp, inputs, 2);
+    std::vector<Tensor> three = driver::runModel(cpp, inputs, 3), viaLlvm = driver::runModel(llvm, inputs, 2);
+    std::vector<Tensor> exact = driver::runModel(f32, inputs, 1);
+    const float* ref = want[0].data<float>();
+    float range = 0;
+    for (int64_t i = 0; i < want[0].numel(); ++i) range = std::max(range, std::fabs(ref[i]));
+    const driver::TensorCheck c = driver::compareTensors("features", one[0], want[0], 0, 0.01 * range);
+    INFO("batch " << batch << ": max abs " << c.maxAbs << " of a range " << range);
+    CHECK(c.pass);
+    CHECK(std::memcmp(one[0].bytes(), exact[0].bytes(), one[0].nbytes()) != 0);
+    CHECK(std::memcmp(one[0].bytes(), two[0].bytes(), one[0].nbytes()) == 0);
+    CHECK(std::memcmp(one[0].bytes(), three[0].bytes(), one[0].nbytes()) == 0);
+    INFO("cpp against llvm: max abs " << driver::compareTensors("features", one[0], viaLlvm[0], 0, 0).maxAbs);
+    CHECK(std::memcmp(one[0].bytes(), viaLlvm[0].bytes(), one[0].nbytes()) == 0);
+  }
+}
+
 TEST_CASE("precision: bf16 products (vdpbf16ps) in both backends match the rounded model", "[precision]") {
   if (!__builtin_cpu_supports("avx512bf16")) {
     WARN("this host has no AVX512_BF16: the bf16 products were compiled (the test above), not run");

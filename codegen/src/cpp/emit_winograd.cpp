@@ -20,8 +20,8 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
   s += anchorComment(k);
   s += fmt::format("  // winograd_f23: units of {} row(s) of {} tiles (2 x 2 outputs each, {} tiles), {} output channels a GEMM tile\n", BR, TW,
                    t.tiles(), R);
-  s += fmt::format("  const float* PC_RESTRICT up = reinterpret_cast<const float*>(pc_weights + {});  // U[16][{}][{}]\n", ks.winogradWeight,
-                   M, C);
+  s += fmt::format("  const float* PC_RESTRICT up = reinterpret_cast<const float*>(pc_weights + {});  // U[16][{}][{}]{}\n", ks.winogradWeight,
+                   M, C, t.bf16 ? ", bf16 values: products in bf16" : "");
   s += fmt::format("  const float* PC_RESTRICT bp = reinterpret_cast<const float*>(pc_weights + {});\n", ks.packedBias);
   s += "  alignas(64) static const float zeros[32] = {};\n";
   // The band's rows and the products' are read 16 and 8 floats at a time past a short run's end.
@@ -61,6 +61,11 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
     s += "      }\n";
   }
   s += "    }\n";
+  if (t.bf16) {
+    // Products in bf16: each panel of V rewritten in place as bf16 pairs along the channels.
+    s += fmt::format("    for (int64_t xi = 0; xi < 16; ++xi)\n      for (int64_t p = 0; p < {}; ++p) pc::winogradPairs(V + xi*{} + p*{}, {});\n", P,
+                     t.inputStride(), C * 16, C);
+  }
   // The 16 GEMMs of a group of R output channels (the last group's rows past M repeat its last
   // channel, computed and dropped), then that group's outputs.
   s += fmt::format("    for (int64_t m0 = 0; m0 < {}; m0 += {}) {{\n", M, R);
@@ -71,6 +76,12 @@ std::string Emitter::emitWinograd(const Kernel& k, size_t index) const {
   // the kernel took 1.25x the LLVM build's time.
   const int64_t per = R == 8 ? 2 : 1;  // vectors of tiles a call: two with AVX-512 (an odd last one alone), one without
   for (int64_t q = 0; q < P; q += per) {
+    if (t.bf16) {  // U's rows rounded to pairs by the tile, V's panels C * 16 words apart
+      s += fmt::format("        pc::gemmDot<{}, {}>({}, pc::Contiguous{{}}, x, reinterpret_cast<const uint32_t*>(V + xi*{} + {}), {}, zeros, "
+                       "Mt + xi*{} + {}, {});\n",
+                       R, std::min(per, P - q), C, t.inputStride(), q * C * 16, C * 16, t.productStride(), q * 16, 16 * P);
+      continue;
+    }
     s += fmt::format("        pc::gemm_rxp_to<{}, {}, 1>({}, [](int64_t q) {{ return q; }}, x, V + xi*{} + {}, zeros, "
                      "pc::RowsAt{{Mt + xi*{} + {}, {}}}, nullptr);\n",
                      R, std::min(per, P - q), C, t.inputStride(), q * C * 16, t.productStride(), q * 16, 16 * P);

@@ -8,6 +8,8 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DerivedTypes.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 
 #include "emitter.h"
 
@@ -152,6 +154,30 @@ void Emitter::emitWinograd(const Kernel& k) {
         }
       }
     });
+    if (t.bf16) {
+      // Products in bf16: each panel of V rewritten in place as bf16 pairs along the channels
+      // (pc::winogradPairs: row c2 after rows 2c2 and 2c2 + 1 are read).
+      llvm::Function* narrow = llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::x86_avx512bf16_cvtneps2bf16_512);
+      llvm::Type* vt = llvm::FixedVectorType::get(f32_, 16);
+      llvm::Type* halves = llvm::FixedVectorType::get(llvm::Type::getInt16Ty(ctx_), 16);
+      llvm::Type* words = llvm::FixedVectorType::get(i32_, 16);
+      auto pairs = [&](Value* a, Value* b) {
+        auto widen = [&](Value* x) { return b_.CreateZExt(b_.CreateBitCast(b_.CreateCall(narrow, {x}), halves), words); };
+        return b_.CreateOr(widen(a), b_.CreateShl(widen(b), 16), "pairs");
+      };
+      forCount(16, "xi", [&](Value* xi) {
+        for (int64_t p = 0; p < P; ++p) {
+          Value* panel = at(V, b_.CreateAdd(b_.CreateMul(xi, c64(t.inputStride())), c64(p * C * 16)));
+          auto row = [&](Value* c) { return b_.CreateAlignedLoad(vt, at(panel, b_.CreateMul(c, c64(16))), llvm::Align(4), "v"); };
+          auto store = [&](Value* c2, Value* x) { b_.CreateAlignedStore(x, b_.CreateInBoundsGEP(i32_, panel, b_.CreateMul(c2, c64(16))), llvm::Align(4)); };
+          forCount(C / 2, "c2", [&](Value* c2) {
+            Value* even = b_.CreateMul(c2, c64(2));
+            store(c2, pairs(row(even), row(b_.CreateAdd(even, c64(1)))));
+          });
+          if (C % 2) store(c64(C / 2), pairs(row(c64(C - 1)), llvm::Constant::getNullValue(vt)));
+        }
+      });
+    }
     // The 16 GEMMs of a group of R output channels (the last group's rows past M repeat its last
     // channel, computed and dropped), then the group's outputs.
     forRange(c64(0), c64((M + R - 1) / R), "g", [&](Value* g) {
@@ -170,6 +196,7 @@ void Emitter::emitWinograd(const Kernel& k) {
           PanelRef w;
           w.w = b_.CreateConstInBoundsGEP1_64(f32_, v, static_cast<uint64_t>(q * C * 16));
           w.stride = C * 16;
+          if (t.bf16) w.storage = WeightStorage::Bf16Dot;  // V's panels as pairs; U's rows rounded by the tile
           auto acc = gemmTile(rows, static_cast<int>(per), C, w, zeros, &n);
           for (int64_t r = 0; r < R; ++r) {
             for (int64_t p = 0; p < per; ++p) {
