@@ -774,26 +774,29 @@ TEST_CASE("precision: bf16 multiplies in bf16 on a target with AVX512_BF16, else
   }
 }
 
+// The LLVM IR of `graph` under --precision bf16 for x86-64-v4-bf16 and this CPU (any host compiles it).
+static std::string bf16LlvmIr(const Graph& graph, const std::string& cpu) {
+  driver::CompileRequest r;
+  r.cpp.precision = codegen::Precision::Bf16;
+  r.cpp.externKernels = false;
+  r.cpp.target = "x86-64-v4-bf16";
+  r.cpp.name = "m";
+  r.cpu = cpu;
+  r.progress = false;
+  r.backend = codegen::Backend::Llvm;
+  r.emit = "llvm";
+  r.output = (scratch() / fmt::format("{}_bf16_{}.ll", graph.name(), cpu)).string();
+  driver::compileGraph(graph, r);
+  std::ifstream file(r.output);
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
 // Where vdpbf16ps issues as often as the FMA (TargetTraits::fastBf16Dot: AMD Zen 4 on), twice its
 // products: a bf16 linear layer multiplies in bf16 at every batch; elsewhere, from
 // KernelSchedule::widenRows rows, it widens its pairs and multiplies with f32 FMAs.
 TEST_CASE("precision: bf16 layers keep vdpbf16ps at every batch where it runs at the FMA's rate", "[precision]") {
   auto model = mlp(nullptr);
-  auto ir = [&](const std::string& cpu) {
-    driver::CompileRequest r;
-    r.cpp.precision = codegen::Precision::Bf16;
-    r.cpp.externKernels = false;
-    r.cpp.target = "x86-64-v4-bf16";
-    r.cpp.name = "m";
-    r.cpu = cpu;
-    r.progress = false;
-    r.backend = codegen::Backend::Llvm;
-    r.emit = "llvm";
-    r.output = (scratch() / fmt::format("mlp_bf16_{}.ll", cpu)).string();
-    driver::compileGraph(*model, r);
-    std::ifstream file(r.output);
-    return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  };
+  auto ir = [&](const std::string& cpu) { return bf16LlvmIr(*model, cpu); };
   const std::string zen4 = ir("znver4"), cooper = ir("cooperlake");
   // Both multiply in bf16; only Cooper Lake's layers test the rows against widenRows.
   CHECK_THAT(zen4, Contains("dpbf16ps"));
@@ -828,21 +831,7 @@ TEST_CASE("precision: Winograd convs multiply in bf16 where vdpbf16ps runs at th
   CHECK(narrowedStorages(*g, codegen::Precision::Bf16Weights, {}, fast).empty());
   CHECK(narrowedStorages(*g, codegen::Precision::Bf16, {"conv"}, fast).empty());
   // What the LLVM backend emits for Zen 4 and for Cooper Lake (any host compiles both).
-  auto ir = [&](const std::string& cpu) {
-    driver::CompileRequest r;
-    r.cpp.precision = codegen::Precision::Bf16;
-    r.cpp.externKernels = false;
-    r.cpp.target = "x86-64-v4-bf16";
-    r.cpp.name = "m";
-    r.cpu = cpu;
-    r.progress = false;
-    r.backend = codegen::Backend::Llvm;
-    r.emit = "llvm";
-    r.output = (scratch() / fmt::format("small_conv_bf16_{}.ll", cpu)).string();
-    driver::compileGraph(*g, r);
-    std::ifstream file(r.output);
-    return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  };
+  auto ir = [&](const std::string& cpu) { return bf16LlvmIr(*g, cpu); };
   const std::string zen4 = ir("znver4"), cooper = ir("cooperlake");
   CHECK_THAT(zen4, Contains("%V = alloca") && Contains("dpbf16ps") && Contains("%pairs"));  // (Winograd's transformed inputs)
   CHECK_THAT(cooper, Contains("%V = alloca"));
