@@ -508,7 +508,7 @@ TargetTraits cppTargetTraits(const std::string& cppTarget) {
   t.bf16Dot = bf16DotTarget(cppTarget);
   t.bf16Tiles = cppTarget == "native" ? __builtin_cpu_supports("amx-bf16") : cppTarget == "x86-64-v4-amx";
   // Every AMD CPU with AVX512_BF16 (Zen 4, Zen 5) issues vdpbf16ps as often as the FMA; the named
-  // targets are no CPU in particular (the LLVM backend reads --cpu: fastBf16DotCpu).
+  // targets are no CPU in particular (the LLVM backend also reads --cpu: resolveLlvmTarget).
   t.fastBf16Dot = cppTarget == "native" && t.bf16Dot && __builtin_cpu_is("amd");
   return t;
 }

@@ -56,7 +56,8 @@ struct TargetTraits {
   // vdpbf16ps at the FMA's instruction rate, so twice its products per cycle (AMD Zen 4 and
   // later: 235 against 117 GFLOP/s per core; on Sapphire Rapids half the FMA's products): bf16
   // linear layers keep their products in bf16 at every batch instead of widening their weights to
-  // f32 from KernelSchedule::widenRows rows.
+  // f32 from KernelSchedule::widenRows rows, and Winograd convs' GEMMs multiply in bf16 too
+  // (WinogradTiles::bf16).
   bool fastBf16Dot = false;
 };
 
